@@ -1,0 +1,5 @@
+import sys
+
+from pidispatch.cli import main
+
+sys.exit(main())

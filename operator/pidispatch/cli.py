@@ -1,0 +1,237 @@
+"""The ``pidispatch`` command line (design/CLI.md): a stable interface; change it only additively.
+
+Start-up cost matters (people type these; tests run them hundreds of times), so each command
+imports what it needs inside its function: no kopf, no Kubernetes client on the store path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+CONFIG_ERROR = 2
+_POSITIVE = re.compile(r"[1-9][0-9]*")
+
+
+class UsageError(Exception):
+    """Bad arguments or settings: one line on stderr, exit 2."""
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, separators=(", ", ": ")) + "\n")
+
+
+def _settings(require_store: bool = True) -> Any:
+    from pidispatch.settings import ConfigError, Settings
+
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    if require_store and settings.sessions_dir is None:
+        raise UsageError(
+            "PI_SESSIONS_DIR is not set: point it at the session store directory (a private directory, mode 0700)"
+        )
+    return settings
+
+
+def _key_arg(text: str) -> str:
+    from pidispatch.store.keys import is_key
+
+    if not is_key(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a session key (32 lowercase hex characters)")
+    return text
+
+
+def cmd_key(args: argparse.Namespace) -> int:
+    from pidispatch.store.keys import branch_key, issue_key
+
+    if not args.repo.strip():
+        raise UsageError("--repo must not be empty (OWNER/NAME)")
+    if args.issue is not None:
+        if not _POSITIVE.fullmatch(args.issue.strip()):
+            raise UsageError(f"--issue must be a positive whole number, not {args.issue!r}")
+        key = issue_key(args.forge, args.repo, int(args.issue))
+    else:
+        if not args.branch:
+            raise UsageError("--branch must not be empty")
+        key = branch_key(args.forge, args.repo, args.branch)
+    assert key is not None
+    sys.stdout.write(key + "\n")
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    from pidispatch.store.resolve import resolve
+
+    settings = _settings()
+    result = resolve(settings, args.key, args.stage, venue=args.venue, pi_version=args.pi_version,
+                     model=args.model)
+    if result is None:  # a store fault, already logged: the job would run without a session
+        _print_json({"resume": False, "reason": None, "bytes": None})
+        return 1
+    verdict = result.verdict
+    _print_json({"resume": verdict.resume, "reason": verdict.reason, "bytes": verdict.bytes})
+    return 0
+
+
+def _context_arg(text: str) -> tuple[int, int]:
+    fields = text.split()
+    if len(fields) != 2 or not all(re.fullmatch(r"0|[1-9][0-9]*", f) for f in fields) or int(fields[1]) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not \"TOKENS WINDOW\" (whole numbers, window > 0)")
+    return int(fields[0]), int(fields[1])
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from pidispatch.store.promote import promote
+
+    settings = _settings()
+    result = promote(settings, args.key, args.stage, host_resume=args.host_resume == "true",
+                     venue=args.venue, pi_version=args.pi_version, model=args.model, context=args.context)
+    _print_json({"promoted": result.promoted, "reason": result.reason, "bytes": result.bytes})
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    from pidispatch.store.reap import reap
+
+    for event in reap(_settings()):
+        _print_json(event)
+    return 0
+
+
+def _age(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = max(0, int(ms // 1000))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return f"{n}B"
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from pidispatch.store.inspect import inspect_key, inspect_store
+
+    settings = _settings()
+    options = {"venue": args.venue, "pi_version": args.pi_version, "model": args.model}
+    rows = [inspect_key(settings, args.key, **options)] if args.key else list(inspect_store(settings, **options))
+    if args.json:
+        for row in rows:
+            _print_json(row)
+        return 0
+    header = ("KEY", "SIZE", "IDLE", "VENUE", "PI", "CHAIN", "CONTEXT", "LOCK", "NEXT")
+    table = [header]
+    for r in rows:
+        ctx = r.get("context")
+        lock = r.get("lock")
+        table.append((
+            r["key"], _size(r.get("bytes")), _age(r.get("idleMs")), r.get("venue") or "-",
+            r.get("piVersion") or "-", str(r.get("resumeChain", "-")),
+            f"{ctx['tokens']}/{ctx['window']}" if ctx else "-",
+            f"{lock['state']} {_age(lock['ageMs'])}" if lock else "-", r["next"],
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+    if not rows:
+        sys.stdout.write("(the store holds no keys)\n")
+    elif args.pi_version is None:
+        sys.stdout.write("NEXT assumes the next job runs the pi version stamped on each key; "
+                         "pass --pi-version to judge another.\n")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from pidispatch.transcript.parser import check_transcript
+
+    try:
+        with open(args.file, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {args.file}: {exc.strerror or exc}") from exc
+    problems = check_transcript(data)
+    for problem in problems:
+        sys.stdout.write(f"{args.file}:{problem.line}: {problem.message}\n")
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pidispatch", description="pi-dispatch session store and operator.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    key = commands.add_parser("key", help="print the session key of a repository branch or issue")
+    key.add_argument("--forge", required=True, choices=("github", "gitlab", "forgejo", "azure"))
+    key.add_argument("--repo", required=True, metavar="OWNER/NAME")
+    which = key.add_mutually_exclusive_group(required=True)
+    which.add_argument("--issue", metavar="N", help="issue number: the branch is pi/issue-N")
+    which.add_argument("--branch", metavar="REF")
+    key.set_defaults(run=cmd_key)
+
+    store = commands.add_parser("store", help="act on the session store at PI_SESSIONS_DIR")
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="ACTION")
+
+    def job_options(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--venue", default="kubernetes")
+        p.add_argument("--pi-version", default=None)
+        p.add_argument("--model", default=None, metavar="PROVIDER/MODEL")
+
+    resolve = store_commands.add_parser("resolve", help="run the gates and stage DIR/current.jsonl")
+    resolve.add_argument("--key", required=True, type=_key_arg)
+    resolve.add_argument("--stage", required=True, metavar="DIR")
+    job_options(resolve)
+    resolve.set_defaults(run=cmd_resolve)
+
+    promote = store_commands.add_parser("promote", help="promote DIR/current.jsonl into the store")
+    promote.add_argument("--key", required=True, type=_key_arg)
+    promote.add_argument("--stage", required=True, metavar="DIR")
+    promote.add_argument("--host-resume", required=True, choices=("true", "false"))
+    promote.add_argument("--context", type=_context_arg, default=None, metavar='"TOKENS WINDOW"')
+    job_options(promote)
+    promote.set_defaults(run=cmd_promote)
+
+    reap = store_commands.add_parser("reap", help="one sweep of the TTL reaper")
+    reap.set_defaults(run=cmd_reap)
+
+    inspect = store_commands.add_parser("inspect", help="show the store, or one key")
+    inspect.add_argument("key", nargs="?", type=_key_arg)
+    inspect.add_argument("--json", action="store_true", help="one JSON object per key")
+    job_options(inspect)
+    inspect.set_defaults(run=cmd_inspect)
+
+    transcript = commands.add_parser("transcript", help="pi session files")
+    transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True, metavar="ACTION")
+    check = transcript_commands.add_parser("check", help="strict validation of a pi v3 session file")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(run=cmd_check)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from pidispatch.events import log_to_stderr
+
+    log_to_stderr()
+    try:
+        return int(args.run(args))
+    except UsageError as exc:
+        sys.stderr.write(f"pidispatch: {exc}\n")
+        return CONFIG_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The run record's session verdict: the closed reason enum and the merge of verdicts.
+
+The enum is defined once, here, in the order of the session-store spec (§9.2); CRD enums, the CLI
+and the docs derive from it. The merge (§5) decides what a Job's ``status.session`` says after the
+job Pod ended, from three independent witnesses: the host's gate verdict, the runner's report and
+the promotion result.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class SessionReason(StrEnum):
+    """Why a job resumed or started cold. Closed: anything else a runner reports becomes ``None``."""
+
+    RESUMED = "resumed"
+    ABSENT = "absent"
+    EXPIRED = "expired"
+    CONVERSATION_TOO_OLD = "conversation-too-old"
+    RESUME_CHAIN_TOO_LONG = "resume-chain-too-long"
+    CONTEXT_TOO_FULL = "context-too-full"
+    COMPACTION_SUMMARY_EMPTY = "compaction-summary-empty"
+    TOO_LARGE = "too-large"
+    UNPARSEABLE = "unparseable"
+    NOT_A_REGULAR_FILE = "not-a-regular-file"
+    KEY_NOT_A_DIRECTORY = "key-not-a-directory"
+    TRANSCRIPT_DIVERTED = "transcript-diverted"
+    VENUE_CHANGED = "venue-changed"
+    PI_VERSION_CHANGED = "pi-version-changed"
+    TRANSCRIPT_REPLACED = "transcript-replaced"
+    LOCKED = "locked"
+    PROMOTE_FAILED = "promote-failed"
+    DISABLED = "disabled"
+
+
+SESSION_REASONS: tuple[str, ...] = tuple(reason.value for reason in SessionReason)
+
+
+class JobReason(StrEnum):
+    """Job-level refusals before any spend (spec §10). Not session reasons."""
+
+    SESSIONS_DIR_UNSET = "sessions-dir-unset"
+    CONFIG_REFUSED = "config-refused"
+
+
+# Promotion results that are not record reasons (spec §6.8).
+PROMOTED = "promoted"
+NO_KEY = "no-key"
+
+# JavaScript's Number.MAX_SAFE_INTEGER: upstream reads integers through doubles, so anything
+# larger cannot round-trip there and must not be trusted here either.
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    """What the gates decided before the Pod ran (``bytes`` is the staged size on resume)."""
+
+    resume: bool
+    reason: str
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RunnerSession:
+    """The ``session`` part of the runner's report, after validation."""
+
+    resumed: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class PromotionResult:
+    """What promotion did with the staged copy."""
+
+    promoted: bool
+    reason: str
+    bytes: int | None = None
+
+
+def parse_runner_session(value: Any) -> RunnerSession | None:
+    """Accept the runner's ``session`` only in its exact shape.
+
+    ``/session`` is agent-authored and the report crosses a trust boundary, so ``resumed`` must be a
+    real boolean and ``reason`` a member of the closed enum; any other string (a path an attacker
+    wrote, say) becomes ``None`` rather than reaching the record.
+    """
+    if not isinstance(value, dict) or not isinstance(value.get("resumed"), bool):
+        return None
+    reason = value.get("reason")
+    return RunnerSession(value["resumed"], reason if reason in SESSION_REASONS else None)
+
+
+def is_safe_int(value: Any, minimum: int) -> bool:
+    """True for a JSON integer (not a bool, not a float) within ``minimum..2**53-1``."""
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_SAFE_INTEGER
+
+
+def parse_context(value: Any) -> tuple[int, int] | None:
+    """The runner's ``context`` reading as ``(tokens, window)``, or ``None`` unless tokens ≥ 0 and window > 0."""
+    if not isinstance(value, dict):
+        return None
+    tokens, window = value.get("tokens"), value.get("window")
+    if isinstance(tokens, float) and math.isfinite(tokens) and tokens.is_integer():
+        tokens = int(tokens)
+    if isinstance(window, float) and math.isfinite(window) and window.is_integer():
+        window = int(window)
+    if is_safe_int(tokens, 0) and is_safe_int(window, 1):
+        return tokens, window
+    return None
+
+
+def merge_session(
+    host: HostVerdict | None,
+    runner: RunnerSession | None,
+    promoted: PromotionResult | None,
+) -> dict[str, Any] | None:
+    """Merge the three verdicts into the record's ``session`` by the spec's precedence (§5).
+
+    The promotion refusal outranks everything because it says why the *next* run starts cold. A
+    host refusal beats a runner ``absent`` because every host refusal stages 0 bytes, so the runner
+    would always say ``absent`` and hide the gate that really refused.
+    """
+    if host is None and runner is None:
+        return None
+    resumed = runner.resumed if runner is not None else False
+    runner_reason = runner.reason if runner is not None else None
+    reason: str | None
+    if promoted is not None and not promoted.promoted:
+        reason = promoted.reason
+    elif host is not None and not host.resume and host.reason and runner_reason == SessionReason.ABSENT:
+        reason = host.reason
+    elif runner_reason is not None:
+        reason = runner_reason
+    elif host is not None:
+        reason = host.reason
+    else:
+        reason = None
+    if promoted is not None and promoted.bytes is not None:
+        size: int | None = promoted.bytes
+    else:
+        size = host.bytes if host is not None else None
+    return {"resumed": resumed, "reason": reason, "bytes": size}

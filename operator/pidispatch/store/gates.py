@@ -1,0 +1,240 @@
+"""The gate ladder (spec §3.2): an ordered chain of small checks; the first refusal names the reason.
+
+Each gate is a predicate of failure over an :class:`Observation` of one key directory, returning a
+reason token or ``None``. The order of :data:`LADDER` *is* the order of the spec — read one against
+the other line by line. It is split in two only so the caller can open the transcript between them:
+:data:`METADATA_GATES` look at ``lstat`` results and sidecars, :data:`CONTENT_GATES` read the
+transcript through one descriptor (the header line, and the body once — in a resolve, that single
+read is the staged copy, so gate cost does not grow with the transcript).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from pidispatch.record import SessionReason as R
+from pidispatch.settings import Settings
+from pidispatch.store import fsio, sidecars
+from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
+
+DAY_MS = 86_400_000
+UNKNOWN_PI_VERSIONS = ("", "<no value>")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What the job brings to the gates: where it runs, which pi, which model (already normalised)."""
+
+    venue: str | None
+    pi_version: str | None
+    model_id: str | None
+
+
+def normalise_venue(venue: str | None) -> str | None:
+    """Only a non-empty string is a venue; parentheses are refused so nothing can equal ``(pending)``."""
+    if not isinstance(venue, str) or not venue or "(" in venue or ")" in venue:
+        return None
+    return venue
+
+
+class Observation:
+    """Lazy, cached reads of one key directory, in the order the gates ask for them.
+
+    Laziness matters: a gate must not open a file an earlier gate judged unsafe (a FIFO, a link),
+    and the metadata gates must not read transcript bytes at all.
+    """
+
+    def __init__(
+        self,
+        store_root: str,
+        key: str,
+        settings: Settings,
+        delivery: Delivery,
+        now_ms: float,
+        read_body: Callable[[Observation], bool | None] | None = None,
+    ) -> None:
+        self.key_dir = os.path.join(store_root, key)
+        self.transcript_path = os.path.join(self.key_dir, sidecars.TRANSCRIPT)
+        self.settings = settings
+        self.delivery = delivery
+        self.now_ms = now_ms
+        self.fd: int | None = None
+        self.fd_identity: fsio.Identity | None = None
+        self._read_body = read_body
+
+    @cached_property
+    def key_dir_stat(self) -> os.stat_result | None:
+        return fsio.lstat_or_none(self.key_dir)
+
+    @cached_property
+    def pinned_dir(self) -> tuple[int, int] | None:
+        st = self.key_dir_stat
+        return (st.st_dev, st.st_ino) if fsio.is_real_dir(st) else None  # type: ignore[union-attr]
+
+    @cached_property
+    def transcript_stat(self) -> os.stat_result | None:
+        return fsio.lstat_or_none(self.transcript_path)
+
+    @property
+    def judged_identity(self) -> fsio.Identity:
+        assert self.transcript_stat is not None
+        return fsio.Identity.of(self.transcript_stat)
+
+    @cached_property
+    def venue_stamp(self) -> str | None:
+        return sidecars.read_venue(self.key_dir)
+
+    @cached_property
+    def pi_version_stamp(self) -> str | None:
+        return sidecars.read_sidecar(self.key_dir, sidecars.PI_VERSION)
+
+    @cached_property
+    def chain(self) -> int:
+        return sidecars.read_chain(self.key_dir)
+
+    @cached_property
+    def context(self) -> tuple[int, int, str | None] | None:
+        return sidecars.read_context(self.key_dir)
+
+    def open_transcript(self) -> bool:
+        """Open the judged transcript once; ``False`` when what opens is not what the gates judged."""
+        try:
+            self.fd = os.open(self.transcript_path, fsio.READ_FLAGS)
+        except OSError:
+            return False
+        self.fd_identity = fsio.Identity.of(os.fstat(self.fd))
+        return self.fd_identity == self.judged_identity
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @cached_property
+    def header_line(self) -> bytes | None:
+        assert self.fd is not None, "content gates need open_transcript() first"
+        return read_first_line(self.fd, self.judged_identity.size)
+
+    @cached_property
+    def body_has_empty_compaction(self) -> bool:
+        assert self._read_body is not None
+        # None means the body could not be read as judged; the identity re-check names that.
+        return bool(self._read_body(self))
+
+
+Gate = Callable[[Observation], str | None]
+
+
+def key_is_not_a_directory(o: Observation) -> str | None:
+    st = o.key_dir_stat
+    return R.KEY_NOT_A_DIRECTORY if st is not None and not stat.S_ISDIR(st.st_mode) else None
+
+
+def transcript_is_missing(o: Observation) -> str | None:
+    return R.ABSENT if o.transcript_stat is None else None
+
+
+def transcript_is_not_a_regular_file(o: Observation) -> str | None:
+    return None if fsio.is_regular(o.transcript_stat) else R.NOT_A_REGULAR_FILE
+
+
+def transcript_is_empty(o: Observation) -> str | None:
+    return R.ABSENT if o.judged_identity.size == 0 else None
+
+
+def transcript_is_too_large(o: Observation) -> str | None:
+    cap = o.settings.max_bytes
+    return R.TOO_LARGE if cap > 0 and o.judged_identity.size > cap else None
+
+
+def transcript_has_expired(o: Observation) -> str | None:
+    ttl = o.settings.ttl_days
+    assert o.transcript_stat is not None
+    idle = o.now_ms - fsio.mtime_ms(o.transcript_stat)
+    return R.EXPIRED if ttl > 0 and idle > ttl * DAY_MS else None
+
+
+def venue_has_changed(o: Observation) -> str | None:
+    job = o.delivery.venue
+    return R.VENUE_CHANGED if job is None or o.venue_stamp != job else None
+
+
+def job_pi_version_is_unknown(o: Observation) -> str | None:
+    version = o.delivery.pi_version
+    return R.PI_VERSION_CHANGED if version is None or version in UNKNOWN_PI_VERSIONS else None
+
+
+def pi_version_stamp_differs(o: Observation) -> str | None:
+    stamp = o.pi_version_stamp
+    return R.PI_VERSION_CHANGED if stamp is None or stamp != o.delivery.pi_version else None
+
+
+def resume_chain_is_too_long(o: Observation) -> str | None:
+    bound = o.settings.max_resume_chain
+    return R.RESUME_CHAIN_TOO_LONG if bound > 0 and o.chain >= bound else None
+
+
+def context_is_too_full(o: Observation) -> str | None:
+    pct = o.settings.max_context_pct
+    if pct is None or o.context is None:
+        return None
+    tokens, window, stamped_model = o.context
+    job_model = o.delivery.model_id
+    # A reading stamped for another model says nothing about this one, in either direction.
+    if stamped_model is not None and job_model is not None and stamped_model != job_model.lower():
+        return None
+    return R.CONTEXT_TOO_FULL if tokens * 100 / window >= pct else None
+
+
+def header_is_unparseable(o: Observation) -> str | None:
+    line = o.header_line
+    return None if line is not None and is_session_header(line) else R.UNPARSEABLE
+
+
+def compaction_summary_is_empty(o: Observation) -> str | None:
+    return R.COMPACTION_SUMMARY_EMPTY if o.body_has_empty_compaction else None
+
+
+def conversation_is_too_old(o: Observation) -> str | None:
+    max_days = o.settings.max_age_days
+    if max_days <= 0:
+        return None
+    started = header_timestamp_ms(o.header_line or b"")
+    # Fails closed on an unreadable timestamp; a future one passes (clock skew is not an attack).
+    if started is None or o.now_ms - started > max_days * DAY_MS:
+        return R.CONVERSATION_TOO_OLD
+    return None
+
+
+METADATA_GATES: tuple[Gate, ...] = (
+    key_is_not_a_directory,  # 0
+    transcript_is_missing,  # 1
+    transcript_is_not_a_regular_file,  # 2
+    transcript_is_empty,  # 3
+    transcript_is_too_large,  # 4
+    transcript_has_expired,  # 5
+    venue_has_changed,  # 6  before the pi gates: another venue may run another image
+    job_pi_version_is_unknown,  # 7
+    pi_version_stamp_differs,  # 8
+    resume_chain_is_too_long,  # 9  before the body: cheap, and about lineage, not content
+    context_is_too_full,  # 10
+)
+CONTENT_GATES: tuple[Gate, ...] = (
+    header_is_unparseable,  # 11
+    compaction_summary_is_empty,  # 12
+    conversation_is_too_old,  # 13 after 11, so a damaged file is not reported as aged out
+)
+LADDER: tuple[Gate, ...] = METADATA_GATES + CONTENT_GATES
+
+
+def first_refusal(gates: Sequence[Gate], observation: Observation) -> str | None:
+    """Evaluate ``gates`` in order; the first refusal wins."""
+    for gate in gates:
+        reason = gate(observation)
+        if reason is not None:
+            return reason
+    return None

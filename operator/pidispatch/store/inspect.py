@@ -1,0 +1,65 @@
+"""A person's view of the store: what each key holds and what the next delivery would get.
+
+Read-only. Uses the same gate ladder as a real delivery (a dry run), so "next" here is exactly the
+reason a job would be given, for the venue, pi version and model asked about.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from pidispatch.settings import Settings
+from pidispatch.store import fsio, sidecars
+from pidispatch.store.keys import is_key
+from pidispatch.store.lock import LOCK_STALE_MS
+from pidispatch.store.resolve import dry_run, now_ms
+
+
+def inspect_key(
+    settings: Settings,
+    key: str,
+    *,
+    venue: str | None = "kubernetes",
+    pi_version: str | None = None,
+    model: str | None = None,
+    clock: float | None = None,
+) -> dict[str, Any]:
+    """Describe one key. Without ``pi_version`` the stamped version is assumed (and said so)."""
+    assert settings.sessions_dir is not None
+    now = now_ms() if clock is None else clock
+    key_dir = os.path.join(settings.sessions_dir, key)
+    stamp = sidecars.read_sidecar(key_dir, sidecars.PI_VERSION)
+    assumed = pi_version is None
+    next_reason, o = dry_run(
+        settings, key, venue=venue, pi_version=stamp if assumed else pi_version, model=model, clock=now
+    )
+    transcript = o.transcript_stat if fsio.is_regular(o.transcript_stat) else None
+    lock = fsio.lstat_or_none(os.path.join(key_dir, sidecars.LOCK))
+    context = sidecars.read_context(key_dir) if fsio.is_real_dir(o.key_dir_stat) else None
+    lock_age = None if lock is None else round(now - fsio.mtime_ms(lock))
+    return {
+        "key": key,
+        "directory": fsio.is_real_dir(o.key_dir_stat),
+        "bytes": transcript.st_size if transcript is not None else None,
+        "idleMs": round(now - fsio.mtime_ms(transcript)) if transcript is not None else None,
+        "venue": sidecars.read_venue(key_dir) if fsio.is_real_dir(o.key_dir_stat) else None,
+        "piVersion": stamp,
+        "resumeChain": sidecars.read_chain(key_dir),
+        "context": None if context is None else {"tokens": context[0], "window": context[1], "model": context[2]},
+        "lock": None if lock_age is None else {
+            "ageMs": lock_age, "state": "live" if lock_age <= LOCK_STALE_MS else "stale"},
+        "next": next_reason,
+        "assumedPiVersion": assumed,
+    }
+
+
+def inspect_store(settings: Settings, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Describe every entry of the store root, keys and strays alike, in name order."""
+    assert settings.sessions_dir is not None
+    for name in sorted(os.listdir(settings.sessions_dir)):
+        if is_key(name) or fsio.is_real_dir(fsio.lstat_or_none(os.path.join(settings.sessions_dir, name))):
+            yield inspect_key(settings, name, **kwargs)
+        else:
+            yield {"key": name, "directory": False, "next": "key-not-a-directory"}

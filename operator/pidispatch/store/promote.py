@@ -1,0 +1,249 @@
+"""The write path (spec §6): promote a completed job's staged copy into the store.
+
+Temp file, ``(pending)`` sentinel, atomic rename, post-swap verification, then sidecars. Beyond the
+spec, the temp file and the sentinel are fsynced and the directory is fsynced around the rename, so
+a power cut leaves the old transcript or the new one, whole, and never a new transcript under old
+stamps.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import secrets
+from collections.abc import Callable
+
+from pidispatch.events import emit
+from pidispatch.record import NO_KEY, PROMOTED, PromotionResult
+from pidispatch.record import SessionReason as R
+from pidispatch.settings import Settings
+from pidispatch.store import fsio, sidecars
+from pidispatch.store.gates import Delivery
+from pidispatch.store.lock import release_lock, take_lock
+from pidispatch.store.resolve import make_delivery, now_ms
+from pidispatch.store.seams import NO_SEAMS, Seams
+
+_sequence = itertools.count(1)
+
+
+class _Skip(Exception):
+    """A refusal with a reason: logged as ``session_promote_skipped``, never a fault."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def temp_name() -> str:
+    """``current.jsonl.<pid>.<seq>.<12hex>.incoming``: random, because pids repeat across containers."""
+    return f"{sidecars.TRANSCRIPT}.{os.getpid()}.{next(_sequence)}.{secrets.token_hex(6)}.incoming"
+
+
+def promote(
+    settings: Settings,
+    key: str | None,
+    stage_dir: str,
+    *,
+    host_resume: bool,
+    venue: str | None = "kubernetes",
+    pi_version: str | None = None,
+    model: str | None = None,
+    context: tuple[int, int] | None = None,
+    clock: Callable[[], float] = now_ms,
+    seams: Seams = NO_SEAMS,
+) -> PromotionResult:
+    """Promote ``stage_dir/current.jsonl`` for ``key``. Never raises: faults are ``promote-failed``."""
+    if key is None:
+        return PromotionResult(False, NO_KEY)
+    try:
+        if settings.sessions_dir is None:
+            raise RuntimeError("no session store configured (PI_SESSIONS_DIR is unset)")
+        return _promote(settings, settings.sessions_dir, key, stage_dir, host_resume,
+                        venue, pi_version, model, context, clock, seams)
+    except _Skip as skip:
+        emit("session_promote_skipped", key=key, reason=skip.reason)
+        return PromotionResult(False, skip.reason)
+    except Exception as exc:  # a job never fails because history could not be kept
+        emit("session_store_failed", phase="promote", reason=f"{type(exc).__name__}: {exc}")
+        return PromotionResult(False, R.PROMOTE_FAILED)
+
+
+def _check_staged(settings: Settings, st: os.stat_result | None) -> None:
+    if st is None:
+        raise _Skip(R.ABSENT)
+    if not fsio.is_regular(st):
+        raise _Skip(R.NOT_A_REGULAR_FILE)
+    if st.st_size == 0:
+        raise _Skip(R.ABSENT)
+    if settings.max_bytes > 0 and st.st_size > settings.max_bytes:
+        raise _Skip(R.TOO_LARGE)
+
+
+def _prepare_key_dir(key_dir: str) -> tuple[int, int]:
+    """Steps 3–4: refuse anything but a real directory at the key path; create it 0700 if missing."""
+    st = fsio.lstat_or_none(key_dir)
+    if st is not None and not fsio.is_real_dir(st):
+        raise _Skip(R.KEY_NOT_A_DIRECTORY)
+    if st is None:
+        try:
+            os.mkdir(key_dir, 0o700)
+        except FileExistsError:
+            pass
+    st = fsio.lstat_or_none(key_dir)  # again: a link may have been planted while mkdir ran
+    if not fsio.is_real_dir(st):
+        raise _Skip(R.KEY_NOT_A_DIRECTORY)
+    assert st is not None
+    return st.st_dev, st.st_ino
+
+
+def _promote(
+    settings: Settings,
+    store_root: str,
+    key: str,
+    stage_dir: str,
+    host_resume: bool,
+    venue: str | None,
+    pi_version: str | None,
+    model: str | None,
+    context: tuple[int, int] | None,
+    clock: Callable[[], float],
+    seams: Seams,
+) -> PromotionResult:
+    delivery = make_delivery(venue, pi_version, model)
+    staged_path = os.path.join(stage_dir, sidecars.TRANSCRIPT)
+    _check_staged(settings, fsio.lstat_or_none(staged_path))
+    key_dir = os.path.join(store_root, key)
+    pinned = _prepare_key_dir(key_dir)
+    seams.at("key-dir-ready")
+    dir_fd = os.open(key_dir, fsio.DIR_FLAGS)
+    try:
+        if not fsio.same_dir(os.fstat(dir_fd), pinned):
+            raise _Skip(R.KEY_NOT_A_DIRECTORY)
+        lock_fd = take_lock(dir_fd, key, clock)
+        if lock_fd is None:
+            raise _Skip(R.LOCKED)
+        try:
+            seams.at("locked")
+            if not fsio.same_dir(fsio.lstat_or_none(key_dir), pinned):
+                raise _Skip(R.KEY_NOT_A_DIRECTORY)
+            size = _swap_in(settings, staged_path, dir_fd, key_dir, pinned, seams)
+            if size is None:
+                raise _Skip(R.TRANSCRIPT_DIVERTED)
+            _stamp(dir_fd, key_dir, key, delivery, host_resume, context, seams)
+        finally:
+            release_lock(dir_fd, lock_fd, key)
+    finally:
+        os.close(dir_fd)
+    seams.at("unlocked")
+    emit("session_promoted", key=key, bytes=size)
+    return PromotionResult(True, PROMOTED, size)
+
+
+def _swap_in(
+    settings: Settings, staged_path: str, dir_fd: int, key_dir: str, pinned: tuple[int, int], seams: Seams
+) -> int | None:
+    """Steps a–f. Returns the promoted size, or ``None`` when the swap landed somewhere else."""
+    temp = temp_name()
+    fsio.clear_name(temp, dir_fd)
+    try:
+        size, temp_id = _copy_staged(settings, staged_path, temp, dir_fd)
+        seams.at("temp-written")
+        sidecars.replace_sidecar(dir_fd, sidecars.VENUE, sidecars.PENDING_VENUE, durable=True)
+        fsio.fsync_dir(dir_fd)
+        seams.at("sentinel-written")
+        os.replace(temp, sidecars.TRANSCRIPT, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+    fsio.fsync_dir(dir_fd)
+    seams.at("swapped")
+    landed = fsio.lstat_or_none(os.path.join(key_dir, sidecars.TRANSCRIPT))
+    if (
+        not fsio.same_dir(fsio.lstat_or_none(key_dir), pinned)
+        or not fsio.is_regular(landed)
+        or (landed.st_dev, landed.st_ino, landed.st_size) != (*temp_id, size)  # type: ignore[union-attr]
+    ):
+        return None
+    return size
+
+
+def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -> tuple[int, tuple[int, int]]:
+    """Copy the staged file through a no-follow descriptor into a fresh 0600 temp, fsynced."""
+    src = os.open(staged_path, fsio.READ_FLAGS)
+    try:
+        st = os.fstat(src)
+        _check_staged(settings, st)  # the agent may have swapped it since the lstat
+        dst = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+        try:
+            _copy_bytes(src, dst, st.st_size)
+            os.fsync(dst)
+            temp_st = os.fstat(dst)
+        finally:
+            os.close(dst)
+    finally:
+        os.close(src)
+    return st.st_size, (temp_st.st_dev, temp_st.st_ino)
+
+
+def _copy_bytes(src: int, dst: int, size: int) -> None:
+    """Copy exactly ``size`` bytes in the kernel when it can, through user space when it cannot."""
+    offset = 0
+    try:
+        while offset < size:
+            copied = os.copy_file_range(src, dst, size - offset, offset, offset)
+            if copied == 0:
+                break
+            offset += copied
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    while offset < size:
+        chunk = os.pread(src, min(1 << 20, size - offset), offset)
+        if not chunk:
+            break
+        os.pwrite(dst, chunk, offset)
+        offset += len(chunk)
+    if offset != size:
+        raise OSError(errno.EIO, f"staged file shrank during promotion ({offset} of {size} bytes)")
+
+
+def _stamp(
+    dir_fd: int,
+    key_dir: str,
+    key: str,
+    delivery: Delivery,
+    host_resume: bool,
+    context: tuple[int, int] | None,
+    seams: Seams,
+) -> None:
+    """Steps g–j: sidecars after the swap. Never fatal: the transcript has landed."""
+    def write(name: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception as exc:
+            emit("session_sidecar_failed", key=key, file=name, reason=f"{type(exc).__name__}: {exc}")
+        seams.at(f"stamped-{name}")
+
+    if delivery.venue is not None:  # no venue: leave (pending) on purpose, nothing resumes from it
+        write(sidecars.VENUE, lambda: sidecars.replace_sidecar(dir_fd, sidecars.VENUE, delivery.venue or ""))
+    version = delivery.pi_version if delivery.pi_version not in (None, "<no value>") else ""
+    write(sidecars.PI_VERSION, lambda: sidecars.replace_sidecar(dir_fd, sidecars.PI_VERSION, version or ""))
+    chain = sidecars.read_chain(key_dir) + 1 if host_resume else 0
+    write(sidecars.RESUME_CHAIN, lambda: sidecars.replace_sidecar(dir_fd, sidecars.RESUME_CHAIN, str(chain)))
+    if not host_resume:
+        write(sidecars.CONTEXT, lambda: _remove_context(dir_fd))
+    elif context is not None:
+        tokens, window = context
+        reading = f"{tokens} {window}" + (f" {delivery.model_id}" if delivery.model_id else "")
+        write(sidecars.CONTEXT, lambda: sidecars.replace_sidecar(dir_fd, sidecars.CONTEXT, reading))
+
+
+def _remove_context(dir_fd: int) -> None:
+    try:
+        os.unlink(sidecars.CONTEXT, dir_fd=dir_fd)
+    except OSError:
+        pass  # a cold start discards the reading; failing to find one is fine

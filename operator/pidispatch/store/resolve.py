@@ -1,0 +1,190 @@
+"""The read path (spec §3): run the gates and stage a copy (or 0 bytes) for one job.
+
+On resume the bytes come from the one descriptor the gates judged, bounded to the judged size,
+then the identity re-checks decide whether that copy may be handed to the job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+from pidispatch.events import emit
+from pidispatch.record import HostVerdict
+from pidispatch.record import SessionReason as R
+from pidispatch.settings import Settings
+from pidispatch.store import fsio, sidecars
+from pidispatch.store.gates import CONTENT_GATES, METADATA_GATES, Delivery, Observation, first_refusal
+from pidispatch.store.gates import normalise_venue
+from pidispatch.store.seams import NO_SEAMS, Seams
+from pidispatch.transcript.compaction import EmptyCompactionScanner
+
+CHUNK = 64 * 1024
+STAGE_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The host verdict plus what promotion needs later. Never recorded: it holds the key."""
+
+    verdict: HostVerdict
+    key: str
+    stage_dir: str
+    delivery: Delivery
+
+
+def now_ms() -> float:
+    return time.time_ns() / 1e6
+
+
+def make_delivery(venue: str | None, pi_version: str | None, model: str | None) -> Delivery:
+    return Delivery(normalise_venue(venue), pi_version, sidecars.normalise_model_id(model))
+
+
+def resolve(
+    settings: Settings,
+    key: str | None,
+    stage_dir: str,
+    *,
+    venue: str | None = "kubernetes",
+    pi_version: str | None = None,
+    model: str | None = None,
+    clock: float | None = None,
+    seams: Seams = NO_SEAMS,
+) -> Resolution | None:
+    """Judge ``key`` for one delivery and stage ``stage_dir/current.jsonl``.
+
+    Returns ``None`` when there is no store, no key, or a fault (logged as ``session_store_failed``;
+    the staging directory is removed so no partial copy survives, and the job runs without a
+    session). Never raises.
+    """
+    if settings.sessions_dir is None or key is None:
+        return None
+    delivery = make_delivery(venue, pi_version, model)
+    try:
+        verdict = _resolve(settings, key, stage_dir, delivery, now_ms() if clock is None else clock, seams)
+    except Exception as exc:  # the store never fails a job
+        emit("session_store_failed", phase="resolve", reason=f"{type(exc).__name__}: {exc}")
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        return None
+    emit("session_resolved", key=key, resume=verdict.resume, reason=verdict.reason)
+    return Resolution(verdict, key, stage_dir, delivery)
+
+
+def _resolve(
+    settings: Settings, key: str, stage_dir: str, delivery: Delivery, clock: float, seams: Seams
+) -> HostVerdict:
+    os.makedirs(stage_dir, mode=0o700, exist_ok=True)
+    if not fsio.is_real_dir(fsio.lstat_or_none(stage_dir)):
+        raise NotADirectoryError(f"staging path is not a real directory: {stage_dir}")
+    staged = os.open(os.path.join(stage_dir, sidecars.TRANSCRIPT), STAGE_FILE_FLAGS, 0o600)
+    assert settings.sessions_dir is not None
+    copy = _StagedCopy(staged, seams)
+    observation = Observation(settings.sessions_dir, key, settings, delivery, clock, copy.run)
+    try:
+        reason = _judge_and_copy(observation, copy, seams)
+        if reason is not None:
+            # A refused read still mounts a file: 0 bytes, so pi writes its own fresh header.
+            os.ftruncate(staged, 0)
+            return HostVerdict(False, reason, None)
+        return HostVerdict(True, R.RESUMED, observation.judged_identity.size)
+    finally:
+        observation.close()
+        os.close(staged)
+
+
+def _judge_and_copy(o: Observation, copy: _StagedCopy, seams: Seams) -> str | None:
+    reason = first_refusal(METADATA_GATES, o)
+    if reason is not None:
+        return reason
+    seams.at("gates-judged")
+    if not o.open_transcript():
+        return R.TRANSCRIPT_REPLACED
+    seams.at("transcript-opened")
+    reason = first_refusal(CONTENT_GATES, o)
+    if reason is not None:
+        return reason
+    seams.at("copied")
+    return _recheck(o, copy)
+
+
+def _recheck(o: Observation, copy: _StagedCopy) -> str | None:
+    """Re-checks after the copy, in the spec's order (§3.4 step 4)."""
+    assert o.pinned_dir is not None and o.fd is not None
+    if not fsio.same_dir(fsio.lstat_or_none(o.key_dir), o.pinned_dir):
+        return R.KEY_NOT_A_DIRECTORY
+    if sidecars.read_venue(o.key_dir) != o.delivery.venue:
+        return R.VENUE_CHANGED
+    # The descriptor, not the path: a rename over the path after the open still staged the judged
+    # bytes, while an in-place write during the copy changes size or mtime here.
+    if not copy.complete or fsio.Identity.of(os.fstat(o.fd)) != o.judged_identity:
+        return R.TRANSCRIPT_REPLACED
+    return None
+
+
+class _StagedCopy:
+    """The single read of the transcript body: copies it to the staged file while scanning it."""
+
+    def __init__(self, staged_fd: int, seams: Seams) -> None:
+        self.staged_fd = staged_fd
+        self.seams = seams
+        self.complete = False
+
+    def run(self, o: Observation) -> bool:
+        assert o.fd is not None
+        size = o.judged_identity.size
+        scanner = EmptyCompactionScanner()
+        offset = 0
+        while offset < size:
+            chunk = os.pread(o.fd, min(CHUNK, size - offset), offset)
+            if not chunk:  # the file shrank under us
+                return False
+            fsio.write_all(self.staged_fd, chunk)
+            scanner.feed(chunk)
+            offset += len(chunk)
+            self.seams.at("copy-chunk")
+        if os.pread(o.fd, 1, offset):  # the file grew: never stage more than was judged
+            return False
+        self.complete = True
+        return scanner.finish()
+
+
+def dry_run(
+    settings: Settings,
+    key: str,
+    *,
+    venue: str | None = "kubernetes",
+    pi_version: str | None = None,
+    model: str | None = None,
+    clock: float | None = None,
+) -> tuple[str, Observation]:
+    """Would the next delivery resume? The same ladder, reading instead of staging; stages nothing.
+
+    Returns the reason (``resumed`` when every gate passes) and the observation, whose cached reads
+    describe the key for ``store inspect`` and the ``Resumable`` condition.
+    """
+    assert settings.sessions_dir is not None
+    delivery = make_delivery(venue, pi_version, model)
+
+    def scan(o: Observation) -> bool:
+        assert o.fd is not None
+        scanner = EmptyCompactionScanner()
+        offset, size = 0, o.judged_identity.size
+        while offset < size:
+            chunk = os.pread(o.fd, min(CHUNK, size - offset), offset)
+            if not chunk:
+                break
+            scanner.feed(chunk)
+            offset += len(chunk)
+        return scanner.finish()
+
+    o = Observation(settings.sessions_dir, key, settings, delivery, now_ms() if clock is None else clock, scan)
+    try:
+        reason = first_refusal(METADATA_GATES, o)
+        if reason is None:
+            reason = first_refusal(CONTENT_GATES, o) if o.open_transcript() else R.TRANSCRIPT_REPLACED
+        return reason or R.RESUMED, o
+    finally:
+        o.close()

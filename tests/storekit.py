@@ -1,0 +1,91 @@
+"""Builders for store tests: real key directories, sidecars, mtimes and a fixed clock."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from pidispatch.settings import Settings
+
+DAY_MS = 86_400_000
+NOW_MS = 1_800_000_000_000.0  # a fixed "now" for every time-based gate
+PI = "0.73.1"
+MODEL = "fake/fake-model"
+KEY = "7a5b816df58a1c8345ced1323e654287"
+
+
+def shared_dir() -> Path:
+    """The read-only ``shared/`` folder beside the repository (CI lays it there too)."""
+    path = Path(__file__).resolve().parents[1].parent / "shared"
+    if not (path / "samples").is_dir():
+        raise RuntimeError(f"shared samples not found at {path}: the tests need ../shared beside the repo")
+    return path
+
+
+def sample(name: str) -> bytes:
+    return (shared_dir() / "samples" / "pi-0.73.1" / name).read_bytes()
+
+
+def set_mtime(path: Path, ms: float) -> None:
+    ns = int(ms * 1e6)
+    os.utime(path, ns=(ns, ns), follow_symlinks=False)
+
+
+def header(timestamp: str | None = "2026-11-29T12:52:56.280Z") -> bytes:
+    fields = '{"type":"session","version":3,"id":"01a2275d-9d58-76a1-b784-bf9c7a4f66f0"'
+    if timestamp is not None:
+        fields += f',"timestamp":"{timestamp}"'
+    return (fields + ',"cwd":"/workspace"}\n').encode()
+
+
+class Store:
+    """A store root on a real filesystem with helpers to shape one key directory."""
+
+    def __init__(self, root: Path, stage_root: Path) -> None:
+        self.root = root
+        self.stage_root = stage_root
+        self.settings = Settings(sessions_dir=str(root))
+        self._stages = 0
+
+    def configure(self, **changes: object) -> None:
+        self.settings = replace(self.settings, **changes)  # type: ignore[arg-type]
+
+    def key_dir(self, key: str = KEY) -> Path:
+        return self.root / key
+
+    def put(
+        self,
+        transcript: bytes | None = None,
+        *,
+        key: str = KEY,
+        venue: str | None = "kubernetes",
+        pi_version: str | None = PI,
+        chain: str | None = None,
+        context: str | None = None,
+        idle_ms: float = 0,
+    ) -> Path:
+        """A key as a completed promotion leaves it (transcript + stamps), ``idle_ms`` old."""
+        d = self.key_dir(key)
+        d.mkdir(mode=0o700, exist_ok=True)
+        if transcript is None:
+            transcript = sample("s1_after_turn2.jsonl")
+        path = d / "current.jsonl"
+        path.write_bytes(transcript)
+        for name, value in (("venue", venue), ("pi-version", pi_version), ("resume-chain", chain),
+                            ("context", context)):
+            if value is not None:
+                (d / name).write_text(value)
+        set_mtime(path, NOW_MS - idle_ms)
+        return path
+
+    def stage(self) -> Path:
+        self._stages += 1
+        return self.stage_root / f"job-{self._stages}" / "session"
+
+    def staged_job(self, content: bytes) -> Path:
+        """A staging dir whose ``current.jsonl`` holds what a finished job left."""
+        stage = self.stage()
+        stage.mkdir(parents=True, mode=0o700)
+        (stage / "current.jsonl").write_bytes(content)
+        return stage
