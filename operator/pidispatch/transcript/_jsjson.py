@@ -1,0 +1,135 @@
+"""JSON and string helpers that behave like the JavaScript pi is written in.
+
+pi reads and measures its session file with `JSON.parse`, `String.prototype.trim`, `string.length`
+(UTF-16 code units) and `JSON.stringify`. Python's defaults differ in small ways (it accepts `NaN`,
+counts code points, formats floats differently), and each difference would make a gate or a context
+reading disagree with what pi itself does. Everything here is pure and never raises on any input.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+# ECMAScript WhiteSpace + LineTerminator: what `String.prototype.trim` removes. Differs from
+# `str.isspace` (which also counts U+001C..U+001F and U+0085, and not U+FEFF).
+JS_WHITESPACE = (
+    "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+class _NotJson(ValueError):
+    """A constant JSON.parse rejects (NaN, Infinity) was found."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def loads(text: str) -> tuple[bool, Any]:
+    """Parse `text` as `JSON.parse` would; return `(ok, value)` instead of raising.
+
+    Why a wrapper: `json.loads` accepts `NaN`/`Infinity`, raises `RecursionError` on deep nesting
+    and `ValueError` on huge integers; a line pi would skip must be skipped here too, and a
+    hostile line must never escape as an exception from a gate.
+    """
+    try:
+        return True, _DECODER.decode(text)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def js_trim(text: str) -> str:
+    """`String.prototype.trim`."""
+    return text.strip(JS_WHITESPACE)
+
+
+def utf16_len(text: str) -> int:
+    """JavaScript `string.length`: UTF-16 code units (astral characters count 2)."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def js_number_str(value: float) -> str:
+    """`String(number)` / `JSON.stringify(number)` for a number parsed from JSON.
+
+    JSON.parse turns every number into a double; JSON.stringify prints it in ECMAScript's
+    shortest form (`1` not `1.0`, `1e+21`, `1e-7`), and non-finite values as `null`.
+    """
+    try:
+        number = float(value)
+    except OverflowError:
+        return "null"
+    if not math.isfinite(number):
+        return "null"
+    if number == 0:
+        return "0"
+    sign = "-" if number < 0 else ""
+    # repr() gives the shortest round-trip digits, as ECMAScript does; only the layout differs.
+    mantissa, _, exp_text = repr(abs(number)).partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    digits = int_part + frac_part
+    point = len(int_part) + (int(exp_text) if exp_text else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    k = len(digits)
+    if k <= point <= 21:
+        body = digits + "0" * (point - k)
+    elif 0 < point <= 21:
+        body = digits[:point] + "." + digits[point:]
+    elif -6 < point <= 0:
+        body = "0." + "0" * (-point) + digits
+    else:
+        exp = point - 1
+        exp_str = f"e{'+' if exp >= 0 else '-'}{abs(exp)}"
+        body = digits[0] + ("." + digits[1:] if k > 1 else "") + exp_str
+    return sign + body
+
+
+def _js_string_json_len(text: str) -> int:
+    length = 2
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\' or ch in "\b\f\n\r\t":
+            length += 2
+        elif code < 0x20 or 0xD800 <= code <= 0xDFFF:
+            # Control characters and lone surrogates are written as \uXXXX.
+            length += 6
+        elif code > 0xFFFF:
+            length += 2
+        else:
+            length += 1
+    return length
+
+
+def js_json_len(value: Any, _depth: int = 0) -> int:
+    """Length (UTF-16 units) of `JSON.stringify(value)` for a value that came from JSON.
+
+    pi estimates a tool call's size as `name.length + JSON.stringify(arguments).length`; only the
+    length matters, so key order (JavaScript moves integer-like keys first) is irrelevant.
+    Nesting deeper than the parser allows cannot occur; the depth guard only keeps this total.
+    """
+    if _depth > 10_000:
+        return 0
+    if value is None or value is True:
+        return 4
+    if value is False:
+        return 5
+    if isinstance(value, (int, float)):
+        return len(js_number_str(value))
+    if isinstance(value, str):
+        return _js_string_json_len(value)
+    if isinstance(value, list):
+        inner = sum(js_json_len(item, _depth + 1) for item in value)
+        return 2 + inner + max(len(value) - 1, 0)
+    if isinstance(value, dict):
+        inner = sum(
+            _js_string_json_len(str(key)) + 1 + js_json_len(item, _depth + 1) for key, item in value.items()
+        )
+        return 2 + inner + max(len(value) - 1, 0)
+    return 0

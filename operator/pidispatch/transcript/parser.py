@@ -1,0 +1,296 @@
+"""Strict parser for pi's v3 session file, the entry tree, usage sums and torn-tail detection.
+
+`parse_transcript` is the strict view (`pidispatch transcript check`): every line must be valid UTF-8
+JSON of a known shape, and every problem is reported with its 1-based line number. The tolerant view
+pi itself takes (skip what does not parse) is in `context.py`; the gates use `header.py` and
+`compaction.py`, which read far less.
+
+Decisions where the docs are silent:
+
+- **Empty file (0 bytes) is valid-empty**: no header, no entries. pi treats it as "new session" and
+  the store stages exactly such a file on a cold start, so it is not damage.
+- **Repeated header lines are accepted**: pi writes the header twice when it starts from an empty
+  file or a header-only file (pi-cli-behaviour §5 (b), (e)) and ignores the copy on resume. A later
+  `session` line must still be a well-formed header; it is recorded in `duplicate_header_lines`.
+- **Torn tail**: a non-empty file that does not end in `\n` gets a problem on its last line (pi would
+  glue its next append onto that line, §5 (d), (d2)). That line is still validated when it parses
+  as JSON; when it does not, the torn-tail problem alone explains it.
+- **Tree**: ids must be unique and every `parentId` must name an entry on an earlier line (pi only
+  ever appends children of existing entries), which also rules out cycles. Other references
+  (`firstKeptEntryId`, `targetId`, `fromId`) are not checked.
+- **Blank lines** are problems: pi skips them but never writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from pidispatch.transcript._jsjson import loads
+from pidispatch.transcript.context import ContextUsage, context_usage
+from pidispatch.transcript.model import (
+    ENTRY_MODELS,
+    AssistantMessage,
+    Entry,
+    MessageEntry,
+    SessionHeader,
+)
+
+__all__ = [
+    "ContextUsage",
+    "Problem",
+    "Transcript",
+    "TranscriptError",
+    "UsageTotals",
+    "check_transcript",
+    "context_usage",
+    "parse_transcript",
+    "torn_tail",
+]
+
+_MAX_MESSAGE = 300
+
+
+class Problem(NamedTuple):
+    """One thing wrong with a transcript: 1-based line number and what is wrong (no file content)."""
+
+    line: int
+    message: str
+
+
+class TranscriptError(Exception):
+    """The transcript is not a valid pi v3 session file; `problems` lists every finding."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = list(problems)
+        first = self.problems[0] if self.problems else Problem(0, "invalid transcript")
+        more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+        super().__init__(f"line {first.line}: {first.message}{more}")
+
+
+@dataclass(frozen=True)
+class UsageTotals:
+    """Sums of assistant `usage`: tokens by kind, `totalTokens`, and `cost.total`."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    total_tokens: int = 0
+    cost: float = 0.0
+    assistant_messages: int = 0
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """A parsed transcript: the first header (None for an empty file) and the entries in file order."""
+
+    header: SessionHeader | None
+    entries: list[Entry]
+    duplicate_header_lines: list[int] = field(default_factory=list)
+
+    def active_path(self) -> list[Entry]:
+        """Root-to-leaf entries of the branch pi resumes: the leaf is the last entry in the file.
+
+        pi walks `parentId` from the last line. The walk stops at a missing parent (an orphaned
+        chain, §5 (d)) and at an entry already visited, so it ends even on a cyclic tree that a
+        hand-built Transcript might contain.
+        """
+        if not self.entries:
+            return []
+        by_id = {entry.id: entry for entry in self.entries}
+        path: list[Entry] = []
+        seen: set[str] = set()
+        current: Entry | None = self.entries[-1]
+        while current is not None and current.id not in seen:
+            seen.add(current.id)
+            path.append(current)
+            current = by_id.get(current.parentId) if current.parentId else None
+        path.reverse()
+        return path
+
+    def usage_totals(self, *, active_only: bool = False) -> UsageTotals:
+        """Sum assistant `usage` over every entry in the file (default) or over the active path.
+
+        The default answers "what did this transcript cost": every billed model reply, including
+        error replies, abandoned branches and turns a compaction has since summarised. With
+        `active_only` it sums only the branch pi resumes. `usage` entries and the `usage` of
+        compaction / branch-summary entries (side calls) are not included.
+        """
+        entries = self.active_path() if active_only else self.entries
+        totals = [0, 0, 0, 0, 0]
+        cost = 0.0
+        count = 0
+        for entry in entries:
+            if isinstance(entry, MessageEntry) and isinstance(entry.message, AssistantMessage):
+                usage = entry.message.usage
+                for index, value in enumerate(
+                    (usage.input, usage.output, usage.cacheRead, usage.cacheWrite, usage.totalTokens)
+                ):
+                    totals[index] += value
+                cost += usage.cost.total
+                count += 1
+        return UsageTotals(
+            input=totals[0],
+            output=totals[1],
+            cache_read=totals[2],
+            cache_write=totals[3],
+            total_tokens=totals[4],
+            cost=cost,
+            assistant_messages=count,
+        )
+
+
+def torn_tail(data: bytes) -> int | None:
+    """Offset to truncate to when the last line is incomplete, else None.
+
+    A file that does not end in `\\n` has a torn (or unterminated) last line; pi would append its
+    next entry onto it and silently orphan history (§5 (d), (d2)). The runner cuts back to just after
+    the last newline (0 when there is none). An empty file and a file ending in `\\n` need nothing.
+    """
+    if not data or data.endswith(b"\n"):
+        return None
+    return data.rfind(b"\n") + 1
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
+
+
+def _describe(error: ValidationError) -> list[str]:
+    messages = []
+    for detail in error.errors(include_url=False, include_input=False):
+        # Union and tagged-union steps (`list[...]`, `assistant`) are noise in a field path.
+        parts = [
+            str(part)
+            for part in detail["loc"]
+            if not (isinstance(part, str) and ("[" in part or part in _TAG_STEPS))
+        ]
+        where = ".".join(_shorten(part) for part in parts) or "entry"
+        messages.append(_shorten(f"{where}: {detail['msg']}"))
+    return messages
+
+
+_TAG_STEPS = frozenset(
+    {"user", "assistant", "toolResult", "bashExecution", "custom", "text", "thinking", "image", "toolCall"}
+)
+
+
+def _type_name(value: object) -> str:
+    return _shorten(repr(value)) if isinstance(value, str) else type(value).__name__
+
+
+class _Parse:
+    """Accumulates problems and results over the lines of one file."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.header: SessionHeader | None = None
+        self.duplicate_headers: list[int] = []
+        self.entries: list[Entry] = []
+        self.first_line_of_id: dict[str, int] = {}
+
+    def add(self, line: int, message: str) -> None:
+        self.problems.append(Problem(line, message))
+
+    def line(self, number: int, raw: bytes, torn: bool) -> None:
+        if not raw.strip(b" \t\r"):
+            if not torn:
+                self.add(number, "blank line")
+            return
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            self.add(number, f"not valid UTF-8 (byte {error.start + 1} of the line)")
+            return
+        ok, value = loads(text)
+        if not ok:
+            if not torn:
+                self.add(number, "not valid JSON")
+            return
+        if not isinstance(value, dict):
+            self.add(number, f"not a JSON object (a {type(value).__name__})")
+            return
+        if number == 1:
+            self.first(value)
+        elif value.get("type") == "session":
+            self.duplicate_headers.append(number)
+            self.validate_header(number, value)
+        else:
+            self.entry(number, value)
+
+    def first(self, value: dict[str, Any]) -> None:
+        if value.get("type") != "session":
+            self.add(
+                1,
+                f'line 1 must be the session header (type "session"), found type {_type_name(value.get("type"))}',
+            )
+            self.entry(1, value)
+            return
+        self.header = self.validate_header(1, value)
+
+    def validate_header(self, number: int, value: dict[str, Any]) -> SessionHeader | None:
+        try:
+            return SessionHeader.model_validate(value)
+        except ValidationError as error:
+            for message in _describe(error):
+                self.add(number, f"session header: {message}")
+            return None
+
+    def entry(self, number: int, value: dict[str, Any]) -> None:
+        kind = value.get("type")
+        model = ENTRY_MODELS.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            what = "missing" if "type" not in value else f"unknown ({_type_name(kind)})"
+            self.add(number, f"entry type {what}")
+            return
+        try:
+            entry: Entry = model.model_validate(value)  # type: ignore[assignment]
+        except ValidationError as error:
+            for message in _describe(error):
+                self.add(number, f"{kind} entry: {message}")
+            return
+        earlier = self.first_line_of_id.get(entry.id)
+        if earlier is not None:
+            self.add(number, f"duplicate entry id (first used on line {earlier})")
+            return
+        if entry.parentId is not None and entry.parentId not in self.first_line_of_id:
+            self.add(number, "parentId does not name an entry on an earlier line")
+        self.first_line_of_id[entry.id] = number
+        self.entries.append(entry)
+
+
+def _run(data: bytes) -> _Parse:
+    parse = _Parse()
+    if not data:
+        return parse
+    lines = data.split(b"\n")
+    torn = lines[-1] != b""
+    if not torn:
+        lines.pop()
+    last = len(lines)
+    for number, raw in enumerate(lines, start=1):
+        parse.line(number, raw, torn=torn and number == last)
+    if torn:
+        parse.add(last, "torn tail: the last line does not end with a newline")
+    parse.problems.sort(key=lambda problem: problem.line)
+    return parse
+
+
+def parse_transcript(data: bytes) -> Transcript:
+    """Parse a whole transcript strictly; raise `TranscriptError` listing every problem.
+
+    Why strict: this is the checker behind `pidispatch transcript check` and the tests' oracle for
+    "pi wrote a clean file"; the tolerant reading pi itself does lives in `context_usage`.
+    """
+    parse = _run(bytes(data))
+    if parse.problems:
+        raise TranscriptError(parse.problems)
+    return Transcript(parse.header, parse.entries, parse.duplicate_headers)
+
+
+def check_transcript(data: bytes) -> list[Problem]:
+    """Every problem `parse_transcript` would raise, as a list (empty when the file is valid)."""
+    return _run(bytes(data)).problems
