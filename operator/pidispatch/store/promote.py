@@ -116,7 +116,12 @@ def _promote(
     key_dir = os.path.join(store_root, key)
     pinned = _prepare_key_dir(key_dir)
     seams.at("key-dir-ready")
-    dir_fd = os.open(key_dir, fsio.DIR_FLAGS)
+    try:
+        dir_fd = os.open(key_dir, fsio.DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):  # swapped for a link or removed
+            raise _Skip(R.KEY_NOT_A_DIRECTORY) from exc
+        raise
     try:
         if not fsio.same_dir(os.fstat(dir_fd), pinned):
             raise _Skip(R.KEY_NOT_A_DIRECTORY)

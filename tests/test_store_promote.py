@@ -1,0 +1,285 @@
+"""Promotion (spec §6): staged-file and key-directory shapes, planted temps, locks, sidecars."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import pytest
+from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, sample, set_mtime
+
+from pidispatch.store.promote import promote
+from pidispatch.store.resolve import resolve
+
+OLD = sample("s1_after_turn1.jsonl")
+NEW = sample("s1_after_turn2.jsonl")
+
+
+def land(store: Store, content: bytes = NEW, *, host_resume: bool = False, clock: float = NOW_MS, **job):
+    stage = store.staged_job(content)
+    job.setdefault("pi_version", PI)
+    job.setdefault("model", MODEL)
+    return promote(store.settings, KEY, str(stage), host_resume=host_resume, clock=lambda: clock, **job)
+
+
+def canonical(store: Store) -> bytes:
+    return (store.key_dir() / "current.jsonl").read_bytes()
+
+
+def leftovers(store: Store) -> list[str]:
+    return sorted(p.name for p in store.key_dir().iterdir()
+                  if p.name == "lock" or p.name.endswith(".incoming"))
+
+
+def test_first_promotion_creates_a_private_key_dir_and_stamps(store: Store, events) -> None:
+    result = land(store)
+    assert (result.promoted, result.reason, result.bytes) == (True, "promoted", len(NEW))
+    assert canonical(store) == NEW
+    d = store.key_dir()
+    assert d.stat().st_mode & 0o777 == 0o700
+    assert (d / "venue").read_text() == "kubernetes"
+    assert (d / "pi-version").read_text() == PI
+    assert (d / "resume-chain").read_text() == "0"
+    assert not (d / "context").exists()
+    assert leftovers(store) == []
+    assert {"event": "session_promoted", "key": KEY, "bytes": len(NEW)} in events()
+
+
+def test_promoted_transcript_resumes_next_time(store: Store) -> None:
+    land(store)
+    stage = store.stage()
+    result = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL)
+    assert result is not None and result.verdict.resume
+    assert (stage / "current.jsonl").read_bytes() == NEW
+
+
+STAGED_SHAPES: list[tuple[str, Callable[[Path], None], str]] = [
+    ("staged file missing", lambda p: p.unlink(), "absent"),
+    ("staged file emptied by the agent", lambda p: p.write_bytes(b""), "absent"),
+    ("staged file replaced by a symlink", lambda p: (p.unlink(), p.symlink_to("/etc/passwd")), "not-a-regular-file"),
+    ("staged file replaced by a dangling symlink", lambda p: (p.unlink(), p.symlink_to("/nope")),
+     "not-a-regular-file"),
+    ("staged file replaced by a directory", lambda p: (p.unlink(), p.mkdir()), "not-a-regular-file"),
+    ("staged file replaced by a FIFO", lambda p: (p.unlink(), os.mkfifo(p)), "not-a-regular-file"),
+    ("staged file over the cap", lambda p: p.write_bytes(b"x" * 101), "too-large"),
+]
+
+
+@pytest.mark.parametrize(("shape", "reason"), [c[1:] for c in STAGED_SHAPES], ids=[c[0] for c in STAGED_SHAPES])
+def test_staged_file_shapes_leave_the_store_untouched(store: Store, events, shape, reason) -> None:
+    store.put(OLD)
+    store.configure(max_bytes=100 if reason == "too-large" else store.settings.max_bytes)
+    stage = store.staged_job(NEW)
+    shape(stage / "current.jsonl")
+    result = promote(store.settings, KEY, str(stage), host_resume=True, pi_version=PI)
+    assert (result.promoted, result.reason) == (False, reason)
+    assert canonical(store) == OLD
+    assert {"event": "session_promote_skipped", "key": KEY, "reason": reason} in events()
+
+
+KEY_SHAPES: list[tuple[str, Callable[[Store], None]]] = [
+    ("symlink to a directory", lambda s: (s.root.joinpath("d").mkdir(), s.key_dir().symlink_to(s.root / "d"))),
+    ("symlink to a file", lambda s: (s.root.joinpath("f").write_text("x"), s.key_dir().symlink_to(s.root / "f"))),
+    ("dangling symlink", lambda s: s.key_dir().symlink_to(s.root / "missing")),
+    ("regular file", lambda s: s.key_dir().write_text("not a directory")),
+    ("FIFO", lambda s: os.mkfifo(s.key_dir())),
+]
+
+
+@pytest.mark.parametrize("shape", [c[1] for c in KEY_SHAPES], ids=[c[0] for c in KEY_SHAPES])
+def test_key_path_shapes_are_refused_and_left_alone(store: Store, shape) -> None:
+    shape(store)
+    before = os.lstat(store.key_dir())
+    result = land(store)
+    assert (result.promoted, result.reason) == (False, "key-not-a-directory")
+    after = os.lstat(store.key_dir())
+    assert (before.st_ino, before.st_mode) == (after.st_ino, after.st_mode)
+    assert not (store.root / "d" / "current.jsonl").exists(), "nothing written through the link"
+
+
+@pytest.mark.parametrize("plant", ["directory", "dangling symlink", "symlink to a file", "regular file"])
+def test_planted_sidecar_temps_are_replaced_not_followed(store: Store, plant: str) -> None:
+    store.put(OLD)
+    target = store.root / "victim"
+    target.write_text("do not touch")
+    for name in ("venue.incoming", "pi-version.incoming", "resume-chain.incoming", "context.incoming"):
+        path = store.key_dir() / name
+        if plant == "directory":
+            path.mkdir()
+            (path / "inner").write_text("x")
+        elif plant == "dangling symlink":
+            path.symlink_to(store.root / "nowhere")
+        elif plant == "symlink to a file":
+            path.symlink_to(target)
+        else:
+            path.write_text("planted")
+    result = land(store, host_resume=True, context=(10, 100))
+    assert result.promoted
+    assert target.read_text() == "do not touch"
+    assert not (store.root / "nowhere").exists()
+    assert (store.key_dir() / "venue").read_text() == "kubernetes"
+    assert (store.key_dir() / "context").read_text() == f"10 100 {MODEL}"
+
+
+@pytest.mark.parametrize("plant", ["sidecar symlink to a file", "sidecar dangling symlink"])
+def test_sidecar_links_are_replaced_by_regular_files(store: Store, plant: str) -> None:
+    store.put(OLD)
+    target = store.root / "victim"
+    target.write_text("do not touch")
+    for name in ("venue", "pi-version", "resume-chain"):
+        (store.key_dir() / name).unlink(missing_ok=True)
+        (store.key_dir() / name).symlink_to(target if plant.endswith("file") else store.root / "nowhere")
+    assert land(store).promoted
+    assert target.read_text() == "do not touch"
+    for name in ("venue", "pi-version", "resume-chain"):
+        assert (store.key_dir() / name).is_file() and not (store.key_dir() / name).is_symlink()
+
+
+def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch) -> None:
+    """Whatever sits at the temp name (a planted directory here) is removed before the copy."""
+    import pidispatch.store.promote as promote_module
+
+    store.put(OLD)
+    planted = "current.jsonl.1.1.aaaaaaaaaaaa.incoming"
+    (store.key_dir() / planted).mkdir()
+    (store.key_dir() / planted / "x").write_text("x")
+    monkeypatch.setattr(promote_module, "temp_name", lambda: planted)
+    assert land(store).promoted
+    assert canonical(store) == NEW
+    assert not (store.key_dir() / planted).exists()
+
+
+def test_temp_names_are_random_per_writer() -> None:
+    from pidispatch.store.promote import temp_name
+
+    names = {temp_name() for _ in range(100)}
+    assert len(names) == 100
+    pid = str(os.getpid())
+    for name in names:
+        prefix, p, seq, rand, suffix = name.rsplit(".", 4)[0], *name.split(".")[2:6]
+        assert prefix.startswith("current") and p == pid and seq.isdigit() and len(rand) == 12
+        assert suffix == "incoming"
+
+
+LOCKS: list[tuple[str, Callable[[Path], None], bool]] = [
+    ("live lock", lambda p: (p.touch(), set_mtime(p, NOW_MS - 60_000)), False),
+    ("lock exactly one hour old is live", lambda p: (p.touch(), set_mtime(p, NOW_MS - 3_600_000)), False),
+    ("stale lock is taken over", lambda p: (p.touch(), set_mtime(p, NOW_MS - 3_600_001)), True),
+    ("future-dated lock is never stale", lambda p: (p.touch(), set_mtime(p, NOW_MS + 365 * DAY_MS)), False),
+    ("fresh dangling link is a live lock", lambda p: (p.symlink_to("/nowhere"), set_mtime(p, NOW_MS - 5)), False),
+    ("old dangling link is taken over", lambda p: (p.symlink_to("/nowhere"), set_mtime(p, NOW_MS - 2 * 3_600_000)),
+     True),
+]
+
+
+@pytest.mark.parametrize(("plant", "taken"), [c[1:] for c in LOCKS], ids=[c[0] for c in LOCKS])
+def test_lock_shapes(store: Store, events, plant, taken: bool) -> None:
+    store.put(OLD)
+    plant(store.key_dir() / "lock")
+    result = land(store)
+    if taken:
+        assert result.promoted
+        assert canonical(store) == NEW
+        stale = [e for e in events() if e["event"] == "session_lock_stale_taken"]
+        assert len(stale) == 1 and stale[0]["ageMs"] >= 3_600_001
+        assert not os.path.lexists(store.key_dir() / "lock"), "our lock is released"
+    else:
+        assert (result.promoted, result.reason) == (False, "locked")
+        assert canonical(store) == OLD, "a locked promotion discards this job's transcript"
+        assert os.path.lexists(store.key_dir() / "lock"), "someone else's lock is left alone"
+
+
+def test_lock_is_released_even_when_the_swap_fails(store: Store) -> None:
+    class Boom:
+        def at(self, step: str) -> None:
+            if step == "temp-written":
+                raise OSError(28, "No space left on device")
+
+    store.put(OLD)
+    stage = store.staged_job(NEW)
+    result = promote(store.settings, KEY, str(stage), host_resume=False, pi_version=PI, seams=Boom())
+    assert (result.promoted, result.reason) == (False, "promote-failed")
+    assert canonical(store) == OLD
+    assert leftovers(store) == [], "lock released and the temp removed"
+
+
+def test_chain_counts_host_resumes_and_resets_on_cold_start(store: Store) -> None:
+    sequence = []
+    for host_resume in (False, True, True, True, False, True):
+        land(store, host_resume=host_resume)
+        sequence.append((store.key_dir() / "resume-chain").read_text())
+    assert sequence == ["0", "1", "2", "3", "0", "1"]
+
+
+def test_chain_bound_cycle(store: Store) -> None:
+    """Bound 3: resumes move the counter 1, 2, 3; the 4th delivery is refused; the cold run resets."""
+    store.configure(max_resume_chain=3)
+    land(store, host_resume=False)
+    reasons = []
+    for _ in range(5):
+        stage = store.stage()
+        res = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL)
+        assert res is not None
+        reasons.append(res.verdict.reason)
+        promote(store.settings, KEY, str(stage) if res.verdict.resume else str(store.staged_job(NEW)),
+                host_resume=res.verdict.resume, pi_version=PI, model=MODEL)
+    assert reasons == ["resumed", "resumed", "resumed", "resume-chain-too-long", "resumed"]
+
+
+def test_context_written_on_resume_cleared_on_cold_kept_without_reading(store: Store) -> None:
+    context = store.key_dir() / "context"
+    land(store, host_resume=True, context=(1200, 32000))
+    assert context.read_text() == f"1200 32000 {MODEL}"
+    land(store, host_resume=True, context=None)
+    assert context.read_text() == f"1200 32000 {MODEL}", "a resume that measured nothing keeps the reading"
+    land(store, host_resume=False, context=(5, 10))
+    assert not context.exists(), "a cold start discards any reading"
+    land(store, host_resume=True, context=(7, 10), model="Not A Valid Model!")
+    assert context.read_text() == "7 10", "no model stamp when the job's model id is invalid"
+
+
+def test_unknown_pi_version_writes_an_empty_stamp(store: Store) -> None:
+    store.put(OLD)
+    land(store, pi_version=None)
+    assert (store.key_dir() / "pi-version").read_bytes() == b""
+    stage = store.stage()
+    res = resolve(store.settings, KEY, str(stage), pi_version=PI)
+    assert res is not None and res.verdict.reason == "pi-version-changed"
+
+
+def test_job_without_venue_leaves_pending(store: Store) -> None:
+    land(store, venue=None)
+    assert (store.key_dir() / "venue").read_text() == "(pending)"
+    res = resolve(store.settings, KEY, str(store.stage()), pi_version=PI)
+    assert res is not None and res.verdict.reason == "venue-changed"
+
+
+def test_sidecar_failure_after_the_swap_is_not_fatal(store: Store, events) -> None:
+    """A directory planted at ``pi-version`` cannot be renamed over, even by root: a real write fault."""
+    store.put(OLD, pi_version=None)
+    (store.key_dir() / "pi-version").mkdir()
+    (store.key_dir() / "pi-version" / "child").write_text("x")
+    result = land(store)
+    assert (result.promoted, result.reason) == (True, "promoted")
+    assert canonical(store) == NEW
+    failed = [e for e in events() if e["event"] == "session_sidecar_failed"]
+    assert [e["file"] for e in failed] == ["pi-version"]
+    assert (store.key_dir() / "venue").read_text() == "kubernetes", "the other stamps still land"
+    res = resolve(store.settings, KEY, str(store.stage()), pi_version=PI)
+    assert res is not None and res.verdict.reason == "pi-version-changed", "an unreadable stamp never resumes"
+
+
+def test_missing_store_root_is_promote_failed(store: Store, events, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    store.settings = replace(store.settings, sessions_dir=str(tmp_path / "not-mounted"))
+    result = land(store)
+    assert (result.promoted, result.reason) == (False, "promote-failed")
+    assert not (tmp_path / "not-mounted").exists(), "a missing store is not silently created"
+    assert [e["phase"] for e in events() if e["event"] == "session_store_failed"] == ["promote"]
+
+
+def test_no_key_is_a_safety_net(store: Store) -> None:
+    result = promote(store.settings, None, str(store.staged_job(NEW)), host_resume=False)
+    assert (result.promoted, result.reason) == (False, "no-key")
