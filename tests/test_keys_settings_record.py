@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from pidispatch.record import (SESSION_REASONS, HostVerdict, PromotionResult, RunnerSession, merge_session,
-                               parse_context, parse_runner_session)
+from pidispatch.record import (
+    SESSION_REASONS,
+    HostVerdict,
+    PromotionResult,
+    RunnerSession,
+    merge_session,
+    parse_context,
+    parse_runner_session,
+)
 from pidispatch.settings import ConfigError, Settings
 from pidispatch.store.keys import branch_key, issue_key, key_from_parts, pull_request_key
 

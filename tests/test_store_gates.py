@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample, set_mtime
-
 from pidispatch.store.gates import LADDER
 from pidispatch.store.resolve import resolve
+from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample
 
 CAP = 8 * 1024 * 1024
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, sample, set_mtime
-
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
+from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, sample, set_mtime
 
 OLD = sample("s1_after_turn1.jsonl")
 NEW = sample("s1_after_turn2.jsonl")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
-
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
+from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
 
 A = sample("s1_after_turn2.jsonl")
 B = sample("s2_tool_call.jsonl")

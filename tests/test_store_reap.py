@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storekit import DAY_MS, NOW_MS, Store, set_mtime
-
 from pidispatch.store.reap import reap
+from storekit import DAY_MS, NOW_MS, Store, set_mtime
 
 OLD = 15 * DAY_MS
 K1, K2, K3, K4 = ("1" * 32, "2" * 32, "3" * 32, "4" * 32)

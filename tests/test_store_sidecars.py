@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from pidispatch.store import sidecars
 
 

@@ -134,7 +134,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             _print_json(row)
         return 0
     header = ("KEY", "SIZE", "IDLE", "VENUE", "PI", "CHAIN", "CONTEXT", "LOCK", "NEXT")
-    table = [header]
+    table: list[tuple[str, ...]] = [header]
     for r in rows:
         ctx = r.get("context")
         lock = r.get("lock")
@@ -145,8 +145,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"{lock['state']} {_age(lock['ageMs'])}" if lock else "-", r["next"],
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() + "\n")
+    for line in table:
+        sys.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() + "\n")
     if not rows:
         sys.stdout.write("(the store holds no keys)\n")
     elif args.pi_version is None:

@@ -109,7 +109,7 @@ def parse_context(value: Any) -> tuple[int, int] | None:
         tokens = int(tokens)
     if isinstance(window, float) and math.isfinite(window) and window.is_integer():
         window = int(window)
-    if is_safe_int(tokens, 0) and is_safe_int(window, 1):
+    if isinstance(tokens, int) and isinstance(window, int) and is_safe_int(tokens, 0) and is_safe_int(window, 1):
         return tokens, window
     return None
 

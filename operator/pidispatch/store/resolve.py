@@ -16,8 +16,14 @@ from pidispatch.record import HostVerdict
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
-from pidispatch.store.gates import CONTENT_GATES, METADATA_GATES, Delivery, Observation, first_refusal
-from pidispatch.store.gates import normalise_venue
+from pidispatch.store.gates import (
+    CONTENT_GATES,
+    METADATA_GATES,
+    Delivery,
+    Observation,
+    first_refusal,
+    normalise_venue,
+)
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript.compaction import EmptyCompactionScanner
 
