@@ -159,23 +159,36 @@ def _shorten(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    """`message.usage.input` from a pydantic location, without the union bookkeeping steps.
+
+    Pydantic inserts the tag after a tagged-union field (`message` -> `assistant`, a content index
+    -> `text`) and the branch name inside a plain union (`str`, `list[...]`); they say nothing
+    about where the problem is.
+    """
+    parts: list[str] = []
+    previous: int | str | None = None
+    for part in loc:
+        is_tag = isinstance(part, str) and (
+            (previous == "message" and part in _ROLE_TAGS) or (isinstance(previous, int) and part in _BLOCK_TAGS)
+        )
+        is_branch = isinstance(part, str) and ("[" in part or part in _BRANCH_NAMES)
+        if not is_tag and not is_branch:
+            parts.append(_shorten(str(part)))
+        previous = part
+    return ".".join(parts) or "entry"
+
+
 def _describe(error: ValidationError) -> list[str]:
-    messages = []
-    for detail in error.errors(include_url=False, include_input=False):
-        # Union and tagged-union steps (`list[...]`, `assistant`) are noise in a field path.
-        parts = [
-            str(part)
-            for part in detail["loc"]
-            if not (isinstance(part, str) and ("[" in part or part in _TAG_STEPS))
-        ]
-        where = ".".join(_shorten(part) for part in parts) or "entry"
-        messages.append(_shorten(f"{where}: {detail['msg']}"))
-    return messages
+    return [
+        _shorten(f"{_field_path(detail['loc'])}: {detail['msg']}")
+        for detail in error.errors(include_url=False, include_input=False)
+    ]
 
 
-_TAG_STEPS = frozenset(
-    {"user", "assistant", "toolResult", "bashExecution", "custom", "text", "thinking", "image", "toolCall"}
-)
+_ROLE_TAGS = frozenset({"user", "assistant", "toolResult", "bashExecution", "custom"})
+_BLOCK_TAGS = frozenset({"text", "thinking", "image", "toolCall"})
+_BRANCH_NAMES = frozenset({"str", "int", "none", "dict", "list"})
 
 
 def _type_name(value: object) -> str:
