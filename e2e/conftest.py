@@ -1,0 +1,114 @@
+"""pytest fixtures for tests against the local control plane.
+
+Fixtures (import nothing; pytest finds them for every test under e2e/):
+
+* ``cluster`` (session) -- ``e2e.cluster.Cluster``: ``.kubeconfig`` (admin), ``.server``, ``.bin_dir``
+  (kubectl, helm, ...), ``.kubectl(...)``, ``.kube()`` (``e2e.kube.Kube`` admin client),
+  ``.api_client()`` (official ``kubernetes`` client), ``.env()`` (KUBECONFIG + PATH for
+  subprocesses), ``.service_account_kubeconfig(ns, sa)``, ``.pvc_host_path(ns, pvc)``.
+  Started fresh in a temporary directory (with the test kubelet) and stopped at the end of the
+  session; set ``PIDISPATCH_E2E_CLUSTER=<state dir>`` to reuse one started by ``make cluster-up``.
+* ``kube`` (session) -- admin ``Kube`` client.
+* ``kubelet`` (session) -- ``KubeletHandle``: node name, data dir, ``pod_log(ns, pod, container)``.
+* ``namespace`` (function) -- a fresh namespace (its ``default`` ServiceAccount exists), deleted after.
+* ``service_account`` (function) -- factory ``(name, namespace=<fresh ns>) -> ServiceAccountAccess``
+  with ``.kubeconfig`` (bearer token from the TokenRequest API), ``.kube`` and ``.kubectl(...)``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from e2e.cluster import NODE_NAME, Cluster
+from e2e.kube import Kube, wait_for
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    reuse = os.environ.get("PIDISPATCH_E2E_CLUSTER")
+    if reuse:
+        c = Cluster.load(reuse)
+        if not c.is_running():
+            pytest.fail(f"PIDISPATCH_E2E_CLUSTER={reuse}: no running cluster there (make cluster-up)")
+        yield c
+        return
+    c = Cluster(state_dir=tmp_path_factory.mktemp("cluster"))
+    c.start(kubelet=True)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: Cluster) -> Kube:
+    return cluster.kube()
+
+
+@dataclass
+class KubeletHandle:
+    node_name: str
+    data_dir: Path
+
+    def pod_dir(self, kube: Kube, namespace: str, name: str) -> Path:
+        uid = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")["metadata"]["uid"]
+        return self.data_dir / "pods" / f"{namespace}_{name}_{uid}"
+
+    def pod_log(self, kube: Kube, namespace: str, name: str, container: str) -> str:
+        """stdout+stderr of a container (all restarts); ``kubectl logs`` has no kubelet to ask."""
+        f = self.pod_dir(kube, namespace, name) / "logs" / f"{container}.log"
+        return f.read_text(errors="replace") if f.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def kubelet(cluster: Cluster, kube: Kube) -> KubeletHandle:
+    def ready():
+        n = kube.get_or_none(f"/api/v1/nodes/{NODE_NAME}")
+        return n and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+
+    wait_for(f"Node {NODE_NAME} (test kubelet) Ready", ready, timeout=30)
+    return KubeletHandle(NODE_NAME, cluster.kubelet_dir)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: Kube):
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:6]}"
+    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {"pidispatch.dev/e2e": "true"}}})
+    # the ServiceAccount admission plugin rejects Pods until the serviceaccount controller made `default`
+    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
+        f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
+    yield name
+    kube.delete_ignore_missing(f"/api/v1/namespaces/{name}")
+
+
+@dataclass
+class ServiceAccountAccess:
+    namespace: str
+    name: str
+    kubeconfig: Path
+    kube: Kube
+    cluster: Cluster
+
+    @property
+    def username(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.name}"
+
+    def kubectl(self, *args: str, **kw):
+        return self.cluster.kubectl(*args, kubeconfig=self.kubeconfig, **kw)
+
+
+@pytest.fixture
+def service_account(cluster: Cluster, namespace: str):
+    def make(name: str, ns: str | None = None) -> ServiceAccountAccess:
+        ns = ns or namespace
+        kc = cluster.service_account_kubeconfig(ns, name)
+        return ServiceAccountAccess(ns, name, kc, Kube.from_kubeconfig(kc), cluster)
+
+    return make

@@ -1,0 +1,65 @@
+"""Exec helper of the test kubelet: run *inside* a private mount namespace.
+
+The kubelet starts ``unshare --mount --propagation private -- python -m e2e.podexec SPEC.json``.
+This module bind-mounts every volume at its container path (creating the mount point if needed),
+remounts read-only mounts, changes to the working directory (created if missing) and ``exec``s the
+container's command with exactly the Pod's environment. The mounts vanish with the process.
+
+SPEC.json: ``{"argv": [...], "env": {...}, "workingDir": "/x",
+              "mounts": [{"source": "/host/dir", "target": "/session", "readOnly": false}, ...]}``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _mount(*args: str) -> None:
+    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"podexec: mount {' '.join(args)} failed: {r.stderr.strip()}")
+
+
+def apply_mounts(mounts: list[dict]) -> None:
+    # parents before children; read-only remounts after every mount point exists
+    ordered = sorted(mounts, key=lambda m: len(Path(m["target"]).parts))
+    for m in ordered:
+        src, dst = Path(m["source"]), Path(m["target"])
+        if src.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if not dst.exists():
+                dst.touch()
+        _mount("--bind", str(src), str(dst))
+    for m in ordered:
+        if m.get("readOnly"):
+            _mount("-o", "remount,bind,ro", m["target"])
+
+
+def main() -> None:
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    apply_mounts(spec.get("mounts") or [])
+    wd = spec.get("workingDir") or "/"
+    os.makedirs(wd, exist_ok=True)
+    os.chdir(wd)
+    env = spec["env"]
+    argv = spec["argv"]
+    exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if not exe:
+        sys.stderr.write(f"podexec: executable not found in $PATH: {argv[0]!r}\n")
+        sys.exit(127)
+    try:
+        os.execve(exe, argv, env)
+    except OSError as e:
+        sys.stderr.write(f"podexec: cannot exec {exe}: {e}\n")
+        sys.exit(126)
+
+
+if __name__ == "__main__":
+    main()
