@@ -128,8 +128,6 @@ def js_json_len(value: Any, _depth: int = 0) -> int:
         inner = sum(js_json_len(item, _depth + 1) for item in value)
         return 2 + inner + max(len(value) - 1, 0)
     if isinstance(value, dict):
-        inner = sum(
-            _js_string_json_len(str(key)) + 1 + js_json_len(item, _depth + 1) for key, item in value.items()
-        )
+        inner = sum(_js_string_json_len(str(key)) + 1 + js_json_len(item, _depth + 1) for key, item in value.items())
         return 2 + inner + max(len(value) - 1, 0)
     return 0

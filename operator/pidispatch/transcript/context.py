@@ -48,11 +48,7 @@ def _entries(data: bytes) -> list[dict[str, Any]] | None:
     if not values:
         return None
     header = values[0]
-    if (
-        not isinstance(header, dict)
-        or header.get("type") != "session"
-        or not isinstance(header.get("id"), str)
-    ):
+    if not isinstance(header, dict) or header.get("type") != "session" or not isinstance(header.get("id"), str):
         return None
     return [value for value in values[1:] if isinstance(value, dict) and value.get("type") != "session"]
 
@@ -116,9 +112,13 @@ def _branch(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _num(value: Any) -> float:
+    """A usage number as JavaScript holds it: a double (a huge integer becomes Infinity)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0
-    return value if math.isfinite(value) else 0
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _context_tokens(usage: Any) -> float:
@@ -209,9 +209,7 @@ def _estimate(message: dict[str, Any]) -> int:
                 chars += _text_len(block.get("thinking"))
             elif kind == "toolCall":
                 arguments = block.get("arguments")
-                chars += _text_len(block.get("name")) + (
-                    js_json_len(arguments) if "arguments" in block else 0
-                )
+                chars += _text_len(block.get("name")) + (js_json_len(arguments) if "arguments" in block else 0)
     elif role in ("custom", "toolResult"):
         chars = _blocks_len(message.get("content"), images=True)
     elif role == "bashExecution":
@@ -255,14 +253,13 @@ def _window(model: tuple[Any, Any] | None, models: Any) -> Any:
 
 
 def _as_int(value: float) -> int | None:
+    """An integral, finite count as an int; anything else cannot be reported (None)."""
     if isinstance(value, int):
-        return value
+        return value if abs(value) <= 2**53 else None
     return int(value) if math.isfinite(value) and value.is_integer() else None
 
 
-def context_usage(
-    data: bytes, context_window: int | None = None, models: dict[str, Any] | None = None
-) -> ContextUsage:
+def context_usage(data: bytes, context_window: int | None = None, models: dict[str, Any] | None = None) -> ContextUsage:
     """What pi's `get_session_stats` would report as `contextUsage` for this transcript.
 
     `context_window` overrides the window; otherwise it comes from `models` (a parsed models.json)
@@ -276,13 +273,11 @@ def context_usage(
     window_value: Any = context_window if context_window is not None else _window(_model(path), models)
     if isinstance(window_value, bool) or not isinstance(window_value, (int, float)):
         window_value = DEFAULT_CONTEXT_WINDOW
-    window = _as_int(window_value) if math.isfinite(window_value) else None
+    window = _as_int(window_value)
     if entries is None or window is None or window <= 0:
         return ContextUsage(None, window or 0, None)
 
-    compaction_index = max(
-        (i for i, entry in enumerate(path) if entry.get("type") == "compaction"), default=-1
-    )
+    compaction_index = max((i for i, entry in enumerate(path) if entry.get("type") == "compaction"), default=-1)
     if compaction_index >= 0:
         measured = False
         for entry in reversed(path[compaction_index + 1 :]):
@@ -295,19 +290,13 @@ def context_usage(
 
     messages = _context_messages(path)
     last = max(
-        (
-            i
-            for i, message in enumerate(messages)
-            if _valid_assistant(message) and _truthy(message.get("usage"))
-        ),
+        (i for i, message in enumerate(messages) if _valid_assistant(message) and _truthy(message.get("usage"))),
         default=-1,
     )
     if last < 0:
         tokens: float = sum(_estimate(message) for message in messages)
     else:
-        tokens = _context_tokens(messages[last].get("usage")) + sum(
-            _estimate(m) for m in messages[last + 1 :]
-        )
+        tokens = _context_tokens(messages[last].get("usage")) + sum(_estimate(m) for m in messages[last + 1 :])
     as_int = _as_int(tokens)
     if as_int is None:
         return ContextUsage(None, window, None)
