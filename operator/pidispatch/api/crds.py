@@ -74,6 +74,9 @@ TRIGGER_RULES: list[dict[str, str]] = [
 ]
 
 
+AGE_COLUMN = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
 def _string(max_length: int = 253, **extra: Any) -> dict[str, Any]:
     return {"type": "string", "maxLength": max_length, **extra}
 
@@ -120,8 +123,7 @@ def _crd(kind: str, plural: str, short_names: list[str], spec: dict[str, Any], s
             "versions": [{
                 "name": VERSION, "served": True, "storage": True,
                 "subresources": {"status": {}},
-                "additionalPrinterColumns": [*columns,
-                                             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
+                "additionalPrinterColumns": [*columns, AGE_COLUMN],
                 "schema": {"openAPIV3Schema": {
                     "type": "object", "description": description, "required": ["spec"],
                     "properties": {"spec": spec_schema, "status": {"type": "object", **status}},
