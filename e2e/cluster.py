@@ -178,6 +178,8 @@ class Cluster:
     etcd_peer_port: int = 0
     apiserver_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
+    #: set for a cluster we did not start (e.g. kind): everything goes through this kubeconfig
+    external_kubeconfig: Path | None = None
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -195,7 +197,7 @@ class Cluster:
     @property
     def kubeconfig(self) -> Path:
         """Admin kubeconfig (user ``admin``, group ``system:masters``)."""
-        return self.state_dir / "kubeconfig"
+        return self.external_kubeconfig or self.state_dir / "kubeconfig"
 
     @property
     def kubelet_dir(self) -> Path:
@@ -204,10 +206,14 @@ class Cluster:
 
     @property
     def ca_file(self) -> Path:
+        if self.external_kubeconfig:
+            return Path(self.kube().ca_file or "")
         return self.pki / "ca.crt"
 
     @property
     def server(self) -> str:
+        if self.external_kubeconfig:
+            return self.kube().server
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     @property
@@ -220,6 +226,11 @@ class Cluster:
 
     @property
     def bin_dir(self) -> Path:
+        if self.bin is None and self.external_kubeconfig and not os.environ.get("PIDISPATCH_BIN_DIR"):
+            kubectl = shutil.which("kubectl")
+            if not kubectl:
+                raise ClusterError("kubectl not found on PATH (set PIDISPATCH_BIN_DIR)")
+            self.bin = Path(kubectl).parent
         if self.bin is None:
             self.bin = bin_dir(build=True)
         return self.bin
@@ -231,6 +242,8 @@ class Cluster:
     # clients
     def kube(self) -> Kube:
         """Admin client (``e2e.kube.Kube``)."""
+        if self.external_kubeconfig:
+            return Kube.from_kubeconfig(self.external_kubeconfig)
         return Kube(self.server, ca_file=str(self.ca_file), cert_file=str(self.pki / "admin.crt"),
                     key_file=str(self.pki / "admin.key"))
 

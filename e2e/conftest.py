@@ -7,7 +7,9 @@ Fixtures (import nothing; pytest finds them for every test under e2e/):
   ``.api_client()`` (official ``kubernetes`` client), ``.env()`` (KUBECONFIG + PATH for
   subprocesses), ``.service_account_kubeconfig(ns, sa)``, ``.pvc_host_path(ns, pvc)``.
   Started fresh in a temporary directory (with the test kubelet) and stopped at the end of the
-  session; set ``PIDISPATCH_E2E_CLUSTER=<state dir>`` to reuse one started by ``make cluster-up``.
+  session; set ``PIDISPATCH_E2E_CLUSTER=<state dir>`` to reuse one started by ``make cluster-up``,
+  or ``PIDISPATCH_E2E_KUBECONFIG=<kubeconfig>`` to run against another cluster (``e2e/kind/run.sh``);
+  there Pods run on real kubelets and tests that need the test kubelet are skipped.
 * ``kube`` (session) -- admin ``Kube`` client.
 * ``kubelet`` (session) -- ``KubeletHandle``: node name, data dir, ``pod_log(ns, pod, container)``.
 * ``namespace`` (function) -- a fresh namespace (its ``default`` ServiceAccount exists), deleted after.
@@ -31,6 +33,10 @@ from e2e.kube import Kube, wait_for
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
+    external = os.environ.get("PIDISPATCH_E2E_KUBECONFIG")
+    if external:
+        yield Cluster(state_dir=tmp_path_factory.mktemp("external"), external_kubeconfig=Path(external))
+        return
     reuse = os.environ.get("PIDISPATCH_E2E_CLUSTER")
     if reuse:
         c = Cluster.load(reuse)
@@ -68,6 +74,8 @@ class KubeletHandle:
 
 @pytest.fixture(scope="session")
 def kubelet(cluster: Cluster, kube: Kube) -> KubeletHandle:
+    if cluster.external_kubeconfig:
+        pytest.skip("needs the test kubelet (Pods as local processes); this cluster runs real kubelets")
     def ready():
         n = kube.get_or_none(f"/api/v1/nodes/{NODE_NAME}")
         return n and any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))

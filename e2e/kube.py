@@ -8,6 +8,7 @@ exactly. Operator tests that prefer the official client use ``Cluster.api_client
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,14 +78,21 @@ class Kube:
         ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)
         cluster = next(c["cluster"] for c in cfg["clusters"] if c["name"] == ctx["cluster"])
         user = next(u["user"] for u in cfg["users"] if u["name"] == ctx["user"])
+        # inline *-data fields (kind, cloud kubeconfigs) become files next to nothing else: a private temp dir
+        files = {}
+        for src, key, field in ((cluster, "certificate-authority-data", "certificate-authority"),
+                                (user, "client-certificate-data", "client-certificate"),
+                                (user, "client-key-data", "client-key")):
+            if src.get(key) and not src.get(field):
+                files[field] = _data_file(src[key])
         token = user.get("token")
         if not token and user.get("tokenFile"):
             token = Path(user["tokenFile"]).read_text().strip()
         return cls(
             cluster["server"],
-            ca_file=cluster.get("certificate-authority"),
-            cert_file=user.get("client-certificate"),
-            key_file=user.get("client-key"),
+            ca_file=cluster.get("certificate-authority") or files.get("certificate-authority"),
+            cert_file=user.get("client-certificate") or files.get("client-certificate"),
+            key_file=user.get("client-key") or files.get("client-key"),
             token=token,
             impersonate=user.get("as"),
             **kw,
@@ -162,8 +170,22 @@ class Kube:
                 if line:
                     yield json.loads(line)
 
+    @property
+    def ca_file(self) -> str | None:
+        return self.session.verify if isinstance(self.session.verify, str) else None
+
     def wait_for(self, what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
         return wait_for(what, fn, timeout=timeout, interval=interval)
+
+
+def _data_file(b64: str) -> str:
+    import base64
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="kubeconfig-", suffix=".pem")
+    with os.fdopen(fd, "wb") as f:
+        f.write(base64.b64decode(b64))
+    return path
 
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
