@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from storekit import DAY_MS, KEY, PI, Store, sample
 
 ENV_KEYS = ("PI_SESSIONS_DIR", "PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_BYTES", "PI_SESSION_MAX_AGE_DAYS",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from pidispatch.store.gates import LADDER
 from pidispatch.store.resolve import resolve
 from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
 from storekit import KEY, MODEL, NOW_MS, PI, Store, sample

@@ -1,0 +1,1 @@
+"""Pure manifest builders: plain dicts in, plain dicts out, no I/O."""
