@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from transcript_samples import sample
+
 from pidispatch.transcript.compaction import (
     PLACEHOLDER,
     SPLIT_TURN_MARKER,
@@ -14,7 +16,6 @@ from pidispatch.transcript.compaction import (
     file_list_suffix,
     transcript_has_empty_compaction,
 )
-from transcript_samples import sample
 
 SPLIT = SPLIT_TURN_MARKER
 

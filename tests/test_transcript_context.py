@@ -6,8 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from pidispatch.transcript.context import DEFAULT_CONTEXT_WINDOW, ContextUsage, context_usage
 from transcript_samples import sample
+
+from pidispatch.transcript.context import DEFAULT_CONTEXT_WINDOW, ContextUsage, context_usage
 
 WINDOW = 32000
 

@@ -7,13 +7,14 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from transcript_samples import sample, sample_path
+
 from pidispatch.transcript.header import (
     HEADER_READ_LIMIT,
     header_timestamp_ms,
     is_session_header,
     read_first_line,
 )
-from transcript_samples import sample, sample_path
 
 HEADER = (
     b'{"type":"session","version":3,"id":"01a2275d-9d58-76a1-b784-bf9c7a4f66f0",'

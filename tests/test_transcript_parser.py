@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from transcript_samples import SAMPLES, VALID, all_sample_names, sample
+
 from pidispatch.transcript import model as m
 from pidispatch.transcript.parser import (
     Problem,
@@ -15,16 +17,17 @@ from pidispatch.transcript.parser import (
     parse_transcript,
     torn_tail,
 )
-from transcript_samples import SAMPLES, VALID, all_sample_names, sample
 
+GLUED = "an entry starts inside this line (appended onto a line with no newline)"
+ORPHAN = "parentId does not name an entry on an earlier line"
 DAMAGED: dict[str, list[tuple[int, str]]] = {
-    "edge/c_garbage_first.before.jsonl": [(1, "not valid JSON")],
+    "edge/c_garbage_first.before.jsonl": [(1, "not valid JSON (column 1)")],
     "edge/c2_no_header.before.jsonl": [(1, "line 1 must be the session header")],
     "edge/d_torn_last.before.jsonl": [(7, "torn tail")],
-    "edge/d_torn_last.after1run.jsonl": [(7, "not valid JSON"), (8, "parentId does not name an entry")],
-    "edge/d_torn_last.after2runs.jsonl": [(7, "not valid JSON"), (8, "parentId does not name an entry")],
+    "edge/d_torn_last.after1run.jsonl": [(7, GLUED), (8, ORPHAN)],
+    "edge/d_torn_last.after2runs.jsonl": [(7, GLUED), (8, ORPHAN)],
     "edge/d2_no_trailing_newline.before.jsonl": [(7, "torn tail")],
-    "edge/d2_no_trailing_newline.after.jsonl": [(7, "not valid JSON"), (8, "parentId does not name an entry")],
+    "edge/d2_no_trailing_newline.after.jsonl": [(7, GLUED), (8, ORPHAN)],
 }
 
 

@@ -44,6 +44,17 @@ def loads(text: str) -> tuple[bool, Any]:
         return False, None
 
 
+def error_column(text: str) -> int | None:
+    """1-based column where JSON.parse-compatible parsing of `text` fails, or None (no position)."""
+    try:
+        _DECODER.decode(text)
+    except json.JSONDecodeError as error:
+        return error.colno
+    except (ValueError, RecursionError):
+        return None
+    return None
+
+
 def js_trim(text: str) -> str:
     """`String.prototype.trim`."""
     return text.strip(JS_WHITESPACE)

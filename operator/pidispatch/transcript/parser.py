@@ -23,12 +23,13 @@ Decisions where the docs are silent:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from pidispatch.transcript._jsjson import loads
+from pidispatch.transcript._jsjson import error_column, loads
 from pidispatch.transcript.context import ContextUsage, context_usage
 from pidispatch.transcript.model import (
     ENTRY_MODELS,
@@ -54,7 +55,11 @@ _MAX_MESSAGE = 300
 
 
 class Problem(NamedTuple):
-    """One thing wrong with a transcript: 1-based line number and what is wrong (no file content)."""
+    """One thing wrong with a transcript: 1-based line number and what is wrong.
+
+    Messages name fields and type tags, never field values: transcripts hold personal data and the
+    problems are printed by `pidispatch transcript check`.
+    """
 
     line: int
     message: str
@@ -191,6 +196,20 @@ _BLOCK_TAGS = frozenset({"text", "thinking", "image", "toolCall"})
 _BRANCH_NAMES = frozenset({"str", "int", "none", "dict", "list"})
 
 
+def _json_problem(text: str) -> str:
+    column = error_column(text)
+    where = f" (column {column})" if column is not None else ""
+    if _GLUED.search(text):
+        # pi's signature damage: an entry appended onto a torn or unterminated line (§5 (d), (d2)).
+        return f"not valid JSON{where}: an entry starts inside this line (appended onto a line with no newline)"
+    return f"not valid JSON{where}"
+
+
+# An entry object that begins where no JSON value may begin (after a value, not after `[ , :`): the
+# start of a second entry glued onto the line. Inside strings the quotes would be escaped.
+_GLUED = re.compile(r'(?<=[^\[,:\s])\{"type":"')
+
+
 def _type_name(value: object) -> str:
     return _shorten(repr(value)) if isinstance(value, str) else type(value).__name__
 
@@ -221,7 +240,7 @@ class _Parse:
         ok, value = loads(text)
         if not ok:
             if not torn:
-                self.add(number, "not valid JSON")
+                self.add(number, _json_problem(text))
             return
         if not isinstance(value, dict):
             self.add(number, f"not a JSON object (a {type(value).__name__})")
