@@ -242,3 +242,14 @@ def test_scanner_reports_once_found_and_finish_is_repeatable() -> None:
     scanner.feed(b"more bytes after the answer is known\n")
     assert scanner.finish() is True
     assert scanner.finish() is True
+
+
+def test_a_compaction_line_too_deep_for_python_fails_closed() -> None:
+    # JavaScript's JSON.parse reads 5000 levels; Python's cannot, so the entry cannot be judged here.
+    deep = b'{"type":"compaction","summary":"real","details":' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    assert transcript_has_empty_compaction(HEAD + deep) is True
+
+
+def test_a_deep_but_parseable_real_compaction_passes() -> None:
+    deep = b'{"type":"compaction","summary":"real","details":' + b"[" * 200 + b"]" * 200 + b"}\n"
+    assert transcript_has_empty_compaction(HEAD + deep) is False

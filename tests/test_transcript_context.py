@@ -414,3 +414,12 @@ def test_after_a_compaction_only_messages_after_the_measured_reply_are_estimated
 def test_a_non_integral_token_count_is_not_reported() -> None:
     body = assistant("a", None, [], total=0).replace(b'"totalTokens": 0', b'"totalTokens": 10.5')
     assert context_usage(HEADER + body, WINDOW) == ContextUsage(None, WINDOW, None)
+
+
+def test_deeply_nested_tool_arguments_are_measured_without_recursion() -> None:
+    # Deep enough that a recursive JSON.stringify length (two frames per level) would overflow.
+    depth = 700
+    arguments = {"a": json.loads("[" * depth + "]" * depth)}
+    body = assistant("a", None, [{"type": "toolCall", "id": "c", "name": "n", "arguments": arguments}], stop="error")
+    chars = len("n") + len('{"a":}') + 2 * depth
+    assert context_usage(HEADER + body, WINDOW).tokens == -(-chars // 4)

@@ -304,6 +304,7 @@ INVALID: dict[str, tuple[bytes, int, str]] = {
     "invalid-utf8": (HEAD + b'{"type":"custom","x":"\xff"}\n', 8, "not valid UTF-8 (byte 23 of the line)"),
     "json-array-line": (HEAD + b"[1,2]\n", 8, "not a JSON object (a list)"),
     "nan-is-not-json": (HEAD + line(type="custom", customType="c", data=float("nan")), 8, "not valid JSON"),
+    "nested-deeper-than-python-parses": (HEAD + b"[" * 5000 + b"]" * 5000 + b"\n", 8, "nested too deeply to check"),
     "blank-line-in-the-middle": (HEAD + b"\n" + line(type="custom", customType="c"), 8, "blank line"),
     "whitespace-line": (HEAD + b"  \r\n", 8, "blank line"),
     "crlf-is-only-whitespace-for-json": (HEAD.replace(b"}\n", b"}\r\n"), 0, ""),

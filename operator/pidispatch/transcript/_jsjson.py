@@ -31,17 +31,26 @@ def _reject_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+# Returned as the value when parsing failed only because the nesting is deeper than Python's
+# recursion limit (~1000 levels). JavaScript's JSON.parse reads such a line, so callers that must not
+# be fooled by it (the gate-12 scanner) can tell it apart from a line pi would also skip.
+TOO_DEEP = object()
+
+
 def loads(text: str) -> tuple[bool, Any]:
     """Parse `text` as `JSON.parse` would; return `(ok, value)` instead of raising.
 
     Why a wrapper: `json.loads` accepts `NaN`/`Infinity`, raises `RecursionError` on deep nesting
     and `ValueError` on huge integers; a line pi would skip must be skipped here too, and a
-    hostile line must never escape as an exception from a gate.
+    hostile line must never escape as an exception from a gate. On failure the value is None, or
+    `TOO_DEEP` when only the nesting depth defeated Python's parser.
     """
     try:
         return True, _DECODER.decode(text)
-    except (ValueError, RecursionError):
+    except ValueError:
         return False, None
+    except RecursionError:
+        return False, TOO_DEEP
 
 
 def error_column(text: str) -> int | None:
@@ -118,27 +127,30 @@ def _js_string_json_len(text: str) -> int:
     return length
 
 
-def js_json_len(value: Any, _depth: int = 0) -> int:
+def js_json_len(value: Any) -> int:
     """Length (UTF-16 units) of `JSON.stringify(value)` for a value that came from JSON.
 
     pi estimates a tool call's size as `name.length + JSON.stringify(arguments).length`; only the
-    length matters, so key order (JavaScript moves integer-like keys first) is irrelevant.
-    Nesting deeper than the parser allows cannot occur; the depth guard only keeps this total.
+    length matters, so key order (JavaScript moves integer-like keys first) is irrelevant. Walks an
+    explicit stack: parsed values nest nearly as deep as the recursion limit, and recursing here
+    (two frames per level) would overflow it.
     """
-    if _depth > 10_000:
-        return 0
-    if value is None or value is True:
-        return 4
-    if value is False:
-        return 5
-    if isinstance(value, (int, float)):
-        return len(js_number_str(value))
-    if isinstance(value, str):
-        return _js_string_json_len(value)
-    if isinstance(value, list):
-        inner = sum(js_json_len(item, _depth + 1) for item in value)
-        return 2 + inner + max(len(value) - 1, 0)
-    if isinstance(value, dict):
-        inner = sum(_js_string_json_len(str(key)) + 1 + js_json_len(item, _depth + 1) for key, item in value.items())
-        return 2 + inner + max(len(value) - 1, 0)
-    return 0
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is None or item is True:
+            total += 4
+        elif item is False:
+            total += 5
+        elif isinstance(item, (int, float)):
+            total += len(js_number_str(item))
+        elif isinstance(item, str):
+            total += _js_string_json_len(item)
+        elif isinstance(item, list):
+            total += 2 + max(len(item) - 1, 0)
+            stack.extend(item)
+        elif isinstance(item, dict):
+            total += 2 + max(len(item) - 1, 0) + sum(_js_string_json_len(str(key)) + 1 for key in item)
+            stack.extend(item.values())
+    return total

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pidispatch.transcript._jsjson import JS_WHITESPACE, loads
+from pidispatch.transcript._jsjson import JS_WHITESPACE, TOO_DEEP, loads
 
 PLACEHOLDER = "No prior history."
 SPLIT_TURN_MARKER = "\n\n---\n\n**Turn Context (split turn):**\n\n"
@@ -129,6 +129,10 @@ def _line_has_empty_compaction(line: bytes) -> bool:
     # pi reads the file as UTF-8 with replacement characters, so a stray invalid byte does not hide
     # an entry from pi; it must not hide it from this check either.
     ok, value = loads(line.decode("utf-8", errors="replace"))
+    if value is TOO_DEEP:
+        # pi (JavaScript) reads a line nested deeper than Python can parse; a possible compaction
+        # entry that cannot be judged fails closed instead of slipping past the gate.
+        return True
     if not ok or not isinstance(value, dict) or value.get("type") != "compaction":
         return False
     return compaction_summary_is_empty(value)
@@ -139,8 +143,10 @@ class EmptyCompactionScanner:
 
     Cheap by construction: a chunk is searched with `bytes.find` and only lines that could hold a
     `compaction` entry are decoded and parsed; partial lines are carried across chunks (joined once,
-    when their newline arrives). Lines that do not parse are skipped, as pi skips them. A final line
-    without a newline is judged in `finish()`, since pi parses it too.
+    when their newline arrives). Lines that do not parse are skipped, as pi skips them, except a
+    candidate line nested too deeply for Python's parser (JavaScript's reads it): that one counts as
+    an empty compaction (fail closed). A final line without a newline is judged in `finish()`, since
+    pi parses it too.
     """
 
     def __init__(self) -> None:

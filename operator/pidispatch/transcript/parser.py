@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from pidispatch.transcript._jsjson import error_column, loads
+from pidispatch.transcript._jsjson import TOO_DEEP, error_column, loads
 from pidispatch.transcript.context import ContextUsage, context_usage
 from pidispatch.transcript.model import (
     ENTRY_MODELS,
@@ -197,6 +197,8 @@ _BRANCH_NAMES = frozenset({"str", "int", "none", "dict", "list"})
 
 
 def _json_problem(text: str) -> str:
+    if loads(text)[1] is TOO_DEEP:
+        return "nested too deeply to check (more than about 1000 levels)"
     column = error_column(text)
     where = f" (column {column})" if column is not None else ""
     if _GLUED.search(text):
