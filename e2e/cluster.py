@@ -332,7 +332,7 @@ class Cluster:
             return fn()
 
         try:
-            return wait_for(f"{component}: {what}", probe, timeout=timeout, interval=0.25)
+            return wait_for(f"{component}: {what}", probe, timeout=timeout, interval=0.25, fatal=(ClusterError,))
         except ClusterError:
             raise
         except TimeoutError as e:

@@ -188,10 +188,12 @@ def _data_file(b64: str) -> str:
     return path
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2,
+             fatal: tuple[type[BaseException], ...] = ()) -> Any:
     """Poll ``fn`` until it returns something truthy; raise TimeoutError naming ``what``.
 
-    Exceptions raised by ``fn`` count as "not yet" (the last one is reported on timeout).
+    Exceptions raised by ``fn`` count as "not yet" (the last one is reported on timeout), except
+    those in ``fatal``, which propagate at once.
     """
     deadline = time.monotonic() + timeout
     last_exc: BaseException | None = None
@@ -201,6 +203,8 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: 
             last_val = fn()
             if last_val:
                 return last_val
+        except fatal:
+            raise
         except Exception as e:  # noqa: BLE001 - reported below
             last_exc = e
         if time.monotonic() >= deadline:

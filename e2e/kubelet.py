@@ -340,6 +340,7 @@ class PodRunner(threading.Thread):
         self.volumes: dict[str, Path] = {}
         self.volume_ro: dict[str, bool] = {}
         self.phase = "Pending"
+        self.status_lock = threading.Lock()  # containers report concurrently; keep updates ordered
 
     # -- lifecycle from the kubelet ------------------------------------------------------------
     def request_delete(self, grace: float) -> None:
@@ -369,6 +370,10 @@ class PodRunner(threading.Thread):
 
     # -- status ------------------------------------------------------------------------------------
     def _patch_status(self, extra: dict | None = None) -> None:
+        with self.status_lock:
+            self._patch_status_locked(extra)
+
+    def _patch_status_locked(self, extra: dict | None) -> None:
         spec = self.pod["spec"]
         running = self.phase == "Running"
         all_ready = running and bool(self.statuses) and all(s.get("ready") for s in self.statuses.values())

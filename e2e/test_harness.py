@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+import time
 import uuid
 
 import pytest
 import yaml
 
-from e2e.cluster import Cluster
+from e2e.cluster import Cluster, ClusterError
 from e2e.kube import ApiError, Kube, wait_for
 from e2e.pods import container_status, pod_path, restricted_security_context, wait_pod_gone, wait_pod_phase
 
@@ -222,6 +223,22 @@ def test_pod_with_default_service_account_token_can_call_the_api(cluster: Cluste
     log = kubelet.pod_log(kube, namespace, "incluster", "main")
     assert pod["status"]["phase"] == "Succeeded", log
     assert log.strip() == f"system:serviceaccount:{namespace}:default"
+
+
+def test_startup_failure_names_component_and_shows_its_log(tmp_path):
+    """No cluster needed: a broken etcd must fail fast with its own last log lines, not a bare timeout."""
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    (bins / "etcd").write_text("#!/bin/sh\necho 'etcd: simulated failure: disk on fire' >&2\nexit 3\n")
+    (bins / "etcd").chmod(0o755)
+    c = Cluster(state_dir=tmp_path / "state", bin=bins)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterError) as e:
+        c.start(timeout=30)
+    assert time.monotonic() - t0 < 15, "the exit was noticed only at the deadline"
+    msg = str(e.value)
+    assert "etcd: exited with code 3" in msg and "disk on fire" in msg, msg
+    assert not c.is_running()
 
 
 def _alive(pid: int) -> bool:
