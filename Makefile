@@ -13,10 +13,10 @@ PYTEST_ARGS ?=
 PYTEST ?= $(VPY) -m pytest $(PYTEST_ARGS)
 CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 
-.PHONY: help venv controlplane cluster-up cluster-down cluster-status test
+.PHONY: help venv controlplane cluster-up cluster-down cluster-status test demo bench
 
 help:
-	@echo "targets: venv controlplane cluster-up cluster-down cluster-status test"
+	@echo "targets: demo test venv controlplane cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -43,3 +43,11 @@ cluster-status: venv
 
 test: venv controlplane
 	$(PYTEST)
+
+# Today: the session store walked through with the pidispatch CLI (no cluster needed).
+demo: venv
+	bash demo/store-demo.sh
+
+# Store benchmark (not a test); results go to docs/benchmarks.md.
+bench: venv
+	$(VPY) bench/store.py
