@@ -1,0 +1,39 @@
+"""The Trigger's load-time refusals, repeated in the operator (defence in depth).
+
+The CRD's CEL rules reject these at ``kubectl apply``; a CRD applied without CEL support, or an
+object stored before the rules existed, still reaches the operator, which refuses it with the very
+same messages (taken from :data:`pidispatch.api.crds.TRIGGER_RULES`, the one source) and sets
+``Ready=False``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pidispatch.api.crds import TRIGGER_RULES
+
+RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it out to keep resume off)."
+
+
+def resume_armed(spec: dict[str, Any]) -> bool:
+    """Resume is armed only by exactly boolean ``true``; ``false`` and absence both mean off."""
+    return (spec.get("run") or {}).get("resume") is True
+
+
+def first_refusal(spec: dict[str, Any]) -> str | None:
+    """The message of the first conflict in the spec's order (§10.3), or ``None`` when loadable."""
+    run = spec.get("run") or {}
+    on = spec.get("on") or {}
+    if "resume" in run and run["resume"] is not None and not isinstance(run["resume"], bool):
+        return RESUME_NOT_BOOLEAN
+    if not resume_armed(spec):
+        return None
+    if "command" in run:
+        return TRIGGER_RULES[0]["message"]
+    if on.get("event") == "cron" or run.get("kind") == "local":
+        return TRIGGER_RULES[1]["message"]
+    if "replicas" in run:
+        return TRIGGER_RULES[2]["message"]
+    if run.get("secrets"):
+        return TRIGGER_RULES[3]["message"]
+    return None

@@ -1,0 +1,34 @@
+"""The operator's repeat of the Trigger's CEL refusals: same order, same messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from pidispatch.api.crds import TRIGGER_RULES
+from pidispatch.api.trigger import RESUME_NOT_BOOLEAN, first_refusal, resume_armed
+
+CASES = [
+    ("resume alone", {"resume": True}, "issue_comment.created", None),
+    ("resume string", {"resume": "true"}, "issue_comment.created", RESUME_NOT_BOOLEAN),
+    ("resume number", {"resume": 1}, "issue_comment.created", RESUME_NOT_BOOLEAN),
+    ("command first", {"resume": True, "command": "x", "kind": "local", "replicas": 2}, "cron",
+     TRIGGER_RULES[0]["message"]),
+    ("cron", {"resume": True}, "cron", TRIGGER_RULES[1]["message"]),
+    ("local kind", {"resume": True, "kind": "local"}, "issue_comment.created", TRIGGER_RULES[1]["message"]),
+    ("replicas before secrets", {"resume": True, "replicas": 2, "secrets": ["s"]}, "issue_comment.created",
+     TRIGGER_RULES[2]["message"]),
+    ("secrets", {"resume": True, "secrets": ["s"]}, "issue_comment.created", TRIGGER_RULES[3]["message"]),
+    ("empty secrets list", {"resume": True, "secrets": []}, "issue_comment.created", None),
+    ("resume false allows all", {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]}, "cron", None),
+]
+
+
+@pytest.mark.parametrize(("run", "event", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_first_refusal(run: dict, event: str, message: str | None) -> None:
+    assert first_refusal({"on": {"event": event}, "run": run}) == message
+
+
+@pytest.mark.parametrize(("run", "armed"), [({"resume": True}, True), ({"resume": False}, False), ({}, False),
+                                            ({"resume": "true"}, False), ({"resume": 1}, False)])
+def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
+    assert resume_armed({"run": run}) is armed
