@@ -32,6 +32,7 @@ import gc
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -478,7 +479,40 @@ class Bench:
         def no_empty_summary(r: object) -> None:
             assert r is False, r
 
+        plain_key, _ = self.seed_key(plain)
+        plain_canonical = self.store / plain_key / "current.jsonl"
+        plain_loops = Scratch(self.root / f"plain-loops-{plain_key}")
+        plain_chunks = [plain[offset : offset + 64 * KIB] for offset in range(0, len(plain), 64 * KIB)]
+        escape = re.compile(rb"\\u")
+
+        def prefilter_in() -> object:
+            return [b"\\u" in chunk for chunk in plain_chunks]
+
+        def prefilter_re() -> object:
+            return [escape.search(chunk) is not None for chunk in plain_chunks]
+
+        def same_answers(r: object) -> None:
+            assert r == [b"\\u" in chunk for chunk in plain_chunks]
+
         return {
+            "scan plain (in memory) vs user-space copy": paired(
+                "scan plain vs 64 KiB loop",
+                scan(plain),
+                lambda: user_space_copy(plain_canonical, plain_loops.dir / "current.jsonl"),
+                self.reps,
+                self.warmup,
+                no_empty_summary,
+                between=both(plain_loops),
+            ),
+            "pre-filter: bytes 'in' vs re.search": paired(
+                "\\u pre-filter: in vs re",
+                prefilter_in,
+                prefilter_re,
+                self.reps,
+                self.warmup,
+                same_answers,
+                same_answers,
+            ),
             "scan, escape-heavy vs plain (in memory)": paired(
                 "scan escaped vs plain",
                 scan(escaped),
@@ -698,6 +732,20 @@ def report(
                     row(f"process: `pidispatch store resolve` vs {text}", label, results["processes"][label][name])
                 )
     d = results["diagnostics"]["8 MiB"]
+    out.append(
+        row(
+            "compaction scan of a plain transcript (in memory) vs 64 KiB user-space copy",
+            "8 MiB",
+            d["scan plain (in memory) vs user-space copy"],
+        )
+    )
+    out.append(
+        row(
+            'scan pre-filter `b"\\\\u" in chunk` vs `re.search(rb"\\\\u", chunk)` (plain)',
+            "8 MiB",
+            d["pre-filter: bytes 'in' vs re.search"],
+        )
+    )
     out.append(
         row("compaction scan in memory: escape-heavy vs plain", "8 MiB", d["scan, escape-heavy vs plain (in memory)"])
     )
