@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from pidispatch.settings import Settings
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
