@@ -599,7 +599,8 @@ class PodRunner(threading.Thread):
 
     def _env(self, c: dict) -> dict[str, str]:
         env: dict[str, str] = {
-            "PATH": os.environ.get("PATH", os.defpath),
+            # the kubelet's own interpreter dir first: `python -m pidispatch ...` finds the project's venv
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", os.defpath)]),
             "HOSTNAME": self.pod["spec"].get("hostname") or self.name,
         }
         if os.environ.get("HOME"):
@@ -798,7 +799,8 @@ def main(argv: list[str] | None = None) -> int:
     factory = lambda: Kube.from_kubeconfig(a.kubeconfig)  # noqa: E731
     port = int(factory().server.rsplit(":", 1)[1])
     kl = TestKubelet(factory, a.data_dir, a.node_name,
-                     use_mount_namespace=False if a.no_mount_namespace else None, server_port=port)
+                     use_mount_namespace=False if a.no_mount_namespace or os.environ.get(
+                         "PIDISPATCH_KUBELET_NO_MOUNT_NAMESPACE") else None, server_port=port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import textwrap
 import time
 import uuid
@@ -116,6 +117,7 @@ def test_pod_with_subpath_pvc_runs_to_succeeded(cluster: Cluster, kube: Kube, na
         ls -A /session > /session/listing.txt
         cat /session/input.txt > copied.txt
         printf '%s' "$GREETING" > /session/env.txt
+        python -c 'import pidispatch, sys; print(sys.prefix)' > /session/python.txt
         cat /etc/job/config.json > /session/config-seen.json
         if touch /etc/job/x 2>/dev/null; then echo writable > /session/ro-check.txt; fi
         printf 'job j1 done: %s' "$(cat /session/input.txt)" > /dev/termination-log
@@ -154,6 +156,8 @@ def test_pod_with_subpath_pvc_runs_to_succeeded(cluster: Cluster, kube: Kube, na
     assert (j1 / "where.txt").read_text().strip() == "/session"
     assert (j1 / "copied.txt").read_text() == "from the host"
     assert (j1 / "env.txt").read_text() == "hello world"
+    # `python` in a Pod is the interpreter that runs the kubelet (the project's venv)
+    assert (j1 / "python.txt").read_text().strip() == sys.prefix
     assert json.loads((j1 / "config-seen.json").read_text()) == {"k": 1}
     assert not (j1 / "ro-check.txt").exists(), "readOnly mount was writable"
     listing = (j1 / "listing.txt").read_text().split()
