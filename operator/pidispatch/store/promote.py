@@ -225,7 +225,14 @@ def _stamp(
     context: tuple[int, int] | None,
     seams: Seams,
 ) -> None:
-    """Steps g–j: sidecars after the swap. Never fatal: the transcript has landed."""
+    """Steps g–j: sidecars after the swap. Never fatal: the transcript has landed.
+
+    The venue stamp is written *last*, not first as spec §6.2 orders it: while ``(pending)`` stands
+    no reader resumes, so a crash between two stamps can never expose the new transcript under the
+    old ``pi-version`` (the spec's order re-opens the key between its venue and pi-version writes).
+    The final state is the same, so pi-dispatch hosts read it unchanged.
+    """
+
     def write(name: str, action: Callable[[], None]) -> None:
         try:
             action()
@@ -233,8 +240,6 @@ def _stamp(
             emit("session_sidecar_failed", key=key, file=name, reason=f"{type(exc).__name__}: {exc}")
         seams.at(f"stamped-{name}")
 
-    if delivery.venue is not None:  # no venue: leave (pending) on purpose, nothing resumes from it
-        write(sidecars.VENUE, lambda: sidecars.replace_sidecar(dir_fd, sidecars.VENUE, delivery.venue or ""))
     version = delivery.pi_version if delivery.pi_version not in (None, "<no value>") else ""
     write(sidecars.PI_VERSION, lambda: sidecars.replace_sidecar(dir_fd, sidecars.PI_VERSION, version or ""))
     chain = sidecars.read_chain(key_dir) + 1 if host_resume else 0
@@ -245,6 +250,8 @@ def _stamp(
         tokens, window = context
         reading = f"{tokens} {window}" + (f" {delivery.model_id}" if delivery.model_id else "")
         write(sidecars.CONTEXT, lambda: sidecars.replace_sidecar(dir_fd, sidecars.CONTEXT, reading))
+    if delivery.venue is not None:  # no venue: leave (pending) on purpose, nothing resumes from it
+        write(sidecars.VENUE, lambda: sidecars.replace_sidecar(dir_fd, sidecars.VENUE, delivery.venue or ""))
 
 
 def _remove_context(dir_fd: int) -> None:
