@@ -39,7 +39,16 @@ build() {  # name module-dir package ldflags
     fi
     local t0; t0=$(date +%s)
     echo "[controlplane] $name: building $pkg ..." >&2
-    (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin_dir/.$name.tmp" "$pkg")
+    # go build is silent for minutes: say every minute that it is still going
+    ( while sleep 60; do echo "[controlplane] $name: still building ($(( $(date +%s) - t0 ))s)" >&2; done ) &
+    local ticker=$!
+    local rc=0
+    (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin_dir/.$name.tmp" "$pkg") || rc=$?
+    kill "$ticker" 2>/dev/null; wait "$ticker" 2>/dev/null || true
+    if [ "$rc" -ne 0 ]; then
+        echo "[controlplane] $name: build FAILED after $(( $(date +%s) - t0 ))s" >&2
+        exit "$rc"
+    fi
     mv -f "$bin_dir/.$name.tmp" "$bin_dir/$name"
     echo "$want" > "$stamp"
     built=$((built + 1))
