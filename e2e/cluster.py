@@ -20,7 +20,6 @@ kubeconfig is ``DIR/kubeconfig``. From Python::
 from __future__ import annotations
 
 import argparse
-import base64
 import datetime as dt
 import ipaddress
 import json
@@ -534,10 +533,6 @@ def pvc_host_path(kube: Kube, namespace: str, name: str, timeout: float = 30) ->
     if not src:
         raise ClusterError(f"PV {pv['metadata']['name']} has neither hostPath nor local: {pv['spec']}")
     return Path(src["path"])
-
-
-def _b64(s: str) -> str:
-    return base64.b64encode(s.encode()).decode()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,7 +48,6 @@ class Kube:
         key_file: str | None = None,
         token: str | None = None,
         impersonate: str | None = None,
-        impersonate_groups: list[str] | None = None,
         timeout: float = 30.0,
     ):
         self.server = server.rstrip("/")
@@ -67,9 +66,6 @@ class Kube:
             self.session.headers["Authorization"] = f"Bearer {token}"
         if impersonate:
             self.session.headers["Impersonate-User"] = impersonate
-        if impersonate_groups:
-            # requests cannot send repeated headers from a dict; one group is the common case
-            self.session.headers["Impersonate-Group"] = impersonate_groups[0]
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path, **kw: Any) -> "Kube":
@@ -173,9 +169,6 @@ class Kube:
     @property
     def ca_file(self) -> str | None:
         return self.session.verify if isinstance(self.session.verify, str) else None
-
-    def wait_for(self, what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2) -> Any:
-        return wait_for(what, fn, timeout=timeout, interval=interval)
 
 
 def _data_file(b64: str) -> str:
