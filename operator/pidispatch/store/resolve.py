@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pidispatch.events import emit
@@ -130,6 +131,22 @@ def _recheck(o: Observation, copy: _StagedCopy) -> str | None:
     return None
 
 
+def read_judged(o: Observation, sink: Callable[[bytes], None]) -> bool:
+    """Feed exactly the judged bytes of the open transcript to ``sink`` in 64 KiB chunks.
+
+    ``False`` when the file shrank or grew under us: never more than the judged size is read.
+    """
+    assert o.fd is not None
+    size, offset = o.judged_identity.size, 0
+    while offset < size:
+        chunk = os.pread(o.fd, min(CHUNK, size - offset), offset)
+        if not chunk:
+            return False
+        sink(chunk)
+        offset += len(chunk)
+    return not os.pread(o.fd, 1, offset)
+
+
 class _StagedCopy:
     """The single read of the transcript body: copies it to the staged file while scanning it."""
 
@@ -139,22 +156,15 @@ class _StagedCopy:
         self.complete = False
 
     def run(self, o: Observation) -> bool:
-        assert o.fd is not None
-        size = o.judged_identity.size
         scanner = EmptyCompactionScanner()
-        offset = 0
-        while offset < size:
-            chunk = os.pread(o.fd, min(CHUNK, size - offset), offset)
-            if not chunk:  # the file shrank under us
-                return False
+
+        def copy(chunk: bytes) -> None:
             fsio.write_all(self.staged_fd, chunk)
             scanner.feed(chunk)
-            offset += len(chunk)
             self.seams.at("copy-chunk")
-        if os.pread(o.fd, 1, offset):  # the file grew: never stage more than was judged
-            return False
-        self.complete = True
-        return scanner.finish()
+
+        self.complete = read_judged(o, copy)
+        return self.complete and scanner.finish()
 
 
 def dry_run(
@@ -175,15 +185,8 @@ def dry_run(
     delivery = make_delivery(venue, pi_version, model)
 
     def scan(o: Observation) -> bool:
-        assert o.fd is not None
         scanner = EmptyCompactionScanner()
-        offset, size = 0, o.judged_identity.size
-        while offset < size:
-            chunk = os.pread(o.fd, min(CHUNK, size - offset), offset)
-            if not chunk:
-                break
-            scanner.feed(chunk)
-            offset += len(chunk)
+        read_judged(o, scanner.feed)
         return scanner.finish()
 
     o = Observation(settings.sessions_dir, key, settings, delivery, now_ms() if clock is None else clock, scan)
