@@ -169,6 +169,24 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from pidispatch.doctor import main as doctor_main
+
+    return doctor_main(args)
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from pidispatch.settings import ConfigError, OperatorSettings
+
+    try:
+        settings = OperatorSettings.from_env()
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    from pidispatch.handlers.main import run_operator
+
+    return run_operator(settings, verbose=args.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pidispatch", description="pi-dispatch session store and operator.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -217,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
     check = transcript_commands.add_parser("check", help="strict validation of a pi v3 session file")
     check.add_argument("file", metavar="FILE")
     check.set_defaults(run=cmd_check)
+
+    doctor = commands.add_parser("doctor", help="check this deployment: store, bounds, CRDs, PVCs, RBAC")
+    doctor.add_argument("--json", action="store_true", help="one JSON object per check")
+    doctor.add_argument("--offline", action="store_true", help="skip the checks that need the cluster")
+    doctor.set_defaults(run=cmd_doctor)
+
+    op = commands.add_parser("operator", help="run the kopf operator (the container's entrypoint)")
+    op.add_argument("--verbose", action="store_true")
+    op.set_defaults(run=cmd_operator)
     return parser
 
 

@@ -91,3 +91,75 @@ class Settings:
             allow_gh_source=env.get("PI_SESSIONS_ALLOW_GH_SOURCE") == "1",
             github_auth_source=env.get("GITHUB_AUTH_SOURCE") or "gh",
         )
+
+
+DEFAULT_STAGING_DIR = "/var/lib/pi-dispatch/jobs"
+DEFAULT_JOB_IMAGE = "ghcr.io/pi-dispatch/job:latest"
+DEFAULT_JOB_COMMAND = ("pidispatch", "runner")
+
+
+def _json_command(variable: str, raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    import json
+
+    if raw is None or raw.strip() == "":
+        return default
+    accepted = 'a JSON array of non-empty strings, e.g. ["pidispatch","runner"]'
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError(variable, raw, accepted) from None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(variable, raw, accepted)
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """What the operator process needs beyond the store's settings (names in the Helm chart's Deployment).
+
+    ``PI_DISPATCH_NAMESPACE`` is the one namespace watched (the release namespace: the RBAC is a Role);
+    the staging directory is the operator's mount of the staging PVC and ``PI_DISPATCH_STAGING_CLAIM``
+    the name job Pods mount it by.
+    """
+
+    store: Settings
+    namespace: str | None = None
+    staging_dir: str = DEFAULT_STAGING_DIR
+    staging_claim: str | None = None
+    max_concurrent_jobs: int = 4
+    job_image: str = DEFAULT_JOB_IMAGE
+    job_command: tuple[str, ...] = DEFAULT_JOB_COMMAND
+    metrics_port: int = 9090
+    health_port: int = 8080
+    peering: str = "pi-dispatch"
+    resumable_refresh_seconds: int = 300
+    sweep_interval_seconds: int = 3600
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
+        env = os.environ if env is None else env
+
+        def integer(name: str, default: int, accepted: str, minimum: int, maximum: int) -> int:
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                return default
+            return parse_strict_int(name, raw, accepted, minimum, maximum)
+
+        return cls(
+            store=Settings.from_env(env),
+            namespace=env.get("PI_DISPATCH_NAMESPACE") or None,
+            staging_dir=env.get("PI_DISPATCH_STAGING_DIR") or DEFAULT_STAGING_DIR,
+            staging_claim=env.get("PI_DISPATCH_STAGING_CLAIM") or None,
+            max_concurrent_jobs=integer("PI_DISPATCH_MAX_CONCURRENT_JOBS", 4, "a whole number from 1 to 10000",
+                                        1, 10000),
+            job_image=env.get("PI_DISPATCH_JOB_IMAGE") or DEFAULT_JOB_IMAGE,
+            job_command=_json_command("PI_DISPATCH_JOB_COMMAND", env.get("PI_DISPATCH_JOB_COMMAND"),
+                                      DEFAULT_JOB_COMMAND),
+            metrics_port=integer("PI_DISPATCH_METRICS_PORT", 9090, "a TCP port, 0 to turn metrics off", 0, 65535),
+            health_port=integer("PI_DISPATCH_HEALTH_PORT", 8080, "a TCP port, 0 to turn the probe off", 0, 65535),
+            peering=env.get("PI_DISPATCH_PEERING") or "pi-dispatch",
+            resumable_refresh_seconds=integer("PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", 300,
+                                              "a whole number of seconds from 5 to 86400", 5, 86400),
+            sweep_interval_seconds=integer("PI_DISPATCH_SWEEP_INTERVAL_SECONDS", 3600,
+                                           "a whole number of seconds from 10 to 604800", 10, 604800),
+        )
