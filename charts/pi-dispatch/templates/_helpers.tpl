@@ -1,0 +1,182 @@
+{{/* Names ---------------------------------------------------------------------------------- */}}
+
+{{- define "pi-dispatch.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The prefix of every object's name. Capped so "<fullname>-sessions" stays a valid name. */}}
+{{- define "pi-dispatch.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped objects carry the namespace: two releases of the same name must not collide. */}}
+{{- define "pi-dispatch.clusterName" -}}
+{{- printf "%s-%s" (include "pi-dispatch.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "pi-dispatch.serviceAccountName" -}}
+{{- include "pi-dispatch.fullname" . }}
+{{- end }}
+
+{{- define "pi-dispatch.storeClaim" -}}
+{{- .Values.sessions.store.existingClaim | default (printf "%s-sessions" (include "pi-dispatch.fullname" .)) }}
+{{- end }}
+
+{{- define "pi-dispatch.stagingClaim" -}}
+{{- printf "%s-staging" (include "pi-dispatch.fullname" .) }}
+{{- end }}
+
+{{/* Labels ---------------------------------------------------------------------------------- */}}
+
+{{- define "pi-dispatch.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "pi-dispatch.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pi-dispatch.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "pi-dispatch.labels" -}}
+helm.sh/chart: {{ include "pi-dispatch.chart" . }}
+{{ include "pi-dispatch.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: pi-dispatch
+{{- end }}
+
+{{/* The operator's Pods (the Deployment's selector; the test Pod's affinity). */}}
+{{- define "pi-dispatch.operatorSelectorLabels" -}}
+{{ include "pi-dispatch.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Images ---------------------------------------------------------------------------------- */}}
+
+{{- define "pi-dispatch.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "pi-dispatch.jobImage" -}}
+{{- .Values.job.image | default (printf "ghcr.io/pi-dispatch/job:%s" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* The operator's environment (OperatorSettings.from_env), shared by the test Pod --------- */}}
+
+{{- define "pi-dispatch.env" -}}
+- name: PI_DISPATCH_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: PI_DISPATCH_MAX_CONCURRENT_JOBS
+  value: {{ .Values.maxConcurrentJobs | int64 | quote }}
+- name: PI_DISPATCH_JOB_IMAGE
+  value: {{ include "pi-dispatch.jobImage" . | quote }}
+- name: PI_DISPATCH_JOB_COMMAND
+  value: {{ toJson .Values.job.command | quote }}
+- name: PI_DISPATCH_METRICS_PORT
+  value: {{ .Values.metrics.port | int64 | quote }}
+- name: PI_DISPATCH_HEALTH_PORT
+  value: {{ .Values.health.port | int64 | quote }}
+- name: PI_DISPATCH_PEERING
+  value: {{ .Values.peering.name | quote }}
+{{- with .Values.github.authSource }}
+- name: GITHUB_AUTH_SOURCE
+  value: {{ . | quote }}
+{{- end }}
+{{- if .Values.sessions.enabled }}
+- name: PI_SESSIONS_DIR
+  value: /var/lib/pi-dispatch/sessions
+- name: PI_DISPATCH_STAGING_DIR
+  value: /var/lib/pi-dispatch/jobs
+- name: PI_DISPATCH_STAGING_CLAIM
+  value: {{ include "pi-dispatch.stagingClaim" . | quote }}
+{{- $s := .Values.sessions }}
+{{- $bounds := list
+      (list "PI_SESSIONS_TTL_DAYS" $s.ttlDays)
+      (list "PI_SESSION_MAX_BYTES" $s.maxBytes)
+      (list "PI_SESSION_MAX_AGE_DAYS" $s.maxAgeDays)
+      (list "PI_SESSION_MAX_RESUME_CHAIN" $s.maxResumeChain)
+      (list "PI_SESSION_MAX_CONTEXT_PCT" $s.maxContextPct) }}
+{{- range $bounds }}
+{{- if not (kindIs "invalid" (index . 1)) }}
+- name: {{ index . 0 }}
+  value: {{ index . 1 | int64 | quote }}
+{{- end }}
+{{- end }}
+{{- if $s.allowGhSource }}
+- name: PI_SESSIONS_ALLOW_GH_SOURCE
+  value: "1"
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes: /tmp (the root filesystem is read-only) and, with sessions, the two PVCs ------- */}}
+
+{{- define "pi-dispatch.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if .Values.sessions.enabled }}
+- name: sessions
+  mountPath: /var/lib/pi-dispatch/sessions
+- name: staging
+  mountPath: /var/lib/pi-dispatch/jobs
+{{- end }}
+{{- end }}
+
+{{- define "pi-dispatch.volumes" -}}
+- name: tmp
+  emptyDir: {}
+{{- if .Values.sessions.enabled }}
+- name: sessions
+  persistentVolumeClaim:
+    claimName: {{ include "pi-dispatch.storeClaim" . }}
+- name: staging
+  persistentVolumeClaim:
+    claimName: {{ include "pi-dispatch.stagingClaim" . }}
+{{- end }}
+{{- end }}
+
+{{/* Security: the restricted Pod Security Standard ------------------------------------------ */}}
+
+{{- define "pi-dispatch.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.securityContext.runAsUser | int64 }}
+runAsGroup: {{ .Values.securityContext.runAsGroup | int64 }}
+fsGroup: {{ .Values.securityContext.fsGroup | int64 }}
+# a large store is not re-chowned on every start
+fsGroupChangePolicy: OnRootMismatch
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "pi-dispatch.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{/* A PVC (store or staging) from its values. */}}
+{{- define "pi-dispatch.pvcSpec" -}}
+accessModes:
+  {{- toYaml .accessModes | nindent 2 }}
+{{- if not (kindIs "invalid" .storageClassName) }}
+storageClassName: {{ .storageClassName | quote }}
+{{- end }}
+resources:
+  requests:
+    storage: {{ .size | quote }}
+{{- end }}
