@@ -1,0 +1,464 @@
+"""The Helm chart, rendered offline with the pinned helm: what it promises the operator and the cluster.
+
+No cluster: ``helm lint`` and ``helm template``, parsed with pyyaml. The env names and defaults are
+checked against ``pidispatch.settings`` (the operator's own parser), the CRD copies against the
+repository's ``crds/``, the peering CRD against what kopf selects. ``e2e/test_chart_install.py``
+installs the chart on a real apiserver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kopf._cogs.structs.references import NAMESPACED_PEERINGS_K
+
+from pidispatch.api.crds import AUTH_SOURCES
+from pidispatch.settings import OperatorSettings, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python -m pytest` has the repository on sys.path, plain `pytest` only tests/
+    sys.path.insert(0, str(ROOT))
+from e2e.cluster import bin_dir  # noqa: E402  (the helm of the pinned control plane)
+
+CHART = ROOT / "charts" / "pi-dispatch"
+RELEASE, NAMESPACE = "rel", "pi-ns"
+FULLNAME = f"{RELEASE}-pi-dispatch"
+STORE_DIR, STAGING_DIR = "/var/lib/pi-dispatch/sessions", "/var/lib/pi-dispatch/jobs"
+SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+
+
+def _versions() -> dict[str, str]:
+    lines = (ROOT / "e2e" / "controlplane" / "versions.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+# The pinned helm is built without Kubernetes' version stamped in and would assume v1.20 (below the
+# chart's kubeVersion): render for the pinned control plane's version instead.
+KUBE_VERSION = _versions()["K8S_VERSION"]
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    path = bin_dir(build=False) / "helm"
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"helm not found at {path}: run `make controlplane` (builds the pinned helm, cached)")
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+           "HELM_DATA_HOME": str(home / "data")}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(path), *args], capture_output=True, text=True, env=env, timeout=120)
+
+    yield run
+
+
+def set_args(values: Mapping[str, Any]) -> list[str]:
+    """``--set-json`` for each value, so types reach helm exactly as given (a string stays a string)."""
+    return [arg for key, value in values.items() for arg in ("--set-json", f"{key}={json.dumps(value)}")]
+
+
+def template(helm: Any, values: Mapping[str, Any] | None = None, *extra: str) -> subprocess.CompletedProcess[str]:
+    return helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
+                *set_args(values or {}), *extra)
+
+
+def render(helm: Any, values: Mapping[str, Any] | None = None, *extra: str) -> list[dict[str, Any]]:
+    result = template(helm, values, *extra)
+    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["operator"]
+    return containers[0]
+
+
+def doctor_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``helm test`` hook Pod."""
+    return one([d for d in kinds(docs, "Pod") if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"],
+               "Pod")
+
+
+def env_list(container: dict[str, Any]) -> list[dict[str, Any]]:
+    return container.get("env", [])
+
+
+def env_values(container: dict[str, Any], namespace: str = NAMESPACE) -> dict[str, str]:
+    """The container's env as the process would see it (the downward-API namespace filled in)."""
+    out: dict[str, str] = {}
+    for var in env_list(container):
+        if "value" in var:
+            out[var["name"]] = var["value"]
+        else:
+            assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
+            out[var["name"]] = namespace
+    return out
+
+
+class _RecordingEnv(Mapping[str, str]):
+    """An empty environment that remembers every name looked up in it."""
+
+    def __init__(self) -> None:
+        self.read: set[str] = set()
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def names_the_operator_reads() -> set[str]:
+    env = _RecordingEnv()
+    OperatorSettings.from_env(env)
+    return env.read
+
+
+ALL_ON: dict[str, Any] = {
+    "sessions.enabled": True, "sessions.maxContextPct": 80, "sessions.allowGhSource": True,
+    "github.authSource": "app",
+}
+
+
+# -- lint and the CRD copies -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "sessions and every option on"])
+def test_helm_lint_passes(helm: Any, values: dict[str, Any]) -> None:
+    result = helm("lint", "--strict", str(CHART), *set_args(values))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chart_crds_are_byte_identical_copies_of_the_repository_crds() -> None:
+    sources = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert len(sources) == 3, sources
+    copies = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert copies == sorted([*sources, "kopfpeerings.kopf.dev.yaml"]), \
+        "the chart's crds/ must hold the repository's CRDs and kopf's peering CRD: run charts/pi-dispatch/sync-crds.sh"
+    for name in sources:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), \
+            f"charts/pi-dispatch/crds/{name} differs from crds/{name}: run charts/pi-dispatch/sync-crds.sh"
+
+
+def test_peering_crd_is_the_one_kopf_selects_and_the_chart_creates_its_object(helm: Any) -> None:
+    crd = yaml.safe_load((CHART / "crds" / "kopfpeerings.kopf.dev.yaml").read_text())
+    spec = crd["spec"]
+    assert (spec["group"], spec["names"]["plural"], spec["scope"]) == \
+        (NAMESPACED_PEERINGS_K.group, NAMESPACED_PEERINGS_K.any_name, "Namespaced")
+    assert [v["name"] for v in spec["versions"] if v["served"] and v["storage"]] == [NAMESPACED_PEERINGS_K.version]
+    assert spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
+        "x-kubernetes-preserve-unknown-fields"] is True, "kopf keeps its peers in status"
+    docs = render(helm, {"peering.name": "team-a"})
+    peering = one(docs, spec["names"]["kind"])
+    assert peering["apiVersion"] == f"{spec['group']}/{NAMESPACED_PEERINGS_K.version}"
+    assert peering["metadata"]["name"] == "team-a"
+    assert env_values(operator_container(docs))["PI_DISPATCH_PEERING"] == "team-a"
+
+
+# -- the env contract -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "sessions and every option on"])
+def test_every_env_name_is_one_the_operator_reads(helm: Any, values: dict[str, Any]) -> None:
+    docs = render(helm, values)
+    names = [v["name"] for v in env_list(operator_container(docs))]
+    assert len(names) == len(set(names)), f"duplicate env names: {names}"
+    unknown = set(names) - names_the_operator_reads()
+    assert not unknown, f"the Deployment sets variables OperatorSettings never reads: {sorted(unknown)}"
+
+
+def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
+    docs = render(helm)
+    container = operator_container(docs)
+    env = env_values(container)
+    assert "PI_SESSIONS_DIR" not in env and "PI_DISPATCH_STAGING_CLAIM" not in env
+    assert not any(name.startswith("PI_SESSION") for name in env), "no store: no store settings either"
+    assert kinds(docs, "PersistentVolumeClaim") == []
+    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert volumes == [{"name": "tmp", "emptyDir": {}}]
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    settings = OperatorSettings.from_env(env)
+    # The one chosen difference: job Pods run the job image of this release, not :latest.
+    job_image = f"ghcr.io/pi-dispatch/job:{APP_VERSION}"
+    expected = OperatorSettings.from_env({"PI_DISPATCH_NAMESPACE": NAMESPACE, "PI_DISPATCH_JOB_IMAGE": job_image})
+    assert settings == expected, "the chart's defaults are the operator's defaults"
+    assert settings.store.sessions_dir is None
+    assert settings.job_command == ("pidispatch", "runner") and settings.max_concurrent_jobs == 4
+    assert (settings.metrics_port, settings.health_port, settings.peering) == (9090, 8080, "pi-dispatch")
+
+
+def test_sessions_enabled_mounts_both_claims_and_sets_the_bounds(helm: Any) -> None:
+    docs = render(helm, {"sessions.enabled": True})
+    deployment = one(docs, "Deployment")
+    container = operator_container(docs)
+    env = env_values(container)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in deployment["spec"]["template"]["spec"]["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {"sessions": f"{FULLNAME}-sessions", "staging": f"{FULLNAME}-staging"}
+    assert env["PI_SESSIONS_DIR"] == mounts["sessions"] == STORE_DIR
+    assert env["PI_DISPATCH_STAGING_DIR"] == mounts["staging"] == STAGING_DIR
+    assert env["PI_DISPATCH_STAGING_CLAIM"] == claims["staging"]
+    assert mounts["tmp"] == "/tmp"
+    store = one(docs, "PersistentVolumeClaim", f"{FULLNAME}-sessions")
+    staging = one(docs, "PersistentVolumeClaim", f"{FULLNAME}-staging")
+    assert store["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "annotations" not in staging["metadata"], "staging is scratch space: it goes with the release"
+    for pvc in (store, staging):
+        assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+        assert "storageClassName" not in pvc["spec"], "null: the cluster's default StorageClass"
+        assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    settings = OperatorSettings.from_env(env)
+    defaults = Settings()
+    assert settings.store == Settings(sessions_dir=STORE_DIR), "the chart's bounds are the spec's defaults"
+    assert env["PI_SESSION_MAX_BYTES"] == str(defaults.max_bytes), "no float formatting of large numbers"
+    assert "PI_SESSION_MAX_CONTEXT_PCT" not in env, "null leaves the bound unset (off)"
+    assert "PI_SESSIONS_ALLOW_GH_SOURCE" not in env
+
+
+def test_values_reach_the_operator_as_given(helm: Any) -> None:
+    values = {
+        "sessions.enabled": True, "sessions.ttlDays": 0, "sessions.maxBytes": 123456789,
+        "sessions.maxAgeDays": 30, "sessions.maxResumeChain": 5, "sessions.maxContextPct": 80,
+        "sessions.allowGhSource": True, "github.authSource": "pat", "maxConcurrentJobs": 7,
+        "job.image": "registry.example/pi-job:1.2.3", "job.command": ["pidispatch", "runner", "--verbose"],
+        "metrics.port": 9191, "health.port": 8181, "peering.name": "ops",
+    }
+    settings = OperatorSettings.from_env(env_values(operator_container(render(helm, values))))
+    assert settings.store == Settings(sessions_dir=STORE_DIR, ttl_days=0, max_bytes=123456789, max_age_days=30,
+                                      max_resume_chain=5, max_context_pct=80, allow_gh_source=True,
+                                      github_auth_source="pat")
+    assert settings.max_concurrent_jobs == 7
+    assert settings.job_image == "registry.example/pi-job:1.2.3"
+    assert settings.job_command == ("pidispatch", "runner", "--verbose")
+    assert (settings.metrics_port, settings.health_port, settings.peering) == (9191, 8181, "ops")
+    assert settings.namespace == NAMESPACE and settings.staging_claim == f"{FULLNAME}-staging"
+
+
+@pytest.mark.parametrize("bound", ["ttlDays", "maxBytes", "maxAgeDays", "maxResumeChain", "maxContextPct"])
+def test_a_null_bound_leaves_its_variable_unset(helm: Any, bound: str) -> None:
+    on = env_values(operator_container(render(helm, {"sessions.enabled": True, "sessions.maxContextPct": 50})))
+    off = env_values(operator_container(render(helm, {"sessions.enabled": True, "sessions.maxContextPct": 50,
+                                                      f"sessions.{bound}": None})))
+    assert set(on) - set(off) == {
+        "ttlDays": {"PI_SESSIONS_TTL_DAYS"}, "maxBytes": {"PI_SESSION_MAX_BYTES"},
+        "maxAgeDays": {"PI_SESSION_MAX_AGE_DAYS"}, "maxResumeChain": {"PI_SESSION_MAX_RESUME_CHAIN"},
+        "maxContextPct": {"PI_SESSION_MAX_CONTEXT_PCT"},
+    }[bound]
+
+
+def test_extra_env_is_appended_to_the_operator_and_the_test_pod(helm: Any) -> None:
+    extra = [{"name": "PI_DISPATCH_SWEEP_INTERVAL_SECONDS", "value": "60"},
+             {"name": "FROM_SECRET", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]
+    docs = render(helm, {"extraEnv": extra})
+    assert env_list(operator_container(docs))[-2:] == extra
+    assert env_list(doctor_pod(docs)["spec"]["containers"][0])[-2:] == extra
+
+
+def test_auth_source_values_are_the_crds_auth_sources() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    allowed = schema["properties"]["github"]["properties"]["authSource"]["enum"]
+    assert [a for a in allowed if a is not None] == list(AUTH_SOURCES)
+
+
+# -- the schema ------------------------------------------------------------------------------------------------
+REJECTED = [
+    ("maxConcurrentJobs as a word", {"maxConcurrentJobs": "four"}, "/maxConcurrentJobs"),
+    ("maxConcurrentJobs zero", {"maxConcurrentJobs": 0}, "/maxConcurrentJobs"),
+    ("context percent above 100", {"sessions.maxContextPct": 150}, "/sessions/maxContextPct"),
+    ("context percent zero", {"sessions.maxContextPct": 0}, "/sessions/maxContextPct"),
+    ("negative ttl", {"sessions.ttlDays": -1}, "/sessions/ttlDays"),
+    ("fractional max bytes", {"sessions.maxBytes": 1.5}, "/sessions/maxBytes"),
+    ("sessions.enabled as a string", {"sessions.enabled": "true"}, "/sessions/enabled"),
+    ("allowGhSource as the string 1", {"sessions.allowGhSource": "1"}, "/sessions/allowGhSource"),
+    ("unknown top-level key", {"maxConcurentJobs": 4}, "maxConcurentJobs"),
+    ("unknown sessions key", {"sessions.ttl": 3}, "ttl"),
+    ("two operators", {"replicas": 2}, "/replicas"),
+    ("job command as a string", {"job.command": "pidispatch runner"}, "/job/command"),
+    ("empty job command", {"job.command": []}, "/job/command"),
+    ("unknown auth source", {"github.authSource": "token"}, "/github/authSource"),
+    ("metrics port out of range", {"metrics.port": 70000}, "/metrics/port"),
+    ("root user", {"securityContext.runAsUser": 0}, "/securityContext/runAsUser"),
+    ("unknown access mode", {"sessions.staging.accessModes": ["RWX"]}, "/sessions/staging/accessModes"),
+    ("size without a unit grammar", {"sessions.store.size": "ten gigs"}, "/sessions/store/size"),
+]
+
+
+@pytest.mark.parametrize(("values", "field"), [r[1:] for r in REJECTED], ids=[r[0] for r in REJECTED])
+def test_schema_rejects_bad_values_naming_the_field(helm: Any, values: dict[str, Any], field: str) -> None:
+    result = template(helm, values)
+    assert result.returncode != 0, f"accepted {values}"
+    assert "schema" in result.stderr and field in result.stderr, result.stderr
+
+
+# -- RBAC ------------------------------------------------------------------------------------------------------
+def _rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def _expand(groups: list[str], resources: list[str], verbs: list[str]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for g in groups for r in resources for v in verbs}
+
+
+NAMESPACED_GRANTS = (
+    _expand(["pi-dispatch.dev"], ["triggers", "jobs", "sessionkeys"], ["get", "list", "watch", "patch", "update"])
+    | _expand(["pi-dispatch.dev"], ["sessionkeys"], ["create", "delete"])
+    | _expand(["pi-dispatch.dev"], ["triggers/status", "jobs/status", "sessionkeys/status"], ["get", "patch", "update"])
+    | _expand([""], ["pods"], ["get", "list", "watch", "create", "delete"])
+    | _expand(["", "events.k8s.io"], ["events"], ["create", "patch"])
+    | _expand([""], ["persistentvolumeclaims"], ["get"])
+    | _expand(["kopf.dev"], ["kopfpeerings"], ["get", "list", "watch", "patch"])
+)
+CLUSTER_GRANTS = (_expand(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get", "list", "watch"])
+                  | _expand([""], ["namespaces"], ["list", "watch"]))
+
+
+def test_rbac_is_least_privilege(helm: Any) -> None:
+    docs = render(helm, ALL_ON)
+    role, cluster_role = one(docs, "Role"), one(docs, "ClusterRole")
+    for r in (role, cluster_role):
+        for rule in r["rules"]:
+            assert set(rule) == {"apiGroups", "resources", "verbs"}, f"no resourceNames/nonResourceURLs: {rule}"
+            assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], f"wildcard in {rule}"
+    granted = _rules(role)
+    assert not {g for g in granted if g[1] in ("secrets", "pods/log", "pods/exec", "deployments")}
+    assert granted == NAMESPACED_GRANTS
+    assert _rules(cluster_role) == CLUSTER_GRANTS, "cluster-wide: only CRDs (kopf, doctor) and namespaces (kopf)"
+    assert role["metadata"]["name"] == FULLNAME and cluster_role["metadata"]["name"] == f"{FULLNAME}-{NAMESPACE}"
+    sa = one(docs, "ServiceAccount")["metadata"]["name"]
+    subject = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
+    for binding, ref in ((one(docs, "RoleBinding"), role), (one(docs, "ClusterRoleBinding"), cluster_role)):
+        assert binding["subjects"] == subject
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref["kind"],
+                                      "name": ref["metadata"]["name"]}
+    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == sa
+    assert doctor_pod(docs)["spec"]["serviceAccountName"] == sa
+
+
+# -- Pods: security, strategy, probes, the test hook -------------------------------------------------------------
+@pytest.mark.parametrize("which", ["operator", "helm test"])
+def test_pods_are_restricted(helm: Any, which: str) -> None:
+    docs = render(helm, {"sessions.enabled": True, "securityContext.runAsUser": 4242})
+    pod_spec = one(docs, "Deployment")["spec"]["template"]["spec"] if which == "operator" else doctor_pod(docs)["spec"]
+    psc = pod_spec["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 4242
+    assert psc["fsGroup"] == 65532, "fsGroup makes the PVCs writable"
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod_spec.get("hostNetwork") is not True and pod_spec.get("hostPID") is not True
+    for container in pod_spec["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]} and sc["runAsNonRoot"] is True
+        assert sc.get("privileged") is not True
+        assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"], "a writable /tmp"
+    assert {"name": "tmp", "emptyDir": {}} in pod_spec["volumes"]
+
+
+def test_deployment_is_one_recreated_operator_with_a_liveness_probe(helm: Any) -> None:
+    docs = render(helm)
+    deployment = one(docs, "Deployment")
+    assert deployment["metadata"]["name"] == FULLNAME
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["replicas"] == 1
+    container = operator_container(docs)
+    assert container["command"] == ["pidispatch", "operator"]
+    assert container["image"] == f"ghcr.io/pi-dispatch/operator:{APP_VERSION}"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 9090, "health": 8080}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert not selector.items() <= doctor_pod(docs)["metadata"]["labels"].items(), "the test Pod is not an operator"
+    assert one(render(helm, {"replicas": 0}), "Deployment")["spec"]["replicas"] == 0
+    no_probe = operator_container(render(helm, {"health.port": 0}))
+    assert "livenessProbe" not in no_probe and [p["name"] for p in no_probe["ports"]] == ["metrics"]
+
+
+def test_helm_test_hook_runs_doctor_like_the_operator(helm: Any) -> None:
+    for values in ({}, ALL_ON):
+        docs = render(helm, values)
+        pod = doctor_pod(docs)
+        operator = operator_container(docs)
+        [doctor] = pod["spec"]["containers"]
+        assert doctor["command"] == ["pidispatch", "doctor"]
+        assert doctor["image"] == operator["image"]
+        assert doctor["env"] == operator["env"]
+        assert doctor["volumeMounts"] == operator["volumeMounts"]
+        assert pod["spec"]["restartPolicy"] == "Never"
+    assert kinds(render(helm, {"tests.enabled": False}), "Pod") == []
+
+
+def test_test_pod_follows_the_operator_onto_its_node_when_claims_are_mounted(helm: Any) -> None:
+    docs = render(helm, {"sessions.enabled": True})
+    term = doctor_pod(docs)["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert "affinity" not in doctor_pod(render(helm))["spec"], "nothing to share without claims"
+
+
+# -- storage options ------------------------------------------------------------------------------------------
+def test_store_claim_options(helm: Any) -> None:
+    docs = render(helm, {"sessions.enabled": True, "sessions.store.resourcePolicy": "",
+                         "sessions.store.storageClassName": "fast", "sessions.staging.accessModes": ["ReadWriteMany"],
+                         "sessions.staging.storageClassName": "", "sessions.staging.size": "2Gi"})
+    store = one(docs, "PersistentVolumeClaim", f"{FULLNAME}-sessions")
+    staging = one(docs, "PersistentVolumeClaim", f"{FULLNAME}-staging")
+    assert "annotations" not in store["metadata"], "resourcePolicy '' lets helm uninstall delete the store"
+    assert store["spec"]["storageClassName"] == "fast"
+    assert staging["spec"]["storageClassName"] == "", "'' (no dynamic provisioning) is not the same as null"
+    assert staging["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert staging["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    existing = render(helm, {"sessions.enabled": True, "sessions.store.existingClaim": "old-store"})
+    assert [p["metadata"]["name"] for p in kinds(existing, "PersistentVolumeClaim")] == [f"{FULLNAME}-staging"]
+    volumes = one(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "sessions", "persistentVolumeClaim": {"claimName": "old-store"}} in volumes
+
+
+# -- metrics ---------------------------------------------------------------------------------------------------
+def test_metrics_service_and_optional_service_monitor(helm: Any) -> None:
+    docs = render(helm)
+    service = one(docs, "Service")
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [("metrics", 9090, "metrics")]
+    assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert kinds(docs, "ServiceMonitor") == []
+    assert kinds(render(helm, {"metrics.port": 0}), "Service") == []
+
+    missing_api = template(helm, {"metrics.serviceMonitor.enabled": True})
+    assert missing_api.returncode != 0 and "monitoring.coreos.com/v1" in missing_api.stderr, \
+        "enabled without the API is an error, not a silently missing ServiceMonitor"
+    docs = render(helm, {"metrics.serviceMonitor.enabled": True, "metrics.serviceMonitor.labels": {"release": "prom"}},
+                  "--api-versions", SERVICE_MONITOR_API)
+    monitor = one(docs, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service")["metadata"]["labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_values_file_names_every_variable_it_sets(helm: Any) -> None:
+    """A reader of values.yaml finds each operator variable next to the value that sets it."""
+    text = (CHART / "values.yaml").read_text()
+    names = {v["name"] for v in env_list(operator_container(render(helm, ALL_ON))) if "value" in v}
+    assert len(names) > 10
+    assert [name for name in sorted(names) if name not in text] == []
