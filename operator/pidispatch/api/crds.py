@@ -186,7 +186,7 @@ def trigger_crd() -> dict[str, Any]:
 def job_crd() -> dict[str, Any]:
     number = {"type": "integer", "minimum": 1}
     return _crd(
-        "Job", "jobs", ["pijob", "pij"],
+        "Job", "jobs", ["pijob", "pijobs", "pij"],
         spec={
             "required": ["trigger", "forge", "repository"],
             "properties": {

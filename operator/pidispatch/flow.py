@@ -1,0 +1,188 @@
+"""The job flow's decisions (ARCHITECTURE §4), as pure functions over plain data.
+
+``handlers/`` gathers (Job, Trigger, Pod, store readings), calls these, and acts. Nothing here does
+I/O, so every branch of the flow is a table-driven unit test.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pidispatch.api.conditions import reason_to_camel, set_condition
+from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.record import JobReason
+from pidispatch.settings import Settings
+from pidispatch.store.keys import issue_branch, issue_key, pull_request_key
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Refused"})
+VENUE = "kubernetes"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a Job does not run. ``reason`` is a JobReason for the spec's refusals, else ``None``."""
+
+    phase: str  # "Refused" (a deliberate refusal before any spend) or "Failed"
+    reason: str | None
+    condition_reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class KeyRef:
+    """A resolved session key and what it names. Branch and repository stay out of Job status."""
+
+    key: str
+    forge: str
+    repository: str
+    branch: str
+
+
+SESSIONS_DIR_UNSET_MESSAGE = (
+    "Trigger {trigger} asks to resume the previous conversation (run.resume: true), but this deployment has "
+    "no session store, so the job did not run: without a store it would lose its conversation yet look "
+    "successful. Either enable the store (Helm value sessions.enabled=true) or remove run.resume from the "
+    "Trigger."
+)
+GH_SOURCE_MESSAGE = (
+    "Trigger {trigger} arms run.resume while jobs get a long-lived full-scope gh token (auth source gh): "
+    "a transcript that ever echoed that token would be replayed into every later job on the branch. Use "
+    "auth source app or pat, or, knowingly, set PI_SESSIONS_ALLOW_GH_SOURCE=1. Run `pidispatch doctor` "
+    "in the operator Pod for details."
+)
+
+
+def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | None,
+            settings: Settings) -> Refusal | None:
+    """Refusals before any spend (§4.1–2): no Pod, no slot, no store access."""
+    trigger_name = job_spec.get("trigger", "")
+    if trigger is None:
+        return Refusal("Failed", None, "TriggerNotFound",
+                       f"Trigger {trigger_name} does not exist in this namespace; create it, then re-create "
+                       f"Job {job_name}.")
+    spec = trigger.get("spec") or {}
+    problem = first_refusal(spec)
+    if problem is not None:
+        return Refusal("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {problem}")
+    if not resume_armed(spec):
+        return None
+    if settings.sessions_dir is None:
+        return Refusal("Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset",
+                       SESSIONS_DIR_UNSET_MESSAGE.format(trigger=trigger_name))
+    source = job_spec.get("authSource") or (spec.get("run") or {}).get("auth") or settings.github_auth_source
+    if source == "gh" and not settings.allow_gh_source:
+        return Refusal("Refused", JobReason.CONFIG_REFUSED, "ConfigRefused",
+                       GH_SOURCE_MESSAGE.format(trigger=trigger_name))
+    return None
+
+
+def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> KeyRef | None:
+    """The session key of a Job (§1.2), or ``None``: resume off, a fork, a missing head, a manual run."""
+    if not resume_armed(trigger_spec):
+        return None
+    forge, repo = job_spec.get("forge"), job_spec.get("repository")
+    if not isinstance(forge, str) or not isinstance(repo, str):
+        return None
+    if job_spec.get("pullRequest") is not None:
+        if job_spec.get("fork") is True:
+            return None
+        resolved = job_spec.get("resolved") or {}
+        head_ref, head_repo = resolved.get("headRef"), resolved.get("headRepository")
+        key = pull_request_key(forge, repo, head_ref, head_repo)
+        return None if key is None else KeyRef(key, forge, repo, head_ref)
+    number = job_spec.get("issue")
+    key = issue_key(forge, repo, number)
+    return None if key is None else KeyRef(key, forge, repo, issue_branch(number))
+
+
+def pod_env(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:
+    """The event and run facts a runner needs; the same with or without a session (none derive from the key)."""
+    run = trigger_spec.get("run") or {}
+    env = {
+        "PI_JOB_NAME": job_name,
+        "PI_TRIGGER": str(job_spec.get("trigger", "")),
+        "PI_FORGE": str(job_spec.get("forge", "")),
+        "PI_REPOSITORY": str(job_spec.get("repository", "")),
+        "PI_JOB_SPEC": json.dumps({k: v for k, v in job_spec.items() if k != "resolved"}, sort_keys=True,
+                                  separators=(",", ":")),
+    }
+    for name, value in (("PI_ISSUE", job_spec.get("issue")), ("PI_PULL_REQUEST", job_spec.get("pullRequest")),
+                        ("PI_MODEL", run.get("model")), ("PI_VERSION", run.get("piVersion")),
+                        ("PI_FLOW", run.get("flow"))):
+        if value is not None:
+            env[name] = str(value)
+    return env
+
+
+def pod_phase(pod: dict[str, Any] | None) -> str | None:
+    """``Succeeded`` / ``Failed`` once the Pod has ended, else ``None``. A vanished Pod counts as failed."""
+    if pod is None:
+        return "Failed"
+    phase = (pod.get("status") or {}).get("phase")
+    return phase if phase in ("Succeeded", "Failed") else None
+
+
+def termination_message(pod: dict[str, Any] | None) -> str | None:
+    """The job container's termination message (the runner's report), if the Pod recorded one."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if status.get("name") == "pi" and terminated.get("message"):
+            return str(terminated["message"])
+    return None
+
+
+def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | None,
+                   conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger."""
+    problem = first_refusal(spec)
+    armed = resume_armed(spec)
+    store = settings.sessions_dir is not None
+    conditions = set_condition(conditions, "Ready", problem is None, "Loaded" if problem is None else "ResumeConflict",
+                               "The Trigger can run jobs." if problem is None else problem, generation)
+    conditions = set_condition(
+        conditions, "ResumeArmed", armed and problem is None, "Armed" if armed else "NotRequested",
+        "Jobs of this Trigger continue the previous conversation on their branch." if armed else
+        "run.resume is not set: every job starts a fresh conversation.", generation)
+    if store:
+        store_status, store_reason, store_message = True, "Configured", "A session store is configured."
+    elif armed:
+        store_status, store_reason = False, "SessionsDirUnset"
+        store_message = ("No session store is configured, so every delivery of this Trigger is refused "
+                         "(sessions-dir-unset). Enable it with the Helm value sessions.enabled=true, or remove "
+                         "run.resume.")
+    else:
+        store_status, store_reason, store_message = False, "NotConfigured", "No session store (not needed here)."
+    conditions = set_condition(conditions, "SessionStore", store_status, store_reason, store_message, generation)
+    s = settings
+    bounds = {"ttlDays": s.ttl_days, "maxBytes": s.max_bytes, "maxAgeDays": s.max_age_days,
+              "maxResumeChain": s.max_resume_chain, "maxContextPct": s.max_context_pct}
+    return {"observedGeneration": generation, "conditions": conditions, "bounds": bounds}
+
+
+def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | None,
+                      last: dict[str, Any] | None = None) -> dict[str, Any]:
+    """SessionKey status from ``store.inspect.inspect_key`` output plus the last job's facts."""
+    stored = bool(view.get("directory")) and bool(view.get("bytes"))
+    nxt = view.get("next") or "absent"
+    lock = view.get("lock")
+    conditions = set_condition(conditions, "Stored", stored, "TranscriptStored" if stored else "NoTranscript",
+                               f"{view.get('bytes')} bytes stored." if stored else "No transcript is stored.",
+                               None)
+    assumed = " (judged with the pi version stamped on the key)" if view.get("assumedPiVersion") else ""
+    conditions = set_condition(
+        conditions, "Resumable", nxt == "resumed", "Resumable" if nxt == "resumed" else reason_to_camel(nxt),
+        ("The next delivery would resume" + assumed + ".") if nxt == "resumed" else
+        f"The next delivery would start cold: {nxt}{assumed}.", None)
+    live = bool(lock) and lock.get("state") == "live"
+    conditions = set_condition(
+        conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if lock else "Unlocked"),
+        f"A promotion holds the lock ({lock['ageMs']} ms old)." if lock else "No promotion is running.", None)
+    status: dict[str, Any] = {
+        "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
+        "piVersion": view.get("piVersion"), "resumeChain": view.get("resumeChain") or 0,
+        "context": view.get("context"), "next": nxt,
+    }
+    status.update(last or {})
+    return status

@@ -1,0 +1,1 @@
+"""Thin kopf registrations and the shell that acts on the cluster; decisions live in ``flow``."""

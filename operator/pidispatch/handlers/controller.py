@@ -1,0 +1,577 @@
+"""The operator's shell: gather from the cluster and the store, ask ``flow``, act, write status.
+
+Each step is idempotent and ordered so that a restart at any point converges (ARCHITECTURE §4):
+
+1. admit    Trigger read, refusals before any spend, then the FIFO queue (``Queued`` when waiting);
+2. start    in a free slot: gates + staging, ``host.json`` journal, SessionKey, the Pod (deterministic
+            name: a second create is a 409, never a second Pod), status ``Running``;
+3. complete on the Pod's end: promotion bracketed by the ``promotion.json`` journal (at most once per
+            Job), verdict merge, status, SessionKey status, slot freed, staging removed.
+
+The kopf registrations (``register.py``) only forward events here; timers (resync, Resumable
+refresh, reaper, staging sweep) run as threads of this object.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pidispatch import failpoints, flow, metrics
+from pidispatch.api.conditions import now_rfc3339, set_condition
+from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.events import emit
+from pidispatch.jobdir import HOST, PROMOTION, JobDir, file_digest, staged_uids
+from pidispatch.kubeapi import Api, ApiError, name_segment
+from pidispatch.manifests.pod import JOB_LABEL, PodInputs, job_pod, pod_name
+from pidispatch.record import HostVerdict, PromotionResult, merge_session
+from pidispatch.report import RunnerReport, parse_report
+from pidispatch.settings import OperatorSettings
+from pidispatch.slots import Slots
+from pidispatch.store import fsio, sidecars
+from pidispatch.store.inspect import inspect_key
+from pidispatch.store.keys import is_key
+from pidispatch.store.promote import promote
+from pidispatch.store.reap import reap
+from pidispatch.store.resolve import resolve
+
+log = logging.getLogger("pidispatch.operator")
+
+FINALIZER = "pi-dispatch.dev/forget-transcript"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
+RESYNC_SECONDS = 30
+STAGING_GRACE_SECONDS = 600
+
+
+class Controller:
+    """All operator behaviour for one namespace. Thread-safe: kopf calls it from its worker threads."""
+
+    def __init__(self, settings: OperatorSettings, api: Api, namespace: str) -> None:
+        self.s = settings
+        self.store = settings.store
+        self.api = api
+        self.ns = namespace
+        self.slots = Slots(settings.max_concurrent_jobs)
+        self._order: dict[str, tuple[str, str]] = {}
+        self._phases: dict[str, str] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- paths -------------------------------------------------------------------------------------
+
+    def _crd_path(self, plural: str, name: str | None = None, sub: str | None = None) -> str:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.ns}/{plural}"
+        if name is not None:
+            path += "/" + name_segment(name)
+        return path + (f"/{sub}" if sub else "")
+
+    def _pod_path(self, name: str | None = None) -> str:
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        return path if name is None else f"{path}/{name_segment(name)}"
+
+    def _lock(self, job: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(job, threading.Lock())
+
+    # ---- life cycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Seed the queue from the Jobs that exist (oldest first), then start the worker threads."""
+        for job in sorted(self.api.list(self._crd_path("jobs")), key=_arrival):
+            phase = (job.get("status") or {}).get("phase")
+            self._track(job["metadata"]["name"], phase)
+            if phase == "Running":
+                self.slots.hold(job["metadata"]["name"])
+        for job in sorted(self.api.list(self._crd_path("jobs")), key=_arrival):
+            if (job.get("status") or {}).get("phase") not in flow.TERMINAL_PHASES | {"Running"}:
+                self._guarded(self.admit, job)
+        loops: list[tuple[str, Callable[[], None], float]] = [
+            ("pump", self._pump_once, 0), ("resync", self.resync, RESYNC_SECONDS),
+            ("sessionkeys", self.refresh_sessionkeys, self.s.resumable_refresh_seconds),
+            ("sweep", self.sweep, self.s.sweep_interval_seconds),
+        ]
+        for name, fn, interval in loops:
+            thread = threading.Thread(target=self._loop, args=(name, fn, interval), name=f"pidispatch-{name}",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _loop(self, name: str, fn: Callable[[], None], interval: float) -> None:
+        while not self._stop.is_set():
+            if interval:
+                if self._stop.wait(interval):
+                    return
+            else:
+                self._wake.wait(5)
+                self._wake.clear()
+            self._guarded(fn)
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # one failure must not stop the loop; the resync retries
+            log.warning("%s failed: %s: %s", getattr(fn, "__name__", fn), type(exc).__name__, exc)
+            return None
+
+    # ---- events from kopf --------------------------------------------------------------------------
+
+    def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        if event_type == "DELETED":
+            self._forget(name, job["metadata"].get("uid"))
+            return
+        phase = (job.get("status") or {}).get("phase")
+        if self._phases.get(name) in flow.TERMINAL_PHASES and phase not in flow.TERMINAL_PHASES:
+            return  # a stale body from before our own terminal status write
+        self._track(name, phase)
+        if phase in flow.TERMINAL_PHASES:
+            if self.slots.release(name):
+                self._wake.set()
+        elif phase == "Running":
+            self.slots.hold(name)
+        else:
+            self.admit(job)
+
+    def on_pod(self, pod: dict[str, Any]) -> None:
+        job = (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
+        if job and flow.pod_phase(pod) is not None:
+            self.complete(job, pod)
+
+    def on_sessionkey(self, event_type: str | None, sk: dict[str, Any]) -> None:
+        md = sk["metadata"]
+        if event_type == "DELETED" or not md.get("deletionTimestamp") or FINALIZER not in (md.get("finalizers") or []):
+            return
+        self.forget_key(sk)
+
+    def on_trigger(self, trigger: dict[str, Any]) -> None:
+        md = trigger["metadata"]
+        old = trigger.get("status") or {}
+        status = flow.trigger_status(trigger.get("spec") or {}, self.store, md.get("generation"),
+                                     old.get("conditions"))
+        if {k: old.get(k) for k in status} != status:
+            self.api.patch(self._crd_path("triggers", md["name"], "status"), {"status": status})
+
+    # ---- 1. admit ----------------------------------------------------------------------------------
+
+    def admit(self, job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        with self._lock(name):
+            trigger = self.api.get_or_none(self._crd_path("triggers", job["spec"].get("trigger", "")))
+            refused = flow.refusal(name, job["spec"], trigger, self.store)
+            if refused is not None:
+                self._refuse(job, refused)
+                return
+            self._order[name] = _arrival(job)
+            self.slots.enqueue(name, self._order[name])
+            place = self.slots.position(name)
+            if place is not None and place > self.slots.free and (job.get("status") or {}).get("phase") != "Queued":
+                self._patch_job(job, {"phase": "Queued", "queuedAt": now_rfc3339(),
+                                      "conditions": set_condition((job.get("status") or {}).get("conditions"),
+                                                                  "Started", False, "WaitingForSlot",
+                                                                  f"Waiting for one of {self.slots.capacity} "
+                                                                  "job slots (maxConcurrentJobs).", None)})
+        self._wake.set()
+
+    def _refuse(self, job: dict[str, Any], refused: flow.Refusal) -> None:
+        conditions = set_condition((job.get("status") or {}).get("conditions"), "Started", False,
+                                   refused.condition_reason, refused.message, None)
+        self._patch_job(job, {"phase": refused.phase, "reason": refused.reason, "conditions": conditions,
+                              "completedAt": now_rfc3339()})
+        emit("job_refused", job=job["metadata"]["name"], reason=refused.reason or refused.condition_reason)
+        self._event(job, "Warning", refused.condition_reason, refused.message)
+
+    # ---- 2. start ----------------------------------------------------------------------------------
+
+    def _pump_once(self) -> None:
+        while not self._stop.is_set() and (name := self.slots.take_next()) is not None:
+            try:
+                self.start_job(name)
+            except Exception as exc:
+                # Back in line at its old place: a burst is never dropped, and FIFO order survives errors.
+                log.warning("starting job %s failed, will retry: %s", name, exc)
+                self.slots.release(name)
+                self.slots.enqueue(name, self._order.get(name, ("", name)))
+                self._stop.wait(1)
+        self._gauges()
+
+    def start_job(self, name: str) -> None:
+        with self._lock(name):
+            job = self.api.get_or_none(self._crd_path("jobs", name))
+            if job is None:
+                self.slots.release(name)
+                return
+            status = job.get("status") or {}
+            if status.get("phase") in flow.TERMINAL_PHASES:
+                self.slots.release(name)
+                return
+            trigger = self.api.get_or_none(self._crd_path("triggers", job["spec"].get("trigger", "")))
+            refused = flow.refusal(name, job["spec"], trigger, self.store)
+            if refused is not None or trigger is None:
+                self.slots.release(name)
+                if refused is not None:
+                    self._refuse(job, refused)
+                return
+            uid = job["metadata"]["uid"]
+            jd = JobDir(self.s.staging_dir, uid)
+            pod = self.api.get_or_none(self._pod_path(pod_name(name)))
+            if pod is not None and _owner_uid(pod) != uid:
+                raise RuntimeError(f"Pod {pod_name(name)} belongs to an earlier Job of that name; waiting for "
+                                   "the garbage collector to remove it")
+            if pod is None:
+                # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
+                host = self._stage(job, trigger, jd)
+                pod = self._create_pod(job, trigger, host)
+                failpoints.at("pod-created")
+            host = jd.read(HOST) if jd.exists() else None
+            self._patch_job(job, {
+                "phase": "Running", "podName": pod["metadata"]["name"], "startedAt": now_rfc3339(),
+                "session": _host_session(host),
+                "conditions": set_condition(status.get("conditions"), "Started", True, "PodCreated",
+                                            _start_message(host), None),
+            })
+            self._track(name, "Running")
+            if flow.pod_phase(pod) is not None:  # it already ended while we were away
+                threading.Thread(target=self._guarded, args=(self.complete, name, pod), daemon=True).start()
+
+    def _stage(self, job: dict[str, Any], trigger: dict[str, Any], jd: JobDir) -> dict[str, Any] | None:
+        ref = flow.job_key(job["spec"], trigger.get("spec") or {})
+        if ref is None:
+            return None
+        run = (trigger.get("spec") or {}).get("run") or {}
+        jd.prepare()
+        record: dict[str, Any] = {"key": ref.key, "piVersion": run.get("piVersion"), "model": run.get("model"),
+                                  "venue": flow.VENUE, "mounted": False}
+        if not self.s.staging_claim:
+            log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job["metadata"]["name"])
+        else:
+            began = time.perf_counter()
+            resolution = resolve(self.store, ref.key, jd.session, venue=flow.VENUE, pi_version=run.get("piVersion"),
+                                 model=run.get("model"))
+            metrics.GATE_SECONDS.observe(time.perf_counter() - began)
+            if resolution is not None:
+                verdict = resolution.verdict
+                metrics.RESOLUTIONS.labels(verdict.reason).inc()
+                record.update(mounted=True, resume=verdict.resume, reason=verdict.reason, bytes=verdict.bytes)
+        jd.write(HOST, record)
+        failpoints.at("staged")
+        self._ensure_sessionkey(ref)
+        return record
+
+    def _create_pod(self, job: dict[str, Any], trigger: dict[str, Any], host: dict[str, Any] | None
+                    ) -> dict[str, Any]:
+        md, spec = job["metadata"], job["spec"]
+        run = (trigger.get("spec") or {}).get("run") or {}
+        mounted = bool(host and host.get("mounted"))
+        manifest = job_pod(PodInputs(
+            job_name=md["name"], job_uid=md["uid"], namespace=self.ns,
+            image=run.get("image") or self.s.job_image, command=list(self.s.job_command),
+            env=flow.pod_env(md["name"], spec, trigger.get("spec") or {}),
+            staging_claim=self.s.staging_claim if mounted else None,
+            session_subpath=f"{md['uid']}/session" if mounted else None,
+        ))
+        try:
+            return self.api.create(self._pod_path(), manifest)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            existing = self.api.get_or_none(self._pod_path(manifest["metadata"]["name"]))
+            if existing is None:
+                raise
+            return existing
+
+    # ---- 3. complete -------------------------------------------------------------------------------
+
+    def complete(self, name: str, pod: dict[str, Any] | None) -> None:
+        with self._lock(name):
+            job = self.api.get_or_none(self._crd_path("jobs", name))
+            if job is None:
+                return
+            status = job.get("status") or {}
+            uid = job["metadata"]["uid"]
+            jd = JobDir(self.s.staging_dir, uid)
+            if status.get("phase") in flow.TERMINAL_PHASES:
+                self._release(name, jd)
+                return
+            if pod is not None and _owner_uid(pod) != uid:
+                return  # a Pod of an earlier Job with the same name
+            outcome = flow.pod_phase(pod)
+            if outcome is None:
+                return
+            host = jd.read(HOST) if jd.exists() else None
+            report = parse_report(flow.termination_message(pod)) or RunnerReport()
+            verdict = _host_verdict(host)
+            promotion = None
+            if verdict is not None and outcome == "Succeeded":
+                promotion = self._promote_once(jd, host or {}, report)
+            session = merge_session(verdict, report.session, promotion)
+            conditions = set_condition(status.get("conditions"), "Completed", outcome == "Succeeded",
+                                       "PodSucceeded" if outcome == "Succeeded" else "PodFailed",
+                                       _end_message(outcome, pod, promotion), None)
+            self._patch_job(job, {"phase": outcome, "completedAt": now_rfc3339(), "session": session,
+                                  "tokens": report.tokens or None, "conditions": conditions})
+            failpoints.at("status-written")
+            self._track(name, outcome)
+            self._count_tokens(report, session)
+            if host and host.get("key"):
+                last = {"lastJob": name, "lastReason": (session or {}).get("reason")}
+                if promotion is not None and promotion.promoted:
+                    last["lastPromotedAt"] = now_rfc3339()
+                self._guarded(self._update_sessionkey, host["key"], last)
+            if promotion is not None:
+                self._event(job, "Normal" if promotion.promoted else "Warning",
+                            "Promoted" if promotion.promoted else "NotPromoted",
+                            f"Transcript promoted ({promotion.bytes} bytes)." if promotion.promoted else
+                            f"Transcript not promoted: {promotion.reason}.")
+            self._release(name, jd)
+
+    def _promote_once(self, jd: JobDir, host: dict[str, Any], report: RunnerReport) -> PromotionResult:
+        """Promote at most once per Job, even across a kill anywhere in here (the journal decides)."""
+        done = jd.read(PROMOTION)
+        key = host["key"]
+        if done and done.get("state") == "done":
+            return PromotionResult(bool(done.get("promoted")), str(done.get("reason")), done.get("bytes"))
+        staged = os.path.join(jd.session, sidecars.TRANSCRIPT)
+        canonical = os.path.join(self.store.sessions_dir or "", key, sidecars.TRANSCRIPT)
+        if done and done.get("state") == "started":
+            # Killed during an earlier attempt: did its swap land? The canonical file then has the staged
+            # bytes under an identity other than the one it had before that attempt.
+            before = done.get("before")
+            now = fsio.lstat_or_none(canonical)
+            landed = (now is not None and list(fsio.Identity.of(now)) != before
+                      and list(file_digest(canonical) or ()) == [done.get("size"), done.get("sha256")])
+            emit("session_promotion_recovered", key=key, landed=landed)
+            if landed:
+                result = PromotionResult(True, "promoted", done.get("size"))
+                jd.write(PROMOTION, {"state": "done", "promoted": True, "reason": "promoted",
+                                     "bytes": result.bytes})
+                return result
+        else:
+            digest = file_digest(staged)
+            st = fsio.lstat_or_none(canonical)
+            jd.write(PROMOTION, {"state": "started", "size": digest[0] if digest else None,
+                                 "sha256": digest[1] if digest else None,
+                                 "before": list(fsio.Identity.of(st)) if st is not None else None})
+        failpoints.at("promotion-started")
+        began = time.perf_counter()
+        result = promote(self.store, key, jd.session, host_resume=bool(host.get("resume")), venue=host.get("venue"),
+                         pi_version=host.get("piVersion"), model=host.get("model"), context=report.context,
+                         seams=failpoints.FailpointSeams())
+        metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
+        metrics.PROMOTIONS.labels(result.reason).inc()
+        failpoints.at("promoted")
+        jd.write(PROMOTION, {"state": "done", "promoted": result.promoted, "reason": result.reason,
+                             "bytes": result.bytes})
+        return result
+
+    def _release(self, name: str, jd: JobDir) -> None:
+        jd.remove()
+        if self.slots.release(name):
+            self._wake.set()
+
+    def _forget(self, name: str, uid: str | None) -> None:
+        if uid:
+            JobDir(self.s.staging_dir, uid).remove()
+        self._phases.pop(name, None)
+        self._order.pop(name, None)
+        if self.slots.release(name):
+            self._wake.set()
+        self._gauges()
+
+    # ---- SessionKeys -------------------------------------------------------------------------------
+
+    def _ensure_sessionkey(self, ref: flow.KeyRef) -> None:
+        path = self._crd_path("sessionkeys")
+        if self.api.get_or_none(self._crd_path("sessionkeys", ref.key)) is not None:
+            return
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SessionKey",
+                "metadata": {"name": ref.key, "labels": MANAGED_BY, "finalizers": [FINALIZER]},
+                "spec": {"forge": ref.forge, "repository": ref.repository, "branch": ref.branch}}
+        try:
+            self.api.create(path, body)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        self._update_sessionkey(ref.key, None)
+
+    def _update_sessionkey(self, key: str, last: dict[str, Any] | None) -> None:
+        if self.store.sessions_dir is None or not is_key(key):
+            return
+        current = self.api.get_or_none(self._crd_path("sessionkeys", key))
+        if current is None or current["metadata"].get("deletionTimestamp"):
+            return
+        old = current.get("status") or {}
+        kept = {k: old[k] for k in ("lastJob", "lastReason", "lastPromotedAt") if k in old}
+        status = flow.sessionkey_status(inspect_key(self.store, key), old.get("conditions"), {**kept, **(last or {})})
+        if {k: old.get(k) for k in status} != status:
+            self.api.patch(self._crd_path("sessionkeys", key, "status"), {"status": status})
+
+    def refresh_sessionkeys(self) -> None:
+        """Time passes, so ``Resumable`` goes stale (TTL, age): recompute it for every key."""
+        if self.store.sessions_dir is None:
+            return
+        for sk in self.api.list(self._crd_path("sessionkeys")):
+            self._guarded(self._update_sessionkey, sk["metadata"]["name"], None)
+
+    def forget_key(self, sk: dict[str, Any]) -> None:
+        """``kubectl delete sessionkey <key>``: remove that key's directory, then let the object go."""
+        md = sk["metadata"]
+        key = md["name"]
+        if self.store.sessions_dir is not None and is_key(key):
+            path = os.path.join(self.store.sessions_dir, key)
+            st = fsio.lstat_or_none(path)
+            if fsio.is_real_dir(st):
+                shutil.rmtree(path)  # fd-based on Linux: never follows a link inside the directory
+            elif st is not None:
+                os.unlink(path)  # a planted link or file at the key's name: remove the entry, not its target
+            emit("session_forgotten", key=key)
+        finalizers = [f for f in md.get("finalizers") or [] if f != FINALIZER]
+        self.api.patch(self._crd_path("sessionkeys", key),
+                       {"metadata": {"finalizers": finalizers, "resourceVersion": md["resourceVersion"]}})
+
+    # ---- timers ------------------------------------------------------------------------------------
+
+    def resync(self) -> None:
+        """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs."""
+        for job in sorted(self.api.list(self._crd_path("jobs")), key=_arrival):
+            name = job["metadata"]["name"]
+            phase = (job.get("status") or {}).get("phase")
+            if phase == "Running":
+                self.slots.hold(name)
+                pod = self.api.get_or_none(self._pod_path(pod_name(name)))
+                if flow.pod_phase(pod) is not None:
+                    self._guarded(self.complete, name, pod)
+            elif phase not in flow.TERMINAL_PHASES:
+                self._guarded(self.admit, job)
+        self._gauges()
+
+    def sweep(self) -> None:
+        """The reaper (store TTL), orphaned staging directories, and the store gauges."""
+        if self.store.sessions_dir is not None:
+            for event in reap(self.store):
+                log.info("%s", event)
+            keys, size = _store_size(self.store.sessions_dir)
+            metrics.STORE_KEYS.set(keys)
+            metrics.STORE_BYTES.set(size)
+        live = {job["metadata"]["uid"] for job in self.api.list(self._crd_path("jobs"))
+                if (job.get("status") or {}).get("phase") not in flow.TERMINAL_PHASES}
+        for uid in staged_uids(self.s.staging_dir):
+            path = os.path.join(self.s.staging_dir, uid)
+            st = fsio.lstat_or_none(path)
+            if uid not in live and st is not None and time.time() - st.st_mtime > STAGING_GRACE_SECONDS:
+                shutil.rmtree(path, ignore_errors=True)
+                emit("staging_swept", job=uid)
+
+    # ---- small helpers -----------------------------------------------------------------------------
+
+    def _patch_job(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+        md = job["metadata"]
+        status.setdefault("observedGeneration", md.get("generation"))
+        self.api.patch(self._crd_path("jobs", md["name"], "status"), {"status": status})
+        if "phase" in status:
+            metrics.JOB_TRANSITIONS.labels(status["phase"]).inc()
+
+    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        md = obj["metadata"]
+        stamp = now_rfc3339()
+        body = {
+            "metadata": {"generateName": f"{md['name'][:200]}.", "namespace": self.ns},
+            "involvedObject": {"apiVersion": obj.get("apiVersion", f"{GROUP}/{VERSION}"),
+                               "kind": obj.get("kind", "Job"), "name": md["name"], "namespace": self.ns,
+                               "uid": md.get("uid")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": "pi-dispatch-operator"}, "reportingComponent": "pi-dispatch-operator",
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        self._guarded(self.api.create, f"/api/v1/namespaces/{self.ns}/events", body)
+
+    def _track(self, name: str, phase: str | None) -> None:
+        self._phases[name] = phase or "Pending"
+
+    def _gauges(self) -> None:
+        counts: dict[str, int] = {}
+        for phase in list(self._phases.values()):
+            counts[phase] = counts.get(phase, 0) + 1
+        for phase in ("Pending", "Refused", "Queued", "Running", "Succeeded", "Failed"):
+            metrics.JOBS.labels(phase).set(counts.get(phase, 0))
+        metrics.QUEUE_DEPTH.set(self.slots.queued)
+        metrics.SLOTS_IN_USE.set(self.slots.running)
+
+    def _count_tokens(self, report: RunnerReport, session: dict[str, Any] | None) -> None:
+        total = report.tokens.get("total")
+        if total is not None:
+            metrics.TOKENS.labels("resumed" if session and session.get("resumed") else "cold").inc(total)
+
+
+def _arrival(job: dict[str, Any]) -> tuple[str, str]:
+    md = job["metadata"]
+    return md.get("creationTimestamp") or "", md["name"]
+
+
+def _owner_uid(pod: dict[str, Any]) -> str | None:
+    return next((ref.get("uid") for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")),
+                None)
+
+
+def _host_verdict(host: dict[str, Any] | None) -> HostVerdict | None:
+    if not host or not host.get("mounted"):
+        return None
+    return HostVerdict(bool(host.get("resume")), str(host.get("reason")), host.get("bytes"))
+
+
+def _host_session(host: dict[str, Any] | None) -> dict[str, Any] | None:
+    verdict = _host_verdict(host)
+    return None if verdict is None else {"resumed": verdict.resume, "reason": verdict.reason, "bytes": verdict.bytes}
+
+
+def _start_message(host: dict[str, Any] | None) -> str:
+    if host is None:
+        return "Pod created; this job has no session key and runs as a fresh conversation."
+    if not host.get("mounted"):
+        return "Pod created without a session: the store could not be read (see the operator log)."
+    if host.get("resume"):
+        return f"Pod created; it continues the previous conversation ({host.get('bytes')} bytes staged)."
+    return f"Pod created; it starts a fresh conversation: {host.get('reason')}."
+
+
+def _end_message(outcome: str, pod: dict[str, Any] | None, promotion: PromotionResult | None) -> str:
+    if pod is None:
+        return "The job Pod disappeared before it finished; nothing was promoted."
+    if outcome == "Failed":
+        return "The job Pod failed; the stored conversation is unchanged."
+    if promotion is None:
+        return "The job Pod succeeded."
+    if promotion.promoted:
+        return "The job Pod succeeded and its transcript was promoted."
+    return f"The job Pod succeeded; its transcript was not promoted: {promotion.reason}."
+
+
+def _store_size(root: str) -> tuple[int, int]:
+    keys = size = 0
+    try:
+        entries = os.scandir(root)
+    except OSError:
+        return 0, 0
+    with entries:
+        for entry in entries:
+            if not is_key(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            keys += 1
+            st = fsio.lstat_or_none(os.path.join(entry.path, sidecars.TRANSCRIPT))
+            if fsio.is_regular(st):
+                size += st.st_size  # type: ignore[union-attr]
+    return keys, size

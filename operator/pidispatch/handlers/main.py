@@ -1,0 +1,49 @@
+"""``pidispatch operator``: configure logging and metrics, build the controller, run kopf."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from pidispatch.settings import OperatorSettings
+
+
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None)
+        if fields is not None:
+            return json.dumps(fields, separators=(",", ":"), default=str)
+        return json.dumps({"level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()},
+                          separators=(",", ":"))
+
+
+def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
+    """Run until SIGTERM. Exit 2 when the cluster cannot be reached or the settings cannot work."""
+    import kopf
+
+    from pidispatch import metrics
+    from pidispatch.events import logger as events_logger
+    from pidispatch.handlers.controller import Controller
+    from pidispatch.handlers.register import register
+    from pidispatch.kubeapi import Api
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines())
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
+    for own in list(events_logger.handlers):  # the CLI's stderr handler: the root handler prints events now
+        events_logger.removeHandler(own)
+    events_logger.propagate = True
+    for noisy in ("kopf.objects", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    api = Api.from_environment()
+    namespace = settings.namespace or api.namespace_default()
+    controller = Controller(settings, api, namespace)
+    registry = kopf.OperatorRegistry()
+    register(registry, controller, settings)
+    metrics.serve(settings.metrics_port)
+    liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
+    kopf.run(registry=registry, namespaces=[namespace], peering_name=settings.peering, standalone=False,
+             liveness_endpoint=liveness)
+    return 0

@@ -1,0 +1,118 @@
+"""A Job's private directory on the staging volume: the staged copy and the Job's journal.
+
+``<staging>/<job-uid>/session/`` is what the job Pod mounts (subPath) at ``/session``; the journal
+files next to it (``host.json``, ``promotion.json``) are out of the Pod's reach. The journal is what
+makes the flow restartable: the host verdict is written before the Pod exists, and promotion is
+bracketed by ``started`` and ``done`` records, so an operator killed at any point can tell on
+restart whether a promotion already landed and never promotes a Job twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+from typing import Any
+
+from pidispatch.store import fsio
+
+SESSION = "session"
+HOST = "host.json"
+PROMOTION = "promotion.json"
+_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_RECORD = 64 * 1024
+
+
+class JobDir:
+    """Paths and journal of one Job (by uid, which never repeats, unlike names)."""
+
+    def __init__(self, staging_root: str, uid: str) -> None:
+        if not uid or "/" in uid or uid in (".", ".."):
+            raise ValueError(f"not a Job uid: {uid!r}")
+        self.path = os.path.join(staging_root, uid)
+        self.session = os.path.join(self.path, SESSION)
+
+    def prepare(self) -> None:
+        """Create the directory and its ``session/`` (0700), refusing anything that is not a real directory."""
+        for path in (self.path, self.session):
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
+            if not fsio.is_real_dir(fsio.lstat_or_none(path)):
+                raise NotADirectoryError(f"staging path is not a real directory: {path}")
+
+    def exists(self) -> bool:
+        return fsio.is_real_dir(fsio.lstat_or_none(self.path))
+
+    def write(self, name: str, record: dict[str, Any]) -> None:
+        """Replace journal file ``name`` atomically and durably (temp, fsync, rename, fsync dir)."""
+        data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
+        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            temp = f".{name}.incoming"
+            fsio.clear_name(temp, dir_fd)
+            fd = os.open(temp, _WRITE | os.O_EXCL, 0o600, dir_fd=dir_fd)
+            try:
+                fsio.write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            fsio.fsync_dir(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """A journal record, or ``None`` when missing, not a regular file, oversized or not a JSON object."""
+        try:
+            fd = os.open(os.path.join(self.path, name), _READ)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD:
+                return None
+            data = os.read(fd, MAX_RECORD + 1)
+        finally:
+            os.close(fd)
+        try:
+            record = json.loads(data)
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def file_digest(path: str) -> tuple[int, str] | None:
+    """``(size, sha256)`` of a regular file read without following links, or ``None``."""
+    try:
+        fd = os.open(path, _READ)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        digest = hashlib.sha256()
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+        return size, digest.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def staged_uids(staging_root: str) -> list[str]:
+    """The Job uids that have a directory on the staging volume (links and files are not Jobs)."""
+    try:
+        names = os.listdir(staging_root)
+    except FileNotFoundError:
+        return []
+    return [n for n in names if fsio.is_real_dir(fsio.lstat_or_none(os.path.join(staging_root, n)))]

@@ -1,0 +1,150 @@
+"""A small JSON client for the Kubernetes API, used by the operator's handlers and by doctor.
+
+Plain dicts over HTTPS with urllib3 (thread-safe pooling), because the handlers patch status
+subresources with merge patches and read custom resources as dicts; the official client's models
+would only be converted back. Connection details come from the official client's config loaders
+(in-cluster ServiceAccount, or ``KUBECONFIG``), so every auth form it supports works here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+
+MERGE_PATCH = "application/merge-patch+json"
+SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+class ApiError(Exception):
+    """A non-2xx answer. ``status`` is the HTTP code (0 when the server could not be reached)."""
+
+    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+        super().__init__(f"{method} {path}: {status} {message}")
+        self.status = status
+        self.message = message
+
+
+class Api:
+    """``get/list/create/patch/delete`` on raw API paths, returning dicts."""
+
+    def __init__(self, server: str, *, ca_file: str | None = None, cert_file: str | None = None,
+                 key_file: str | None = None, token: str | None = None, token_file: str | None = None,
+                 timeout: float = 30.0, pool: int = 32) -> None:
+        self.server = server.rstrip("/")
+        self._token = token
+        self._token_file = token_file
+        self._token_read = 0.0
+        self._token_lock = threading.Lock()
+        self._timeout = urllib3.Timeout(connect=5.0, read=timeout)
+        self._http = urllib3.PoolManager(
+            num_pools=4, maxsize=pool, block=False, cert_reqs="CERT_REQUIRED" if ca_file else "CERT_NONE",
+            ca_certs=ca_file, cert_file=cert_file, key_file=key_file,
+            retries=urllib3.Retry(total=3, connect=3, read=0, status=0, backoff_factor=0.2,
+                                  allowed_methods=None),
+        )
+
+    @classmethod
+    def from_environment(cls) -> Api:
+        """In-cluster ServiceAccount when running in a Pod, else the current ``KUBECONFIG`` context."""
+        token_file = os.path.join(SA_DIR, "token")
+        if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(token_file):
+            host = os.environ["KUBERNETES_SERVICE_HOST"]
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            host = f"[{host}]" if ":" in host else host
+            return cls(f"https://{host}:{port}", ca_file=os.path.join(SA_DIR, "ca.crt"), token_file=token_file)
+        from kubernetes import client, config
+
+        cfg = client.Configuration()
+        config.load_kube_config(client_configuration=cfg)
+        token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+        if token and token.lower().startswith("bearer "):
+            token = token[7:]
+        return cls(cfg.host, ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file, token=token)
+
+    def namespace_default(self) -> str:
+        try:
+            with open(os.path.join(SA_DIR, "namespace")) as f:
+                return f.read().strip() or "default"
+        except OSError:
+            return "default"
+
+    def _bearer(self) -> str | None:
+        if self._token_file is None:
+            return self._token
+        with self._token_lock:
+            # Bound tokens rotate (the kubelet rewrites the file); re-read it every minute.
+            if self._token is None or time.monotonic() - self._token_read > 60:
+                with open(self._token_file) as f:
+                    self._token = f.read().strip()
+                self._token_read = time.monotonic()
+            return self._token
+
+    def request(self, method: str, path: str, body: Any = None, *, params: dict[str, Any] | None = None,
+                content_type: str = "application/json") -> Any:
+        url = self.server + path + (("?" + urlencode(params)) if params else "")
+        headers = {"Accept": "application/json"}
+        token = self._bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            headers["Content-Type"] = content_type
+        try:
+            response = self._http.request(method, url, body=data, headers=headers, timeout=self._timeout)
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, method, path, f"cannot reach the API server: {exc}") from None
+        payload: Any = None
+        if response.data:
+            try:
+                payload = json.loads(response.data)
+            except ValueError:
+                payload = None
+        if response.status >= 300:
+            message = payload.get("message", "") if isinstance(payload, dict) else response.data[:200].decode(
+                "utf-8", "replace")
+            raise ApiError(response.status, method, path, message)
+        return payload
+
+    def get(self, path: str) -> dict[str, Any]:
+        return self.request("GET", path)
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            return self.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item, following ``continue`` tokens in pages of 500."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"limit": 500, **params}
+        while True:
+            page = self.request("GET", path, params=query)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            query["continue"] = token
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("POST", path, body)
+
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self.request("PATCH", path, body, content_type=MERGE_PATCH)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+
+def name_segment(name: str) -> str:
+    return quote(name, safe="")
+
