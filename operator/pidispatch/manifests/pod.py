@@ -31,7 +31,9 @@ class PodInputs:
     env: dict[str, str] = field(default_factory=dict)
     staging_claim: str | None = None  # the staging PVC; only used when a session is mounted
     session_subpath: str | None = None  # "<job-uid>/session" when a key was resolved
-    run_as_user: int = 1000
+    # The operator's uid (the chart's securityContext.runAsUser): the staged copy is created 0600 in a
+    # 0700 directory by the operator, so the job must run as the same uid to read and rewrite it.
+    run_as_user: int = 65532
 
 
 def pod_name(job_name: str) -> str:
