@@ -1,0 +1,64 @@
+# syntax=docker/dockerfile:1
+# Two images from one build (ARCHITECTURE §1):
+#   docker build --target operator -t ghcr.io/pi-dispatch/operator:<version> .
+#   docker build --target job      -t ghcr.io/pi-dispatch/job:<version> .
+# Both run as uid/gid 65532 (the chart's securityContext.runAsUser), never as root.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# pi 0.73.1 runs on Node 20; same Debian release as the Python base, so the copied binary finds its libraries.
+ARG NODE_IMAGE=node:20-bookworm-slim
+
+# -- build: the pidispatch package into a self-contained virtualenv ------------------------------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/pidispatch
+WORKDIR /src
+# Only what `pip install .` reads: pyproject.toml (which names README.md) and the package.
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+RUN /opt/pidispatch/bin/pip install . \
+ && /opt/pidispatch/bin/pidispatch --help >/dev/null
+
+# -- common runtime: the virtualenv (same path as in `build`) and the non-root user -------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+RUN groupadd --gid 65532 pidispatch \
+ && useradd --uid 65532 --gid 65532 --home-dir /home/pidispatch --create-home --shell /usr/sbin/nologin pidispatch
+COPY --from=build /opt/pidispatch /opt/pidispatch
+ENV PATH=/opt/pidispatch/bin:$PATH \
+    HOME=/home/pidispatch \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+
+# -- operator: kopf; the chart runs it with a read-only root filesystem and an emptyDir at /tmp -------------
+FROM runtime AS operator
+USER 65532:65532
+WORKDIR /home/pidispatch
+EXPOSE 8080 9090
+ENTRYPOINT ["pidispatch"]
+CMD ["operator"]
+
+# -- job: the runner and pi --------------------------------------------------------------------------------
+FROM ${NODE_IMAGE} AS node
+
+FROM runtime AS job
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates git \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=node /usr/local/bin/node /usr/local/bin/node
+COPY --from=node /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm
+RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
+ && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
+ && node --version && npm --version
+# The pi the Triggers declare (run.piVersion); the runner checks the version it actually runs.
+ARG PI_VERSION=0.73.1
+RUN npm install --global --omit=dev "@mariozechner/pi-coding-agent@${PI_VERSION}" \
+ && npm cache clean --force \
+ && installed="$(node -p "require('/usr/local/lib/node_modules/@mariozechner/pi-coding-agent/package.json').version")" \
+ && test "$installed" = "$PI_VERSION" \
+ && command -v pi
+LABEL dev.pi-dispatch.pi-version="${PI_VERSION}"
+# pi refuses a session whose header cwd does not exist: the working directory is always /workspace.
+RUN install -d -o 65532 -g 65532 -m 0755 /workspace
+USER 65532:65532
+WORKDIR /workspace
+ENTRYPOINT ["pidispatch", "runner"]
