@@ -462,3 +462,46 @@ def test_values_file_names_every_variable_it_sets(helm: Any) -> None:
     names = {v["name"] for v in env_list(operator_container(render(helm, ALL_ON))) if "value" in v}
     assert len(names) > 10
     assert [name for name in sorted(names) if name not in text] == []
+
+
+# -- the images the chart runs ---------------------------------------------------------------------------------
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """``{stage: [(INSTRUCTION, arguments)]}``; ``""`` holds the global ARGs before the first FROM."""
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    stages: dict[str, list[tuple[str, str]]] = {"": []}
+    current = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, args = line.partition(" ")
+        if instruction.upper() == "FROM":
+            current = args.split()[-1] if " AS " in args.upper() else args
+            stages[current] = []
+        stages[current].append((instruction.upper(), args.strip()))
+    return stages
+
+
+def test_images_run_what_the_chart_expects(helm: Any) -> None:
+    from pidispatch.manifests.pod import WORKSPACE
+
+    stages = dockerfile_stages()
+    base_args = dict(a.split("=", 1) for kind, a in stages[""] if kind == "ARG")
+    assert base_args["PYTHON_IMAGE"].startswith("python:3.11-"), "Python 3.11, pinned by tag"
+    assert all(":" in image and not image.endswith(":latest") for image in base_args.values())
+
+    def last(stage: str, instruction: str) -> str:
+        found = [a for kind, a in stages[stage] if kind == instruction]
+        assert found, f"stage {stage} has no {instruction}"
+        return found[-1]
+
+    docs = render(helm)
+    uid = doctor_pod(docs)["spec"]["securityContext"]["runAsUser"]
+    operator = json.loads(last("operator", "ENTRYPOINT")) + json.loads(last("operator", "CMD"))
+    assert operator == operator_container(docs)["command"] == ["pidispatch", "operator"]
+    assert json.loads(last("job", "ENTRYPOINT")) == yaml.safe_load((CHART / "values.yaml").read_text())["job"][
+        "command"]
+    assert last("job", "WORKDIR") == WORKSPACE, "pi needs the session header's cwd: always /workspace"
+    assert dict(a.split("=", 1) for kind, a in stages["job"] if kind == "ARG" and "=" in a)["PI_VERSION"] == "0.73.1"
+    for stage in ("operator", "job"):
+        assert last(stage, "USER") == f"{uid}:{uid}", f"the {stage} image runs as the chart's non-root uid"
