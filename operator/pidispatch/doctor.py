@@ -1,0 +1,555 @@
+"""``pidispatch doctor``: the session checks of the spec (§8) and the Kubernetes ones, for this deployment.
+
+The checks are pure functions over plain data (settings, what the filesystem says about the store,
+Trigger/CRD/PVC objects as dicts, access-review answers); :func:`main` gathers that data at the edge
+and prints one short line per check, each failure followed by a fix that is a literal command. A
+failure makes the exit code 1; a malformed setting is a configuration error (exit 2, as for every
+command). ``helm test`` runs this inside the cluster with the operator's ServiceAccount and env.
+
+The session checks are shown only when at least one Trigger arms resume (spec §8); when the Triggers
+cannot be listed (``--offline``, no access) they are shown with the count unknown, and the missing
+store is then a warning rather than a failure, because nobody may be relying on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import stat
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pidispatch.api.crds import ALL as CRD_PLURALS
+from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.settings import ConfigError, OperatorSettings, Settings
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report. ``fix`` is a literal shell command, or ``None`` when none would do."""
+
+    name: str
+    status: Status
+    message: str
+    fix: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"check": self.name, "status": self.status.value, "message": self.message, "fix": self.fix}
+
+
+CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in CRD_PLURALS)
+CRD_FIX = "kubectl apply -f crds/"
+SESSIONS_FIX = "helm upgrade <release> pi-dispatch{ns} --reuse-values --set sessions.enabled=true"
+PRIVATE_MODE_BITS = 0o077
+
+#: The four bounds of spec §8.4, in the spec's order. 0 (or unset, for the percentage) means off.
+BOUND_VARIABLES = ("PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_AGE_DAYS", "PI_SESSION_MAX_RESUME_CHAIN",
+                   "PI_SESSION_MAX_CONTEXT_PCT")
+
+
+@dataclass(frozen=True)
+class Access:
+    """One request the operator makes, asked of the apiserver as a SelfSubjectAccessReview."""
+
+    verb: str
+    resource: str
+    subresource: str = ""
+    group: str = GROUP
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.resource}.{self.group}" if self.group else self.resource
+
+    @property
+    def what(self) -> str:
+        return f"{self.verb} {self.qualified}" + (f"/{self.subresource}" if self.subresource else "")
+
+    def can_i(self, namespace: str, user: str | None) -> str:
+        """The ``kubectl auth can-i`` command that asks the same question, as the same identity."""
+        words = ["kubectl", "auth", "can-i", self.verb, self.qualified]
+        if self.subresource:
+            words.append(f"--subresource={self.subresource}")
+        if user:
+            words.append(f"--as={user}")
+        words += ["-n", namespace]
+        return shlex.join(words)
+
+
+#: What the operator does in its namespace: kopf lists and watches the kinds it handles, the job
+#: flow creates Pods and SessionKeys, writes status through the status subresources (a commonly
+#: forgotten rule), deletes SessionKeys the reaper removed, and posts Events.
+REQUIRED_ACCESS: tuple[Access, ...] = (
+    Access("list", "triggers"), Access("watch", "triggers"),
+    Access("list", "jobs"), Access("watch", "jobs"), Access("patch", "jobs", "status"),
+    Access("list", "sessionkeys"), Access("watch", "sessionkeys"), Access("create", "sessionkeys"),
+    Access("delete", "sessionkeys"), Access("patch", "sessionkeys", "status"),
+    Access("create", "pods", group=""), Access("list", "pods", group=""), Access("watch", "pods", group=""),
+    Access("create", "events", group=""),
+)
+
+
+@dataclass(frozen=True)
+class StoreFacts:
+    """What the filesystem says about ``PI_SESSIONS_DIR`` (followed if it is a link: the root may be one)."""
+
+    path: str
+    exists: bool
+    is_dir: bool = False
+    mode: int | None = None
+    writable: bool = False
+    uid: int | None = None  # of this process, to name in the fix when it cannot write
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the apiserver said. Where a read was refused, the field is ``None`` and ``*_error`` says why."""
+
+    namespace: str
+    user: str | None = None
+    #: CRD name -> the CRD object, or ``None`` when absent; the whole mapping is ``None`` when CRDs
+    #: cannot be listed, and ``served`` (API discovery, open to every identity) stands in.
+    crds: Mapping[str, Mapping[str, Any] | None] | None = None
+    served: frozenset[str] = frozenset()
+    triggers: Sequence[Mapping[str, Any]] | None = ()
+    triggers_error: str | None = None
+    #: the staging PVC, ``None`` when absent or not looked up (no store, or no claim name)
+    staging_pvc: Mapping[str, Any] | None = None
+    staging_pvc_error: str | None = None
+    access: Sequence[tuple[Access, bool]] = ()
+    access_error: str | None = None
+
+
+def _plural(n: int, word: str, verb: str | None = None) -> str:
+    """``1 Trigger arms`` / ``2 Triggers arm``: a count, its noun and (optionally) a verb that agrees."""
+    if n == 1:
+        return f"1 {word}" + (f" {verb}s" if verb else "")
+    return f"{n} {word}s" + (f" {verb}" if verb else "")
+
+
+def _sessions_fix(namespace: str | None) -> str:
+    return SESSIONS_FIX.format(ns=f" -n {namespace}" if namespace else "")
+
+
+# -- the Kubernetes checks ---------------------------------------------------------------------------
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return c
+    return None
+
+
+def crd_checks(facts: ClusterFacts) -> list[Check]:
+    """Each of our CRDs installed and Established (or, when CRDs are not readable, served)."""
+    checks = []
+    for name in CRD_NAMES:
+        if facts.crds is None:
+            if name.split(".", 1)[0] in facts.served:
+                checks.append(Check("crd", Status.OK, f"{name} served (CRDs not readable here; per API discovery)"))
+            else:
+                checks.append(Check("crd", Status.FAIL, f"{name} is not served", CRD_FIX))
+            continue
+        crd = facts.crds.get(name)
+        if crd is None:
+            checks.append(Check("crd", Status.FAIL, f"{name} is not installed", CRD_FIX))
+            continue
+        established = _condition(crd, "Established")
+        if established is not None and established.get("status") == "True":
+            checks.append(Check("crd", Status.OK, f"{name} established"))
+            continue
+        # NamesAccepted=False (a name clash) is the usual cause and says more than Established does.
+        names = _condition(crd, "NamesAccepted")
+        why = names if names is not None and names.get("status") == "False" else established
+        detail = f": {why.get('reason')}: {why.get('message')}" if why is not None else ""
+        checks.append(Check("crd", Status.FAIL, f"{name} is not established{detail}", CRD_FIX))
+    return checks
+
+
+def rbac_checks(facts: ClusterFacts) -> list[Check]:
+    """One failure per request the operator would be refused; one ok line when it may make them all."""
+    if facts.access_error is not None:
+        return [Check("rbac", Status.WARN, f"could not ask the apiserver what is allowed ({facts.access_error})")]
+    denied = [a for a, allowed in facts.access if not allowed]
+    if not denied:
+        who = facts.user or "this identity"
+        return [Check("rbac", Status.OK, f"{who} may make all {len(facts.access)} requests the operator makes "
+                                         f"in {facts.namespace}")]
+    return [Check("rbac", Status.FAIL, f"cannot {a.what} in {facts.namespace}: re-install the chart to restore "
+                                       f"the operator's Role", a.can_i(facts.namespace, facts.user))
+            for a in denied]
+
+
+def _short(message: str) -> str:
+    """The first clause of a refusal message: the conflict, without the explanation."""
+    for stop in (": ", ". "):
+        if stop in message:
+            return message.split(stop, 1)[0]
+    return message.rstrip(".")
+
+
+def trigger_checks(facts: ClusterFacts) -> list[Check]:
+    """How many Triggers there are and arm resume; a failure for each one the operator refuses."""
+    ns = facts.namespace
+    if facts.triggers is None:
+        fix = Access("list", "triggers").can_i(ns, facts.user)
+        return [Check("triggers", Status.WARN, f"cannot list Triggers in {ns} ({facts.triggers_error}); the "
+                                               f"session checks assume some arm resume", fix)]
+    armed = len(armed_triggers(facts.triggers))
+    checks = [Check("triggers", Status.OK, f"{_plural(len(facts.triggers), 'Trigger')} in {ns}, "
+                                           f"{armed} arm{'s' if armed == 1 else ''} resume")]
+    for t in facts.triggers:
+        refusal = first_refusal(t.get("spec") or {})
+        if refusal is not None:
+            name = (t.get("metadata") or {}).get("name", "?")
+            checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is refused: {_short(refusal)}",
+                                f"kubectl edit pitrigger {name} -n {ns}"))
+    return checks
+
+
+def armed_triggers(triggers: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The Triggers whose jobs would use the store: resume armed, and not refused at load."""
+    return [t for t in triggers if resume_armed(t.get("spec") or {}) and first_refusal(t.get("spec") or {}) is None]
+
+
+def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check]:
+    """With the store on, the staging PVC the job Pods mount must exist and be Bound."""
+    if settings.store.sessions_dir is None:
+        return []
+    ns, claim = facts.namespace, settings.staging_claim
+    if claim is None:
+        return [Check("staging", Status.FAIL, "PI_DISPATCH_STAGING_CLAIM is unset: job Pods cannot mount their "
+                                              "session copy", _sessions_fix(ns))]
+    if facts.staging_pvc_error is not None:
+        return [Check("staging", Status.WARN, f"cannot read PVC {claim} in {ns} ({facts.staging_pvc_error})",
+                      Access("get", "persistentvolumeclaims", group="").can_i(ns, facts.user))]
+    if facts.staging_pvc is None:
+        return [Check("staging", Status.FAIL, f"PVC {claim} does not exist in {ns}", _sessions_fix(ns))]
+    phase = (facts.staging_pvc.get("status") or {}).get("phase") or "without a phase"
+    if phase != "Bound":
+        return [Check("staging", Status.FAIL, f"PVC {claim} is {phase}, not Bound",
+                      f"kubectl describe pvc {claim} -n {ns}")]
+    return [Check("staging", Status.OK, f"PVC {claim} Bound")]
+
+
+# -- the session checks (spec §8) ----------------------------------------------------------------------
+def store_check(store: StoreFacts) -> Check:
+    """§8.2: the store directory exists, is a directory the operator can write, and is private."""
+    path = shlex.quote(store.path)
+    if store.error is not None:
+        return Check("store", Status.FAIL, f"{store.path} cannot be read: {store.error}")
+    if not store.exists:
+        return Check("store", Status.FAIL, f"{store.path} does not exist", f"install -d -m 0700 {path}")
+    if not store.is_dir:
+        return Check("store", Status.FAIL, f"{store.path} is not a directory")
+    mode = f"{store.mode or 0:04o}"
+    if not store.writable:
+        return Check("store", Status.FAIL, f"{store.path} exists ({mode}) but uid {store.uid} cannot write to it",
+                     f"chown {store.uid} {path} && chmod 0700 {path}")
+    if (store.mode or 0) & PRIVATE_MODE_BITS:
+        return Check("store", Status.WARN, f"{store.path} exists ({mode}): other users can read the transcripts",
+                     f"chmod 0700 {path}")
+    return Check("store", Status.OK, f"{store.path} exists ({mode})")
+
+
+def bound_checks(settings: Settings, explicit: frozenset[str]) -> list[Check]:
+    """§8.4: each bound's value or "off", and "(default)" when it was not set, so a deliberate
+    "no bound" can be told from a forgotten one."""
+    values = (settings.ttl_days, settings.max_age_days, settings.max_resume_chain, settings.max_context_pct)
+    checks = []
+    for variable, value in zip(BOUND_VARIABLES, values, strict=True):
+        shown = str(value) if value else "off"
+        checks.append(Check("bounds", Status.OK, f"{variable}={shown}" + ("" if variable in explicit
+                                                                          else " (default)")))
+    return checks
+
+
+def session_checks(settings: Settings, armed: int | None, store: StoreFacts | None,
+                   explicit: frozenset[str], namespace: str | None = None) -> list[Check]:
+    """§8 checks 1-5. ``armed`` is the number of Triggers arming resume, ``None`` when unknown."""
+    if armed == 0:
+        return []
+    if settings.sessions_dir is None or store is None:
+        if armed is None:
+            return [Check("store", Status.WARN, "PI_SESSIONS_DIR is unset: the jobs of a Trigger that arms resume are "
+                                                "refused (sessions-dir-unset); Triggers not checked",
+                          _sessions_fix(namespace))]
+        return [Check("store", Status.FAIL, f"{_plural(armed, 'Trigger', 'arm')} resume but PI_SESSIONS_DIR is "
+                                            f"unset: their jobs are refused (sessions-dir-unset) rather than lose the "
+                                            f"conversation and look successful", _sessions_fix(namespace))]
+    keep = "Triggers that arm resume keep" if armed is None else _plural(armed, "Trigger", "keep")
+    checks = [
+        store_check(store),
+        Check("privacy", Status.OK, f"{keep} agent transcripts in {settings.sessions_dir}: personal data "
+                                    f"(issue text, files read, tool output) that must not leave the store or be "
+                                    f"committed"),
+        *bound_checks(settings, explicit),
+    ]
+    if settings.max_context_pct is not None:
+        checks.append(Check("context", Status.WARN, f"PI_SESSION_MAX_CONTEXT_PCT={settings.max_context_pct} needs "
+                                                    f"a job image whose runner reports context use: without a report "
+                                                    f"every delivery passes (see status.session.reason of each pijob)"))
+    return checks
+
+
+def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None) -> list[Check]:
+    """§8.6 (not resume-specific) and §10.2: the gh source hands every job the whole gh login, and
+    Triggers that arm resume with it are refused per delivery unless the hatch is open."""
+    default = settings.github_auth_source
+
+    def source(t: Mapping[str, Any]) -> str:
+        return ((t.get("spec") or {}).get("run") or {}).get("auth") or default
+
+    gh_triggers = [t for t in triggers or () if source(t) == "gh"]
+    if default != "gh" and not gh_triggers:
+        return [Check("auth", Status.OK, f"GITHUB_AUTH_SOURCE={default}")]
+    who = "GITHUB_AUTH_SOURCE=gh" if default == "gh" else f"run.auth gh on {_plural(len(gh_triggers), 'Trigger')}"
+    hatch = "; PI_SESSIONS_ALLOW_GH_SOURCE=1 lets resume use it" if settings.allow_gh_source else ""
+    checks = [Check("auth", Status.WARN, f"{who}: every job Pod given a token gets the whole gh login with all its "
+                                         f"scopes{hatch}")]
+    armed_gh = len(armed_triggers(gh_triggers))
+    if armed_gh and not settings.allow_gh_source:
+        checks.append(Check("auth", Status.FAIL, f"{_plural(armed_gh, 'Trigger', 'arm')} resume with auth source gh: "
+                                                 f"their jobs are refused (config-refused), as a transcript could "
+                                                 f"keep a printed auth header; use a GitHub App or a fine-grained "
+                                                 f"token, drop resume, or set PI_SESSIONS_ALLOW_GH_SOURCE=1"))
+    return checks
+
+
+def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: ClusterFacts | Check | None,
+             explicit: frozenset[str]) -> list[Check]:
+    """Every check, in report order. ``cluster`` is ``None`` offline, or the failure that says why no
+    cluster answered."""
+    checks: list[Check] = []
+    triggers: Sequence[Mapping[str, Any]] | None = None
+    namespace = settings.namespace
+    if isinstance(cluster, Check):
+        checks.append(cluster)
+        cluster = None
+    if cluster is not None:
+        namespace = cluster.namespace
+        triggers = cluster.triggers
+        checks += crd_checks(cluster) + rbac_checks(cluster) + trigger_checks(cluster)
+    armed = None if triggers is None else len(armed_triggers(triggers))
+    checks += session_checks(settings.store, armed, store, explicit, namespace)
+    if cluster is not None:
+        checks += staging_check(settings, cluster)
+    checks += auth_checks(settings.store, triggers)
+    return checks
+
+
+def exit_code(checks: Sequence[Check]) -> int:
+    return 1 if any(c.status is Status.FAIL for c in checks) else 0
+
+
+def render_text(checks: Sequence[Check]) -> str:
+    """One line per check (``ok    store      ...``); a fix on the indented line below it."""
+    lines = []
+    for c in checks:
+        label = "FAIL" if c.status is Status.FAIL else c.status.value
+        lines.append(f"{label:<6}{c.name:<11}{c.message}")
+        if c.fix:
+            lines.append(f"{'':<17}fix: {c.fix}")
+    return "".join(line + "\n" for line in lines)
+
+
+def render_json(checks: Sequence[Check]) -> str:
+    return "".join(json.dumps(c.as_json(), separators=(", ", ": ")) + "\n" for c in checks)
+
+
+# -- the edge: filesystem and cluster ------------------------------------------------------------------
+def explicit_bounds(env: Mapping[str, str]) -> frozenset[str]:
+    """The bound variables set to a value (an empty value counts as unset, as in settings.py)."""
+    return frozenset(v for v in BOUND_VARIABLES if (env.get(v) or "").strip())
+
+
+def inspect_store(path: str) -> StoreFacts:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return StoreFacts(path, exists=False)
+    except OSError as exc:
+        return StoreFacts(path, exists=False, error=exc.strerror or type(exc).__name__)
+    is_dir = stat.S_ISDIR(st.st_mode)
+    return StoreFacts(path, exists=True, is_dir=is_dir, mode=stat.S_IMODE(st.st_mode),
+                      writable=is_dir and os.access(path, os.W_OK | os.X_OK), uid=os.getuid())
+
+
+class ClusterUnreachable(Exception):
+    """No answer from the apiserver, or no way to ask one: the report says so in one line."""
+
+    def __init__(self, message: str, fix: str = "kubectl get --raw /readyz") -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _connect(env: Mapping[str, str]) -> tuple[Any, str | None]:
+    """An ApiClient (in-cluster inside a Pod, else the kubeconfig) and the namespace that config names."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    configuration = client.Configuration()
+    try:
+        if env.get("KUBERNETES_SERVICE_HOST") and os.path.exists(f"{SERVICE_ACCOUNT_DIR}/token"):
+            config.load_incluster_config(client_configuration=configuration)
+            try:
+                with open(f"{SERVICE_ACCOUNT_DIR}/namespace") as f:
+                    namespace: str | None = f.read().strip() or None
+            except OSError:
+                namespace = None
+        else:
+            config.load_kube_config(client_configuration=configuration)
+            _, active = config.list_kube_config_contexts()
+            namespace = (active.get("context") or {}).get("namespace")
+    except (ConfigException, OSError, ValueError) as exc:
+        raise ClusterUnreachable(f"no cluster to ask: not in a Pod, and no usable kubeconfig ({exc})",
+                                 "pidispatch doctor --offline") from None
+    configuration.retries = 1
+    return client.ApiClient(configuration), namespace
+
+
+def _denial(exc: Any) -> str:
+    known = {401: "401 Unauthorized (credentials refused)", 403: "forbidden", 404: "not found"}
+    return known.get(exc.status, f"HTTP {exc.status} {exc.reason}")
+
+
+class _Reader:
+    """The few reads the checks need, each answering plain dicts; 403/404 are answers, not errors."""
+
+    timeout = 10
+
+    def __init__(self, api: Any) -> None:
+        from kubernetes import client
+
+        self.api, self.client = api, client
+
+    def user(self) -> str | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            review = self.client.AuthenticationV1Api(self.api).create_self_subject_review(
+                self.client.V1SelfSubjectReview(), _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 401:
+                raise
+            return None
+        info = review.status.user_info if review.status else None
+        return info.username if info else None
+
+    def crd(self, name: str) -> Mapping[str, Any] | None:
+        # list, not get: kopf's CRD scanning needs list and watch, so that is what a Role grants
+        items = self.client.ApiextensionsV1Api(self.api).list_custom_resource_definition(
+            field_selector=f"metadata.name={name}", _request_timeout=self.timeout).items
+        return self.api.sanitize_for_serialization(items[0]) if items else None
+
+    def served(self) -> frozenset[str]:
+        """Resource names of our group-version per API discovery (open to every identity)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resources = self.client.CustomObjectsApi(self.api).get_api_resources(GROUP, VERSION,
+                                                                                 _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            return frozenset()
+        return frozenset(r.name for r in resources.resources or ())
+
+    def triggers(self, namespace: str) -> list[Mapping[str, Any]]:
+        listed: dict[str, Any] = self.client.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "triggers", _request_timeout=self.timeout)  # type: ignore[assignment]
+        return list(listed.get("items") or [])
+
+    def pvc(self, name: str, namespace: str) -> Mapping[str, Any]:
+        claim = self.client.CoreV1Api(self.api).read_namespaced_persistent_volume_claim(
+            name, namespace, _request_timeout=self.timeout)
+        return self.api.sanitize_for_serialization(claim)
+
+    def allowed(self, access: Access, namespace: str) -> bool:
+        c = self.client
+        review = c.AuthorizationV1Api(self.api).create_self_subject_access_review(c.V1SelfSubjectAccessReview(
+            spec=c.V1SelfSubjectAccessReviewSpec(resource_attributes=c.V1ResourceAttributes(
+                namespace=namespace, verb=access.verb, group=access.group, resource=access.resource,
+                subresource=access.subresource or None))), _request_timeout=self.timeout)
+        return bool(review.status and review.status.allowed)
+
+
+def gather_cluster(settings: OperatorSettings, env: Mapping[str, str]) -> ClusterFacts:
+    """Everything the Kubernetes checks read; raises :class:`ClusterUnreachable` when nothing answers."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
+    api, context_namespace = _connect(env)
+    ns = settings.namespace or context_namespace or "default"
+    read = _Reader(api)
+    facts: dict[str, Any] = {"namespace": ns}
+    try:
+        with api:
+            facts["user"] = read.user()
+            try:
+                facts["crds"] = {name: read.crd(name) for name in CRD_NAMES}
+            except ApiException as exc:
+                if exc.status != 403:
+                    raise
+                facts["crds"], facts["served"] = None, read.served()
+            try:
+                facts["triggers"] = read.triggers(ns)
+            except ApiException as exc:
+                # 404: the CRD is missing, so no Trigger can exist (the crd line says so)
+                if exc.status != 404:
+                    facts["triggers"], facts["triggers_error"] = None, _denial(exc)
+            if settings.store.sessions_dir is not None and settings.staging_claim is not None:
+                try:
+                    facts["staging_pvc"] = read.pvc(settings.staging_claim, ns)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        facts["staging_pvc_error"] = _denial(exc)
+            try:
+                facts["access"] = [(a, read.allowed(a, ns)) for a in REQUIRED_ACCESS]
+            except ApiException as exc:
+                if exc.status == 401:
+                    raise
+                facts["access_error"] = _denial(exc)
+    except ApiException as exc:
+        # Only the status: an ApiException's text carries the response headers, nobody's business here.
+        raise ClusterUnreachable(f"the apiserver at {api.configuration.host} answered {_denial(exc)}") from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        # urllib3 prefixes the connection object's repr ("<...HTTPSConnection object at 0x...>: Failed to ...")
+        reason = str(getattr(exc, "reason", None) or exc).rsplit(">: ", 1)[-1]
+        raise ClusterUnreachable(f"cannot reach the apiserver at {api.configuration.host}: {reason[:160]}") from None
+    return ClusterFacts(**facts)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the checks and print them; 1 when any fails, 0 otherwise (a malformed setting exits 2)."""
+    from pidispatch.cli import UsageError
+
+    env = os.environ
+    try:
+        settings = OperatorSettings.from_env(env)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
+    store = inspect_store(settings.store.sessions_dir) if settings.store.sessions_dir else None
+    cluster: ClusterFacts | Check | None = None
+    if not args.offline:
+        try:
+            cluster = gather_cluster(settings, env)
+        except ClusterUnreachable as exc:
+            cluster = Check("cluster", Status.FAIL, str(exc), exc.fix)
+    checks = diagnose(settings, store, cluster, explicit_bounds(env))
+    sys.stdout.write(render_json(checks) if args.json else render_text(checks))
+    return exit_code(checks)
