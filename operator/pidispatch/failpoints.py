@@ -3,20 +3,30 @@
 The operator must converge after being killed at any step of the job flow (no duplicate Pod, no
 double promotion, no lost Job). Tests prove it by setting this variable in the operator's Deployment;
 ``PIDISPATCH_FAILPOINT_MARK`` names a file that makes the crash happen once (the restarted container
-sees the mark and runs on). Unset, :func:`at` is a dictionary lookup and nothing more.
+sees the mark and runs on). ``PIDISPATCH_FAILPOINT_JOB`` limits it to one Job, and
+``PIDISPATCH_FAILPOINT_ACTION=sleep:<seconds>`` pauses there instead of dying (to make two promotions
+overlap). Unset, :func:`at` is a dictionary lookup and nothing more.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 STEPS = ("staged", "pod-created", "promotion-started", "promoted", "status-written")
 
 
-def at(step: str) -> None:
-    """SIGKILL this process if the failpoint names ``step`` and its one-shot mark is not yet set."""
+def at(step: str, job: str | None = None) -> None:
+    """Act if the failpoint names ``step`` (and ``job``, when limited to one) and its mark is not yet set."""
     if os.environ.get("PIDISPATCH_FAILPOINT") != step:
+        return
+    only = os.environ.get("PIDISPATCH_FAILPOINT_JOB")
+    if only and only != job:
+        return
+    action = os.environ.get("PIDISPATCH_FAILPOINT_ACTION", "kill")
+    if action.startswith("sleep:"):
+        time.sleep(float(action.split(":", 1)[1]))
         return
     mark = os.environ.get("PIDISPATCH_FAILPOINT_MARK")
     if mark:
@@ -28,7 +38,10 @@ def at(step: str) -> None:
 
 
 class FailpointSeams:
-    """Store seams that crash at ``promote:<step>`` (the store's named promotion steps)."""
+    """Store seams that act at ``promote:<step>`` (the store's named promotion steps) for one Job."""
+
+    def __init__(self, job: str | None = None) -> None:
+        self.job = job
 
     def at(self, step: str) -> None:
-        at(f"promote:{step}")
+        at(f"promote:{step}", self.job)

@@ -248,6 +248,9 @@ def sessionkey_crd() -> dict[str, Any]:
             "next": session_reason_schema(),
             "lastJob": _string(), "lastReason": session_reason_schema(),
             "lastPromotedAt": {"type": "string", "format": "date-time"},
+            "judgedWith": {"type": "object", "description": "The pi version and model of the last job on this key: "
+                           "Resumable judges the next delivery as if it ran the same.", "properties": {
+                               "piVersion": _string(64, nullable=True), "model": _string(128, nullable=True)}},
         }},
         columns=[
             {"name": "Repository", "type": "string", "jsonPath": ".spec.repository"},

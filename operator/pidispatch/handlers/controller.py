@@ -236,7 +236,7 @@ class Controller:
                 # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
                 host = self._stage(job, trigger, jd)
                 pod = self._create_pod(job, trigger, host)
-                failpoints.at("pod-created")
+                failpoints.at("pod-created", name)
             host = jd.read(HOST) if jd.exists() else None
             self._patch_job(job, {
                 "phase": "Running", "podName": pod["metadata"]["name"], "startedAt": now_rfc3339(),
@@ -268,8 +268,8 @@ class Controller:
                 metrics.RESOLUTIONS.labels(verdict.reason).inc()
                 record.update(mounted=True, resume=verdict.resume, reason=verdict.reason, bytes=verdict.bytes)
         jd.write(HOST, record)
-        failpoints.at("staged")
-        self._ensure_sessionkey(ref)
+        failpoints.at("staged", job["metadata"]["name"])
+        self._ensure_sessionkey(ref, {"judgedWith": {"piVersion": run.get("piVersion"), "model": run.get("model")}})
         return record
 
     def _create_pod(self, job: dict[str, Any], trigger: dict[str, Any], host: dict[str, Any] | None
@@ -317,18 +317,19 @@ class Controller:
             verdict = _host_verdict(host)
             promotion = None
             if verdict is not None and outcome == "Succeeded":
-                promotion = self._promote_once(jd, host or {}, report)
+                promotion = self._promote_once(name, jd, host or {}, report)
             session = merge_session(verdict, report.session, promotion)
             conditions = set_condition(status.get("conditions"), "Completed", outcome == "Succeeded",
                                        "PodSucceeded" if outcome == "Succeeded" else "PodFailed",
                                        _end_message(outcome, pod, promotion), None)
             self._patch_job(job, {"phase": outcome, "completedAt": now_rfc3339(), "session": session,
                                   "tokens": report.tokens or None, "conditions": conditions})
-            failpoints.at("status-written")
+            failpoints.at("status-written", name)
             self._track(name, outcome)
             self._count_tokens(report, session)
             if host and host.get("key"):
-                last = {"lastJob": name, "lastReason": (session or {}).get("reason")}
+                last = {"lastJob": name, "lastReason": (session or {}).get("reason"),
+                        "judgedWith": {"piVersion": host.get("piVersion"), "model": host.get("model")}}
                 if promotion is not None and promotion.promoted:
                     last["lastPromotedAt"] = now_rfc3339()
                 self._guarded(self._update_sessionkey, host["key"], last)
@@ -339,7 +340,8 @@ class Controller:
                             f"Transcript not promoted: {promotion.reason}.")
             self._release(name, jd)
 
-    def _promote_once(self, jd: JobDir, host: dict[str, Any], report: RunnerReport) -> PromotionResult:
+    def _promote_once(self, job_name: str, jd: JobDir, host: dict[str, Any], report: RunnerReport
+                      ) -> PromotionResult:
         """Promote at most once per Job, even across a kill anywhere in here (the journal decides)."""
         done = jd.read(PROMOTION)
         key = host["key"]
@@ -366,14 +368,14 @@ class Controller:
             jd.write(PROMOTION, {"state": "started", "size": digest[0] if digest else None,
                                  "sha256": digest[1] if digest else None,
                                  "before": list(fsio.Identity.of(st)) if st is not None else None})
-        failpoints.at("promotion-started")
+        failpoints.at("promotion-started", job_name)
         began = time.perf_counter()
         result = promote(self.store, key, jd.session, host_resume=bool(host.get("resume")), venue=host.get("venue"),
                          pi_version=host.get("piVersion"), model=host.get("model"), context=report.context,
-                         seams=failpoints.FailpointSeams())
+                         seams=failpoints.FailpointSeams(job_name))
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result.reason).inc()
-        failpoints.at("promoted")
+        failpoints.at("promoted", job_name)
         jd.write(PROMOTION, {"state": "done", "promoted": result.promoted, "reason": result.reason,
                              "bytes": result.bytes})
         return result
@@ -394,7 +396,7 @@ class Controller:
 
     # ---- SessionKeys -------------------------------------------------------------------------------
 
-    def _ensure_sessionkey(self, ref: flow.KeyRef) -> None:
+    def _ensure_sessionkey(self, ref: flow.KeyRef, facts: dict[str, Any]) -> None:
         path = self._crd_path("sessionkeys")
         if self.api.get_or_none(self._crd_path("sessionkeys", ref.key)) is not None:
             return
@@ -406,7 +408,7 @@ class Controller:
         except ApiError as exc:
             if exc.status != 409:
                 raise
-        self._update_sessionkey(ref.key, None)
+        self._update_sessionkey(ref.key, facts)
 
     def _update_sessionkey(self, key: str, last: dict[str, Any] | None) -> None:
         if self.store.sessions_dir is None or not is_key(key):
@@ -415,8 +417,12 @@ class Controller:
         if current is None or current["metadata"].get("deletionTimestamp"):
             return
         old = current.get("status") or {}
-        kept = {k: old[k] for k in ("lastJob", "lastReason", "lastPromotedAt") if k in old}
-        status = flow.sessionkey_status(inspect_key(self.store, key), old.get("conditions"), {**kept, **(last or {})})
+        kept = {k: old[k] for k in ("lastJob", "lastReason", "lastPromotedAt", "judgedWith") if k in old}
+        facts = {**kept, **(last or {})}
+        # Judge the next delivery as if it ran the last job's pi and model; unknown → the stamped pi version.
+        judged = facts.get("judgedWith") or {}
+        view = inspect_key(self.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
+        status = flow.sessionkey_status(view, old.get("conditions"), facts)
         if {k: old.get(k) for k in status} != status:
             self.api.patch(self._crd_path("sessionkeys", key, "status"), {"status": status})
 

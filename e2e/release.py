@@ -1,0 +1,212 @@
+"""The operator installed with its own Helm chart on the local control plane, for end-to-end tests.
+
+``helm install`` creates everything a user gets: CRDs, the operator Deployment, its ServiceAccount
+and RBAC, the store and staging PVCs. The kube-controller-manager turns the Deployment into a Pod,
+and the test kubelet runs that Pod as a local process (``pidispatch operator`` from this venv) with
+a real projected ServiceAccount token: the operator talks to the API server *as the chart's
+ServiceAccount*, so a missing RBAC rule fails a test. Job Pods run ``e2e/fakepi.py``, the scripted
+stand-in for the job image, through the same kubelet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.cluster import Cluster, free_port
+from e2e.kube import Kube, wait_for
+from pidispatch.api.crds import GROUP, VERSION
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "pi-dispatch"
+FAKEPI = ROOT / "e2e" / "fakepi.py"
+RELEASE = "pi-dispatch"
+TERMINAL = ("Succeeded", "Failed", "Refused")
+PI_VERSION = "0.73.1"
+
+
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def base_values(**env: str) -> dict[str, Any]:
+    return {
+        "job": {"image": "local/fakepi", "command": ["python3", str(FAKEPI)]},
+        "metrics": {"port": free_port()},
+        "health": {"port": free_port()},
+        "github": {"authSource": "app"},
+        "extraEnv": [{"name": k, "value": v} for k, v in
+                     {"PI_DISPATCH_RESUMABLE_REFRESH_SECONDS": "5", **env}.items()]
+        + [{"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+    }
+
+
+@dataclass
+class Release:
+    cluster: Cluster
+    kube: Kube
+    ns: str
+    values: dict[str, Any] = field(default_factory=dict)
+
+    # ---- helm --------------------------------------------------------------------------------------
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.cluster.helm_path), *args, "--namespace", self.ns]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=self.cluster.env(), timeout=180)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}")
+        return r
+
+    def _values_file(self) -> str:
+        fd, path = tempfile.mkstemp(suffix=".yaml")
+        with os.fdopen(fd, "w") as f:
+            yaml.safe_dump(self.values, f)
+        return path
+
+    def install(self) -> Release:
+        path = self._values_file()
+        try:
+            self.helm("install", RELEASE, str(CHART), "--values", path)
+        finally:
+            os.unlink(path)
+        self.await_operator()
+        return self
+
+    def upgrade(self, values: dict[str, Any]) -> None:
+        """Change values (``Recreate``: the old operator Pod goes, a new one starts)."""
+        self.values = merge(self.values, values)
+        old = {p["metadata"]["uid"] for p in self.operator_pods()}
+        path = self._values_file()
+        try:
+            self.helm("upgrade", RELEASE, str(CHART), "--values", path)
+        finally:
+            os.unlink(path)
+        wait_for("a new operator Pod", lambda: any(p["metadata"]["uid"] not in old for p in self.operator_pods()),
+                 timeout=60)
+        self.await_operator()
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        return self.kube.list(f"/api/v1/namespaces/{self.ns}/pods",
+                              labelSelector="app.kubernetes.io/component=operator")
+
+    def await_operator(self) -> None:
+        """The operator is up when it has written a status on a probe Trigger."""
+        def running() -> bool:
+            return any((p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get(
+                "deletionTimestamp") for p in self.operator_pods())
+
+        wait_for("the operator Pod Running", running, timeout=90)
+        probe = f"probe-{int(time.time() * 1000)}"
+        self.trigger(probe, resume=False)
+        try:
+            wait_for(f"the operator to report on Trigger {probe}", lambda: (self.get("triggers", probe).get(
+                "status") or {}).get("conditions"), timeout=60)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\noperator log:\n{self.operator_log()[-4000:]}") from None
+        self.kube.delete(self.path("triggers", probe))
+
+    def uninstall(self) -> None:
+        """Forget the SessionKeys while the operator can still run their finalizer, then uninstall."""
+        for sk in self.kube.list(self.path("sessionkeys")):
+            self.kube.delete_ignore_missing(self.path("sessionkeys", sk["metadata"]["name"]))
+        try:
+            wait_for("SessionKeys finalized", lambda: not self.kube.list(self.path("sessionkeys")), timeout=30)
+        except TimeoutError:
+            for sk in self.kube.list(self.path("sessionkeys")):
+                self.kube.patch(self.path("sessionkeys", sk["metadata"]["name"]), {"metadata": {"finalizers": []}})
+        self.helm("uninstall", RELEASE, check=False)
+
+    def operator_log(self) -> str:
+        logs = []
+        for pod in self.operator_pods():
+            d = self.cluster.kubelet_dir / "pods" / f"{self.ns}_{pod['metadata']['name']}_{pod['metadata']['uid']}"
+            for f in sorted((d / "logs").glob("*.log")) if d.exists() else []:
+                logs.append(f.read_text(errors="replace"))
+        return "\n".join(logs)
+
+    def pod_log(self, pod: str) -> str:
+        p = self.kube.get(f"/api/v1/namespaces/{self.ns}/pods/{pod}")
+        f = self.cluster.kubelet_dir / "pods" / f"{self.ns}_{pod}_{p['metadata']['uid']}" / "logs" / "pi.log"
+        return f.read_text(errors="replace") if f.exists() else ""
+
+    # ---- objects -----------------------------------------------------------------------------------
+
+    def path(self, plural: str, name: str | None = None) -> str:
+        base = f"/apis/{GROUP}/{VERSION}/namespaces/{self.ns}/{plural}"
+        return base if name is None else f"{base}/{name}"
+
+    def get(self, plural: str, name: str) -> dict[str, Any]:
+        return self.kube.get(self.path(plural, name))
+
+    def trigger(self, name: str, *, resume: bool = True, pi_version: str = PI_VERSION, **run: Any) -> dict[str, Any]:
+        spec_run = {"model": "fake/fake-model", "piVersion": pi_version, **run}
+        if resume:
+            spec_run["resume"] = True
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": name},
+                "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": spec_run}}
+        existing = self.kube.get_or_none(self.path("triggers", name))
+        if existing is None:
+            return self.kube.create(self.path("triggers"), body)
+        return self.kube.patch(self.path("triggers", name), {"spec": body["spec"]})
+
+    def job(self, name: str, *, trigger: str = "fix", issue: int | None = None, comment: str = "@pi go",
+            repository: str = "acme/widgets", **spec: Any) -> dict[str, Any]:
+        body_spec = {"trigger": trigger, "forge": "github", "repository": repository, "comment": comment, **spec}
+        if issue is not None:
+            body_spec["issue"] = issue
+        return self.kube.create(self.path("jobs"), {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job",
+                                                    "metadata": {"name": name}, "spec": body_spec})
+
+    def wait_job(self, name: str, phases: tuple[str, ...] = TERMINAL, timeout: float = 90) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            job = self.get("jobs", name)
+            return job if (job.get("status") or {}).get("phase") in phases else None
+
+        try:
+            return wait_for(f"Job {name} in {phases}", done, timeout=timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\nJob: {json.dumps(self.get('jobs', name).get('status'))}\n"
+                               f"operator log:\n{self.operator_log()[-4000:]}") from None
+
+    def run(self, name: str, **kw: Any) -> dict[str, Any]:
+        self.job(name, **kw)
+        return self.wait_job(name)
+
+    def pods_of(self, job: str) -> list[dict[str, Any]]:
+        return self.kube.list(f"/api/v1/namespaces/{self.ns}/pods", labelSelector=f"pi-dispatch.dev/job={job}")
+
+    def sessionkey(self, key: str) -> dict[str, Any] | None:
+        return self.kube.get_or_none(self.path("sessionkeys", key))
+
+    def condition(self, obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+        return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_),
+                    None)
+
+    # ---- the store, seen from the host -------------------------------------------------------------
+
+    @property
+    def store(self) -> Path:
+        return self.cluster.pvc_host_path(self.ns, f"{RELEASE}-sessions")
+
+    @property
+    def staging(self) -> Path:
+        return self.cluster.pvc_host_path(self.ns, f"{RELEASE}-staging")
+
+    def key_dir(self, key: str) -> Path:
+        return self.store / key
+
+    def digest(self, key: str) -> str | None:
+        f = self.key_dir(key) / "current.jsonl"
+        return hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None

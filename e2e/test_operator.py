@@ -1,0 +1,299 @@
+"""The operator end to end: installed by its Helm chart, running as the chart's ServiceAccount, on the
+real kube-apiserver with the test kubelet; a scripted stand-in (``e2e/fakepi.py``) plays the job image.
+
+What a user watches (``kubectl get pijobs,sessionkeys``) is what these tests assert: the Job's phase
+and ``status.session``, the SessionKey's conditions, and the store's bytes on the PVC.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.cluster import Cluster
+from e2e.kube import Kube, wait_for
+from e2e.release import Release, base_values, merge
+from pidispatch.store.keys import issue_key
+
+pytestmark = pytest.mark.e2e
+
+BOUNDS = {"maxBytes": 1024 * 1024, "maxResumeChain": 3, "maxContextPct": 90, "maxAgeDays": 30, "ttlDays": 14}
+DAY = 86400
+
+
+def fresh_namespace(kube: Kube, prefix: str) -> str:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {
+        "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
+    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
+        f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
+    return name
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
+    ns = fresh_namespace(kube, "operator")
+    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True, **BOUNDS}})).install()
+    r.trigger("fix")
+    try:
+        yield r
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
+
+
+def key_of(issue: int) -> str:
+    key = issue_key("github", "acme/widgets", issue)
+    assert key is not None
+    return key
+
+
+_issues = iter(range(100, 100000))
+
+
+def next_issue() -> int:
+    return next(_issues)
+
+
+def session(job: dict) -> dict:
+    return job["status"].get("session") or {}
+
+
+def received_digest(r: Release, job: dict) -> str | None:
+    """What the job saw at /session (sha256 as fakepi logged it), ``None`` for an empty file."""
+    m = re.search(r"received ([0-9a-f]{64}|empty)", r.pod_log(job["status"]["podName"]))
+    assert m, f"fakepi did not log what it received:\n{r.pod_log(job['status']['podName'])}"
+    return None if m.group(1) == "empty" else m.group(1)
+
+
+# ---- the main flow ----------------------------------------------------------------------------------
+
+def test_cold_then_resumed_on_the_same_key(release: Release) -> None:
+    issue = next_issue()
+    key = key_of(issue)
+    first = release.run(f"cold-{issue}", issue=issue)
+    assert first["status"]["phase"] == "Succeeded"
+    assert session(first) == {"resumed": False, "reason": "absent", "bytes": first["status"]["session"]["bytes"]}
+    assert session(first)["bytes"] > 0
+    assert first["status"]["tokens"]["total"] == 610
+    stored = release.digest(key)
+    assert stored is not None
+    sk = release.sessionkey(key)
+    assert sk and sk["spec"] == {"forge": "github", "repository": "acme/widgets", "branch": f"pi/issue-{issue}"}
+    assert release.condition(sk, "Stored")["status"] == "True"
+    assert sk["status"]["lastJob"] == f"cold-{issue}"
+
+    second = release.run(f"warm-{issue}", issue=issue, comment="@pi and now the review")
+    assert second["status"]["phase"] == "Succeeded"
+    assert session(second)["resumed"] is True and session(second)["reason"] == "resumed"
+    # the staged copy is byte for byte what the store held
+    assert received_digest(release, second) == stored
+    assert (release.key_dir(key) / "resume-chain").read_text().strip() == "1"
+    assert release.digest(key) != stored
+    assert len(release.pods_of(f"warm-{issue}")) == 1
+    # the staging directory is gone once the Job ended
+    assert not (release.staging / second["metadata"]["uid"]).exists()
+    wait_for("SessionKey lastJob updated", lambda: release.sessionkey(key)["status"].get("lastJob") == f"warm-{issue}",
+             timeout=10)
+
+
+def test_job_pod_is_restricted_and_token_free(release: Release) -> None:
+    issue = next_issue()
+    job = release.run(f"pod-{issue}", issue=issue)
+    pod = release.kube.get(f"/api/v1/namespaces/{release.ns}/pods/{job['status']['podName']}")
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["restartPolicy"] == "Never"
+    assert not any("serviceaccount" in (v.get("projected") and json.dumps(v) or "") for v in spec["volumes"])
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"]) == ("Job", job["metadata"]["uid"])
+    mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["/session"]["subPath"] == f"{job['metadata']['uid']}/session"
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["PI_SESSION_FILE"] == "/session/current.jsonl"
+    assert key_of(issue) not in json.dumps(pod)
+
+
+def test_a_job_without_resume_gets_the_pod_it_always_had(release: Release) -> None:
+    release.trigger("plain", resume=False)
+    issue = next_issue()
+    job = release.run(f"plain-{issue}", trigger="plain", issue=issue)
+    assert job["status"]["phase"] == "Succeeded"
+    pod = release.kube.get(f"/api/v1/namespaces/{release.ns}/pods/{job['status']['podName']}")
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["workspace"]
+    assert "PI_SESSION_FILE" not in {e["name"] for e in pod["spec"]["containers"][0]["env"]}
+    assert release.sessionkey(key_of(issue)) is None
+    assert session(job) == {"resumed": False, "reason": "disabled", "bytes": None}
+
+
+def test_a_failed_pod_leaves_the_store_unchanged(release: Release) -> None:
+    issue = next_issue()
+    key = key_of(issue)
+    release.run(f"keep-{issue}", issue=issue)
+    before = release.digest(key)
+    chain = (release.key_dir(key) / "resume-chain").read_text()
+    failed = release.run(f"fail-{issue}", issue=issue, comment="@pi exit=1")
+    assert failed["status"]["phase"] == "Failed"
+    assert release.digest(key) == before
+    assert (release.key_dir(key) / "resume-chain").read_text() == chain
+    assert session(failed)["resumed"] is True  # the runner resumed; nothing was kept
+
+
+def test_a_report_that_is_not_well_formed_is_ignored(release: Release) -> None:
+    issue = next_issue()
+    job = release.run(f"garbage-{issue}", issue=issue, comment="@pi report=garbage")
+    assert job["status"]["phase"] == "Succeeded"
+    assert job["status"].get("tokens") is None
+    assert session(job)["reason"] == "absent"  # the host verdict stands when the runner says nothing usable
+
+
+def test_a_staged_file_replaced_by_a_link_is_not_promoted(release: Release) -> None:
+    issue = next_issue()
+    key = key_of(issue)
+    release.run(f"before-link-{issue}", issue=issue)
+    before = release.digest(key)
+    job = release.run(f"link-{issue}", issue=issue, comment="@pi session=symlink")
+    assert session(job)["reason"] == "not-a-regular-file"
+    assert release.digest(key) == before
+
+
+# ---- every cold reason that can be produced from outside ----------------------------------------------
+
+def _rewrite_header_timestamp(path, iso: str) -> None:
+    lines = path.read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    header["timestamp"] = iso
+    lines[0] = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(b"\n".join(lines))
+
+
+TAMPER = {
+    "expired": lambda d: os.utime(d / "current.jsonl", (time.time() - 15 * DAY,) * 2),
+    "too-large": lambda d: d.joinpath("current.jsonl").open("ab").write(b"x" * (1024 * 1024 + 1)),
+    "unparseable": lambda d: d.joinpath("current.jsonl").write_bytes(b"this is not a session\n"),
+    "venue-changed": lambda d: d.joinpath("venue").write_text("local"),
+    "pi-version-changed": lambda d: d.joinpath("pi-version").write_text("0.1.0"),
+    "resume-chain-too-long": lambda d: d.joinpath("resume-chain").write_text("3"),
+    "context-too-full": lambda d: d.joinpath("context").write_text("127000 128000 fake/fake-model"),
+    "conversation-too-old": lambda d: _rewrite_header_timestamp(d / "current.jsonl", "2020-01-01T00:00:00.000Z"),
+}
+
+
+@pytest.mark.parametrize("reason", list(TAMPER), ids=list(TAMPER))
+def test_each_cold_reason_shows_on_the_sessionkey_and_the_job(release: Release, reason: str) -> None:
+    issue = next_issue()
+    key = key_of(issue)
+    release.run(f"seed-{issue}", issue=issue)
+    TAMPER[reason](release.key_dir(key))
+
+    def resumable_says() -> str | None:
+        cond = release.condition(release.sessionkey(key), "Resumable")
+        return cond["reason"] if cond and cond["status"] == "False" else None
+
+    camel = "".join(p.capitalize() for p in reason.split("-"))
+    wait_for(f"SessionKey Resumable=False/{camel} (refreshed by the timer)", lambda: resumable_says() == camel,
+             timeout=30)
+    job = release.run(f"cold-{reason}-{issue}", issue=issue)
+    assert job["status"]["phase"] == "Succeeded"
+    assert session(job) == {"resumed": False, "reason": reason, "bytes": session(job)["bytes"]}
+    assert received_digest(release, job) is None  # a refused gate stages 0 bytes
+    # the cold run's promotion resets what refused it
+    assert (release.key_dir(key) / "resume-chain").read_text().strip() == "0"
+    assert not (release.key_dir(key) / "context").exists()
+
+
+# ---- SessionKey deletion, the budget, concurrency ----------------------------------------------------
+
+def test_deleting_a_sessionkey_forgets_the_conversation(release: Release) -> None:
+    issue = next_issue()
+    key = key_of(issue)
+    release.run(f"forget-{issue}", issue=issue)
+    assert release.key_dir(key).is_dir()
+    release.kube.delete(release.path("sessionkeys", key))
+    wait_for("SessionKey gone", lambda: release.sessionkey(key) is None, timeout=30)
+    assert not release.key_dir(key).exists()
+    job = release.run(f"after-forget-{issue}", issue=issue)
+    assert session(job)["reason"] == "absent"
+
+
+def test_two_jobs_finishing_together_on_one_key_one_is_locked(cluster: Cluster, kube: Kube, kubelet) -> None:
+    ns = fresh_namespace(kube, "locked")
+    values = merge(base_values(PIDISPATCH_FAILPOINT="promote:locked", PIDISPATCH_FAILPOINT_ACTION="sleep:3"),
+                   {"sessions": {"enabled": True}})
+    r = Release(cluster, kube, ns, values).install()
+    try:
+        r.trigger("fix")
+        r.job("a", issue=1)
+        r.job("b", issue=1)
+        a, b = r.wait_job("a"), r.wait_job("b")
+        reasons = sorted([session(a)["reason"], session(b)["reason"]])
+        assert reasons == ["absent", "locked"], reasons
+        assert not (r.key_dir(key_of(1)) / "lock").exists()
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
+
+
+def test_a_burst_is_queued_fifo_and_none_is_lost(cluster: Cluster, kube: Kube, kubelet) -> None:
+    ns = fresh_namespace(kube, "burst")
+    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True},
+                                                         "maxConcurrentJobs": 4})).install()
+    count = int(os.environ.get("PIDISPATCH_E2E_BURST", "200"))
+    try:
+        r.trigger("fix")
+        for i in range(count):
+            r.job(f"burst-{i:03d}", issue=1000 + i, comment="@pi sleep=0.2")
+
+        def finished() -> int:
+            jobs = r.kube.list(r.path("jobs"))
+            running = sum(1 for j in jobs if (j.get("status") or {}).get("phase") == "Running")
+            assert running <= 4, f"{running} jobs running with maxConcurrentJobs 4"
+            return sum(1 for j in jobs if (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")) == count
+
+        wait_for(f"{count} jobs finished", finished, timeout=60 + count * 3, interval=1)
+        jobs = r.kube.list(r.path("jobs"))
+        assert {j["status"]["phase"] for j in jobs} == {"Succeeded"}
+        assert len(r.kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector="pi-dispatch.dev/job")) == count
+        started = sorted(jobs, key=lambda j: j["status"]["startedAt"])
+        # FIFO, to the second the timestamps resolve: no job started before one created earlier
+        assert [j["metadata"]["creationTimestamp"] for j in started] == sorted(
+            j["metadata"]["creationTimestamp"] for j in started)
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
+
+
+# ---- refusals ---------------------------------------------------------------------------------------
+
+def test_resume_without_a_store_is_refused_before_any_spend(cluster: Cluster, kube: Kube, kubelet) -> None:
+    ns = fresh_namespace(kube, "nostore")
+    r = Release(cluster, kube, ns, base_values()).install()
+    try:
+        r.trigger("fix")
+        wait_for("Trigger SessionStore=False", lambda: (r.condition(r.get("triggers", "fix"), "SessionStore")
+                                                        or {}).get("reason") == "SessionsDirUnset", timeout=30)
+        job = r.run("refused", issue=1)
+        assert job["status"]["phase"] == "Refused"
+        assert job["status"]["reason"] == "sessions-dir-unset"
+        assert "sessions.enabled=true" in r.condition(job, "Started")["message"]
+        assert r.pods_of("refused") == []
+        events = kube.list(f"/api/v1/namespaces/{ns}/events", fieldSelector="involvedObject.name=refused")
+        assert any(e["reason"] == "SessionsDirUnset" for e in events)
+        r.trigger("plain", resume=False)
+        assert r.run("plain", trigger="plain", issue=1)["status"]["phase"] == "Succeeded"
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
+
+
+def test_resume_with_a_gh_token_is_refused(release: Release) -> None:
+    release.trigger("gh", auth="gh")
+    job = release.run(f"gh-{next_issue()}", trigger="gh", issue=next_issue())
+    assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "config-refused")
+    assert release.pods_of(job["metadata"]["name"]) == []
