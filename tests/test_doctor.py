@@ -156,8 +156,8 @@ def test_store_directory_facts(tmp_path: Path) -> None:
 
     assert store(private) == Check("store", Status.OK, f"{private} exists (0700)")
     assert store(link) == Check("store", Status.OK, f"{link} exists (0700)")
-    assert store(shared) == Check("store", Status.WARN, f"{shared} exists (0755): other users can read the "
-                                                        f"transcripts", f"chmod 0700 {shared}")
+    assert store(shared) == Check("store", Status.WARN, f"{shared} exists (0755): others can list its keys; keep it "
+                                                        f"0700", f"chmod 0700 {shared}")
     missing = tmp_path / "no such dir"
     assert store(missing) == Check("store", Status.FAIL, f"{missing} does not exist",
                                    f"install -d -m 0700 '{missing}'")
@@ -239,6 +239,8 @@ def test_auth_source(env: dict[str, str], triggers: list[dict[str, Any]] | None,
     auth = named(checks, "auth")
     assert [c.status for c in auth] == statuses
     for line in auth:
+        if line.status is not Status.OK:
+            assert line.fix == f"helm upgrade <release> pi-dispatch -n {NS} --reuse-values --set github.authSource=app"
         if line.status is Status.WARN:
             assert "whole gh login" in line.message
         if line.status is Status.FAIL:

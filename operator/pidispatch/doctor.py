@@ -51,7 +51,7 @@ class Check:
 
 CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in CRD_PLURALS)
 CRD_FIX = "kubectl apply -f crds/"
-SESSIONS_FIX = "helm upgrade <release> pi-dispatch{ns} --reuse-values --set sessions.enabled=true"
+HELM_FIX = "helm upgrade <release> pi-dispatch{ns} --reuse-values --set {value}"
 PRIVATE_MODE_BITS = 0o077
 
 #: The four bounds of spec §8.4, in the spec's order. 0 (or unset, for the percentage) means off.
@@ -139,8 +139,9 @@ def _plural(n: int, word: str, verb: str | None = None) -> str:
     return f"{n} {word}s" + (f" {verb}" if verb else "")
 
 
-def _sessions_fix(namespace: str | None) -> str:
-    return SESSIONS_FIX.format(ns=f" -n {namespace}" if namespace else "")
+def _helm_fix(namespace: str | None, value: str = "sessions.enabled=true") -> str:
+    """The chart value that fixes it (the release name is not knowable from inside its Pods)."""
+    return HELM_FIX.format(ns=f" -n {namespace}" if namespace else "", value=value)
 
 
 # -- the Kubernetes checks ---------------------------------------------------------------------------
@@ -230,12 +231,12 @@ def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check
     ns, claim = facts.namespace, settings.staging_claim
     if claim is None:
         return [Check("staging", Status.FAIL, "PI_DISPATCH_STAGING_CLAIM is unset: job Pods cannot mount their "
-                                              "session copy", _sessions_fix(ns))]
+                                              "session copy", _helm_fix(ns))]
     if facts.staging_pvc_error is not None:
         return [Check("staging", Status.WARN, f"cannot read PVC {claim} in {ns} ({facts.staging_pvc_error})",
                       Access("get", "persistentvolumeclaims", group="").can_i(ns, facts.user))]
     if facts.staging_pvc is None:
-        return [Check("staging", Status.FAIL, f"PVC {claim} does not exist in {ns}", _sessions_fix(ns))]
+        return [Check("staging", Status.FAIL, f"PVC {claim} does not exist in {ns}", _helm_fix(ns))]
     phase = (facts.staging_pvc.get("status") or {}).get("phase") or "without a phase"
     if phase != "Bound":
         return [Check("staging", Status.FAIL, f"PVC {claim} is {phase}, not Bound",
@@ -258,7 +259,8 @@ def store_check(store: StoreFacts) -> Check:
         return Check("store", Status.FAIL, f"{store.path} exists ({mode}) but uid {store.uid} cannot write to it",
                      f"chown {store.uid} {path} && chmod 0700 {path}")
     if (store.mode or 0) & PRIVATE_MODE_BITS:
-        return Check("store", Status.WARN, f"{store.path} exists ({mode}): other users can read the transcripts",
+        # Key directories are 0700 whatever the root's mode; an open root still lists the keys.
+        return Check("store", Status.WARN, f"{store.path} exists ({mode}): others can list its keys; keep it 0700",
                      f"chmod 0700 {path}")
     return Check("store", Status.OK, f"{store.path} exists ({mode})")
 
@@ -284,10 +286,10 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
         if armed is None:
             return [Check("store", Status.WARN, "PI_SESSIONS_DIR is unset: the jobs of a Trigger that arms resume are "
                                                 "refused (sessions-dir-unset); Triggers not checked",
-                          _sessions_fix(namespace))]
+                          _helm_fix(namespace))]
         return [Check("store", Status.FAIL, f"{_plural(armed, 'Trigger', 'arm')} resume but PI_SESSIONS_DIR is "
                                             f"unset: their jobs are refused (sessions-dir-unset) rather than lose the "
-                                            f"conversation and look successful", _sessions_fix(namespace))]
+                                            f"conversation and look successful", _helm_fix(namespace))]
     keep = "Triggers that arm resume keep" if armed is None else _plural(armed, "Trigger", "keep")
     checks = [
         store_check(store),
@@ -303,7 +305,8 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
     return checks
 
 
-def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None) -> list[Check]:
+def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None,
+                namespace: str | None = None) -> list[Check]:
     """§8.6 (not resume-specific) and §10.2: the gh source hands every job the whole gh login, and
     Triggers that arm resume with it are refused per delivery unless the hatch is open."""
     default = settings.github_auth_source
@@ -316,14 +319,15 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
         return [Check("auth", Status.OK, f"GITHUB_AUTH_SOURCE={default}")]
     who = "GITHUB_AUTH_SOURCE=gh" if default == "gh" else f"run.auth gh on {_plural(len(gh_triggers), 'Trigger')}"
     hatch = "; PI_SESSIONS_ALLOW_GH_SOURCE=1 lets resume use it" if settings.allow_gh_source else ""
+    fix = _helm_fix(namespace, "github.authSource=app")
     checks = [Check("auth", Status.WARN, f"{who}: every job Pod given a token gets the whole gh login with all its "
-                                         f"scopes{hatch}")]
+                                         f"scopes{hatch}", fix)]
     armed_gh = len(armed_triggers(gh_triggers))
     if armed_gh and not settings.allow_gh_source:
         checks.append(Check("auth", Status.FAIL, f"{_plural(armed_gh, 'Trigger', 'arm')} resume with auth source gh: "
                                                  f"their jobs are refused (config-refused), as a transcript could "
                                                  f"keep a printed auth header; use a GitHub App or a fine-grained "
-                                                 f"token, drop resume, or set PI_SESSIONS_ALLOW_GH_SOURCE=1"))
+                                                 f"token, drop resume, or set PI_SESSIONS_ALLOW_GH_SOURCE=1", fix))
     return checks
 
 
@@ -345,7 +349,7 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
     checks += session_checks(settings.store, armed, store, explicit, namespace)
     if cluster is not None:
         checks += staging_check(settings, cluster)
-    checks += auth_checks(settings.store, triggers)
+    checks += auth_checks(settings.store, triggers, namespace)
     return checks
 
 
