@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 
-def _mount(*args: str) -> None:
-    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+def _mount(*args: str, fds: tuple[int, ...] = ()) -> None:
+    r = subprocess.run(["mount", *args], capture_output=True, text=True, pass_fds=fds)
     if r.returncode != 0:
         raise SystemExit(f"podexec: mount {' '.join(args)} failed: {r.stderr.strip()}")
 
@@ -28,15 +29,23 @@ def _mount(*args: str) -> None:
 def apply_mounts(mounts: list[dict]) -> None:
     # parents before children; read-only remounts after every mount point exists
     ordered = sorted(mounts, key=lambda m: len(Path(m["target"]).parts))
-    for m in ordered:
-        src, dst = Path(m["source"]), Path(m["target"])
-        if src.is_dir():
-            dst.mkdir(parents=True, exist_ok=True)
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if not dst.exists():
-                dst.touch()
-        _mount("--bind", str(src), str(dst))
+    # Pin every source first: a volume mounted at /tmp would otherwise hide sources that live under
+    # /tmp on the host (the kubelet's data directory often does). Mounting /proc/self/fd/N binds what
+    # the descriptor holds, whatever now covers its old path.
+    pinned = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in ordered]
+    try:
+        for m, fd in zip(ordered, pinned, strict=True):
+            dst = Path(m["target"])
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                dst.mkdir(parents=True, exist_ok=True)
+            else:
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                if not dst.exists():
+                    dst.touch()
+            _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", str(dst), fds=(fd,))
+    finally:
+        for fd in pinned:
+            os.close(fd)
     for m in ordered:
         if m.get("readOnly"):
             _mount("-o", "remount,bind,ro", m["target"])
