@@ -47,10 +47,10 @@ SESSIONS_DIR_UNSET_MESSAGE = (
     "Trigger."
 )
 GH_SOURCE_MESSAGE = (
-    "Trigger {trigger} arms run.resume while jobs get a long-lived full-scope gh token (auth source gh): "
-    "a transcript that ever echoed that token would be replayed into every later job on the branch. Use "
-    "auth source app or pat, or, knowingly, set PI_SESSIONS_ALLOW_GH_SOURCE=1. Run `pidispatch doctor` "
-    "in the operator Pod for details."
+    "Trigger {trigger} arms run.resume while jobs get a long-lived full-scope gh token (auth source gh), so the "
+    "job did not run: a transcript that ever echoed that token would be replayed into every later job on the "
+    "branch. Switch the auth source to app or pat, or remove run.resume from the Trigger (or, knowingly, set "
+    "PI_SESSIONS_ALLOW_GH_SOURCE=1). Run `pidispatch doctor` in the operator Pod for details."
 )
 
 
@@ -141,10 +141,15 @@ def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | N
     store = settings.sessions_dir is not None
     conditions = set_condition(conditions, "Ready", problem is None, "Loaded" if problem is None else "ResumeConflict",
                                "The Trigger can run jobs." if problem is None else problem, generation)
-    conditions = set_condition(
-        conditions, "ResumeArmed", armed and problem is None, "Armed" if armed else "NotRequested",
-        "Jobs of this Trigger continue the previous conversation on their branch." if armed else
-        "run.resume is not set: every job starts a fresh conversation.", generation)
+    if armed and problem is None:
+        armed_reason = "Armed"
+        armed_message = "Jobs of this Trigger continue the previous conversation on their branch."
+    elif armed:
+        armed_reason, armed_message = "Refused", "run.resume is set but the Trigger is refused (see Ready)."
+    else:
+        armed_reason, armed_message = "NotRequested", "run.resume is not set: every job starts a fresh conversation."
+    conditions = set_condition(conditions, "ResumeArmed", armed and problem is None, armed_reason, armed_message,
+                               generation)
     if store:
         store_status, store_reason, store_message = True, "Configured", "A session store is configured."
     elif armed:
@@ -178,7 +183,9 @@ def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | N
     live = bool(lock) and lock.get("state") == "live"
     conditions = set_condition(
         conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if lock else "Unlocked"),
-        f"A promotion holds the lock ({lock['ageMs']} ms old)." if lock else "No promotion is running.", None)
+        f"A promotion holds the lock ({lock['ageMs']} ms old)." if live else
+        f"A stale lock ({lock['ageMs']} ms old) is left; the next promotion takes it over." if lock else
+        "No promotion is running.", None)
     status: dict[str, Any] = {
         "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
         "piVersion": view.get("piVersion"), "resumeChain": view.get("resumeChain") or 0,

@@ -22,7 +22,8 @@ SESSION = "session"
 HOST = "host.json"
 PROMOTION = "promotion.json"
 _WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: the staged file is agent-writable, and opening a FIFO planted there must not hang.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_RECORD = 64 * 1024
 
 

@@ -45,7 +45,7 @@ def parse_report(message: str | None) -> RunnerReport | None:
         return None
     try:
         data = json.loads(message)
-    except ValueError:
+    except (ValueError, RecursionError):  # 4 KiB of brackets nests deeper than the parser recurses
         return None
     if not isinstance(data, dict):
         return None
