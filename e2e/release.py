@@ -48,8 +48,7 @@ def base_values(**env: str) -> dict[str, Any]:
         "health": {"port": free_port()},
         "github": {"authSource": "app"},
         "extraEnv": [{"name": k, "value": v} for k, v in
-                     {"PI_DISPATCH_RESUMABLE_REFRESH_SECONDS": "5", **env}.items()]
-        + [{"name": "POD_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                     {"PI_DISPATCH_RESUMABLE_REFRESH_SECONDS": "5", **env}.items()],
     }
 
 

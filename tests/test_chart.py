@@ -30,6 +30,7 @@ from e2e.cluster import bin_dir  # noqa: E402  (the helm of the pinned control p
 
 CHART = ROOT / "charts" / "pi-dispatch"
 RELEASE, NAMESPACE = "rel", "pi-ns"
+POD_NAME = "rel-pi-dispatch-5d9c7b-x2x4q"
 FULLNAME = f"{RELEASE}-pi-dispatch"
 STORE_DIR, STAGING_DIR = "/var/lib/pi-dispatch/sessions", "/var/lib/pi-dispatch/jobs"
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
@@ -109,6 +110,8 @@ def env_values(container: dict[str, Any], namespace: str = NAMESPACE) -> dict[st
     for var in env_list(container):
         if "value" in var:
             out[var["name"]] = var["value"]
+        elif var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}:
+            out[var["name"]] = POD_NAME
         else:
             assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
             out[var["name"]] = namespace
@@ -200,7 +203,8 @@ def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
     settings = OperatorSettings.from_env(env)
     # The one chosen difference: job Pods run the job image of this release, not :latest.
     job_image = f"ghcr.io/pi-dispatch/job:{APP_VERSION}"
-    expected = OperatorSettings.from_env({"PI_DISPATCH_NAMESPACE": NAMESPACE, "PI_DISPATCH_JOB_IMAGE": job_image})
+    expected = OperatorSettings.from_env({"PI_DISPATCH_NAMESPACE": NAMESPACE, "PI_DISPATCH_JOB_IMAGE": job_image,
+                                          "PI_DISPATCH_POD_NAME": POD_NAME})
     assert settings == expected, "the chart's defaults are the operator's defaults"
     assert settings.store.sessions_dir is None
     assert settings.job_command == ("pidispatch", "runner") and settings.max_concurrent_jobs == 4

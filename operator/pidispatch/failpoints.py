@@ -1,11 +1,15 @@
 """Named crash points for the restart tests: ``PIDISPATCH_FAILPOINT=<step>`` kills the process there.
 
 The operator must converge after being killed at any step of the job flow (no duplicate Pod, no
-double promotion, no lost Job). Tests prove it by setting this variable in the operator's Deployment;
-``PIDISPATCH_FAILPOINT_MARK`` names a file that makes the crash happen once (the restarted container
-sees the mark and runs on). ``PIDISPATCH_FAILPOINT_JOB`` limits it to one Job, and
-``PIDISPATCH_FAILPOINT_ACTION=sleep:<seconds>`` pauses there instead of dying (to make two promotions
-overlap). Unset, :func:`at` is a dictionary lookup and nothing more.
+double promotion, no lost Job). Tests prove it by setting this variable in the operator's Deployment.
+
+* ``PIDISPATCH_FAILPOINT``: comma-separated ``step`` or ``step@job`` (only for that Job);
+* ``PIDISPATCH_FAILPOINT_MARK``: makes each failpoint fire once. A directory gets one mark file per
+  ``step@job``; any other path is the one mark file. The restarted container sees the mark and runs on;
+* ``PIDISPATCH_FAILPOINT_ACTION=sleep:<seconds>``: pause there instead of dying (to make two
+  promotions overlap).
+
+Unset, :func:`at` is one dictionary lookup and nothing more.
 """
 
 from __future__ import annotations
@@ -17,12 +21,20 @@ import time
 STEPS = ("staged", "pod-created", "promotion-started", "promoted", "status-written")
 
 
+def _armed(step: str, job: str | None) -> str | None:
+    for entry in os.environ.get("PIDISPATCH_FAILPOINT", "").split(","):
+        name, _, only = entry.partition("@")
+        if name == step and (not only or only == job):
+            return f"{step}@{job}" if only else step
+    return None
+
+
 def at(step: str, job: str | None = None) -> None:
-    """Act if the failpoint names ``step`` (and ``job``, when limited to one) and its mark is not yet set."""
-    if os.environ.get("PIDISPATCH_FAILPOINT") != step:
+    """Act if a failpoint names ``step`` (and ``job``, when limited to one) and its mark is not yet set."""
+    if "PIDISPATCH_FAILPOINT" not in os.environ:
         return
-    only = os.environ.get("PIDISPATCH_FAILPOINT_JOB")
-    if only and only != job:
+    point = _armed(step, job)
+    if point is None:
         return
     action = os.environ.get("PIDISPATCH_FAILPOINT_ACTION", "kill")
     if action.startswith("sleep:"):
@@ -30,6 +42,8 @@ def at(step: str, job: str | None = None) -> None:
         return
     mark = os.environ.get("PIDISPATCH_FAILPOINT_MARK")
     if mark:
+        if os.path.isdir(mark):
+            mark = os.path.join(mark, point.replace("/", "_"))
         try:
             os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except FileExistsError:

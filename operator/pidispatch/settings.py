@@ -132,6 +132,9 @@ class OperatorSettings:
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "pi-dispatch"
+    # The Pod's name, the operator's identity in kopf peering: a container restarted in the same Pod
+    # recognises its own lease instead of waiting for it to expire.
+    pod_name: str | None = None
     resumable_refresh_seconds: int = 300
     sweep_interval_seconds: int = 3600
 
@@ -158,6 +161,7 @@ class OperatorSettings:
             metrics_port=integer("PI_DISPATCH_METRICS_PORT", 9090, "a TCP port, 0 to turn metrics off", 0, 65535),
             health_port=integer("PI_DISPATCH_HEALTH_PORT", 8080, "a TCP port, 0 to turn the probe off", 0, 65535),
             peering=env.get("PI_DISPATCH_PEERING") or "pi-dispatch",
+            pod_name=env.get("PI_DISPATCH_POD_NAME") or None,
             resumable_refresh_seconds=integer("PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", 300,
                                               "a whole number of seconds from 5 to 86400", 5, 86400),
             sweep_interval_seconds=integer("PI_DISPATCH_SWEEP_INTERVAL_SECONDS", 3600,

@@ -77,6 +77,10 @@ app.kubernetes.io/component: operator
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+- name: PI_DISPATCH_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
 - name: PI_DISPATCH_MAX_CONCURRENT_JOBS
   value: {{ .Values.maxConcurrentJobs | int64 | quote }}
 - name: PI_DISPATCH_JOB_IMAGE

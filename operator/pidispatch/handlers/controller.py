@@ -350,35 +350,51 @@ class Controller:
         staged = os.path.join(jd.session, sidecars.TRANSCRIPT)
         canonical = os.path.join(self.store.sessions_dir or "", key, sidecars.TRANSCRIPT)
         if done and done.get("state") == "started":
-            # Killed during an earlier attempt: did its swap land? The canonical file then has the staged
-            # bytes under an identity other than the one it had before that attempt.
-            before = done.get("before")
-            now = fsio.lstat_or_none(canonical)
-            landed = (now is not None and list(fsio.Identity.of(now)) != before
-                      and list(file_digest(canonical) or ()) == [done.get("size"), done.get("sha256")])
-            emit("session_promotion_recovered", key=key, landed=landed)
+            landed = self._recover_promotion(key, canonical, done)
             if landed:
                 result = PromotionResult(True, "promoted", done.get("size"))
                 jd.write(PROMOTION, {"state": "done", "promoted": True, "reason": "promoted",
                                      "bytes": result.bytes})
                 return result
+            started = done
         else:
             digest = file_digest(staged)
             st = fsio.lstat_or_none(canonical)
-            jd.write(PROMOTION, {"state": "started", "size": digest[0] if digest else None,
-                                 "sha256": digest[1] if digest else None,
-                                 "before": list(fsio.Identity.of(st)) if st is not None else None})
+            started = {"state": "started", "size": digest[0] if digest else None,
+                       "sha256": digest[1] if digest else None,
+                       "before": list(fsio.Identity.of(st)) if st is not None else None}
+            jd.write(PROMOTION, started)
         failpoints.at("promotion-started", job_name)
         began = time.perf_counter()
         result = promote(self.store, key, jd.session, host_resume=bool(host.get("resume")), venue=host.get("venue"),
                          pi_version=host.get("piVersion"), model=host.get("model"), context=report.context,
-                         seams=failpoints.FailpointSeams(job_name))
+                         seams=_JournalSeams(job_name, jd, started, os.path.join(self.store.sessions_dir or "", key)))
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result.reason).inc()
         failpoints.at("promoted", job_name)
         jd.write(PROMOTION, {"state": "done", "promoted": result.promoted, "reason": result.reason,
                              "bytes": result.bytes})
         return result
+
+    def _recover_promotion(self, key: str, canonical: str, started: dict[str, Any]) -> bool:
+        """After a kill during promotion: did that attempt's swap land? Release its lock if it left one.
+
+        Landed means the canonical file holds the staged bytes under an identity other than the one it had
+        before that attempt. A swap that landed is not promoted again (no second chain increment); if the
+        kill came before its stamps, the ``(pending)`` venue makes the next delivery start cold, as the spec
+        says of an interrupted promotion. A lock is removed only when it is provably the one that attempt
+        took (same ``dev:ino:size:mtime`` as journaled right after taking it); any other lock is left alone.
+        """
+        now = fsio.lstat_or_none(canonical)
+        landed = (now is not None and list(fsio.Identity.of(now)) != started.get("before")
+                  and list(file_digest(canonical) or ()) == [started.get("size"), started.get("sha256")])
+        lock_path = os.path.join(os.path.dirname(canonical), sidecars.LOCK)
+        lock = fsio.lstat_or_none(lock_path)
+        ours = lock is not None and started.get("lock") == list(fsio.Identity.of(lock))
+        if ours:
+            os.unlink(lock_path)
+        emit("session_promotion_recovered", key=key, landed=landed, lockReleased=ours)
+        return landed
 
     def _release(self, name: str, jd: JobDir) -> None:
         jd.remove()
@@ -521,6 +537,21 @@ class Controller:
         total = report.tokens.get("total")
         if total is not None:
             metrics.TOKENS.labels("resumed" if session and session.get("resumed") else "cold").inc(total)
+
+
+class _JournalSeams:
+    """Store seams for one promotion: journal the lock this attempt took, then the failpoint."""
+
+    def __init__(self, job: str, jd: JobDir, started: dict[str, Any], key_dir: str) -> None:
+        self.failpoints = failpoints.FailpointSeams(job)
+        self.jd, self.started, self.key_dir = jd, started, key_dir
+
+    def at(self, step: str) -> None:
+        if step == "locked":
+            lock = fsio.lstat_or_none(os.path.join(self.key_dir, sidecars.LOCK))
+            if lock is not None:
+                self.jd.write(PROMOTION, {**self.started, "lock": list(fsio.Identity.of(lock))})
+        self.failpoints.at(step)
 
 
 def _arrival(job: dict[str, Any]) -> tuple[str, str]:

@@ -45,5 +45,5 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     metrics.serve(settings.metrics_port)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(registry=registry, namespaces=[namespace], peering_name=settings.peering, standalone=False,
-             liveness_endpoint=liveness)
+             liveness_endpoint=liveness, identity=settings.pod_name)  # type: ignore[arg-type]
     return 0
