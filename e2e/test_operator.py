@@ -103,6 +103,49 @@ def test_cold_then_resumed_on_the_same_key(release: Release) -> None:
              timeout=10)
 
 
+def test_helm_test_runs_doctor_and_it_passes(release: Release) -> None:
+    # (no --logs: the test kubelet serves no log API)
+    result = release.helm("test", "pi-dispatch", check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"TEST SUITE:\s+pi-dispatch-doctor", result.stdout), result.stdout
+    assert re.search(r"Phase:\s+Succeeded", result.stdout), result.stdout
+
+
+def test_metrics_are_served_with_closed_label_sets(release: Release) -> None:
+    import urllib.request
+
+    release.run(f"metrics-{next_issue()}", issue=next_issue())
+    port = release.values["metrics"]["port"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for name in ("pidispatch_session_resolutions_total", "pidispatch_session_promotions_total",
+                 "pidispatch_jobs", "pidispatch_queue_depth", "pidispatch_job_tokens_total",
+                 "pidispatch_gate_seconds_bucket", "pidispatch_promotion_seconds_bucket"):
+        assert name in text, f"{name} is not exported"
+    assert 'pidispatch_session_resolutions_total{reason="absent"}' in text
+    assert "acme" not in text and "pi/issue" not in text and not re.search(r"[0-9a-f]{32}", text)
+
+
+TRIGGER_SHAPES = {
+    "resume with command": ("run:\n    resume: true\n    command: make fix", "run.command"),
+    "resume on cron": ("run:\n    resume: true\n    kind: local", "cron"),
+    "resume with replicas": ("run:\n    resume: true\n    replicas: 2", "run.replicas"),
+    "resume with secrets": ("run:\n    resume: true\n    secrets: [token]", "run.secrets"),
+    "resume not a boolean": ("run:\n    resume: \"yes\"", "boolean"),
+}
+
+
+@pytest.mark.parametrize("shape", list(TRIGGER_SHAPES), ids=list(TRIGGER_SHAPES))
+def test_kubectl_apply_rejects_a_refused_trigger(release: Release, shape: str) -> None:
+    run, words = TRIGGER_SHAPES[shape]
+    manifest = (f"apiVersion: pi-dispatch.dev/v1alpha1\nkind: Trigger\nmetadata:\n  name: refused\n"
+                f"  namespace: {release.ns}\nspec:\n  \"on\":\n    event: issue_comment.created\n  {run}\n")
+    result = release.cluster.kubectl("apply", "-f", "-", input=manifest, check=False)
+    assert result.returncode != 0, result.stdout
+    assert words in result.stderr, result.stderr
+    assert release.kube.get_or_none(release.path("triggers", "refused")) is None
+
+
 def test_job_pod_is_restricted_and_token_free(release: Release) -> None:
     issue = next_issue()
     job = release.run(f"pod-{issue}", issue=issue)
@@ -221,6 +264,26 @@ def test_deleting_a_sessionkey_forgets_the_conversation(release: Release) -> Non
     assert not release.key_dir(key).exists()
     job = release.run(f"after-forget-{issue}", issue=issue)
     assert session(job)["reason"] == "absent"
+
+
+def test_the_reaper_and_the_staging_sweep_run_on_their_timer(cluster: Cluster, kube: Kube, kubelet) -> None:
+    ns = fresh_namespace(kube, "timers")
+    r = Release(cluster, kube, ns, merge(base_values(PI_DISPATCH_SWEEP_INTERVAL_SECONDS="10"),
+                                         {"sessions": {"enabled": True}})).install()
+    try:
+        r.trigger("fix")
+        r.run("aged", issue=1)
+        key = key_of(1)
+        os.utime(r.key_dir(key) / "current.jsonl", (time.time() - 15 * DAY,) * 2)
+        orphan = r.staging / "00000000-0000-0000-0000-000000000000"
+        (orphan / "session").mkdir(parents=True)
+        os.utime(orphan, (time.time() - 3600,) * 2)
+        wait_for("the reaper removed the expired key", lambda: not r.key_dir(key).exists(), timeout=40)
+        wait_for("its SessionKey deleted", lambda: r.sessionkey(key) is None, timeout=30)
+        wait_for("the orphaned staging directory swept", lambda: not orphan.exists(), timeout=40)
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def test_two_jobs_finishing_together_on_one_key_one_is_locked(cluster: Cluster, kube: Kube, kubelet) -> None:

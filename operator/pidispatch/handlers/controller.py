@@ -449,6 +449,13 @@ class Controller:
         for sk in self.api.list(self._crd_path("sessionkeys")):
             self._guarded(self._update_sessionkey, sk["metadata"]["name"], None)
 
+    def _delete_sessionkey(self, key: str) -> None:
+        try:
+            self.api.delete(self._crd_path("sessionkeys", key))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
     def forget_key(self, sk: dict[str, Any]) -> None:
         """``kubectl delete sessionkey <key>``: remove that key's directory, then let the object go."""
         md = sk["metadata"]
@@ -484,8 +491,10 @@ class Controller:
     def sweep(self) -> None:
         """The reaper (store TTL), orphaned staging directories, and the store gauges."""
         if self.store.sessions_dir is not None:
-            for event in reap(self.store):
-                log.info("%s", event)
+            for event in reap(self.store):  # each event is logged by the reaper itself
+                if event["event"] == "reaped_session" and is_key(event.get("key", "")):
+                    # The conversation is gone; its SessionKey would only say so forever.
+                    self._guarded(self._delete_sessionkey, event["key"])
             keys, size = _store_size(self.store.sessions_dir)
             metrics.STORE_KEYS.set(keys)
             metrics.STORE_BYTES.set(size)
