@@ -23,7 +23,7 @@ import pytest
 
 from pidispatch.settings import Settings
 from pidispatch.store.promote import promote
-from pidispatch.store.resolve import resolve
+from pidispatch.store.resolve import CHUNK, resolve
 from storekit import KEY, MODEL, PI, Store, sample
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -462,11 +462,12 @@ def snapshot(key_dir: Path) -> dict[str, tuple[int, int, int, bytes]]:
     }
 
 
+LONG = transcript("long", 2 * CHUNK + CHUNK // 2)  # the copy takes three chunks, the last one short
 RESOLVE_KILLS = [
     ("gates-judged", 0),
     ("transcript-opened", 0),
-    ("copy-chunk", 64 * 1024),  # the first 64 KiB chunk has been written to the staged file
-    ("copied", len(OLD)),
+    ("copy-chunk", CHUNK),  # the first chunk has been written to the staged file
+    ("copied", len(LONG)),
 ]
 
 
@@ -476,7 +477,7 @@ RESOLVE_KILLS = [
     ids=[f"killed at {s}: canonical untouched, {n} bytes staged" for s, n in RESOLVE_KILLS],
 )
 def test_a_resolve_killed_mid_copy_leaves_the_store_untouched(store: Store, step: str, staged_bytes: int):
-    assert promote(store.settings, KEY, str(store.staged_job(OLD)), host_resume=False, pi_version=PI).promoted
+    assert promote(store.settings, KEY, str(store.staged_job(LONG)), host_resume=False, pi_version=PI).promoted
     before = snapshot(store.key_dir())
     stage = store.stage()
 
@@ -486,8 +487,8 @@ def test_a_resolve_killed_mid_copy_leaves_the_store_untouched(store: Store, step
     assert snapshot(store.key_dir()) == before
     # The dead reader's staged copy is a prefix at most; whoever retries the delivery re-stages it.
     staged = (stage / "current.jsonl").read_bytes()
-    assert staged == OLD[:staged_bytes]
+    assert staged == LONG[:staged_bytes]
     again = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL)
     assert again is not None and again.verdict.reason == "resumed"
-    assert (stage / "current.jsonl").read_bytes() == OLD
+    assert (stage / "current.jsonl").read_bytes() == LONG
     assert snapshot(store.key_dir()) == before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -283,3 +284,65 @@ def test_missing_store_root_is_promote_failed(store: Store, events, tmp_path: Pa
 def test_no_key_is_a_safety_net(store: Store) -> None:
     result = promote(store.settings, None, str(store.staged_job(NEW)), host_resume=False)
     assert (result.promoted, result.reason) == (False, "no-key")
+
+
+def _record_durability(monkeypatch) -> list[str]:
+    """Record fsyncs (of a directory or of a file) and renames, in the order promote makes them."""
+    trace: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        trace.append("fsync(dir)" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync(file)")
+        real_fsync(fd)
+
+    def replace(src, dst, **kwargs) -> None:
+        real_replace(src, dst, **kwargs)
+        name = "temp" if str(src).endswith(".incoming") and str(src).startswith("current.jsonl.") else str(src)
+        trace.append(f"rename {name} -> {dst}")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return trace
+
+
+def test_durability_order_three_fsyncs(store: Store, monkeypatch) -> None:
+    """promote.py ``_swap_in``: the temp's bytes, then the sentinel's rename, are on disk before the
+    swap; the swap and the other stamps are on disk before the venue stamp re-opens the key."""
+    store.put(OLD)
+    trace = _record_durability(monkeypatch)
+    assert land(store, host_resume=True, context=(1, 2)).promoted
+    assert trace == [
+        "rename venue.incoming -> venue",  # (pending)
+        "fsync(file)",  # the temp
+        "fsync(dir)",  # the sentinel's rename before the swap's
+        "rename temp -> current.jsonl",
+        "rename pi-version.incoming -> pi-version",
+        "rename resume-chain.incoming -> resume-chain",
+        "rename context.incoming -> context",
+        "fsync(dir)",  # the swap, and those stamps before the venue stamp
+        "rename venue.incoming -> venue",
+    ]
+
+
+@pytest.mark.parametrize("which", [1, 2, 3], ids=["temp", "dir-before-swap", "dir-after-swap"])
+def test_a_failed_fsync_is_promote_failed_and_never_resumes_wrongly(store: Store, events, monkeypatch, which) -> None:
+    store.put(OLD)
+    real_fsync = os.fsync
+    calls = []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == which:
+            raise OSError(5, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    result = land(store)
+    assert (result.promoted, result.reason) == (False, "promote-failed")
+    assert leftovers(store) == [], "lock released and the temp removed"
+    # Before the swap the old transcript stays; after it the new one may have landed. Either way the
+    # sentinel stands, so the next delivery starts cold rather than trusting stamps that may not last.
+    assert canonical(store) == (OLD if which < 3 else NEW)
+    assert (store.key_dir() / "venue").read_text() == "(pending)"
+    res = resolve(store.settings, KEY, str(store.stage()), pi_version=PI, model=MODEL)
+    assert res is not None and res.verdict.reason == "venue-changed"

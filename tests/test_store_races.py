@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from pidispatch.store.promote import promote
-from pidispatch.store.resolve import resolve
+from pidispatch.store.resolve import CHUNK, resolve
 from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
 
 A = sample("s1_after_turn2.jsonl")
 B = sample("s2_tool_call.jsonl")
 BIG = A + b"".join(b'{"type":"custom","id":"%08x","parentId":null,"timestamp":"x","pad":"%s"}\n'
-                   % (i, b"p" * 1000) for i in range(300))  # > 64 KiB, so the copy takes several chunks
+                   % (i, b"p" * 1000) for i in range(2 * CHUNK // 1000))  # > 2 chunks: races land mid-copy
 
 
 class At:

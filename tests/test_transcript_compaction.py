@@ -6,8 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transcript_samples import sample
 
+from pidispatch.transcript._jsjson import loads
 from pidispatch.transcript.compaction import (
     PLACEHOLDER,
     SPLIT_TURN_MARKER,
@@ -253,3 +256,189 @@ def test_a_compaction_line_too_deep_for_python_fails_closed() -> None:
 def test_a_deep_but_parseable_real_compaction_passes() -> None:
     deep = b'{"type":"compaction","summary":"real","details":' + b"[" * 200 + b"]" * 200 + b"}\n"
     assert transcript_has_empty_compaction(HEAD + deep) is False
+
+
+# --------------------------------------------------------------------------------------------------
+# The scanner's pre-filter: only lines holding `"compaction"` or a `\u00[67]` escape are parsed. These
+# pin that it never hides an entry pi would read, wherever the chunk boundaries fall.
+
+
+def reference(data: bytes) -> bool:
+    """Gate 12 with no pre-filter: parse every line as pi splits them (on `\\n` only)."""
+    for line in data.split(b"\n"):
+        ok, value = loads(line.decode("utf-8", errors="replace"))
+        if ok and isinstance(value, dict) and value.get("type") == "compaction" and compaction_summary_is_empty(value):
+            return True
+    return False
+
+
+def scan(data: bytes, cuts: list[int]) -> bool:
+    scanner = EmptyCompactionScanner()
+    start = 0
+    for cut in sorted({min(max(cut, 0), len(data)) for cut in cuts}) + [len(data)]:
+        scanner.feed(data[start:cut])
+        start = cut
+    return scanner.finish()
+
+
+def escaped(text: str, which: set[int] | None = None, upper: bool = False) -> str:
+    """`text` as a JSON string body, the characters at `which` (all when None) as \\u escapes."""
+    out = []
+    for index, ch in enumerate(text):
+        if which is None or index in which:
+            code = f"{ord(ch):04x}"
+            out.append("\\u" + (code.upper() if upper else code))
+        else:
+            out.append(json.dumps(ch)[1:-1])
+    return "".join(out)
+
+
+TYPE_SPELLINGS = [
+    pytest.param("compaction", id="literal"),
+    pytest.param(escaped("compaction"), id="every-letter-escaped"),
+    pytest.param(escaped("compaction", upper=True), id="every-letter-escaped-upper-case-hex"),
+    *(
+        pytest.param(escaped("compaction", {index}, upper=index % 2 == 1), id=f"letter-{index}-{letter}-escaped")
+        for index, letter in enumerate("compaction")
+    ),
+]
+
+
+def compaction_line(type_body: str, summary_body: str, *, spaced: bool = False, crlf: bool = False) -> bytes:
+    sep = " : " if spaced else ":"
+    comma = " ,\t" if spaced else ","
+    line = (
+        f'{{"type"{sep}"{type_body}"{comma}"id"{sep}"c1"{comma}"summary"{sep}"{summary_body}"{comma}'
+        f'"details"{sep}{{"readFiles":[],"modifiedFiles":[]}}}}'
+    )
+    return line.encode() + (b"\r\n" if crlf else b"\n")
+
+
+@pytest.mark.parametrize("type_body", TYPE_SPELLINGS)
+def test_the_type_spelled_with_any_escapes_is_found_across_every_chunk_boundary(type_body: str) -> None:
+    line = compaction_line(type_body, "", spaced=True)
+    data = HEAD + line + b'{"type":"label","id":"l1"}\n'
+    assert reference(data) is True
+    start = len(HEAD)
+    # Every single cut through the entry, and every pair of cuts through its type token.
+    for cut in range(start - 1, start + len(line) + 1):
+        assert scan(data, [cut]) is True, cut
+    token = start + line.index(b'"', line.index(b":") + 1)
+    for first in range(token - 2, token + len(type_body) + 3):
+        for second in range(first + 1, token + len(type_body) + 4):
+            assert scan(data, [first, second]) is True, (first, second)
+
+
+@pytest.mark.parametrize("type_body", TYPE_SPELLINGS)
+def test_a_real_summary_is_not_flagged_whatever_the_spelling(type_body: str) -> None:
+    data = HEAD + compaction_line(type_body, "## Goal\\nFix it.")
+    assert reference(data) is False
+    assert all(scan(data, [cut]) is False for cut in range(len(HEAD), len(data)))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2, 5, 11, 12, 13, 64], ids=lambda size: f"chunks-of-{size}")
+def test_an_entry_split_into_many_small_chunks_is_found(chunk_size: int) -> None:
+    data = HEAD + compaction_line(escaped("compaction", {0, 9}), "") + b"tail without newline"
+    assert scan(data, list(range(0, len(data), chunk_size))) is True
+
+
+@pytest.mark.parametrize(
+    ("summary_body", "empty"),
+    [
+        pytest.param("\\u0022", False, id="a-quote-written-as-u0022"),
+        pytest.param("say \\u0022compaction\\u0022", False, id="quoted-word-written-with-u0022"),
+        pytest.param("\\u0020\\u0009\\u000a\\u000d", True, id="ascii-whitespace-written-as-escapes"),
+        pytest.param("\\u00a0\\u2028\\ufeff\\u3000", True, id="javascript-whitespace-written-as-escapes"),
+        pytest.param("\\u001c", False, id="python-only-whitespace-escape-is-text"),
+        pytest.param(escaped(PLACEHOLDER), True, id="placeholder-written-as-escapes"),
+        pytest.param(escaped(PLACEHOLDER + SPLIT) + "\\u0020", True, id="split-marker-written-as-escapes"),
+        pytest.param(escaped(PLACEHOLDER + SPLIT + "x"), False, id="real-turn-part-written-as-escapes"),
+    ],
+)
+def test_escapes_inside_the_summary_are_judged_as_decoded(summary_body: str, empty: bool) -> None:
+    data = HEAD + compaction_line("compaction", summary_body)
+    assert reference(data) is empty
+    for chunk_size in (1, 7, 65536):
+        assert scan(data, list(range(0, len(data), chunk_size))) is empty
+
+
+@pytest.mark.parametrize(
+    ("first_type", "second_type"),
+    [
+        pytest.param("compaction", "compaction", id="literal-then-literal"),
+        pytest.param(escaped("compaction", {3}), "compaction", id="escaped-then-literal"),
+        pytest.param("compaction", escaped("compaction", {3}), id="literal-then-escaped"),
+        pytest.param(escaped("compaction", {1}), escaped("compaction", {8}), id="escaped-then-escaped"),
+    ],
+)
+def test_every_candidate_line_in_one_chunk_is_judged(first_type: str, second_type: str) -> None:
+    # Real summaries first, the empty one last: the search must go on past each candidate it judged.
+    data = (
+        HEAD
+        + compaction_line(first_type, "Real.")
+        + b'{"type":"label","id":"l1"}\n'
+        + compaction_line(second_type, "Also real.")
+        + compaction_line(first_type, "")
+        + b'{"type":"label","id":"l2"}\n'
+    )
+    assert reference(data) is True
+    assert scan(data, []) is True
+    assert scan(data[: data.rindex(b'{"type":"label"')], []) is True  # the empty one on the last line
+
+
+def test_the_word_behind_escaped_quotes_in_a_message_is_not_an_entry() -> None:
+    data = HEAD + b'{"type":"message","text":"\\u0022compaction\\u0022 \\"compaction\\" \\u0063ompaction"}\n'
+    assert reference(data) is False
+    assert scan(data, []) is False
+
+
+@pytest.mark.parametrize("empty", [True, False], ids=["empty-summary", "real-summary"])
+def test_crlf_line_endings_are_read_as_pi_reads_them(empty: bool) -> None:
+    # pi splits on "\n" only; the "\r" left at the end of each line is JSON whitespace.
+    crlf_head = HEAD.replace(b"\n", b"\r\n")
+    data = crlf_head + compaction_line("compaction", "" if empty else "Real.", crlf=True) + b'{"type":"label"}\r\n'
+    assert reference(data) is empty
+    cr = data.index(b"\r\n", len(crlf_head))
+    for cuts in ([], [cr], [cr + 1], [cr - 1, cr + 1], list(range(0, len(data), 3))):
+        assert scan(data, cuts) is empty, cuts
+
+
+def test_a_deep_line_that_cannot_spell_compaction_is_not_refused() -> None:
+    # Coloured output (\u001b) nested deeper than Python parses: no `"compaction"` token can be in it,
+    # so pi cannot read it as a compaction entry and it is not judged one (fail closed stays for lines
+    # that could be).
+    deep = b'{"type":"message","text":"\\u001b[31m","x":' + b"[" * 5000 + b"]" * 5000 + b"}\n"
+    assert transcript_has_empty_compaction(HEAD + deep) is False
+
+
+# Random transcripts mixing compaction entries spelled every way pi's JSON.parse accepts, in any
+# chunking: the scanner must agree with parsing every line.
+_summaries = st.sampled_from(
+    ["", " ", "\u00a0", "\n", PLACEHOLDER, PLACEHOLDER + SPLIT, "Real.", '"compaction"', "\u001b"]
+)
+_types = st.sampled_from(["compaction", "message", "compactio", "Compaction", "compaction "])
+
+
+@st.composite
+def _lines(draw: st.DrawFn) -> bytes:
+    kind = draw(_types)
+    summary = draw(_summaries)
+    type_escapes = draw(st.sets(st.integers(min_value=0, max_value=len(kind) - 1)))
+    summary_escapes = draw(st.sets(st.integers(min_value=0, max_value=max(len(summary) - 1, 0))))
+    upper = draw(st.booleans())
+    spaced = draw(st.booleans())
+    crlf = draw(st.booleans())
+    line = compaction_line(escaped(kind, type_escapes, upper), escaped(summary, summary_escapes, upper),
+                           spaced=spaced, crlf=crlf)
+    noise = draw(st.sampled_from([b"", b"garbage\n", b'{"type":"message","text":"\\u001b[0m"}\n', b"\n"]))
+    return noise + line
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_lines(), max_size=5), st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+       st.booleans())
+def test_scanner_agrees_with_parsing_every_line(lines: list[bytes], cuts: list[int], torn: bool) -> None:
+    data = HEAD + b"".join(lines)
+    if torn and data.endswith(b"\n"):
+        data = data[:-1]  # the last line without its newline: pi still parses it
+    assert scan(data, cuts) is reference(data)

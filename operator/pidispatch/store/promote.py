@@ -1,9 +1,9 @@
 """The write path (spec §6): promote a completed job's staged copy into the store.
 
 Temp file, ``(pending)`` sentinel, atomic rename, post-swap verification, then sidecars. Beyond the
-spec, the temp file and the sentinel are fsynced and the directory is fsynced around the rename, so
-a power cut leaves the old transcript or the new one, whole, and never a new transcript under old
-stamps.
+spec, three fsyncs (the temp, and the directory before and after the rename; see ``_swap_in`` for
+why these three and no others) make a power cut leave the old transcript or the new one, whole, and
+never a new transcript under old stamps.
 """
 
 from __future__ import annotations
@@ -148,14 +148,47 @@ def _promote(
 def _swap_in(
     settings: Settings, staged_path: str, dir_fd: int, key_dir: str, pinned: tuple[int, int], seams: Seams
 ) -> int | None:
-    """Steps a–f. Returns the promoted size, or ``None`` when the swap landed somewhere else."""
+    """Steps a–f. Returns the promoted size, or ``None`` when the swap landed somewhere else.
+
+    Durability. What a power cut must never leave: a torn transcript (a name whose bytes are not all
+    on disk), or the new transcript readable under the old stamps (the old ``pi-version`` with a
+    resumable ``venue``). The fsyncs, in order, and what each one is for:
+
+    1. ``fsync(temp)``, before the rename (the issue requires it): the bytes are on disk before any
+       name points at them, so the rename can only ever expose a whole file.
+    2. ``fsync(dir)``, after the sentinel's rename and before the swap: the rename of ``(pending)``
+       over ``venue`` is on disk before the swap can be. Without it nothing in POSIX stops a power
+       cut from keeping the later rename (the swap) and losing the earlier one (the sentinel).
+    3. ``fsync(dir)`` after the swap (the issue requires it), placed after the ``pi-version``,
+       ``resume-chain`` and ``context`` stamps and before the ``venue`` stamp (in ``_stamp``): one
+       fsync makes the swap durable and orders those stamps before the one that re-opens the key.
+
+    Not fsynced, on purpose: the sentinel's *content* and every stamp's content. Each is a fresh
+    inode renamed over its name, so after a crash it holds its new bytes or nothing (a 0-byte file:
+    ext4 in its default data=ordered mode and xfs never expose stale blocks), and an empty sidecar
+    reads ``null``: a ``venue`` of ``null`` matches no job (cold start), a ``pi-version`` of
+    ``null`` refuses, a lost ``resume-chain`` reads 0 and a lost ``context`` passes, both as spec
+    §3.3 accepts for a missing file. Losing the final ``venue`` stamp leaves ``(pending)``: the key
+    cold-starts once; it never resumes wrongly.
+
+    Order within 1–2: the sentinel is renamed in *before* the temp is fsynced. On ext4 and xfs an
+    fsync commits the journal up to that point, so 1 also carries the sentinel's rename and 2 finds
+    nothing left to commit (little more than a cache flush); on a filesystem without that ordering,
+    2 does the work itself. The price: if fsync(temp) fails, the key is left ``(pending)`` and
+    cold-starts once, instead of resuming the old transcript.
+    """
     temp = temp_name()
     fsio.clear_name(temp, dir_fd)
     try:
-        size, temp_id = _copy_staged(settings, staged_path, temp, dir_fd)
-        seams.at("temp-written")
-        sidecars.replace_sidecar(dir_fd, sidecars.VENUE, sidecars.PENDING_VENUE, durable=True)
-        fsio.fsync_dir(dir_fd)
+        size, temp_fd = _copy_staged(settings, staged_path, temp, dir_fd)
+        try:
+            temp_st = os.fstat(temp_fd)
+            seams.at("temp-written")
+            sidecars.replace_sidecar(dir_fd, sidecars.VENUE, sidecars.PENDING_VENUE)
+            os.fsync(temp_fd)  # 1
+        finally:
+            os.close(temp_fd)
+        fsio.fsync_dir(dir_fd)  # 2
         seams.at("sentinel-written")
         os.replace(temp, sidecars.TRANSCRIPT, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
@@ -164,20 +197,23 @@ def _swap_in(
         except OSError:
             pass
         raise
-    fsio.fsync_dir(dir_fd)
     seams.at("swapped")
     landed = fsio.lstat_or_none(os.path.join(key_dir, sidecars.TRANSCRIPT))
+    expected = (temp_st.st_dev, temp_st.st_ino, size)
     if (
         not fsio.same_dir(fsio.lstat_or_none(key_dir), pinned)
         or not fsio.is_regular(landed)
-        or (landed.st_dev, landed.st_ino, landed.st_size) != (*temp_id, size)  # type: ignore[union-attr]
+        or (landed.st_dev, landed.st_ino, landed.st_size) != expected  # type: ignore[union-attr]
     ):
         return None
     return size
 
 
-def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -> tuple[int, tuple[int, int]]:
-    """Copy the staged file through a no-follow descriptor into a fresh 0600 temp, fsynced."""
+def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -> tuple[int, int]:
+    """Copy the staged file through a no-follow descriptor into a fresh 0600 temp; return size and temp fd.
+
+    The temp is left open, not yet fsynced: ``_swap_in`` fsyncs it after the sentinel (see there).
+    """
     src = os.open(staged_path, fsio.READ_FLAGS)
     try:
         st = os.fstat(src)
@@ -185,13 +221,12 @@ def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -
         dst = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
             _copy_bytes(src, dst, st.st_size)
-            os.fsync(dst)
-            temp_st = os.fstat(dst)
-        finally:
+        except BaseException:
             os.close(dst)
+            raise
     finally:
         os.close(src)
-    return st.st_size, (temp_st.st_dev, temp_st.st_ino)
+    return st.st_size, dst
 
 
 def _copy_bytes(src: int, dst: int, size: int) -> None:
@@ -230,7 +265,8 @@ def _stamp(
     The venue stamp is written *last*, not first as spec §6.2 orders it: while ``(pending)`` stands
     no reader resumes, so a crash between two stamps can never expose the new transcript under the
     old ``pi-version`` (the spec's order re-opens the key between its venue and pi-version writes).
-    The final state is the same, so pi-dispatch hosts read it unchanged.
+    The final state is the same, so pi-dispatch hosts read it unchanged. The directory fsync
+    between the other stamps and the venue stamp carries that order through a power cut.
     """
 
     def write(name: str, action: Callable[[], None]) -> None:
@@ -250,6 +286,10 @@ def _stamp(
         tokens, window = context
         reading = f"{tokens} {window}" + (f" {delivery.model_id}" if delivery.model_id else "")
         write(sidecars.CONTEXT, lambda: sidecars.replace_sidecar(dir_fd, sidecars.CONTEXT, reading))
+    # fsync 3 of ``_swap_in``'s list: the swap is durable, and so are the stamps above, before the
+    # venue stamp below can re-open the key. A failure here is a fault (promote-failed), not a
+    # sidecar failure: the key stays (pending) and cold-starts, since the swap may not survive.
+    fsio.fsync_dir(dir_fd)
     if delivery.venue is not None:  # no venue: leave (pending) on purpose, nothing resumes from it
         write(sidecars.VENUE, lambda: sidecars.replace_sidecar(dir_fd, sidecars.VENUE, delivery.venue or ""))
 

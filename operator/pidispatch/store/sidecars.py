@@ -107,15 +107,17 @@ def normalise_model_id(model: str | None) -> str | None:
     return lowered if MODEL_ID.fullmatch(lowered) else None
 
 
-def replace_sidecar(dir_fd: int, name: str, content: str, durable: bool = False) -> None:
-    """Write ``content`` to ``<name>.incoming`` and rename it over ``name`` (a planted link is replaced)."""
+def replace_sidecar(dir_fd: int, name: str, content: str) -> None:
+    """Write ``content`` to ``<name>.incoming`` and rename it over ``name`` (a planted link is replaced).
+
+    Not fsynced: a sidecar whose bytes are lost in a power cut reads ``null`` (promote.py says why
+    that is always safe); the caller fsyncs the directory where the order of renames matters.
+    """
     temp = f"{name}.incoming"
     fsio.clear_name(temp, dir_fd)
     fd = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         fsio.write_all(fd, content.encode("utf-8"))
-        if durable:
-            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -18,6 +18,7 @@ same `readFiles` / `modifiedFiles`. Stdlib only; never raises.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pidispatch.transcript._jsjson import JS_WHITESPACE, TOO_DEEP, loads
@@ -116,15 +117,34 @@ def compaction_summary_is_empty(entry: dict[str, Any]) -> bool:
     return _is_blank(body.replace(PLACEHOLDER, ""))
 
 
-# A line can only hold a `compaction` entry if its bytes contain "compaction" literally, or if the
-# type is spelled with \u escapes (JSON.parse decodes "\u0063ompaction" to "compaction"; an agent
-# that can write the file could use that to slip past a literal-only filter).
+# Which lines can hold a `compaction` entry. pi keeps a line whose JSON.parse gives an object with
+# `type` equal to "compaction", so the line's bytes must contain that value as a JSON string token:
+# `"` + the ten letters + `"`, where each letter is either itself or a `\u` escape of it
+# (JSON.parse decodes "\u0063ompaction" to "compaction"; no other escape yields a letter, and the
+# letters are ASCII, so invalid UTF-8 around them cannot change them). Hence an exact pre-filter:
+#
+#   * no letter escaped  -> the line contains the literal `"compaction"`;
+#   * any letter escaped -> it contains `\u00` + the third hex digit of that letter, which is 6 or 7
+#     for every letter of "compaction" (0x61..0x74). `\u001b` (coloured tool output) cannot spell one.
+#
+# A line with neither can never parse to a compaction entry, whatever else it holds; the lines that
+# have one are parsed. Both needles are at most 12 bytes long and hold no newline, so one split across
+# two chunks lies within the last `_OVERLAP` bytes of the line so far and the first `_OVERLAP` bytes of
+# the next chunk. Each needle is found by a C-level search over the whole chunk (`bytes.find`, a
+# compiled regex), never per line in Python.
 _NEEDLE = b'"compaction"'
-_ESCAPE = b"\\u"
+_ESCAPE_DIGITS = "".join(sorted({f"{ord(letter):04x}"[2] for letter in "compaction"}))
+_ESCAPED_LETTER = re.compile(rb"\\u00[" + _ESCAPE_DIGITS.encode() + rb"]")
+_OVERLAP = max(len(_NEEDLE), len(b"\\u00") + 1) - 1
+
+
+def _may_hold_compaction(data: bytes | bytearray, start: int = 0, end: int | None = None) -> bool:
+    stop = len(data) if end is None else end
+    return data.find(_NEEDLE, start, stop) >= 0 or _ESCAPED_LETTER.search(data, start, stop) is not None
 
 
 def _line_has_empty_compaction(line: bytes) -> bool:
-    if _NEEDLE not in line and _ESCAPE not in line:
+    if not _may_hold_compaction(line):
         return False
     # pi reads the file as UTF-8 with replacement characters, so a stray invalid byte does not hide
     # an entry from pi; it must not hide it from this check either.
@@ -141,52 +161,84 @@ def _line_has_empty_compaction(line: bytes) -> bool:
 class EmptyCompactionScanner:
     """Incremental gate-12 check over a transcript's bytes, fed in chunks during the staged copy.
 
-    Cheap by construction: a chunk is searched with `bytes.find` and only lines that could hold a
-    `compaction` entry are decoded and parsed; partial lines are carried across chunks (joined once,
-    when their newline arrives). Lines that do not parse are skipped, as pi skips them, except a
-    candidate line nested too deeply for Python's parser (JavaScript's reads it): that one counts as
-    an empty compaction (fail closed). A final line without a newline is judged in `finish()`, since
-    pi parses it too.
+    Cheap by construction: each chunk is searched for the two needles above by C-level searches
+    over the whole chunk (not line by line); only a line holding a needle is cut out, decoded and
+    parsed. The line that runs past the end of a chunk is kept (its pieces are copied, so the caller
+    may reuse its buffer) and is judged when its newline arrives, if a needle was seen in it, or in
+    the overlap between its last bytes and the next chunk. Lines that do not parse are skipped, as pi
+    skips them, except a candidate line nested too deeply for Python's parser (JavaScript's reads
+    it): that one counts as an empty compaction (fail closed). A final line without a newline is
+    judged in `finish()`, since pi parses it too.
     """
 
     def __init__(self) -> None:
-        self._pending: list[bytes] = []
+        self._pending: list[bytes] = []  # the line not yet ended by a newline, in pieces
+        self._tail = b""  # its last `_OVERLAP` bytes, to catch a needle split across chunks
+        self._candidate = False  # a needle was seen in the pending line
         self._found = False
 
-    def feed(self, chunk: bytes) -> None:
-        """Scan the complete lines in `chunk` (plus any partial line carried from earlier chunks)."""
+    def feed(self, chunk: bytes | bytearray) -> None:
+        """Scan `chunk`, continuing the line left open by the previous chunk.
+
+        `chunk` may be a reused buffer: nothing here keeps a reference to it after returning.
+        """
         if self._found or not chunk:
             return
-        chunk = bytes(chunk)
         first = chunk.find(b"\n")
+        head_end = len(chunk) if first < 0 else first  # the open line continues up to here
+        if self._tail and not self._candidate:
+            window = self._tail + chunk[: min(head_end, _OVERLAP)]
+            self._candidate = _may_hold_compaction(window)
+        if not self._candidate:
+            self._candidate = _may_hold_compaction(chunk, 0, head_end)
         if first < 0:
-            self._pending.append(chunk)
+            self._extend(bytes(chunk))
             return
-        self._check(b"".join([*self._pending, chunk[:first]]))
-        self._pending = []
+        if self._candidate:
+            self._check(b"".join([*self._pending, chunk[:first]]))
+        self._pending, self._tail, self._candidate = [], b"", False
         if self._found:
             return
         last = chunk.rfind(b"\n")
         if last > first:
-            middle = chunk[first + 1 : last]
-            if _NEEDLE in middle or _ESCAPE in middle:
-                for line in middle.split(b"\n"):
-                    self._check(line)
-                    if self._found:
-                        return
-        if last + 1 < len(chunk):
-            self._pending.append(chunk[last + 1 :])
+            self._scan_whole_lines(chunk, first + 1, last)
+        if self._found or last + 1 == len(chunk):
+            return
+        self._candidate = _may_hold_compaction(chunk, last + 1)
+        self._extend(bytes(chunk[last + 1 :]))
+
+    def _scan_whole_lines(self, chunk: bytes | bytearray, start: int, end: int) -> None:
+        """Judge the lines in ``chunk[start:end]``: each ends with a newline, none is open."""
+        needle = chunk.find(_NEEDLE, start, end)
+        escape_match = _ESCAPED_LETTER.search(chunk, start, end)
+        escape = -1 if escape_match is None else escape_match.start()
+        while (needle >= 0 or escape >= 0) and not self._found:
+            hit = needle if escape < 0 or 0 <= needle < escape else escape
+            newline = chunk.rfind(b"\n", start, hit)
+            line_start = start if newline < 0 else newline + 1
+            line_end = chunk.find(b"\n", hit, end + 1)
+            self._check(bytes(chunk[line_start:line_end]))
+            start = line_end + 1
+            if needle >= 0 and needle < start:
+                needle = chunk.find(_NEEDLE, start, end)
+            if escape >= 0 and escape < start:
+                escape_match = _ESCAPED_LETTER.search(chunk, start, end)
+                escape = -1 if escape_match is None else escape_match.start()
+
+    def _extend(self, piece: bytes) -> None:
+        self._pending.append(piece)
+        self._tail = (self._tail + piece[-_OVERLAP:])[-_OVERLAP:]
 
     def _check(self, line: bytes) -> None:
         if not self._found and _line_has_empty_compaction(line):
             self._found = True
-            self._pending = []
+            self._pending, self._tail = [], b""
 
     def finish(self) -> bool:
         """Judge the trailing partial line, if any; True when any compaction summary is empty."""
-        if self._pending:
+        if self._pending and self._candidate:
             self._check(b"".join(self._pending))
-            self._pending = []
+        self._pending, self._tail, self._candidate = [], b"", False
         return self._found
 
 
