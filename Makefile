@@ -13,10 +13,10 @@ PYTEST_ARGS ?=
 PYTEST ?= $(VPY) -m pytest $(PYTEST_ARGS)
 CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 
-.PHONY: help venv controlplane cluster-up cluster-down cluster-status test demo bench
+.PHONY: help venv controlplane cluster-up cluster-down cluster-status test demo demo-store bench
 
 help:
-	@echo "targets: demo test venv controlplane cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test venv controlplane cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -44,8 +44,12 @@ cluster-status: venv
 test: venv controlplane
 	$(PYTEST)
 
-# Today: the session store walked through with the pidispatch CLI (no cluster needed).
-demo: venv
+# The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
+demo: cluster-up
+	bash demo/operator-demo.sh
+
+# The session store alone, walked through with the pidispatch CLI (no cluster needed).
+demo-store: venv
 	bash demo/store-demo.sh
 
 # Store benchmark (not a test); results go to docs/benchmarks.md.

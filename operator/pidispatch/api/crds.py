@@ -140,7 +140,7 @@ def _condition_column(name: str, condition: str, priority: int = 0) -> dict[str,
 
 def trigger_crd() -> dict[str, Any]:
     return _crd(
-        "Trigger", "triggers", ["pitrigger", "pit"],
+        "Trigger", "triggers", ["pitrigger", "pitriggers", "pit"],
         spec={
             "required": ["on", "run"],
             "properties": {
@@ -232,7 +232,7 @@ def job_crd() -> dict[str, Any]:
 
 def sessionkey_crd() -> dict[str, Any]:
     return _crd(
-        "SessionKey", "sessionkeys", ["pisession", "psk"],
+        "SessionKey", "sessionkeys", ["pisession", "pisessions", "psk"],
         spec={
             "required": ["forge", "repository", "branch"],
             "properties": {"forge": {"type": "string", "enum": ["github", "gitlab", "forgejo", "azure"]},

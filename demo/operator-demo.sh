@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The operator's main job, end to end, on the local control plane (kube-apiserver + etcd +
+# kube-controller-manager + the test kubelet, started by `make cluster-up`):
+#   helm install the chart (sessions on) -> kubectl apply a resume Trigger -> two Jobs on one issue:
+#   the first starts cold and its transcript is promoted, the second resumes it.
+# Job Pods run e2e/fakepi.py, a scripted stand-in for the job image, until the runner with real pi
+# lands; everything else (CRDs, operator, RBAC, PVCs, staging, promotion) is the real thing.
+# The cluster stays up afterwards so you can look around; `make cluster-down` stops it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+STATE="${PIDISPATCH_CLUSTER_STATE:-$HOME/.cache/pidispatch/cluster}"
+export KUBECONFIG="$STATE/kubeconfig"
+BIN="$(.venv/bin/python -c 'from e2e.cluster import bin_dir; print(bin_dir(build=False))')"
+export PATH="$BIN:$PATH"
+NS=pi-demo
+
+say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+port() { .venv/bin/python -c 'from e2e.cluster import free_port; print(free_port())'; }
+
+say "0. A fresh namespace on the local control plane"
+if kubectl get namespace "$NS" >/dev/null 2>&1; then
+    echo "(removing the previous demo: SessionKeys first, while the operator can still forget their transcripts)"
+    kubectl delete sessionkeys --all -n "$NS" --timeout=30s >/dev/null 2>&1 || \
+        kubectl get sessionkeys -n "$NS" -o name | xargs -r -n1 kubectl patch -n "$NS" --type=merge \
+            -p '{"metadata":{"finalizers":null}}' >/dev/null
+    helm uninstall pi-dispatch -n "$NS" >/dev/null 2>&1 || true
+    kubectl delete namespace "$NS" --wait=true >/dev/null
+fi
+run kubectl create namespace "$NS"
+
+say "1. helm install the chart with the session store enabled"
+# Helm installs crds/ only when absent and never upgrades them; apply them first, as an upgrade would.
+kubectl apply --server-side --force-conflicts -f charts/pi-dispatch/crds/ >/dev/null
+echo "\$ helm install pi-dispatch charts/pi-dispatch -n $NS --set sessions.enabled=true --set github.authSource=app ..."
+helm install pi-dispatch charts/pi-dispatch -n "$NS" --set sessions.enabled=true \
+    --set github.authSource=app --set metrics.port="$(port)" --set health.port="$(port)" \
+    --set job.image=local/fakepi --set-json "job.command=[\"python3\",\"$ROOT/e2e/fakepi.py\"]" >/dev/null
+echo "(installed; waiting for the operator Pod)"
+kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
+    --timeout=120s >/dev/null
+
+say "2. A Trigger that resumes (note the quoted \"on\": plain YAML 1.1 reads on: as true)"
+cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f -
+apiVersion: pi-dispatch.dev/v1alpha1
+kind: Trigger
+metadata: {name: fix}
+spec:
+  "on": {event: issue_comment.created, phrase: "@pi"}
+  run: {resume: true, piVersion: "0.73.1", model: fake/fake-model}
+YAML
+kubectl wait -n "$NS" --for=condition=ResumeArmed trigger/fix --timeout=60s >/dev/null
+run kubectl get pitriggers -n "$NS"
+
+job() {
+    cat <<YAML | kubectl apply -n "$NS" -f - >/dev/null
+apiVersion: pi-dispatch.dev/v1alpha1
+kind: Job
+metadata: {name: $1}
+spec: {trigger: fix, forge: github, repository: octo/repo, issue: 7, comment: "$2"}
+YAML
+    echo "job.pi-dispatch.dev/$1 created ($2)"
+    kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Succeeded "pijob/$1" --timeout=120s >/dev/null
+}
+
+say "3. First delivery on issue 7: nothing stored yet, so it starts cold; its transcript is promoted"
+job fix-7-a "@pi please fix the flaky test"
+run kubectl get pijobs,sessionkeys -n "$NS"
+
+say "4. A follow-up on the same issue: the stored conversation is staged and the job resumes"
+job fix-7-b "@pi also update the changelog"
+run kubectl get pijobs,sessionkeys -n "$NS" -o wide
+run kubectl get pijob fix-7-b -n "$NS" -o jsonpath='{.status.session}{"\n"}'
+
+say "5. The store itself (the PVC's directory on this machine), with the CLI"
+STORE="$(.venv/bin/python -c "
+from e2e.cluster import Cluster; print(Cluster.load('$STATE').pvc_host_path('$NS', 'pi-dispatch-sessions'))")"
+PI_SESSIONS_DIR="$STORE" run .venv/bin/pidispatch store inspect 2>/dev/null
+
+say "Done. Look around with: export KUBECONFIG=$KUBECONFIG; kubectl get pijobs,sessionkeys -n $NS -w"
+echo "Stop the control plane with: make cluster-down"
