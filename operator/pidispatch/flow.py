@@ -91,10 +91,10 @@ def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> KeyRef | 
         resolved = job_spec.get("resolved") or {}
         head_ref, head_repo = resolved.get("headRef"), resolved.get("headRepository")
         key = pull_request_key(forge, repo, head_ref, head_repo)
-        return None if key is None else KeyRef(key, forge, repo, head_ref)
+        return None if key is None or not isinstance(head_ref, str) else KeyRef(key, forge, repo, head_ref)
     number = job_spec.get("issue")
     key = issue_key(forge, repo, number)
-    return None if key is None else KeyRef(key, forge, repo, issue_branch(number))
+    return None if key is None or not isinstance(number, int) else KeyRef(key, forge, repo, issue_branch(number))
 
 
 def pod_env(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:
@@ -171,7 +171,6 @@ def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | N
     """SessionKey status from ``store.inspect.inspect_key`` output plus the last job's facts."""
     stored = bool(view.get("directory")) and bool(view.get("bytes"))
     nxt = view.get("next") or "absent"
-    lock = view.get("lock")
     conditions = set_condition(conditions, "Stored", stored, "TranscriptStored" if stored else "NoTranscript",
                                f"{view.get('bytes')} bytes stored." if stored else "No transcript is stored.",
                                None)
@@ -180,11 +179,12 @@ def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | N
         conditions, "Resumable", nxt == "resumed", "Resumable" if nxt == "resumed" else reason_to_camel(nxt),
         ("The next delivery would resume" + assumed + ".") if nxt == "resumed" else
         f"The next delivery would start cold: {nxt}{assumed}.", None)
-    live = bool(lock) and lock.get("state") == "live"
+    lock: dict[str, Any] = view.get("lock") or {}
+    live = lock.get("state") == "live"
     conditions = set_condition(
         conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if lock else "Unlocked"),
-        f"A promotion holds the lock ({lock['ageMs']} ms old)." if live else
-        f"A stale lock ({lock['ageMs']} ms old) is left; the next promotion takes it over." if lock else
+        f"A promotion holds the lock ({lock.get('ageMs')} ms old)." if live else
+        f"A stale lock ({lock.get('ageMs')} ms old) is left; the next promotion takes it over." if lock else
         "No promotion is running.", None)
     status: dict[str, Any] = {
         "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),

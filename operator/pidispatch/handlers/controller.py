@@ -85,12 +85,13 @@ class Controller:
 
     def start(self) -> None:
         """Seed the queue from the Jobs that exist (oldest first), then start the worker threads."""
-        for job in sorted(self.api.list(self._crd_path("jobs")), key=_arrival):
+        jobs = sorted(self.api.list(self._crd_path("jobs")), key=_arrival)
+        for job in jobs:  # running Jobs hold their slots before any waiting Job is admitted
             phase = (job.get("status") or {}).get("phase")
             self._track(job["metadata"]["name"], phase)
             if phase == "Running":
                 self.slots.hold(job["metadata"]["name"])
-        for job in sorted(self.api.list(self._crd_path("jobs")), key=_arrival):
+        for job in jobs:
             if (job.get("status") or {}).get("phase") not in flow.TERMINAL_PHASES | {"Running"}:
                 self._guarded(self.admit, job)
         loops: list[tuple[str, Callable[[], None], float]] = [

@@ -41,20 +41,20 @@ def register(registry: kopf.OperatorRegistry, controller: Controller, settings: 
         controller.stop()
 
     @kopf.on.event(GROUP, VERSION, "jobs", registry=registry)
-    def job_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    def job_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         controller.on_job(event.get("type"), _plain(body))
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
-    def pod_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         if event.get("type") != "DELETED":
             controller.on_pod(_plain(body))
 
     @kopf.on.event(GROUP, VERSION, "sessionkeys", registry=registry)
-    def sessionkey_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    def sessionkey_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         controller.on_sessionkey(event.get("type"), _plain(body))
 
     @kopf.on.event(GROUP, VERSION, "triggers", registry=registry)
-    def trigger_event(event: dict[str, Any], body: kopf.Body, **_: Any) -> None:
+    def trigger_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         if event.get("type") != "DELETED":
             controller.on_trigger(_plain(body))
 
