@@ -187,6 +187,12 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(settings, verbose=args.verbose)
 
 
+def cmd_runner(args: argparse.Namespace) -> int:
+    from pidispatch.runner.main import main as runner_main
+
+    return runner_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pidispatch", description="pi-dispatch session store and operator.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -244,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     op = commands.add_parser("operator", help="run the kopf operator (the container's entrypoint)")
     op.add_argument("--verbose", action="store_true")
     op.set_defaults(run=cmd_operator)
+
+    runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
+    runner.set_defaults(run=cmd_runner)
     return parser
 
 
