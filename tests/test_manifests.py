@@ -26,11 +26,19 @@ def test_pod_with_session_adds_only_the_mount_and_the_env() -> None:
     c = mounted["spec"]["containers"][0]
     assert {"name": "session", "mountPath": "/session", "subPath": "u-1/session"} in c["volumeMounts"]
     assert {"name": "PI_SESSION_FILE", "value": "/session/current.jsonl"} in c["env"]
+    assert {"name": "PI_SESSION_HOST_RESUME", "value": "false"} in c["env"]
     assert {"name": "session", "persistentVolumeClaim": {"claimName": "staging"}} in mounted["spec"]["volumes"]
     c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "session"]
-    c["env"] = [e for e in c["env"] if e["name"] != "PI_SESSION_FILE"]
+    c["env"] = [e for e in c["env"] if e["name"] not in ("PI_SESSION_FILE", "PI_SESSION_HOST_RESUME")]
     mounted["spec"]["volumes"] = [v for v in mounted["spec"]["volumes"] if v["name"] != "session"]
     assert mounted == plain
+
+
+def test_host_resume_reaches_the_runner_only_with_a_mount() -> None:
+    resumed = job_pod(replace(BASE, session_subpath="u-1/session", host_resume=True))
+    assert {"name": "PI_SESSION_HOST_RESUME", "value": "true"} in resumed["spec"]["containers"][0]["env"]
+    unmounted = job_pod(replace(BASE, host_resume=True))
+    assert "PI_SESSION_HOST_RESUME" not in {e["name"] for e in unmounted["spec"]["containers"][0]["env"]}
 
 
 def test_pod_is_restricted_owned_and_token_free() -> None:

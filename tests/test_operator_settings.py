@@ -103,3 +103,16 @@ def test_operator_with_a_bad_value_exits_2_with_one_line(tmp_path: Path, variabl
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert variable in lines[0] and repr(value) in lines[0] and "expected" in lines[0]
+
+
+@pytest.mark.parametrize("raw", ['{"PI_SESSION_FILE":"/x"}', '["A"]', '{"A":1}', '{"":"x"}', "nope"],
+                         ids=["a session name", "not an object", "a non-string value", "an empty name", "not JSON"])
+def test_job_env_is_a_json_object_without_session_names(raw: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        OperatorSettings.from_env({"PI_DISPATCH_JOB_ENV": raw})
+    assert caught.value.variable == "PI_DISPATCH_JOB_ENV"
+
+
+def test_job_env_is_read_in_name_order() -> None:
+    settings = OperatorSettings.from_env({"PI_DISPATCH_JOB_ENV": '{"PI_OFFLINE":"1","A":"b"}'})
+    assert settings.job_env == (("A", "b"), ("PI_OFFLINE", "1"))

@@ -113,6 +113,25 @@ def _json_command(variable: str, raw: str | None, default: tuple[str, ...]) -> t
     return tuple(value)
 
 
+def _json_env(variable: str, raw: str | None) -> tuple[tuple[str, str], ...]:
+    import json
+
+    if raw is None or raw.strip() == "":
+        return ()
+    accepted = 'a JSON object of string values, e.g. {"PI_OFFLINE":"1"}'
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError(variable, raw, accepted) from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise ConfigError(variable, raw, accepted)
+    reserved = sorted(k for k in value if k.startswith("PI_SESSION"))
+    if reserved:
+        raise ConfigError(variable, raw, f"{accepted}, without PI_SESSION* names (the operator sets those)")
+    return tuple(sorted(value.items()))
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     """What the operator process needs beyond the store's settings (names in the Helm chart's Deployment).
@@ -129,6 +148,7 @@ class OperatorSettings:
     max_concurrent_jobs: int = 4
     job_image: str = DEFAULT_JOB_IMAGE
     job_command: tuple[str, ...] = DEFAULT_JOB_COMMAND
+    job_env: tuple[tuple[str, str], ...] = ()
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "pi-dispatch"
@@ -158,6 +178,7 @@ class OperatorSettings:
             job_image=env.get("PI_DISPATCH_JOB_IMAGE") or DEFAULT_JOB_IMAGE,
             job_command=_json_command("PI_DISPATCH_JOB_COMMAND", env.get("PI_DISPATCH_JOB_COMMAND"),
                                       DEFAULT_JOB_COMMAND),
+            job_env=_json_env("PI_DISPATCH_JOB_ENV", env.get("PI_DISPATCH_JOB_ENV")),
             metrics_port=integer("PI_DISPATCH_METRICS_PORT", 9090, "a TCP port, 0 to turn metrics off", 0, 65535),
             health_port=integer("PI_DISPATCH_HEALTH_PORT", 8080, "a TCP port, 0 to turn the probe off", 0, 65535),
             peering=env.get("PI_DISPATCH_PEERING") or "pi-dispatch",

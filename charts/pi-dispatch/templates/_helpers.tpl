@@ -87,6 +87,10 @@ app.kubernetes.io/component: operator
   value: {{ include "pi-dispatch.jobImage" . | quote }}
 - name: PI_DISPATCH_JOB_COMMAND
   value: {{ toJson .Values.job.command | quote }}
+{{- with .Values.job.env }}
+- name: PI_DISPATCH_JOB_ENV
+  value: {{ toJson . | quote }}
+{{- end }}
 - name: PI_DISPATCH_METRICS_PORT
   value: {{ .Values.metrics.port | int64 | quote }}
 - name: PI_DISPATCH_HEALTH_PORT

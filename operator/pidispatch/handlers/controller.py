@@ -281,9 +281,10 @@ class Controller:
         manifest = job_pod(PodInputs(
             job_name=md["name"], job_uid=md["uid"], namespace=self.ns,
             image=run.get("image") or self.s.job_image, command=list(self.s.job_command),
-            env=flow.pod_env(md["name"], spec, trigger.get("spec") or {}),
+            env={**dict(self.s.job_env), **flow.pod_env(md["name"], spec, trigger.get("spec") or {})},
             staging_claim=self.s.staging_claim if mounted else None,
             session_subpath=f"{md['uid']}/session" if mounted else None,
+            host_resume=bool(host and host.get("resume")),
         ))
         try:
             return self.api.create(self._pod_path(), manifest)

@@ -31,6 +31,7 @@ class PodInputs:
     env: dict[str, str] = field(default_factory=dict)
     staging_claim: str | None = None  # the staging PVC; only used when a session is mounted
     session_subpath: str | None = None  # "<job-uid>/session" when a key was resolved
+    host_resume: bool = False  # the gates' verdict: the runner shapes the prompt by it (spec §4.1)
     # The operator's uid (the chart's securityContext.runAsUser): the staged copy is created 0600 in a
     # 0700 directory by the operator, so the job must run as the same uid to read and rewrite it.
     run_as_user: int = 65532
@@ -62,6 +63,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     env = dict(p.env)
     if mounted:
         env["PI_SESSION_FILE"] = SESSION_FILE
+        env["PI_SESSION_HOST_RESUME"] = "true" if p.host_resume else "false"
     container: dict[str, Any] = {
         "name": "pi",
         "image": p.image,
