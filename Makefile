@@ -1,5 +1,6 @@
 # pi-dispatch operator — developer entry points.
-#   make test           build the local control plane (cached), run all tests
+#   make test           build the local control plane (cached), install pi, run all tests
+#   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
 # See README.md, "Local control plane".
@@ -12,11 +13,13 @@ VPY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 PYTEST ?= $(VPY) -m pytest $(PYTEST_ARGS)
 CONTROLPLANE_BUILD := e2e/controlplane/build.sh
+PI_DIR := e2e/pi
+PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane cluster-up cluster-down cluster-status test demo demo-store bench
+.PHONY: help venv controlplane pi cluster-up cluster-down cluster-status test demo demo-store bench
 
 help:
-	@echo "targets: demo demo-store test venv controlplane cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test venv controlplane pi cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
@@ -32,6 +35,22 @@ venv: $(VENV)/.installed
 controlplane:
 	$(CONTROLPLANE_BUILD)
 
+# The real pi CLI for the tests, pinned by e2e/pi/package-lock.json. Stamp-based: npm ci runs only when
+# package.json or the lock changes; then the installed binary must report the pinned version.
+$(PI_DIR)/node_modules/.installed: $(PI_DIR)/package.json $(PI_DIR)/package-lock.json
+	@command -v node >/dev/null && command -v npm >/dev/null || \
+	  { echo "make pi: node and npm not found; pi 0.73.1 needs Node.js >= 20.6 (e.g. the nodejs 20 package)" >&2; exit 1; }
+	@v="$$(node -p process.versions.node)"; [ "$$(printf '%s\n' 20.6.0 "$$v" | sort -V | head -1)" = 20.6.0 ] || \
+	  { echo "make pi: Node.js $$v is too old; pi 0.73.1 needs >= 20.6 (its package.json engines)" >&2; exit 1; }
+	npm ci --prefix $(PI_DIR) --no-audit --no-fund
+	@want="$$(node -p 'require("./$(PI_DIR)/package.json").dependencies["@mariozechner/pi-coding-agent"]')"; \
+	  got="$$($(PI_BIN) --version </dev/null 2>&1 | tail -1)"; \
+	  [ "$$got" = "$$want" ] || { echo "make pi: $(PI_BIN) --version says '$$got', expected $$want" >&2; exit 1; }; \
+	  echo "pi $$got at $(PI_BIN)"
+	touch $@
+
+pi: $(PI_DIR)/node_modules/.installed
+
 cluster-up: venv controlplane
 	$(VPY) -m e2e.cluster up
 
@@ -41,7 +60,7 @@ cluster-down: venv
 cluster-status: venv
 	$(VPY) -m e2e.cluster status
 
-test: venv controlplane
+test: venv controlplane pi
 	$(PYTEST)
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
