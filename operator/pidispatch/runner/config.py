@@ -1,0 +1,185 @@
+"""What the runner reads from its environment: names, defaults, strict parsing (pure).
+
+The operator sets these on the job Pod (`flow.pod_env`, `manifests.pod.job_pod`); the test harness sets
+the overrides. Every malformed value is a configuration error: exit 2 and one line naming the variable
+and the accepted form, before anything is spent (CONVENTIONS "Errors and logs").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from pidispatch.manifests.pod import TERMINATION_LOG, WORKSPACE
+
+
+class Env(StrEnum):
+    """Every variable the runner reads, defined once."""
+
+    SESSION_FILE = "PI_SESSION_FILE"  # set by the operator only when /session is mounted
+    HOST_RESUME = "PI_SESSION_HOST_RESUME"  # "true" when the gates staged a transcript (spec §4.1)
+    VERSION = "PI_VERSION"  # the pi version the Trigger declares (spec.run.piVersion)
+    MODEL = "PI_MODEL"  # "provider/model", passed to pi as --model
+    JOB_SPEC = "PI_JOB_SPEC"  # the Job CR's spec as JSON: the event facts the prompt is built from
+    REPOSITORY = "PI_REPOSITORY"
+    ISSUE = "PI_ISSUE"
+    PULL_REQUEST = "PI_PULL_REQUEST"
+    JOB_NAME = "PI_JOB_NAME"
+    FLOW = "PI_FLOW"
+    PI_BIN = "PI_BIN"  # the pi executable (default: `pi` on PATH)
+    WORKSPACE = "PI_WORKSPACE"  # pi's working directory (default /workspace; tests override it)
+    TERMINATION_LOG = "PI_TERMINATION_LOG"  # where the report goes (default /dev/termination-log)
+    AGENT_DIR = "PI_CODING_AGENT_DIR"  # pi's own: where models.json lives (else ~/.pi/agent)
+
+
+class Exit(IntEnum):
+    """The runner's exit codes: how the Pod's failure is read."""
+
+    COMPLETED = 0
+    INFRASTRUCTURE = 1  # pi failed (model down, crash): worth a retry; the report says outcome "failed"
+    CONFIGURATION = 2  # the Pod, the mount or the image is wrong: a retry would fail the same way
+
+
+DEFAULT_PI_BIN = "pi"
+_MODEL = re.compile(r"[^/\s]+/\S+")
+_NUMBER = re.compile(r"[1-9][0-9]{0,17}")
+
+
+class ConfigError(Exception):
+    """A configuration error: the message is the one line the runner prints before exiting 2."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """The forge event the job answers, as far as the prompt needs it."""
+
+    repository: str
+    issue: int | None = None
+    pull_request: int | None = None
+    comment: str | None = None
+    sender: str | None = None
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """The parsed environment."""
+
+    event: Event
+    session_file: str | None = None
+    host_resume: bool = False
+    pi_version: str | None = None
+    model: str | None = None
+    pi_bin: str = DEFAULT_PI_BIN
+    workspace: str = WORKSPACE
+    termination_log: str = TERMINATION_LOG
+    agent_dir: str = ""
+    job_name: str | None = None
+
+
+def _value(env: Mapping[str, str], name: Env) -> str | None:
+    """The variable's value, with an empty or blank value meaning unset (as Kubernetes renders `""`)."""
+    raw = env.get(name.value)
+    return raw.strip() if raw is not None and raw.strip() else None
+
+
+def _number(env: Mapping[str, str], name: Env, spec_value: Any) -> int | None:
+    if spec_value is not None:
+        if isinstance(spec_value, bool) or not isinstance(spec_value, int) or spec_value < 1:
+            raise ConfigError(f"{Env.JOB_SPEC.value} has an invalid {name.value.removeprefix('PI_').lower()} number "
+                              f"{spec_value!r}: expected a positive whole number")
+        return spec_value
+    raw = _value(env, name)
+    if raw is None:
+        return None
+    if not _NUMBER.fullmatch(raw):
+        raise ConfigError(f"{name.value}={raw!r} is not valid: expected a positive whole number")
+    return int(raw)
+
+
+def _flag(env: Mapping[str, str], name: Env) -> bool:
+    raw = _value(env, name)
+    if raw is None or raw == "false":
+        return False
+    if raw == "true":
+        return True
+    raise ConfigError(f"{name.value}={raw!r} is not valid: expected true or false (unset means false)")
+
+
+def _agent_dir(env: Mapping[str, str]) -> str:
+    """pi's agent directory: `$PI_CODING_AGENT_DIR` (leading ~ expanded) else `~/.pi/agent` (pi-cli §2.1)."""
+    home = env.get("HOME") or os.path.expanduser("~")
+    configured = _value(env, Env.AGENT_DIR)
+    if configured is None:
+        return os.path.join(home, ".pi", "agent")
+    if configured == "~" or configured.startswith("~/"):
+        return home + configured[1:]
+    return configured
+
+
+def _job_spec(env: Mapping[str, str]) -> dict[str, Any]:
+    raw = _value(env, Env.JOB_SPEC)
+    if raw is None:
+        return {}
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{Env.JOB_SPEC.value} is not valid: expected the Job's spec as a JSON object")
+    return spec
+
+
+def _text(spec: Mapping[str, Any], name: str) -> str | None:
+    value = spec.get(name)
+    return value if isinstance(value, str) and value.strip() else None
+
+
+def load_config(env: Mapping[str, str]) -> RunnerConfig:
+    """Parse the runner's environment; raise `ConfigError` (one line) on anything unusable.
+
+    `PI_JOB_SPEC` is the source of the event facts; `PI_REPOSITORY`, `PI_ISSUE` and `PI_PULL_REQUEST`
+    fill in what it lacks (the operator sets both, from the same spec). A job needs a repository: without
+    one there is nothing to tell the agent to work on.
+    """
+    spec = _job_spec(env)
+    repository = _text(spec, "repository") or _value(env, Env.REPOSITORY)
+    if repository is None:
+        raise ConfigError(f"{Env.REPOSITORY.value} is not set (nor repository in {Env.JOB_SPEC.value}): "
+                          "expected OWNER/NAME of the repository the job works on")
+    issue = _number(env, Env.ISSUE, spec.get("issue"))
+    pull_request = _number(env, Env.PULL_REQUEST, spec.get("pullRequest"))
+    if issue is not None and pull_request is not None:
+        raise ConfigError(f"the job names both an issue ({issue}) and a pull request ({pull_request}): "
+                          f"expected at most one of {Env.ISSUE.value} / {Env.PULL_REQUEST.value}")
+    event = Event(repository=repository, issue=issue, pull_request=pull_request,
+                  comment=spec.get("comment") if isinstance(spec.get("comment"), str) else None,
+                  sender=_text(spec, "sender"))
+
+    model = _value(env, Env.MODEL)
+    if model is not None and not _MODEL.fullmatch(model):
+        raise ConfigError(f"{Env.MODEL.value}={model!r} is not valid: expected provider/model, e.g. fake/fake-model")
+    session_file = _value(env, Env.SESSION_FILE)
+    if session_file is not None and not os.path.isabs(session_file):
+        # pi reads a --session argument without a slash as a session-id prefix (pi-cli §4.5).
+        raise ConfigError(f"{Env.SESSION_FILE.value}={session_file!r} is not valid: expected an absolute path, "
+                          "e.g. /session/current.jsonl")
+    workspace = _value(env, Env.WORKSPACE) or WORKSPACE
+    if not os.path.isabs(workspace):
+        raise ConfigError(f"{Env.WORKSPACE.value}={workspace!r} is not valid: expected an absolute path")
+    return RunnerConfig(
+        event=event,
+        session_file=session_file,
+        host_resume=_flag(env, Env.HOST_RESUME),
+        pi_version=_value(env, Env.VERSION),
+        model=model,
+        pi_bin=_value(env, Env.PI_BIN) or DEFAULT_PI_BIN,
+        workspace=os.path.normpath(workspace),
+        termination_log=_value(env, Env.TERMINATION_LOG) or TERMINATION_LOG,
+        agent_dir=_agent_dir(env),
+        job_name=_value(env, Env.JOB_NAME),
+    )

@@ -1,0 +1,154 @@
+"""`pidispatch runner`: the thin shell that runs the contract's steps in order (ARCHITECTURE §5).
+
+1. parse the environment (`config`);                          configuration error → exit 2
+2. mount readiness, when `PI_SESSION_FILE` is set (`mount`);    → exit 2, pi never started
+3. the workspace exists (created when missing);                 → exit 2
+4. `pi --version` is the declared `PI_VERSION` (`version`);     → exit 2
+5. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
+6. run pi (`pi`);                                              pi's non-zero exit → exit 1
+7. measure context and this run's token use on the final file, write the report (`report`).
+
+Every path writes a report; the refusals of steps 1–4 write `{"outcome": "refused"}` (plus the pi
+version when it was read) and no `session`, so the operator's record falls back to the host's verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from pidispatch.events import emit, log_to_stderr
+from pidispatch.manifests.pod import TERMINATION_LOG
+from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
+from pidispatch.runner.mount import gather_mount_facts, mount_problem
+from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
+from pidispatch.runner.prompt import build_prompt
+from pidispatch.runner.report import Usage, build_report, encode_report, measure_context, new_usage
+from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
+from pidispatch.runner.version import VersionError, version_problem
+
+MODELS_JSON = "models.json"
+MODELS_JSON_LIMIT = 4 * 1024 * 1024
+
+
+class Refused(Exception):
+    """A configuration error found before pi starts; `pi_version` is set once it was read."""
+
+    def __init__(self, message: str, pi_version: str | None = None) -> None:
+        super().__init__(message)
+        self.pi_version = pi_version
+
+
+def deliver(report: dict[str, Any], termination_log: str) -> str:
+    """Write the report to the termination message file and as the last stdout line; return the text."""
+    text = encode_report(report)
+    try:
+        with open(termination_log, "w", encoding="utf-8") as sink:
+            sink.write(text)
+    except OSError as error:
+        emit("runner_report_unwritten", path=termination_log, reason=error.strerror or str(error))
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+    return text
+
+
+def load_models(agent_dir: str) -> Any:
+    """pi's models.json from the agent dir, parsed; None when it is missing or unreadable."""
+    try:
+        with open(os.path.join(agent_dir, MODELS_JSON), "rb") as source:
+            return json.loads(source.read(MODELS_JSON_LIMIT))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def prepare(config: RunnerConfig, env: Mapping[str, str]) -> str:
+    """Steps 2–4: refuse (raise `Refused`) before anything is spent; return the pi version read."""
+    if config.session_file is not None:
+        problem = mount_problem(gather_mount_facts(config.session_file))
+        if problem is not None:
+            raise Refused(problem)
+    try:
+        os.makedirs(config.workspace, exist_ok=True)
+    except OSError as error:
+        raise Refused(f"cannot create the workspace {config.workspace} ({Env.WORKSPACE.value}): "
+                      f"{error.strerror or error}") from error
+    try:
+        version = read_pi_version(config.pi_bin, env)
+    except VersionError as error:
+        raise Refused(str(error)) from error
+    problem = version_problem(config.pi_version, version, config.pi_bin)
+    if problem is not None:
+        raise Refused(problem, version)
+    assert version is not None  # version_problem refuses an unreadable version
+    return version
+
+
+def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
+            opened: OpenedSession) -> tuple[dict[str, Any], int]:
+    """Steps 6–7: run pi on the prepared session and build the report; return it with the exit code."""
+    prompt = build_prompt(config.event, host_resume=config.host_resume)
+    emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
+         reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None)
+    run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt), config.workspace, env)
+    usage: Usage | None = None
+    context = None
+    if opened.session_file is not None:
+        final = read_final(opened.session_file)
+        if final is not None:
+            usage = new_usage(final, opened.entry_ids)
+            context = measure_context(final, config.model, load_models(config.agent_dir))
+    if run.signalled is not None:
+        outcome, code = "aborted", 128 + run.signalled
+    elif run.exit_code == 0:
+        outcome, code = "completed", Exit.COMPLETED
+    else:
+        outcome, code = "failed", Exit.INFRASTRUCTURE
+    report = build_report(session=(opened.resumed, opened.reason.value), context=context, usage=usage,
+                          pi_version=version, outcome=outcome)
+    return report, int(code)
+
+
+def run(env: Mapping[str, str]) -> int:
+    """The whole contract for one job; returns the exit code."""
+    try:
+        config = load_config(env)
+    except ConfigError as error:
+        return refuse(str(error), env.get(Env.TERMINATION_LOG.value) or TERMINATION_LOG, None)
+    pienv = pi_env(env)
+    try:
+        version = prepare(config, pienv)
+    except Refused as error:
+        return refuse(str(error), config.termination_log, error.pi_version)
+    opened = disabled_session()
+    try:
+        if config.session_file is not None:
+            opened = open_session(config.session_file, config.workspace)
+        report, code = execute(config, pienv, version, opened)
+    except Exception as error:  # a runner fault after the checks: still report, as infrastructure
+        emit("runner_failed", reason=f"{type(error).__name__}: {error}")
+        report = build_report(session=(opened.resumed, opened.reason.value), context=None, usage=None,
+                              pi_version=version, outcome="failed")
+        code = int(Exit.INFRASTRUCTURE)
+    deliver(report, config.termination_log)
+    emit("exit", exitCode=code, **report)
+    return code
+
+
+def refuse(message: str, termination_log: str, pi_version: str | None) -> int:
+    """A configuration error: one line on stderr, a `refused` report, exit 2."""
+    sys.stderr.write(f"pidispatch runner: {message}\n")
+    sys.stderr.flush()
+    deliver(build_report(session=None, context=None, usage=None, pi_version=pi_version, outcome="refused"),
+            termination_log)
+    return int(Exit.CONFIGURATION)
+
+
+def main(args: argparse.Namespace | None = None) -> int:
+    """Entry point of `pidispatch runner` (no options: everything comes from the environment)."""
+    del args
+    log_to_stderr()
+    return run(os.environ)

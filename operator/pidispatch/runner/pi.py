@@ -1,0 +1,88 @@
+"""Starting pi: the command line (pure), its environment, `pi --version`, and the run itself.
+
+pi is run non-interactively (`-p`) with stdin on /dev/null: in `-p` mode pi reads a non-TTY stdin to
+EOF before it starts, so an inherited open pipe would hang it forever (pi-cli-behaviour §1, §5). Its
+stdout and stderr both go to the runner's stderr, so the runner's stdout carries only the report.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import FrameType
+
+from pidispatch.runner.version import VersionError, parse_version_output
+
+VERSION_TIMEOUT_S = 60.0
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str) -> list[str]:
+    """`pi -p (--session FILE | --no-session) [--model provider/model] PROMPT`.
+
+    The prompt is the last argument, the message pi answers. The session path is absolute (pi reads
+    a name without a slash as a session-id prefix).
+    """
+    command = [pi_bin, "-p"]
+    command += ["--session", session_file] if session_file is not None else ["--no-session"]
+    if model is not None:
+        command += ["--model", model]
+    command.append(prompt)
+    return command
+
+
+def pi_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The environment pi runs with: ours, offline (no version check or telemetry; pi-cli §1)."""
+    env = dict(base)
+    env["PI_OFFLINE"] = "1"
+    return env
+
+
+def read_pi_version(pi_bin: str, env: Mapping[str, str]) -> str | None:
+    """Run `pi --version` and parse what it printed; None when it fails or prints no version.
+
+    Raises `VersionError` when the executable cannot be started at all.
+    """
+    try:
+        done = subprocess.run([pi_bin, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, env=dict(env), timeout=VERSION_TIMEOUT_S, check=False)
+    except FileNotFoundError as error:
+        raise VersionError(f"pi not found (PI_BIN={pi_bin}): install pi in the job image or point PI_BIN "
+                           "at its executable") from error
+    except (OSError, subprocess.SubprocessError) as error:
+        raise VersionError(f"cannot run `{pi_bin} --version` (PI_BIN={pi_bin}): {error}") from error
+    if done.returncode != 0:
+        return None
+    return parse_version_output(done.stdout.decode("utf-8", errors="replace"))
+
+
+@dataclass(frozen=True)
+class PiRun:
+    """How pi ended: its exit status (128 + n when killed by signal n) and a signal we forwarded, if any."""
+
+    exit_code: int
+    signalled: int | None = None
+
+
+def run_pi(command: list[str], cwd: str, env: Mapping[str, str]) -> PiRun:
+    """Run pi to the end, forwarding SIGTERM/SIGINT to it (the kubelet signals only the runner)."""
+    received: list[int] = []
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
+                               stderr=sys.stderr.fileno(), cwd=cwd, env=dict(env))
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        process.send_signal(signum)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED_SIGNALS} if in_main_thread else {}
+    try:
+        code = process.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return PiRun(128 - code if code < 0 else code, received[0] if received else None)
