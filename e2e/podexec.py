@@ -33,6 +33,7 @@ def apply_mounts(mounts: list[dict]) -> None:
     # /tmp on the host (the kubelet's data directory often does). Mounting /proc/self/fd/N binds what
     # the descriptor holds, whatever now covers its old path.
     pinned = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in ordered]
+    code = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path in shadowable_code()}
     try:
         for m, fd in zip(ordered, pinned, strict=True):
             dst = Path(m["target"])
@@ -43,12 +44,32 @@ def apply_mounts(mounts: list[dict]) -> None:
                 if not dst.exists():
                     dst.touch()
             _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", str(dst), fds=(fd,))
+        for m in ordered:
+            if m.get("readOnly"):
+                _mount("-o", "remount,bind,ro", m["target"])
+        restore_shadowed_code(code, [m["target"] for m in ordered])
     finally:
-        for fd in pinned:
+        for fd in [*pinned, *code.values()]:
             os.close(fd)
-    for m in ordered:
-        if m.get("readOnly"):
-            _mount("-o", "remount,bind,ro", m["target"])
+
+
+def shadowable_code() -> list[str]:
+    """The project checkout and the interpreter's prefix (the venv), which the process must still see."""
+    return sorted({str(Path(__file__).resolve().parents[1]), sys.prefix})
+
+
+def restore_shadowed_code(code: dict[str, int], targets: list[str]) -> None:
+    """Bind the project and its interpreter back where a volume covered them.
+
+    Pods here are host processes, so a volume at ``/tmp`` would hide a checkout under ``/tmp`` (and
+    the venv in it) from the very process meant to run it. That is an artefact of this kubelet, not
+    of the Pod: the code is re-bound at its own path on top of the volume, and everything else the
+    Pod writes under the volume still lands in the volume.
+    """
+    for path, fd in code.items():
+        if any(Path(path).is_relative_to(t) and Path(path) != Path(t) for t in targets):
+            Path(path).mkdir(parents=True, exist_ok=True)
+            _mount("--no-canonicalize", "--bind", f"/proc/self/fd/{fd}", path, fds=(fd,))
 
 
 def main() -> None:

@@ -181,6 +181,29 @@ def test_failed_pod_reports_exit_code_and_message(kube: Kube, namespace: str, ku
     assert "boom" in kubelet.pod_log(kube, namespace, "fails", "main")
 
 
+def test_a_volume_over_the_checkout_does_not_hide_the_code(kube: Kube, namespace: str, kubelet):
+    """A volume at a parent of the checkout (as /tmp is on CI clones under /tmp) covers that path, yet
+    the project's code stays visible to the Pod's process, and the Pod's own writes land in the volume."""
+    from pathlib import Path
+
+    parent = str(Path(__file__).resolve().parents[2])
+    fakepi = str(Path(__file__).resolve().parent / "fakepi.py")
+    marker = f"{parent}/pod-wrote-{uuid.uuid4().hex[:8]}"
+    script = f"import os, pidispatch; assert os.path.isfile({fakepi!r}); open({marker!r}, 'w').write('x')"
+    if os.geteuid() != 0:
+        pytest.skip("mount namespaces need root: without them the kubelet applies no mounts at all")
+    kube.create(pod_path(namespace), {
+        "metadata": {"name": "shadow"},
+        "spec": {"restartPolicy": "Never", "automountServiceAccountToken": False,
+                 "volumes": [{"name": "scratch", "emptyDir": {}}],
+                 "containers": [{"name": "main", "image": "ignored", "command": [
+                     "python", "-c", script],
+                     "volumeMounts": [{"name": "scratch", "mountPath": parent}]}]}})
+    pod = wait_pod_phase(kube, namespace, "shadow", ("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded", kubelet.pod_log(kube, namespace, "shadow", "main")
+    assert not os.path.exists(marker), "the Pod's write went to the host instead of its volume"
+
+
 def test_deleting_owner_garbage_collects_running_pod(kube: Kube, namespace: str, kubelet):
     owner = kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
                         {"metadata": {"name": f"owner-{uuid.uuid4().hex[:4]}"}, "data": {}})

@@ -257,7 +257,7 @@ def test_the_pod_of_a_keyed_job_never_names_the_key() -> None:
     assert ref.key not in text and "feature/x" not in text
     env = {e["name"]: e["value"] for e in mounted["spec"]["containers"][0]["env"]}
     plain_env = {e["name"]: e["value"] for e in plain["spec"]["containers"][0]["env"]}
-    assert env == {**plain_env, "PI_SESSION_FILE": "/session/current.jsonl"}
+    assert env == {**plain_env, "PI_SESSION_FILE": "/session/current.jsonl", "PI_SESSION_HOST_RESUME": "false"}
 
 
 # ---- pod_phase and termination_message ----------------------------------------------------------------
