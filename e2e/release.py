@@ -179,9 +179,9 @@ class Release:
             raise TimeoutError(f"{exc}\nJob: {json.dumps(self.get('jobs', name).get('status'))}\n"
                                f"operator log:\n{self.operator_log()[-4000:]}") from None
 
-    def run(self, name: str, **kw: Any) -> dict[str, Any]:
+    def run(self, name: str, *, timeout: float = 90, **kw: Any) -> dict[str, Any]:
         self.job(name, **kw)
-        return self.wait_job(name)
+        return self.wait_job(name, timeout=timeout)
 
     def pods_of(self, job: str) -> list[dict[str, Any]]:
         return self.kube.list(f"/api/v1/namespaces/{self.ns}/pods", labelSelector=f"pi-dispatch.dev/job={job}")

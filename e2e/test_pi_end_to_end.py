@@ -1,0 +1,190 @@
+"""Real pi, end to end: the operator installed by its chart runs job Pods with ``pidispatch runner`` and the
+pinned pi 0.73.1, talking to the scripted model on loopback. The proof that a delivery resumed is in
+what the model received: the second delivery's request carries the first delivery's turn; a cold
+start's request does not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Cluster
+from e2e.kube import Kube, wait_for
+from e2e.pitool import pi_binary, pi_env
+from e2e.release import Release, base_values, merge
+from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
+from pidispatch.store.keys import issue_key
+from pidispatch.transcript.parser import check_transcript
+
+pytestmark = pytest.mark.e2e
+
+BOUNDS = {"maxBytes": 1024 * 1024, "maxResumeChain": 3, "maxContextPct": 90, "maxAgeDays": 30, "ttlDays": 14}
+DAY = 86400
+WINDOW = 32000
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[ScriptedModel]:
+    with ScriptedModel() as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def pi_home(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModel) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pi")
+    agent = write_agent_dir(root / "agent", model.base_url, context_window=WINDOW)
+    (root / "home").mkdir()
+    return {"agent": agent, "home": root / "home"}
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster, kube: Kube, kubelet, pi_home: dict[str, Path]) -> Iterator[Release]:
+    ns = f"pi-e2e-{uuid.uuid4().hex[:6]}"
+    kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {
+        "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
+    wait_for(f"ServiceAccount {ns}/default", lambda: kube.get_or_none(
+        f"/api/v1/namespaces/{ns}/serviceaccounts/default"), timeout=30)
+    job = {"command": ["pidispatch", "runner"],
+           "env": {"PI_BIN": str(pi_binary()), "PI_CODING_AGENT_DIR": str(pi_home["agent"]),
+                   "HOME": str(pi_home["home"])}}
+    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True, **BOUNDS}, "job": job}))
+    r.install()
+    r.trigger("fix")
+    try:
+        yield r
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
+
+
+_issues = iter(range(1, 100000))
+
+
+def deliver(r: Release, model: ScriptedModel, issue: int, comment: str) -> tuple[dict[str, Any], list[dict]]:
+    """Run one Job; return it and the requests the model received while it ran."""
+    before = len(model.requests)
+    job = r.run(f"i{issue}-{uuid.uuid4().hex[:5]}", issue=issue, comment=comment, timeout=120)
+    assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
+    return job, model.requests[before:]
+
+
+def conversation(requests: list[dict]) -> str:
+    """Every message text the model was sent, one string."""
+    return "\n".join(text_of(m.get("content")) for body in requests for m in body.get("messages", []))
+
+
+def key_of(issue: int) -> str:
+    key = issue_key("github", "acme/widgets", issue)
+    assert key is not None
+    return key
+
+
+def test_a_second_delivery_continues_the_first_conversation(release: Release, model: ScriptedModel) -> None:
+    issue = next(_issues)
+    model.reply("I looked at the flaky test: it races on the cache.", usage=Usage(900, 40))
+    first, seen1 = deliver(release, model, issue, "@pi the cache test is flaky, fix it")
+    assert len(seen1) == 1
+    assert "the cache test is flaky" in conversation(seen1)
+    assert first["status"]["session"] == {"resumed": False, "reason": "absent",
+                                          "bytes": first["status"]["session"]["bytes"]}
+    assert first["status"]["tokens"]["input"] == 900 and first["status"]["tokens"]["output"] == 40
+    stored = (release.key_dir(key_of(issue)) / "current.jsonl").read_bytes()
+    assert check_transcript(stored) == [], "the store must hold a valid pi session"
+
+    second, seen2 = deliver(release, model, issue, "@pi also add a regression test")
+    text = conversation(seen2)
+    # the proof: delivery 2's request carries delivery 1's user and assistant messages
+    assert "the cache test is flaky" in text
+    assert "it races on the cache" in text
+    assert "also add a regression test" in text
+    assert second["status"]["session"]["resumed"] is True and second["status"]["session"]["reason"] == "resumed"
+    assert second["status"]["tokens"]["calls"] == 1
+
+
+def test_the_stored_context_reading_matches_pis_own_figure(release: Release, model: ScriptedModel,
+                                                            pi_home: dict[str, Path], tmp_path: Path) -> None:
+    issue = next(_issues)
+    deliver(release, model, issue, "@pi first")
+    deliver(release, model, issue, "@pi second")  # the context is stamped after a resumed run
+    key_dir = release.key_dir(key_of(issue))
+    tokens, window, stamped_model = (key_dir / "context").read_text().split()
+    assert (int(window), stamped_model) == (WINDOW, "fake/fake-model")
+    copy = tmp_path / "s.jsonl"
+    copy.write_bytes((key_dir / "current.jsonl").read_bytes())
+    command = json.dumps({"id": "stats", "type": "get_session_stats"}) + "\n"
+    (tmp_path / "ws").mkdir()
+    done = subprocess.run([str(pi_binary()), "--mode", "rpc", "--session", str(copy)], input=command,
+                          capture_output=True, text=True, cwd=tmp_path / "ws", timeout=60,
+                          env=pi_env(pi_home["agent"], pi_home["home"]))
+    stats = next(json.loads(line) for line in done.stdout.splitlines()
+                 if line.startswith("{") and json.loads(line).get("id") == "stats")
+    assert stats["data"]["contextUsage"]["tokens"] == int(tokens), stats
+
+
+def _rewrite_header_timestamp(path: Path, iso: str) -> None:
+    lines = path.read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    header["timestamp"] = iso
+    lines[0] = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(b"\n".join(lines))
+
+
+TAMPER = {
+    "expired": lambda d: os.utime(d / "current.jsonl", (time.time() - 15 * DAY,) * 2),
+    "too-large": lambda d: d.joinpath("current.jsonl").open("ab").write(
+        b'{"type":"custom","id":"pad","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","customType":"x",'
+        b'"data":"' + b"x" * (1024 * 1024) + b'"}\n'),
+    "unparseable": lambda d: d.joinpath("current.jsonl").write_bytes(b"this is not a session\n"),
+    "venue-changed": lambda d: d.joinpath("venue").write_text("local"),
+    "pi-version-changed": lambda d: d.joinpath("pi-version").write_text("0.1.0"),
+    "resume-chain-too-long": lambda d: d.joinpath("resume-chain").write_text("3"),
+    "context-too-full": lambda d: d.joinpath("context").write_text("31000 32000 fake/fake-model"),
+    "conversation-too-old": lambda d: _rewrite_header_timestamp(d / "current.jsonl", "2020-01-01T00:00:00.000Z"),
+}
+
+
+@pytest.mark.parametrize("reason", list(TAMPER), ids=list(TAMPER))
+def test_each_cold_reason_sends_no_earlier_conversation(release: Release, model: ScriptedModel, reason: str) -> None:
+    issue = next(_issues)
+    secret = f"remember the word {uuid.uuid4().hex[:8]}"
+    deliver(release, model, issue, f"@pi {secret}")
+    TAMPER[reason](release.key_dir(key_of(issue)))
+    job, seen = deliver(release, model, issue, "@pi what was the word?")
+    assert job["status"]["session"]["reason"] == reason
+    assert job["status"]["session"]["resumed"] is False
+    assert secret not in conversation(seen), "a cold start must not carry the earlier conversation"
+
+
+def test_a_torn_tail_is_cut_and_the_history_before_it_kept(release: Release, model: ScriptedModel) -> None:
+    issue = next(_issues)
+    deliver(release, model, issue, "@pi the first request survives")
+    with (release.key_dir(key_of(issue)) / "current.jsonl").open("ab") as f:
+        f.write(b'{"type":"message","id":"torn","parentId":')  # a write cut short
+    job, seen = deliver(release, model, issue, "@pi and the follow-up")
+    session = job["status"]["session"]
+    assert (session["resumed"], session["reason"]) == (True, "resumed")
+    assert "the first request survives" in conversation(seen)
+    assert check_transcript((release.key_dir(key_of(issue)) / "current.jsonl").read_bytes()) == []
+
+
+def test_a_body_pi_cannot_read_is_quarantined_and_the_job_starts_fresh(release: Release,
+                                                                        model: ScriptedModel) -> None:
+    issue = next(_issues)
+    deliver(release, model, issue, "@pi words from before the damage")
+    with (release.key_dir(key_of(issue)) / "current.jsonl").open("ab") as f:
+        f.write(b"\x00\x01 not json at all\n")  # the header still passes the gate; the body does not parse
+    job, seen = deliver(release, model, issue, "@pi after the damage")
+    assert job["status"]["session"]["reason"] == "unparseable"
+    assert "words from before the damage" not in conversation(seen)
+    # the fresh transcript is what got promoted, and it is whole
+    stored = (release.key_dir(key_of(issue)) / "current.jsonl").read_bytes()
+    assert check_transcript(stored) == [] and b"after the damage" in stored
