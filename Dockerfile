@@ -49,11 +49,15 @@ COPY --from=node /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm
 RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
  && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \
  && node --version && npm --version
-# The pi the Triggers declare (run.piVersion); the runner checks the version it actually runs.
+# The pi the Triggers declare (run.piVersion), installed exactly as CI installs it (`make pi`): `npm ci` of
+# e2e/pi's package.json and package-lock.json, so the image runs the very dependency tree the tests ran.
+# The runner checks the version it actually runs.
 ARG PI_VERSION=0.73.1
-RUN npm install --global --omit=dev "@mariozechner/pi-coding-agent@${PI_VERSION}" \
+COPY e2e/pi/package.json e2e/pi/package-lock.json /opt/pi/
+RUN npm ci --prefix /opt/pi --omit=dev --no-audit --no-fund \
  && npm cache clean --force \
- && installed="$(node -p "require('/usr/local/lib/node_modules/@mariozechner/pi-coding-agent/package.json').version")" \
+ && ln -s /opt/pi/node_modules/.bin/pi /usr/local/bin/pi \
+ && installed="$(node -p "require('/opt/pi/node_modules/@mariozechner/pi-coding-agent/package.json').version")" \
  && test "$installed" = "$PI_VERSION" \
  && command -v pi
 LABEL dev.pi-dispatch.pi-version="${PI_VERSION}"

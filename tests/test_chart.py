@@ -506,6 +506,10 @@ def test_images_run_what_the_chart_expects(helm: Any) -> None:
     assert json.loads(last("job", "ENTRYPOINT")) == yaml.safe_load((CHART / "values.yaml").read_text())["job"][
         "command"]
     assert last("job", "WORKDIR") == WORKSPACE, "pi needs the session header's cwd: always /workspace"
-    assert dict(a.split("=", 1) for kind, a in stages["job"] if kind == "ARG" and "=" in a)["PI_VERSION"] == "0.73.1"
+    pi_version = dict(a.split("=", 1) for kind, a in stages["job"] if kind == "ARG" and "=" in a)["PI_VERSION"]
+    pinned = json.loads((ROOT / "e2e" / "pi" / "package.json").read_text())["dependencies"]
+    assert pinned == {"@mariozechner/pi-coding-agent": pi_version}, "the image and the tests pin the same pi"
+    assert any(kind == "COPY" and "e2e/pi/package-lock.json" in a for kind, a in stages["job"]), \
+        "the image installs pi from the tests' lock file"
     for stage in ("operator", "job"):
         assert last(stage, "USER") == f"{uid}:{uid}", f"the {stage} image runs as the chart's non-root uid"
