@@ -64,7 +64,7 @@ test: venv controlplane pi
 	$(PYTEST)
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
-demo: cluster-up
+demo: cluster-up pi
 	bash demo/operator-demo.sh
 
 # The session store alone, walked through with the pidispatch CLI (no cluster needed).

@@ -3,8 +3,9 @@
 # kube-controller-manager + the test kubelet, started by `make cluster-up`):
 #   helm install the chart (sessions on) -> kubectl apply a resume Trigger -> two Jobs on one issue:
 #   the first starts cold and its transcript is promoted, the second resumes it.
-# Job Pods run e2e/fakepi.py, a scripted stand-in for the job image, until the runner with real pi
-# lands; everything else (CRDs, operator, RBAC, PVCs, staging, promotion) is the real thing.
+# Job Pods run `pidispatch runner` with the real pi 0.73.1 (`make pi`), talking to a scripted
+# OpenAI-compatible model on 127.0.0.1 (no LLM provider is reachable from here); everything else (CRDs,
+# operator, RBAC, PVCs, staging, promotion) is the real thing.
 # The cluster stays up afterwards so you can look around; `make cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,13 +31,28 @@ if kubectl get namespace "$NS" >/dev/null 2>&1; then
 fi
 run kubectl create namespace "$NS"
 
+say "0b. The scripted model pi will talk to (an OpenAI-compatible server on 127.0.0.1)"
+DEMO_DIR="$STATE/demo"
+rm -rf "$DEMO_DIR" && mkdir -p "$DEMO_DIR/home"
+if [ -f "$STATE/demo-model.pid" ]; then kill "$(cat "$STATE/demo-model.pid")" 2>/dev/null || true; fi
+cat > "$DEMO_DIR/script.json" <<'JSON'
+[{"kind": "reply", "text": "The flaky test races on the cache: I made the cache per-test and pushed pi/issue-7."},
+ {"kind": "reply", "text": "Added a changelog entry under Fixed, next to the cache fix I made earlier."}]
+JSON
+nohup .venv/bin/python -m e2e.scripted_model --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
+    --script "$DEMO_DIR/script.json" --agent-dir "$DEMO_DIR/agent" >"$DEMO_DIR/model.log" 2>&1 &
+echo $! > "$STATE/demo-model.pid"
+for _ in $(seq 50); do [ -s "$DEMO_DIR/port" ] && break; sleep 0.1; done
+echo "scripted model on 127.0.0.1:$(cat "$DEMO_DIR/port"), pi's agent dir $DEMO_DIR/agent"
+PI_BIN="$ROOT/e2e/pi/node_modules/.bin/pi"
+
 say "1. helm install the chart with the session store enabled"
 # Helm installs crds/ only when absent and never upgrades them; apply them first, as an upgrade would.
 kubectl apply --server-side --force-conflicts -f charts/pi-dispatch/crds/ >/dev/null
 echo "\$ helm install pi-dispatch charts/pi-dispatch -n $NS --set sessions.enabled=true --set github.authSource=app ..."
 helm install pi-dispatch charts/pi-dispatch -n "$NS" --set sessions.enabled=true \
     --set github.authSource=app --set metrics.port="$(port)" --set health.port="$(port)" \
-    --set job.image=local/fakepi --set-json "job.command=[\"python3\",\"$ROOT/e2e/fakepi.py\"]" >/dev/null
+    --set job.image=local/job --set-json "job.env={\"PI_BIN\":\"$PI_BIN\",\"PI_CODING_AGENT_DIR\":\"$DEMO_DIR/agent\",\"HOME\":\"$DEMO_DIR/home\"}" >/dev/null
 echo "(installed; waiting for the operator Pod)"
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null
@@ -73,10 +89,21 @@ job fix-7-b "@pi also update the changelog"
 run kubectl get pijobs,sessionkeys -n "$NS" -o wide
 run kubectl get pijob fix-7-b -n "$NS" -o jsonpath='{.status.session}{"\n"}'
 
+say "4b. What the model received for the follow-up: the first delivery's turn is in it"
+.venv/bin/python - "$DEMO_DIR/requests.jsonl" <<'PY'
+import json, sys
+requests = [json.loads(line) for line in open(sys.argv[1])]
+for message in requests[-1]["body"]["messages"]:
+    content = message["content"]
+    text = content if isinstance(content, str) else " ".join(part.get("text", "") for part in content)
+    if message["role"] != "system":
+        print(f"  {message['role']:9} {' '.join(text.split())[:110]}")
+PY
+
 say "5. The store itself (the PVC's directory on this machine), with the CLI"
 STORE="$(.venv/bin/python -c "
 from e2e.cluster import Cluster; print(Cluster.load('$STATE').pvc_host_path('$NS', 'pi-dispatch-sessions'))")"
 PI_SESSIONS_DIR="$STORE" run .venv/bin/pidispatch store inspect 2>/dev/null
 
 say "Done. Look around with: export KUBECONFIG=$KUBECONFIG; kubectl get pijobs,sessionkeys -n $NS -w"
-echo "Stop the control plane with: make cluster-down"
+echo "Stop the control plane with: make cluster-down (the scripted model: kill \$(cat $STATE/demo-model.pid))"
