@@ -1,0 +1,236 @@
+"""The aiohttp shell: ``POST /webhook``, ``/healthz``, ``/readyz``, ``/metrics``.
+
+Order of the checks on a delivery (each answers at once; only the last one creates anything):
+
+1. ``X-Hub-Signature-256`` present and shaped ``sha256=<64 hex>``      else 401  (no body read)
+2. ``Content-Length`` within the cap                                   else 413  (no body read)
+3. the body, read up to the cap + 1 byte, within the read deadline     else 413 / 408
+4. the HMAC of the raw body equals the header (constant time)          else 401
+5. ``X-GitHub-Delivery`` usable as a Job name part                     else 400
+6. ``X-GitHub-Event`` one a Trigger can match                          else 202 ``{"ignored": ...}``
+7. the body parses as JSON of that event's shape                       else 400
+8. the action one a Trigger can match, the sender not a bot commenting else 202 ``{"ignored": ...}``
+9. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
+   the API server unavailable → 503 (a redelivery completes the set: names are deterministic).
+
+Neither the secret nor the body is ever logged; the log line of a delivery carries its id, event,
+result and Job names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import HttpVersion11, web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from pidispatch.events import emit
+from pidispatch.receiver import delivery as core
+from pidispatch.receiver.cluster import Cluster, ClusterUnavailable
+from pidispatch.receiver.metrics import ReceiverMetrics, Result
+from pidispatch.receiver.signature import HEADER, WebhookSecret, header_problem, signature_matches
+
+WEBHOOK_PATH = "/webhook"
+EVENT_HEADER = "X-GitHub-Event"
+DELIVERY_HEADER = "X-GitHub-Delivery"
+# A sender that trickles its body is cut off: GitHub sends a whole delivery well within this.
+BODY_DEADLINE = 10.0
+_READ_CHUNK = 64 * 1024
+
+METRICS_KEY: web.AppKey[ReceiverMetrics] = web.AppKey("metrics", ReceiverMetrics)
+
+
+class Receiver:
+    """The request handlers, bound to one secret, one cap, one cluster and one metrics registry."""
+
+    def __init__(self, cluster: Cluster, secret: WebhookSecret, *, max_body: int,
+                 auth_source: str | None = None, metrics: ReceiverMetrics | None = None) -> None:
+        self.cluster = cluster
+        self.secret = secret
+        self.max_body = max_body
+        self.auth_source = auth_source
+        self.metrics = metrics or ReceiverMetrics()
+
+    # -- answers ---------------------------------------------------------------------------------------
+    def _answer(self, request: web.Request, started: float, status: int, result: Result, body: dict[str, Any],
+                *, close: bool = False, **log: Any) -> web.Response:
+        self.metrics.deliveries.labels(result=result.value).inc()
+        self.metrics.seconds.observe(time.monotonic() - started)
+        delivery = (request.headers.get(DELIVERY_HEADER) or "")[:core.DELIVERY_MAX]
+        event = (request.headers.get(EVENT_HEADER) or "")[:64]
+        emit("receiver_delivery", delivery=delivery or None, githubEvent=event or None, result=result.value,
+             status=status, **log)
+        response = web.json_response(body, status=status)
+        if close:
+            # The rest of the body is still on the wire: do not keep the connection for another request.
+            response.force_close()
+        return response
+
+    def _reject(self, request: web.Request, started: float, status: int, result: Result, why: str,
+                *, close: bool = False) -> web.Response:
+        return self._answer(request, started, status, result, {"error": why}, close=close, why=why)
+
+    def _ignore(self, request: web.Request, started: float, why: str, **extra: Any) -> web.Response:
+        return self._answer(request, started, 202, Result.IGNORED, {"ignored": why, **extra}, why=why)
+
+    # -- before the body -------------------------------------------------------------------------------
+    def _before_body(self, request: web.Request, started: float) -> web.Response | None:
+        problem = header_problem(request.headers.get(HEADER))
+        if problem is not None:
+            return self._reject(request, started, 401, Result.UNAUTHORIZED, problem, close=True)
+        length = request.content_length
+        if length is not None and length > self.max_body:
+            return self._reject(request, started, 413, Result.TOO_LARGE,
+                                f"the body ({length} bytes) is larger than the cap of {self.max_body} bytes",
+                                close=True)
+        return None
+
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """``Expect: 100-continue``: refuse before the client sends the body, when the headers already tell."""
+        refusal = self._before_body(request, time.monotonic())
+        if refusal is not None:
+            return refusal
+        if request.version == HttpVersion11:
+            if request.headers.get("Expect", "").lower() != "100-continue":
+                raise web.HTTPExpectationFailed(text="only Expect: 100-continue is understood")
+            # As aiohttp's own expect handler does; the body's size count starts after this line.
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
+        return None
+
+    async def _read_capped(self, request: web.Request) -> bytes | None:
+        """The body, or ``None`` as soon as it passes the cap (the rest is never read into memory)."""
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            chunk = await request.content.read(_READ_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > self.max_body:
+                return None
+            chunks.append(chunk)
+
+    # -- the delivery ----------------------------------------------------------------------------------
+    async def webhook(self, request: web.Request) -> web.Response:
+        started = time.monotonic()
+        refusal = self._before_body(request, started)
+        if refusal is not None:
+            return refusal
+        try:
+            body = await asyncio.wait_for(self._read_capped(request), BODY_DEADLINE)
+        except TimeoutError:
+            return self._reject(request, started, 408, Result.MALFORMED,
+                                f"the body did not arrive within {BODY_DEADLINE:.0f}s", close=True)
+        if body is None:
+            return self._reject(request, started, 413, Result.TOO_LARGE,
+                                f"the body is larger than the cap of {self.max_body} bytes", close=True)
+        if not signature_matches(self.secret.current(), body, request.headers[HEADER]):
+            return self._reject(request, started, 401, Result.UNAUTHORIZED,
+                                f"{HEADER} does not match the body: a wrong secret, or the body was altered")
+
+        # Verified: from here on the sender is GitHub (or holds the secret).
+        delivery = request.headers.get(DELIVERY_HEADER)
+        problem = core.delivery_id_problem(delivery)
+        if problem is not None:
+            return self._reject(request, started, 400, Result.MALFORMED, problem)
+        assert delivery is not None
+        event_name = request.headers.get(EVENT_HEADER)
+        ignored = core.event_problem(event_name)
+        if ignored is not None:
+            return self._ignore(request, started, ignored.why)
+        assert event_name is not None
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError):
+            hint = ""
+            if request.content_type == "application/x-www-form-urlencoded":
+                hint = " (set the webhook's content type to application/json)"
+            return self._reject(request, started, 400, Result.MALFORMED, f"the body is not JSON{hint}")
+        try:
+            event = core.parse_delivery(event_name, payload)
+        except core.Malformed as exc:
+            return self._reject(request, started, 400, Result.MALFORMED, f"not a {event_name} payload: {exc}")
+        if isinstance(event, core.Ignored):
+            return self._ignore(request, started, event.why)
+        ignored = core.sender_problem(event)
+        if ignored is not None:
+            return self._ignore(request, started, ignored.why)
+
+        try:
+            triggers = await self.cluster.triggers()
+        except ClusterUnavailable as exc:
+            return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
+        planned = core.plan_jobs(triggers, event, delivery, self.auth_source)
+        if not planned:
+            return self._ignore(request, started, f"no Trigger matches this {event.trigger_event} delivery",
+                                jobs=[], duplicates=[])
+        created: list[str] = []
+        duplicates: list[str] = []
+        for body_ in planned:
+            name = body_["metadata"]["name"]
+            try:
+                fresh = await self.cluster.create_job(body_)
+            except ClusterUnavailable as exc:
+                return self._answer(request, started, 503, Result.FAILED,
+                                    {"error": f"{exc}; redeliver to create the rest", "jobs": created,
+                                     "duplicates": duplicates}, why=str(exc), jobs=created)
+            (created if fresh else duplicates).append(name)
+        self.metrics.jobs_created.inc(len(created))
+        result = Result.CREATED if created else Result.DUPLICATE
+        return self._answer(request, started, 202, result, {"jobs": created, "duplicates": duplicates},
+                            jobs=created, duplicates=duplicates)
+
+    # -- probes ----------------------------------------------------------------------------------------
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        """Ready when the Triggers can be listed: without them no delivery could be matched."""
+        try:
+            triggers = await self.cluster.triggers()
+        except ClusterUnavailable as exc:
+            return web.json_response({"ready": False, "why": str(exc)}, status=503)
+        return web.json_response({"ready": True, "triggers": len(triggers)})
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(self.metrics.registry))
+        response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        response.charset = "utf-8"
+        return response
+
+
+def build_app(receiver: Receiver) -> web.Application:
+    """The aiohttp application of ``receiver``."""
+    app = web.Application()
+    app[METRICS_KEY] = receiver.metrics
+    app.router.add_post(WEBHOOK_PATH, receiver.webhook, expect_handler=receiver.expect)
+    app.router.add_get("/healthz", receiver.healthz)
+    app.router.add_get("/readyz", receiver.readyz)
+    app.router.add_get("/metrics", receiver.metrics_endpoint)
+    return app
+
+
+# After a refusal the client may still be sending: read and drop its bytes this long (so it sees the
+# answer instead of a reset), then close.
+LINGER_SECONDS = 1.0
+
+
+async def serve(app: web.Application, host: str | None, port: int, stop: asyncio.Event,
+                started: asyncio.Event | None = None) -> None:
+    """Serve ``app`` on ``host:port`` until ``stop`` is set (``host=None``: every interface)."""
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, lingering_time=LINGER_SECONDS,
+                           shutdown_timeout=5.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        emit("receiver_listening", port=port)
+        if started is not None:
+            started.set()
+        await stop.wait()
+    finally:
+        await runner.cleanup()

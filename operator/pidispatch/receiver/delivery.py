@@ -1,0 +1,299 @@
+"""The receiver's pure core: a verified delivery → its event facts → the Triggers it matches → Job CRs.
+
+No I/O here. The shell (``app``) calls, in this order: :func:`event_problem` on the ``X-GitHub-Event``
+header, :func:`parse_delivery` on the JSON payload, :func:`plan_jobs` with the namespace's Triggers.
+
+Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
+
+* ``event`` equals ``<X-GitHub-Event>.<action>`` (cron Triggers never match a delivery);
+* ``repository`` (OWNER/NAME), when set, equals the payload's ``repository.full_name``, ignoring case
+  as GitHub does;
+* ``issues.labeled``: ``label`` is required and equals the added label's name, ignoring case (GitHub
+  label names are unique regardless of case);
+* ``issue_comment.created`` and ``pull_request_review_comment.created``: ``phrase`` is required and
+  occurs in the comment's body (case-sensitive substring); a Trigger without a phrase matches no
+  comment, or every comment, the bot's own replies included, would start a job;
+* ``pull_request_review.submitted``: when ``phrase`` is set it occurs in the review's body.
+
+Comments and reviews written by a bot (``sender.type == "Bot"``) start nothing: a job's own comments
+must not be able to start the next job. Labels added by automation do start jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pidispatch.api.crds import GROUP, VERSION, job_crd
+
+ISSUES_LABELED = "issues.labeled"
+ISSUE_COMMENT_CREATED = "issue_comment.created"
+REVIEW_SUBMITTED = "pull_request_review.submitted"
+REVIEW_COMMENT_CREATED = "pull_request_review_comment.created"
+
+# X-GitHub-Event → the one action of it a Trigger can match (the CRD's TRIGGER_EVENTS, less cron).
+ACTIONS = {
+    "issues": "labeled",
+    "issue_comment": "created",
+    "pull_request_review": "submitted",
+    "pull_request_review_comment": "created",
+}
+TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
+
+_JOB_SPEC = job_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+COMMENT_MAX = _JOB_SPEC["comment"]["maxLength"]
+REPOSITORY_MAX = _JOB_SPEC["repository"]["maxLength"]
+SENDER_MAX = _JOB_SPEC["sender"]["maxLength"]
+DELIVERY_MAX = _JOB_SPEC["deliveryId"]["maxLength"]
+
+_FULL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+_DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+NAME_MAX = 63
+_HASH_CHARS = 20
+
+CREATED_BY_LABEL = "app.kubernetes.io/created-by"
+CREATED_BY = "pi-dispatch-receiver"
+
+
+class Malformed(Exception):
+    """A verified payload that lacks what its event promises (400: nothing is created)."""
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A verified delivery that no Trigger could ever match (202 with this reason)."""
+
+    why: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """The facts of one delivery that matching and the Job need; nothing else of the payload is kept."""
+
+    trigger_event: str
+    repository: str
+    sender: str
+    sender_is_bot: bool
+    issue: int | None = None
+    pull_request: int | None = None
+    text: str | None = None
+    label: str | None = None
+    fork: bool | None = None
+
+
+# -- headers -------------------------------------------------------------------------------------------------
+def event_problem(event: str | None) -> Ignored | None:
+    """``Ignored`` when ``X-GitHub-Event`` names an event no Trigger can match (``ping`` among them)."""
+    if not event:
+        return Ignored("no X-GitHub-Event header")
+    if event not in ACTIONS:
+        return Ignored(f"event {event[:64]!r} is not one a Trigger can match")
+    return None
+
+
+def delivery_id_problem(delivery: str | None) -> str | None:
+    """Why ``X-GitHub-Delivery`` cannot name a Job (missing, too long, odd characters), else ``None``."""
+    if not delivery:
+        return "no X-GitHub-Delivery header: a delivery id is needed to make redeliveries idempotent"
+    if len(delivery) > DELIVERY_MAX or not _DELIVERY_ID.fullmatch(delivery):
+        return f"X-GitHub-Delivery is not a delivery id (letters, digits and '-', at most {DELIVERY_MAX})"
+    return None
+
+
+# -- payload -------------------------------------------------------------------------------------------------
+def _object(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        raise Malformed(f"{where}{key} is missing or not an object")
+    return value
+
+
+def _string(parent: dict[str, Any], key: str, where: str, *, nullable: bool = False) -> str | None:
+    value = parent.get(key)
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str):
+        raise Malformed(f"{where}{key} is missing or not a string")
+    return value
+
+
+def _number(parent: dict[str, Any], key: str, where: str) -> int:
+    value = parent.get(key)
+    # bool is an int in Python; GitHub's numbers never are.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Malformed(f"{where}{key} is missing or not a positive whole number")
+    return value
+
+
+def _full_name(repo: dict[str, Any], where: str) -> str:
+    name = _string(repo, "full_name", where)
+    assert name is not None
+    if len(name) > REPOSITORY_MAX or not _FULL_NAME.fullmatch(name):
+        raise Malformed(f"{where}full_name is not OWNER/NAME")
+    return name
+
+
+def _fork(pull_request: dict[str, Any]) -> bool:
+    """Whether the PR comes from another repository, as the payload claims it.
+
+    Only a hint: the operator asks the forge API again before it derives any key. A deleted head
+    repository (``head.repo: null``) counts as a fork, the safe side: no session.
+    """
+    head = _object(pull_request, "head", "pull_request.")
+    base = _object(pull_request, "base", "pull_request.")
+    base_name = _full_name(_object(base, "repo", "pull_request.base."), "pull_request.base.repo.")
+    head_repo = head.get("repo")
+    if head_repo is None:
+        return True
+    if not isinstance(head_repo, dict):
+        raise Malformed("pull_request.head.repo is not an object")
+    return _full_name(head_repo, "pull_request.head.repo.").casefold() != base_name.casefold()
+
+
+def parse_delivery(event: str, payload: Any) -> Event | Ignored:
+    """The facts of a verified payload of ``event`` (already known to :data:`ACTIONS`).
+
+    Returns ``Ignored`` for an action no Trigger can match; raises :class:`Malformed` when a field the
+    event always carries is missing or of the wrong type.
+    """
+    if not isinstance(payload, dict):
+        raise Malformed("the payload is not a JSON object")
+    action = payload.get("action")
+    if action != ACTIONS[event]:
+        shown = action[:64] if isinstance(action, str) else action
+        return Ignored(f"{event} action {shown!r} is not one a Trigger can match (only {ACTIONS[event]!r})")
+    trigger_event = f"{event}.{action}"
+    repository = _full_name(_object(payload, "repository", ""), "repository.")
+    sender_obj = _object(payload, "sender", "")
+    sender = _string(sender_obj, "login", "sender.")
+    assert sender is not None
+    if not sender or len(sender) > SENDER_MAX:
+        raise Malformed(f"sender.login is empty or longer than {SENDER_MAX}")
+    common: dict[str, Any] = {"trigger_event": trigger_event, "repository": repository, "sender": sender,
+                              "sender_is_bot": sender_obj.get("type") == "Bot"}
+
+    if trigger_event == ISSUES_LABELED:
+        issue = _object(payload, "issue", "")
+        label = _string(_object(payload, "label", ""), "name", "label.")
+        return Event(**common, issue=_number(issue, "number", "issue."), label=label)
+    if trigger_event == ISSUE_COMMENT_CREATED:
+        issue = _object(payload, "issue", "")
+        number = _number(issue, "number", "issue.")
+        text = _string(_object(payload, "comment", ""), "body", "comment.", nullable=True)
+        # A comment on a pull request arrives as an issue comment whose issue has `pull_request` set.
+        if issue.get("pull_request") is not None:
+            return Event(**common, pull_request=number, text=text)
+        return Event(**common, issue=number, text=text)
+    pull_request = _object(payload, "pull_request", "")
+    number = _number(pull_request, "number", "pull_request.")
+    if trigger_event == REVIEW_SUBMITTED:
+        text = _string(_object(payload, "review", ""), "body", "review.", nullable=True)
+    else:
+        text = _string(_object(payload, "comment", ""), "body", "comment.", nullable=True)
+    return Event(**common, pull_request=number, text=text, fork=_fork(pull_request))
+
+
+# -- matching ------------------------------------------------------------------------------------------------
+def event_differs(on: dict[str, Any], event: Event) -> str | None:
+    return None if on.get("event") == event.trigger_event else "another event"
+
+
+def repository_differs(on: dict[str, Any], event: Event) -> str | None:
+    wanted = on.get("repository")
+    if not wanted:
+        return None
+    return None if str(wanted).casefold() == event.repository.casefold() else "another repository"
+
+
+def label_differs(on: dict[str, Any], event: Event) -> str | None:
+    if event.trigger_event != ISSUES_LABELED:
+        return None
+    wanted = on.get("label")
+    if not isinstance(wanted, str) or not wanted:
+        return "the Trigger names no label"
+    return None if event.label is not None and wanted.casefold() == event.label.casefold() else "another label"
+
+
+def phrase_missing(on: dict[str, Any], event: Event) -> str | None:
+    if event.trigger_event not in TEXT_EVENTS:
+        return None
+    phrase = on.get("phrase")
+    if not isinstance(phrase, str) or not phrase:
+        return None if event.trigger_event == REVIEW_SUBMITTED else "the Trigger names no phrase"
+    return None if event.text is not None and phrase in event.text else "the phrase is not in the text"
+
+
+# In this order: the first mismatch is the reason a Trigger was passed over.
+MISMATCHES = (event_differs, repository_differs, label_differs, phrase_missing)
+
+
+def mismatch(trigger: dict[str, Any], event: Event) -> str | None:
+    """Why ``trigger`` does not match ``event``, or ``None`` when it does."""
+    if (trigger.get("metadata") or {}).get("deletionTimestamp"):
+        return "the Trigger is being deleted"
+    on = (trigger.get("spec") or {}).get("on") or {}
+    for check in MISMATCHES:
+        why = check(on, event)
+        if why is not None:
+            return why
+    return None
+
+
+def sender_problem(event: Event) -> Ignored | None:
+    """Bots' comments and reviews start nothing (a job's own replies must not start the next job)."""
+    if event.sender_is_bot and event.trigger_event in TEXT_EVENTS:
+        return Ignored("comments and reviews by bots start no job")
+    return None
+
+
+# -- Jobs ----------------------------------------------------------------------------------------------------
+def job_name(delivery: str, trigger: str) -> str:
+    """The Job's name for ``trigger`` and this delivery: the same for a redelivery, different otherwise.
+
+    ``<trigger>-<delivery>`` when that is a DNS-1123 label of at most 63 characters and the delivery is
+    a UUID (GitHub's form, fixed length, so the pair can be read back and no two pairs share a name);
+    otherwise ``<trigger prefix>-<20 hex of SHA-256 over trigger NUL delivery>``.
+    """
+    readable = f"{trigger}-{delivery.lower()}"
+    if _UUID.fullmatch(delivery.lower()) and len(readable) <= NAME_MAX and _DNS_LABEL.fullmatch(trigger):
+        return readable
+    digest = hashlib.sha256(f"{trigger}\0{delivery.lower()}".encode()).hexdigest()[:_HASH_CHARS]
+    prefix = re.sub(r"[^a-z0-9-]+", "-", trigger.lower())[:NAME_MAX - _HASH_CHARS - 1].strip("-")
+    return f"{prefix or 'delivery'}-{digest}"
+
+
+def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None) -> dict[str, Any]:
+    """The Job's spec: the event facts, exactly the CRD's fields; the comment cut to the CRD's length."""
+    spec: dict[str, Any] = {"trigger": trigger["metadata"]["name"], "forge": "github",
+                            "repository": event.repository}
+    if event.issue is not None:
+        spec["issue"] = event.issue
+    if event.pull_request is not None:
+        spec["pullRequest"] = event.pull_request
+    if event.text is not None:
+        spec["comment"] = event.text[:COMMENT_MAX]
+    spec["sender"] = event.sender
+    if event.fork is not None:
+        spec["fork"] = event.fork
+    auth = ((trigger.get("spec") or {}).get("run") or {}).get("auth") or auth_source
+    if auth:
+        spec["authSource"] = auth
+    spec["deliveryId"] = delivery
+    return spec
+
+
+def job_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job",
+            "metadata": {"name": name, "labels": {CREATED_BY_LABEL: CREATED_BY}}, "spec": spec}
+
+
+def plan_jobs(triggers: list[dict[str, Any]], event: Event, delivery: str,
+              auth_source: str | None) -> list[dict[str, Any]]:
+    """One Job body per matching Trigger, in Trigger-name order (so a redelivery plans the same list)."""
+    matching = sorted((t for t in triggers if mismatch(t, event) is None), key=lambda t: t["metadata"]["name"])
+    return [job_body(job_name(delivery, t["metadata"]["name"]), job_spec(t, event, delivery, auth_source))
+            for t in matching]

@@ -1,0 +1,90 @@
+"""``pidispatch receiver``: read the settings, connect to the API server, serve until SIGTERM.
+
+Exit 2 on a configuration error (one line on stderr naming the variable and the accepted form): no
+webhook secret, a malformed port or cap, no namespace, no way to reach the API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from pidispatch.settings import ConfigError
+
+if TYPE_CHECKING:
+    from pidispatch.receiver.app import Receiver
+
+CONFIG_ERROR = 2
+
+
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None)
+        if fields is not None:
+            return json.dumps(fields, separators=(",", ":"), default=str)
+        return json.dumps({"level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()},
+                          separators=(",", ":"))
+
+
+def _configure_logging() -> None:
+    from pidispatch.events import logger as events_logger
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines())
+    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    for own in list(events_logger.handlers):  # the CLI's stderr handler: the root handler prints events now
+        events_logger.removeHandler(own)
+    events_logger.propagate = True
+    # aiohttp's access log would print request lines; its server log prints only faults.
+    for noisy in ("aiohttp.access", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+async def _run(receiver: Receiver, port: int) -> None:
+    from pidispatch.receiver.app import build_app, serve
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await serve(build_app(receiver), None, port, stop)
+
+
+def main(args: argparse.Namespace | None = None) -> int:
+    """Run the receiver until SIGTERM; 2 on a configuration error."""
+    from pidispatch.receiver.settings import ReceiverSettings
+
+    try:
+        settings = ReceiverSettings.from_env()
+    except ConfigError as exc:
+        sys.stderr.write(f"pidispatch receiver: {exc}\n")
+        return CONFIG_ERROR
+
+    from pidispatch.events import emit
+    from pidispatch.kubeapi import Api
+    from pidispatch.receiver.app import Receiver
+    from pidispatch.receiver.cluster import ApiCluster
+    from pidispatch.receiver.signature import WebhookSecret
+
+    _configure_logging()
+    try:
+        api = Api.from_environment()
+    except Exception as exc:  # noqa: BLE001 - the config loaders raise several types; all mean "no cluster"
+        sys.stderr.write(f"pidispatch receiver: cannot find the API server (in-cluster ServiceAccount or "
+                         f"KUBECONFIG): {exc}\n")
+        return CONFIG_ERROR
+    receiver = Receiver(ApiCluster(api, settings.namespace), WebhookSecret(settings.secret, settings.secret_file),
+                        max_body=settings.max_body, auth_source=settings.auth_source)
+    emit("receiver_starting", namespace=settings.namespace, port=settings.port, maxBody=settings.max_body,
+         secretFrom="file" if settings.secret_file else "env")
+    try:
+        asyncio.run(_run(receiver, settings.port))
+    except OSError as exc:  # the port is taken or not ours to bind
+        sys.stderr.write(f"pidispatch receiver: cannot listen on port {settings.port}: {exc.strerror or exc}\n")
+        return CONFIG_ERROR
+    return 0

@@ -1,0 +1,35 @@
+"""The receiver's Prometheus metrics. Labels are closed sets: never a repository, a sender or a delivery id."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class Result(StrEnum):
+    """What became of one delivery (the ``result`` label, and the ``result`` field of its log event)."""
+
+    CREATED = "created"  # at least one Job created
+    DUPLICATE = "duplicate"  # every matching Job already existed: a redelivery
+    IGNORED = "ignored"  # verified, but no Trigger can or does match
+    UNAUTHORIZED = "unauthorized"  # signature missing, malformed or wrong
+    TOO_LARGE = "too_large"  # body over the cap
+    MALFORMED = "malformed"  # verified, but not JSON or not the event's shape (or sent too slowly)
+    FAILED = "failed"  # the API server could not be asked or refused (503; a redelivery completes it)
+
+
+class ReceiverMetrics:
+    """One registry per receiver app (tests build several apps in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.deliveries = Counter("pidispatch_receiver_deliveries", "Webhook deliveries, by what became of them.",
+                                  ["result"], registry=self.registry)
+        self.jobs_created = Counter("pidispatch_receiver_jobs_created", "Job CRs created from deliveries.",
+                                    registry=self.registry)
+        self.seconds = Histogram("pidispatch_receiver_delivery_seconds", "Time to answer one delivery.",
+                                 registry=self.registry,
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+        for result in Result:  # every series exists from the start, at 0
+            self.deliveries.labels(result=result.value)

@@ -1,0 +1,797 @@
+"""The webhook receiver in-process: the real aiohttp app on a real loopback socket, GitHub-format
+deliveries from ``e2e/fakegithub.py``, and an in-memory cluster at the one seam where the receiver
+lists Triggers and creates Jobs (it answers 409 for a name that exists, as the API server does).
+``e2e/test_receiver.py`` runs the same receiver from the Helm chart against the real API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hmac
+import json
+import logging
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pidispatch.api.crds import GROUP, VERSION, job_crd
+from pidispatch.receiver import delivery as core
+from pidispatch.receiver.app import Receiver, build_app, serve
+from pidispatch.receiver.cluster import ClusterUnavailable
+from pidispatch.receiver.metrics import Result
+from pidispatch.receiver.settings import DEFAULT_MAX_BODY, DEFAULT_PORT, ReceiverSettings
+from pidispatch.receiver.signature import WebhookSecret, header_problem, sign, signature_matches
+from pidispatch.settings import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from e2e.fakegithub import Delivery, Webhooks  # noqa: E402
+
+SECRET = b"It's a Secret to Everybody"
+NAMESPACE = "pi"
+JOB_SPEC_SCHEMA = job_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def trigger(name: str, event: str, **on: Any) -> dict[str, Any]:
+    run = on.pop("run", {"model": "fake/fake-model"})
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"on": {"event": event, **on}, "run": run}}
+
+
+def check_against_crd(body: dict[str, Any]) -> None:
+    """What the API server would refuse with 422: unknown fields, missing required ones, wrong types, too long."""
+    spec = body["spec"]
+    props = JOB_SPEC_SCHEMA["properties"]
+    assert set(spec) <= set(props), f"fields the CRD does not know: {set(spec) - set(props)}"
+    assert set(JOB_SPEC_SCHEMA["required"]) <= set(spec)
+    for key, value in spec.items():
+        schema = props[key]
+        kind = {"string": str, "integer": int, "boolean": bool}[schema["type"]]
+        assert isinstance(value, kind) and (kind is bool or not isinstance(value, bool)), (key, value)
+        if "enum" in schema:
+            assert value in schema["enum"], (key, value)
+        if "maxLength" in schema:
+            assert len(value) <= schema["maxLength"], key
+        if "minimum" in schema:
+            assert value >= schema["minimum"], key
+    name = body["metadata"]["name"]
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63, name
+
+
+class MemoryCluster:
+    """The receiver's cluster seam in memory: Triggers to list, Jobs by name (409 → ``False``)."""
+
+    def __init__(self, triggers: list[dict[str, Any]] | None = None) -> None:
+        self.trigger_objects = list(triggers or [])
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.down = False
+        self.lists = 0
+
+    async def triggers(self) -> list[dict[str, Any]]:
+        if self.down:
+            raise ClusterUnavailable("cannot list Triggers: 0 cannot reach the API server")
+        self.lists += 1
+        return copy.deepcopy(self.trigger_objects)
+
+    async def create_job(self, body: dict[str, Any]) -> bool:
+        if self.down:
+            raise ClusterUnavailable("cannot create Job: 0 cannot reach the API server")
+        check_against_crd(body)
+        name = body["metadata"]["name"]
+        if name in self.jobs:
+            return False
+        self.jobs[name] = copy.deepcopy(body)
+        return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Running:
+    """The receiver app served on 127.0.0.1:<free port> by an event loop in a thread."""
+
+    def __init__(self, cluster: MemoryCluster, *, max_body: int = DEFAULT_MAX_BODY, auth_source: str | None = None,
+                 secret: WebhookSecret | None = None) -> None:
+        self.cluster = cluster
+        self.receiver = Receiver(cluster, secret or WebhookSecret(SECRET), max_body=max_body, auth_source=auth_source)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.hooks = Webhooks(f"{self.url}/webhook", SECRET)
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        started = threading.Event()
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            asyncio.set_event_loop(self._loop)
+            ready = asyncio.Event()
+
+            async def main() -> None:
+                async def flag() -> None:
+                    await ready.wait()
+                    started.set()
+
+                waiter = asyncio.ensure_future(flag())
+                try:
+                    await serve(build_app(self.receiver), "127.0.0.1", self.port, self._stop, ready)
+                finally:
+                    waiter.cancel()
+
+            try:
+                self._loop.run_until_complete(main())
+            except BaseException as exc:  # noqa: BLE001 - reported to the test
+                self._error = exc
+                started.set()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="receiver")
+        self._thread.start()
+        if not started.wait(10) or self._error:
+            raise RuntimeError(f"the receiver did not start: {self._error!r}")
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    def counts(self) -> dict[str, float]:
+        """``pidispatch_receiver_deliveries_total`` by result, as scraped from /metrics."""
+        text = self.hooks.session.get(f"{self.url}/metrics", timeout=5).text
+        return {m.group(1): float(m.group(2)) for m in re.finditer(
+            r'^pidispatch_receiver_deliveries_total\{result="([^"]*)"\} (\S+)$', text, re.M)}
+
+
+@pytest.fixture
+def cluster() -> MemoryCluster:
+    return MemoryCluster([
+        trigger("fix", "issue_comment.created", phrase="@pi"),
+        trigger("label", "issues.labeled", label="pi"),
+        trigger("review", "pull_request_review.submitted", phrase="@pi"),
+        trigger("inline", "pull_request_review_comment.created", phrase="@pi"),
+    ])
+
+
+@pytest.fixture
+def receiver(cluster: MemoryCluster) -> Iterator[Running]:
+    running = Running(cluster)
+    yield running
+    running.stop()
+
+
+def _final_answer(data: bytes) -> tuple[int, bytes] | None:
+    """The first status line and headers that are not ``100 Continue``, once they are complete."""
+    while b"\r\n\r\n" in data:
+        head, data = data.split(b"\r\n\r\n", 1)
+        if not head.startswith(b"HTTP/1.1 100"):
+            return int(head[9:12]), head
+    return None
+
+
+def raw_exchange(port: int, head: bytes, chunks: tuple[bytes, ...] = (), timeout: float = 5.0) -> tuple[int, bytes]:
+    """Send ``head`` and ``chunks`` on a plain socket and keep it open; the final answer's status and headers."""
+    data = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(head)
+        for chunk in chunks:
+            try:
+                s.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            answer = _final_answer(data)
+            if answer is not None:
+                return answer
+            try:
+                more = s.recv(65536)
+            except (ConnectionResetError, TimeoutError):
+                break
+            if not more:
+                break
+            data += more
+    raise AssertionError(f"no final HTTP answer within {timeout}s: {data[:300]!r}")
+
+
+def request_head(delivery: Delivery, body_signature: str | None, extra: str = "") -> bytes:
+    lines = ["POST /webhook HTTP/1.1", "Host: 127.0.0.1", "User-Agent: GitHub-Hookshot/8c1e3b2",
+             "Content-Type: application/json", f"X-GitHub-Event: {delivery.event}",
+             f"X-GitHub-Delivery: {delivery.id}"]
+    if body_signature is not None:
+        lines.append(f"X-Hub-Signature-256: {body_signature}")
+    return ("\r\n".join(lines) + "\r\n" + extra + "\r\n").encode()
+
+
+# -- the signature ------------------------------------------------------------------------------------------
+def test_a_signed_delivery_creates_its_job(receiver: Running, cluster: MemoryCluster) -> None:
+    sent = receiver.hooks.send(receiver.hooks.issue_comment(7, "@pi please fix"))
+    assert sent.status == 202, sent.json
+    assert sent.json == {"jobs": [core.job_name(sent.delivery.id, "fix")], "duplicates": []}
+    assert list(cluster.jobs) == sent.json["jobs"]
+    assert receiver.counts()["created"] == 1
+
+
+BAD_SIGNATURES = [
+    ("missing", None),
+    ("empty", ""),
+    ("sha1 scheme", "sha1=" + "a" * 40),
+    ("no scheme", "a" * 64),
+    ("not hex", "sha256=" + "z" * 64),
+    ("one digit short", "sha256=" + "a" * 63),
+    ("one digit long", "sha256=" + "a" * 65),
+    ("trailing space", "sha256=" + "a" * 64 + " "),
+]
+
+
+@pytest.mark.parametrize("header", [b[1] for b in BAD_SIGNATURES], ids=[b[0] for b in BAD_SIGNATURES])
+def test_a_missing_or_malformed_signature_is_401_and_creates_nothing(receiver: Running, cluster: MemoryCluster,
+                                                                      header: str | None) -> None:
+    sent = receiver.hooks.send(receiver.hooks.issue_comment(7, "@pi fix"), signature_header=header)
+    assert sent.status == 401, sent.json
+    assert "X-Hub-Signature-256" in sent.json["error"]
+    assert cluster.jobs == {} and cluster.lists == 0, "nothing read from the cluster either"
+    assert receiver.counts()["unauthorized"] == 1
+
+
+def test_only_sha256_counts_not_the_old_sha1_header(receiver: Running, cluster: MemoryCluster) -> None:
+    hooks = receiver.hooks
+    delivery = hooks.issue_comment(7, "@pi fix")
+    sha1 = "sha1=" + hmac.new(SECRET, delivery.body, "sha1").hexdigest()
+    sent = hooks.send(delivery, signature_header=None, headers={"X-Hub-Signature": sha1})
+    assert sent.status == 401 and cluster.jobs == {}
+
+
+@pytest.mark.parametrize("forgery", ["another secret", "body altered after signing", "signature of another body",
+                                     "empty secret"])
+def test_a_wrong_signature_is_401_and_creates_nothing(receiver: Running, cluster: MemoryCluster,
+                                                       forgery: str) -> None:
+    hooks = receiver.hooks
+    delivery = hooks.issue_comment(7, "@pi fix")
+    if forgery == "another secret":
+        sent = hooks.send(delivery, secret=b"guess")
+    elif forgery == "empty secret":
+        sent = hooks.send(delivery, secret=b"")
+    elif forgery == "body altered after signing":
+        altered = delivery.body.replace(b"@pi fix", b"@pi rm -rf")
+        sent = hooks.send(delivery, body=altered, signature_header=sign(SECRET, delivery.body))
+    else:
+        other = hooks.issue_comment(8, "@pi fix")
+        sent = hooks.send(delivery, signature_header=sign(SECRET, other.body))
+    assert sent.status == 401, sent.json
+    assert "does not match" in sent.json["error"]
+    assert cluster.jobs == {} and cluster.lists == 0
+
+
+def test_the_signature_is_checked_before_anything_is_parsed(receiver: Running, cluster: MemoryCluster) -> None:
+    """Unsigned garbage, unsigned unknown events and unsigned oversized bodies all get the same 401."""
+    hooks = receiver.hooks
+    assert hooks.send(hooks.issue_comment(1, "x"), body=b"{not json", secret=b"wrong").status == 401
+    assert hooks.send(hooks.event("ping", None, zen="Keep it logically awesome."), secret=None).status == 401
+    assert hooks.send(hooks.issue_comment(1, "x"), secret=None,
+                      headers={"X-GitHub-Delivery": None, "X-GitHub-Event": None}).status == 401
+    assert cluster.jobs == {} and receiver.counts()["unauthorized"] == 3
+
+
+def test_signatures_are_compared_in_constant_time(receiver: Running, cluster: MemoryCluster,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def spy(a: Any, b: Any) -> bool:
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", spy)
+    hooks = receiver.hooks
+    delivery = hooks.issue_comment(7, "@pi fix")
+    good = sign(SECRET, delivery.body)
+    near_miss = good[:-1] + ("0" if good[-1] != "0" else "1")
+    assert hooks.send(delivery, signature_header=near_miss).status == 401
+    assert hooks.send(delivery).status == 202
+    assert calls == [(good.encode(), near_miss.encode()), (good.encode(), good.encode())]
+
+
+def test_signature_helpers() -> None:
+    body = b'{"zen":"Design for failure."}'
+    # GitHub's documented example: secret "It's a Secret to Everybody", payload "Hello, World!".
+    assert sign(SECRET, b"Hello, World!") == \
+        "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"
+    assert signature_matches(SECRET, body, sign(SECRET, body))
+    assert signature_matches(SECRET, body, sign(SECRET, body).upper().replace("SHA256=", "sha256="))
+    assert not signature_matches(SECRET, body + b" ", sign(SECRET, body))
+    assert header_problem(sign(SECRET, body)) is None
+
+
+def test_a_rotated_secret_file_takes_effect_without_a_restart(tmp_path: Path, events: Callable[[], list]) -> None:
+    path = tmp_path / "secret"
+    path.write_bytes(b"old\n")
+    holder = WebhookSecret(b"old", str(path))
+    assert holder.current() == b"old"
+    replacement = tmp_path / "secret.new"
+    replacement.write_bytes(b"new")
+    replacement.replace(path)  # as the kubelet swaps a Secret volume's files: a new inode
+    assert holder.current() == b"new"
+    empty = tmp_path / "secret.empty"
+    empty.write_bytes(b"")
+    empty.replace(path)
+    assert holder.current() == b"new", "a half-written rotation keeps the last good secret"
+    assert [e["event"] for e in events()] == ["receiver_secret_reloaded", "receiver_secret_reload_failed"]
+
+
+# -- the body cap --------------------------------------------------------------------------------------------
+def test_a_declared_length_over_the_cap_is_413_before_any_body_is_sent(cluster: MemoryCluster) -> None:
+    running = Running(cluster, max_body=4096)
+    try:
+        delivery = running.hooks.issue_comment(7, "@pi fix")
+        head = request_head(delivery, sign(SECRET, delivery.body), f"Content-Length: {100 * 1024 * 1024}\r\n")
+        started = time.monotonic()
+        status, answer = raw_exchange(running.port, head)  # not one byte of the 100 MiB is sent
+        assert status == 413, answer
+        assert time.monotonic() - started < 3, "answered at once, not after waiting for the body"
+        assert b"connection: close" in answer.lower(), "the rest of the body is never read: no keep-alive"
+        assert cluster.jobs == {} and running.counts()["too_large"] == 1
+    finally:
+        running.stop()
+
+
+def test_a_chunked_body_is_cut_off_at_the_cap_without_reading_the_rest(cluster: MemoryCluster) -> None:
+    cap = 8192
+    running = Running(cluster, max_body=cap)
+    try:
+        delivery = running.hooks.issue_comment(7, "@pi fix")
+        head = request_head(delivery, "sha256=" + "0" * 64, "Transfer-Encoding: chunked\r\n")
+        piece = b"x" * 4096
+        chunk = f"{len(piece):x}\r\n".encode() + piece + b"\r\n"
+        # Three chunks pass the cap; the terminating chunk is never sent, so an answer proves the
+        # receiver stopped reading instead of waiting for the end of the body.
+        status, answer = raw_exchange(running.port, head, (chunk, chunk, chunk))
+        assert status == 413, answer
+        assert cluster.jobs == {} and running.counts()["too_large"] == 1
+    finally:
+        running.stop()
+
+
+def test_expect_100_continue_over_the_cap_is_refused_instead_of_continued(cluster: MemoryCluster) -> None:
+    running = Running(cluster, max_body=4096)
+    try:
+        delivery = running.hooks.issue_comment(7, "@pi fix")
+        head = request_head(delivery, sign(SECRET, delivery.body),
+                            "Content-Length: 1000000\r\nExpect: 100-continue\r\n")
+        status, answer = raw_exchange(running.port, head)
+        assert status == 413 and b"100 Continue" not in answer, answer
+    finally:
+        running.stop()
+
+
+def test_a_body_of_exactly_the_cap_is_accepted(cluster: MemoryCluster) -> None:
+    cap = 16 * 1024
+    running = Running(cluster, max_body=cap)
+    try:
+        delivery = running.hooks.issue_comment(7, "@pi fix")
+        body = delivery.body + b" " * (cap - len(delivery.body))  # JSON allows trailing whitespace
+        assert len(body) == cap
+        assert running.hooks.send(delivery, body=body).status == 202
+        assert running.hooks.send(running.hooks.issue_comment(8, "@pi fix"), body=body + b" ").status == 413
+        assert len(cluster.jobs) == 1
+    finally:
+        running.stop()
+
+
+# -- malformed and ignored -----------------------------------------------------------------------------------
+MALFORMED = [
+    ("not JSON", "issue_comment", b"{\"action\": \"created\", "),
+    ("JSON but not an object", "issue_comment", b"[1, 2, 3]"),
+    ("not UTF-8", "issue_comment", b"\xff\xfe\x00garbage"),
+    ("nested beyond any parser", "issue_comment", b"[" * 200000 + b"]" * 200000),
+    ("issue comment without an issue", "issue_comment",
+     json.dumps({"action": "created", "repository": {"full_name": "acme/widgets"}, "sender": {"login": "o"},
+                 "comment": {"body": "@pi"}}).encode()),
+    ("label event without a label", "issues",
+     json.dumps({"action": "labeled", "repository": {"full_name": "acme/widgets"}, "sender": {"login": "o"},
+                 "issue": {"number": 3}}).encode()),
+    ("issue number as a string", "issues",
+     json.dumps({"action": "labeled", "repository": {"full_name": "acme/widgets"}, "sender": {"login": "o"},
+                 "issue": {"number": "3"}, "label": {"name": "pi"}}).encode()),
+    ("issue number true", "issues",
+     json.dumps({"action": "labeled", "repository": {"full_name": "acme/widgets"}, "sender": {"login": "o"},
+                 "issue": {"number": True}, "label": {"name": "pi"}}).encode()),
+    ("repository not OWNER/NAME", "issues",
+     json.dumps({"action": "labeled", "repository": {"full_name": "widgets"}, "sender": {"login": "o"},
+                 "issue": {"number": 3}, "label": {"name": "pi"}}).encode()),
+    ("review without base", "pull_request_review",
+     json.dumps({"action": "submitted", "repository": {"full_name": "acme/widgets"}, "sender": {"login": "o"},
+                 "review": {"body": "@pi"}, "pull_request": {"number": 3, "head": {"repo": None}}}).encode()),
+]
+
+
+@pytest.mark.parametrize(("event", "body"), [m[1:] for m in MALFORMED], ids=[m[0] for m in MALFORMED])
+def test_a_signed_but_malformed_payload_is_400_and_creates_nothing(receiver: Running, cluster: MemoryCluster,
+                                                                    event: str, body: bytes) -> None:
+    delivery = Delivery(event, {})
+    sent = receiver.hooks.send(delivery, body=body)
+    assert sent.status == 400, sent.json
+    assert cluster.jobs == {} and receiver.counts()["malformed"] == 1
+
+
+def test_a_form_encoded_delivery_is_400_with_the_setting_to_change(receiver: Running, cluster: MemoryCluster) -> None:
+    delivery = receiver.hooks.issue_comment(7, "@pi fix")
+    body = b"payload=" + delivery.body
+    sent = receiver.hooks.send(delivery, body=body,
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert sent.status == 400 and "application/json" in sent.json["error"]
+    assert cluster.jobs == {}
+
+
+@pytest.mark.parametrize("delivery_id", [None, "", "x" * 101, "../../etc", "a b"],
+                         ids=["missing", "empty", "too long", "path", "space"])
+def test_a_delivery_without_a_usable_id_is_400(receiver: Running, cluster: MemoryCluster,
+                                               delivery_id: str | None) -> None:
+    sent = receiver.hooks.send(receiver.hooks.issue_comment(7, "@pi fix"), headers={"X-GitHub-Delivery": delivery_id})
+    assert sent.status == 400 and "X-GitHub-Delivery" in sent.json["error"]
+    assert cluster.jobs == {}
+
+
+IGNORED: list[tuple[str, Callable[[Webhooks], Delivery], str]] = [
+    ("ping", lambda h: h.event("ping", None, zen="Anything added dilutes everything else.", hook_id=1), "ping"),
+    ("push", lambda h: h.event("push", None, ref="refs/heads/main"), "push"),
+    ("pull request opened", lambda h: h.event("pull_request", "opened", number=3), "pull_request"),
+    ("issue opened", lambda h: h.issues_labeled(3, "pi", action="opened"), "'opened'"),
+    ("issue unlabeled", lambda h: h.issues_labeled(3, "pi", action="unlabeled"), "'unlabeled'"),
+    ("comment edited", lambda h: h.issue_comment(3, "@pi fix", action="edited"), "'edited'"),
+    ("comment deleted", lambda h: h.issue_comment(3, "@pi fix", action="deleted"), "'deleted'"),
+    ("review dismissed", lambda h: h.pull_request_review(3, "@pi fix", action="dismissed"), "'dismissed'"),
+    ("review comment edited", lambda h: h.pull_request_review_comment(3, "@pi fix", action="edited"), "'edited'"),
+    ("a bot's comment", lambda h: h.issue_comment(3, "@pi fix", sender="pi-dispatch[bot]", bot=True), "bot"),
+    ("a bot's review", lambda h: h.pull_request_review(3, "@pi fix", sender="ci[bot]", bot=True), "bot"),
+    ("no Trigger matches", lambda h: h.issue_comment(3, "thanks!"), "no Trigger matches"),
+]
+
+
+@pytest.mark.parametrize(("build", "why"), [i[1:] for i in IGNORED], ids=[i[0] for i in IGNORED])
+def test_events_and_actions_no_trigger_can_match_are_202_ignored(receiver: Running, cluster: MemoryCluster,
+                                                                  build: Callable[[Webhooks], Delivery],
+                                                                  why: str) -> None:
+    sent = receiver.hooks.send(build(receiver.hooks))
+    assert sent.status == 202, sent.json
+    assert why in sent.json["ignored"], sent.json
+    assert not sent.json.get("jobs") and cluster.jobs == {}
+    assert receiver.counts()["ignored"] == 1
+
+
+def test_an_event_without_its_header_is_ignored(receiver: Running, cluster: MemoryCluster) -> None:
+    sent = receiver.hooks.send(receiver.hooks.issue_comment(3, "@pi"), headers={"X-GitHub-Event": None})
+    assert sent.status == 202 and "X-GitHub-Event" in sent.json["ignored"] and cluster.jobs == {}
+
+
+# -- matching ------------------------------------------------------------------------------------------------
+MATCHING: list[tuple[str, dict[str, Any], Callable[[Webhooks], Delivery], bool]] = [
+    ("label: the Trigger's label", {"event": "issues.labeled", "label": "pi"},
+     lambda h: h.issues_labeled(1, "pi"), True),
+    ("label: case does not matter to GitHub", {"event": "issues.labeled", "label": "Pi-Fix"},
+     lambda h: h.issues_labeled(1, "pi-fix"), True),
+    ("label: another label", {"event": "issues.labeled", "label": "pi"},
+     lambda h: h.issues_labeled(1, "bug"), False),
+    ("label: a Trigger without a label matches none", {"event": "issues.labeled"},
+     lambda h: h.issues_labeled(1, "pi"), False),
+    ("label: added by automation still counts", {"event": "issues.labeled", "label": "pi"},
+     lambda h: h.issues_labeled(1, "pi", sender="triage[bot]", bot=True), True),
+    ("comment: phrase anywhere in the body", {"event": "issue_comment.created", "phrase": "@pi"},
+     lambda h: h.issue_comment(1, "hey @pi, look"), True),
+    ("comment: phrase is case-sensitive", {"event": "issue_comment.created", "phrase": "@pi"},
+     lambda h: h.issue_comment(1, "hey @PI, look"), False),
+    ("comment: no phrase in the body", {"event": "issue_comment.created", "phrase": "@pi"},
+     lambda h: h.issue_comment(1, "looks good"), False),
+    ("comment: a null body", {"event": "issue_comment.created", "phrase": "@pi"},
+     lambda h: h.issue_comment(1, None), False),
+    ("comment: a Trigger without a phrase matches none", {"event": "issue_comment.created"},
+     lambda h: h.issue_comment(1, "anything"), False),
+    ("comment on a PR: issue_comment Triggers match it", {"event": "issue_comment.created", "phrase": "@pi"},
+     lambda h: h.issue_comment(1, "@pi", on_pull_request=True), True),
+    ("comment: a label Trigger does not match a comment", {"event": "issues.labeled", "label": "pi"},
+     lambda h: h.issue_comment(1, "pi"), False),
+    ("review: phrase in the review body", {"event": "pull_request_review.submitted", "phrase": "@pi"},
+     lambda h: h.pull_request_review(2, "@pi address these"), True),
+    ("review: phrase absent", {"event": "pull_request_review.submitted", "phrase": "@pi"},
+     lambda h: h.pull_request_review(2, "LGTM"), False),
+    ("review: an approval without a body, the Trigger wants a phrase",
+     {"event": "pull_request_review.submitted", "phrase": "@pi"},
+     lambda h: h.pull_request_review(2, None, state="approved"), False),
+    ("review: no phrase on the Trigger matches every review", {"event": "pull_request_review.submitted"},
+     lambda h: h.pull_request_review(2, None, state="approved"), True),
+    ("review comment: phrase", {"event": "pull_request_review_comment.created", "phrase": "/pi"},
+     lambda h: h.pull_request_review_comment(2, "/pi rename this"), True),
+    ("review comment: not an issue comment", {"event": "issue_comment.created", "phrase": "/pi"},
+     lambda h: h.pull_request_review_comment(2, "/pi rename this"), False),
+    ("review comment: a Trigger without a phrase matches none", {"event": "pull_request_review_comment.created"},
+     lambda h: h.pull_request_review_comment(2, "anything"), False),
+    ("repository: restricts when set", {"event": "issue_comment.created", "phrase": "@pi",
+                                        "repository": "acme/gadgets"},
+     lambda h: h.issue_comment(1, "@pi"), False),
+    ("repository: the same, ignoring case", {"event": "issue_comment.created", "phrase": "@pi",
+                                             "repository": "ACME/Widgets"},
+     lambda h: h.issue_comment(1, "@pi"), True),
+    ("repository: another owner", {"event": "issue_comment.created", "phrase": "@pi",
+                                   "repository": "evil/widgets"},
+     lambda h: h.issue_comment(1, "@pi"), False),
+    ("cron Triggers never match a delivery", {"event": "cron", "schedule": "0 * * * *"},
+     lambda h: h.issue_comment(1, "@pi"), False),
+]
+
+
+@pytest.mark.parametrize(("on", "build", "matches"), [m[1:] for m in MATCHING], ids=[m[0] for m in MATCHING])
+def test_matching_rules(on: dict[str, Any], build: Callable[[Webhooks], Delivery], matches: bool) -> None:
+    cluster = MemoryCluster([trigger("t", **on)])
+    running = Running(cluster)
+    try:
+        sent = running.hooks.send(build(running.hooks))
+        assert sent.status == 202, sent.json
+        assert (sent.json.get("jobs") == [core.job_name(sent.delivery.id, "t")]) is matches, sent.json
+        assert len(cluster.jobs) == (1 if matches else 0)
+    finally:
+        running.stop()
+
+
+def test_one_delivery_creates_one_job_per_matching_trigger(cluster: MemoryCluster) -> None:
+    cluster.trigger_objects += [trigger("fix-too", "issue_comment.created", phrase="@pi"),
+                                trigger("other-repo", "issue_comment.created", phrase="@pi", repository="a/b"),
+                                {**trigger("going", "issue_comment.created", phrase="@pi"),
+                                 "metadata": {"name": "going", "deletionTimestamp": "2026-01-01T00:00:00Z"}}]
+    running = Running(cluster)
+    try:
+        sent = running.hooks.send(running.hooks.issue_comment(5, "@pi fix"))
+        assert sent.json["jobs"] == [core.job_name(sent.delivery.id, t) for t in ("fix", "fix-too")]
+        assert sorted(cluster.jobs) == sorted(sent.json["jobs"])
+        assert {j["spec"]["trigger"] for j in cluster.jobs.values()} == {"fix", "fix-too"}
+    finally:
+        running.stop()
+
+
+# -- the Job -------------------------------------------------------------------------------------------------
+def _only_job(cluster: MemoryCluster) -> dict[str, Any]:
+    assert len(cluster.jobs) == 1, cluster.jobs
+    return next(iter(cluster.jobs.values()))
+
+
+def test_job_of_a_label(receiver: Running, cluster: MemoryCluster) -> None:
+    sent = receiver.hooks.send(receiver.hooks.issues_labeled(12, "pi", sender="alice"))
+    job = _only_job(cluster)
+    assert job["apiVersion"] == f"{GROUP}/{VERSION}" and job["kind"] == "Job"
+    assert job["metadata"]["labels"] == {"app.kubernetes.io/created-by": "pi-dispatch-receiver"}
+    assert job["spec"] == {"trigger": "label", "forge": "github", "repository": "acme/widgets", "issue": 12,
+                           "sender": "alice", "deliveryId": sent.delivery.id}
+
+
+def test_job_of_an_issue_comment(receiver: Running, cluster: MemoryCluster) -> None:
+    sent = receiver.hooks.send(receiver.hooks.issue_comment(7, "@pi fix the build", sender="bob"))
+    assert _only_job(cluster)["spec"] == {
+        "trigger": "fix", "forge": "github", "repository": "acme/widgets", "issue": 7,
+        "comment": "@pi fix the build", "sender": "bob", "deliveryId": sent.delivery.id}
+
+
+def test_job_of_a_comment_on_a_pull_request_names_the_pull_request(receiver: Running, cluster: MemoryCluster) -> None:
+    receiver.hooks.send(receiver.hooks.issue_comment(9, "@pi rebase", on_pull_request=True))
+    spec = _only_job(cluster)["spec"]
+    assert spec["pullRequest"] == 9 and "issue" not in spec
+    assert "fork" not in spec, "an issue comment does not say where the head lives: the operator asks the API"
+
+
+@pytest.mark.parametrize(("kind", "pr", "fork"), [
+    ("same repository", {}, False),
+    ("a fork", {"fork": "mallory/widgets"}, True),
+    ("a deleted fork", {"deleted_fork": True}, True),
+    ("the same repository in other case", {"fork": "Acme/Widgets"}, False),
+], ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("event", ["pull_request_review", "pull_request_review_comment"])
+def test_job_of_a_pull_request_event_carries_the_fork_hint(receiver: Running, cluster: MemoryCluster, event: str,
+                                                           kind: str, pr: dict[str, Any], fork: bool) -> None:
+    hooks = receiver.hooks
+    pull = hooks.pull_request(21, head_ref="topic", **pr)
+    delivery = (hooks.pull_request_review(pull, "@pi look") if event == "pull_request_review"
+                else hooks.pull_request_review_comment(pull, "@pi look"))
+    assert hooks.send(delivery).status == 202
+    spec = _only_job(cluster)["spec"]
+    assert spec["pullRequest"] == 21 and spec["fork"] is fork and spec["comment"] == "@pi look"
+    assert "resolved" not in spec, "the head ref comes from the forge API, never from the payload"
+
+
+def test_a_long_comment_is_cut_to_the_crds_length(receiver: Running, cluster: MemoryCluster) -> None:
+    text = "@pi " + "é" * (core.COMMENT_MAX + 500)
+    receiver.hooks.send(receiver.hooks.issue_comment(7, text))
+    comment = _only_job(cluster)["spec"]["comment"]
+    assert len(comment) == core.COMMENT_MAX == JOB_SPEC_SCHEMA["properties"]["comment"]["maxLength"]
+    assert comment == text[:core.COMMENT_MAX]
+
+
+@pytest.mark.parametrize(("trigger_auth", "receiver_auth", "expected"), [
+    ("pat", "app", "pat"), (None, "app", "app"), (None, None, None)],
+    ids=["the Trigger's run.auth first", "else the receiver's GITHUB_AUTH_SOURCE", "else none: operator decides"])
+def test_auth_source(trigger_auth: str | None, receiver_auth: str | None, expected: str | None) -> None:
+    run = {"model": "m", **({"auth": trigger_auth} if trigger_auth else {})}
+    cluster = MemoryCluster([trigger("fix", "issue_comment.created", phrase="@pi", run=run)])
+    running = Running(cluster, auth_source=receiver_auth)
+    try:
+        running.hooks.send(running.hooks.issue_comment(7, "@pi"))
+        assert _only_job(cluster)["spec"].get("authSource") == expected
+    finally:
+        running.stop()
+
+
+# -- names and redelivery ------------------------------------------------------------------------------------
+def test_job_names_are_deterministic_and_readable_when_short() -> None:
+    delivery = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    assert core.job_name(delivery, "fix") == f"fix-{delivery}"
+    assert core.job_name(delivery.upper(), "fix") == f"fix-{delivery}", "one UUID, one name"
+    assert core.job_name(delivery, "fix") != core.job_name(delivery, "fix-too")
+    assert core.job_name(delivery, "fix") != core.job_name("72d3162e-cc78-11e3-81ab-4c9367dc0959", "fix")
+    long = "a-trigger-name-that-is-far-too-long-to-fit-with-a-delivery"
+    hashed = core.job_name(delivery, long)
+    assert len(hashed) <= 63 and hashed == core.job_name(delivery, long)
+    assert re.fullmatch(r"a-trigger-name-that-is-far-too-long-to-fit-[0-9a-f]{20}", hashed), hashed
+    dotted = core.job_name(delivery, "team.fix")
+    assert re.fullmatch(r"team-fix-[0-9a-f]{20}", dotted), "a dotted Trigger name is hashed, not mangled into a clash"
+    assert core.job_name(delivery, "team-fix") != dotted
+    assert re.fullmatch(r"fix-[0-9a-f]{20}", core.job_name("not-a-uuid", "fix"))
+
+
+_TRIGGER_NAMES = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,80}[a-z0-9])?", fullmatch=True)
+_DELIVERIES = st.one_of(st.uuids().map(str), st.from_regex(r"[A-Za-z0-9][A-Za-z0-9-]{0,99}", fullmatch=True))
+
+
+@given(st.lists(st.tuples(_DELIVERIES, _TRIGGER_NAMES), min_size=2, max_size=6, unique=True))
+def test_job_names_are_valid_and_distinct_for_distinct_pairs(pairs: list[tuple[str, str]]) -> None:
+    names = {}
+    for delivery, name in pairs:
+        job = core.job_name(delivery, name)
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", job) and len(job) <= 63, job
+        names.setdefault(job, set()).add((delivery.lower(), name))
+    assert all(len(v) == 1 for v in names.values()), names
+
+
+def test_a_redelivery_creates_nothing_new(receiver: Running, cluster: MemoryCluster) -> None:
+    hooks = receiver.hooks
+    first = hooks.send(hooks.issue_comment(7, "@pi fix"))
+    assert first.status == 202 and len(first.json["jobs"]) == 1
+    before = copy.deepcopy(cluster.jobs)
+    again = hooks.send(first.delivery.redelivered())
+    assert again.status == 202
+    assert again.json == {"jobs": [], "duplicates": first.json["jobs"]}
+    assert cluster.jobs == before
+    counts = receiver.counts()
+    assert (counts["created"], counts["duplicate"]) == (1, 1)
+
+
+def test_the_api_server_down_is_503_and_a_redelivery_then_completes(receiver: Running,
+                                                                    cluster: MemoryCluster) -> None:
+    hooks = receiver.hooks
+    cluster.down = True
+    failed = hooks.send(hooks.issue_comment(7, "@pi fix"))
+    assert failed.status == 503 and "redeliver" in failed.json["error"]
+    assert hooks.session.get(f"{receiver.url}/readyz", timeout=5).status_code == 503
+    assert hooks.session.get(f"{receiver.url}/healthz", timeout=5).status_code == 200
+    cluster.down = False
+    assert hooks.session.get(f"{receiver.url}/readyz", timeout=5).status_code == 200
+    again = hooks.send(failed.delivery.redelivered())
+    assert again.status == 202 and again.json["jobs"] == [core.job_name(failed.delivery.id, "fix")]
+    assert receiver.counts()["failed"] == 1
+
+
+# -- probes, metrics, logs -----------------------------------------------------------------------------------
+def test_metrics_have_closed_labels_only(receiver: Running, cluster: MemoryCluster) -> None:
+    hooks = receiver.hooks
+    hooks.send(hooks.issue_comment(7, "@pi fix", repository="secret-org/secret-repo", sender="someone"))
+    hooks.send(hooks.issue_comment(7, "@pi fix"), secret=b"forged")
+    text = hooks.session.get(f"{receiver.url}/metrics", timeout=5).text
+    labels = set(re.findall(r'(\w+)="([^"]*)"', text))
+    assert {name for name, _ in labels} <= {"result", "le"}, labels
+    assert {value for name, value in labels if name == "result"} == {r.value for r in Result}
+    for leak in ("secret-org", "secret-repo", "someone", "@pi"):
+        assert leak not in text
+    assert re.search(r"^pidispatch_receiver_jobs_created_total 1\.0$", text, re.M)
+
+
+def test_neither_the_secret_nor_the_body_is_logged(receiver: Running, cluster: MemoryCluster,
+                                                   caplog: pytest.LogCaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from pidispatch.events import logger as events_logger
+
+    monkeypatch.setattr(events_logger, "propagate", True)  # the CLI's tests may have pointed it at stderr
+    caplog.set_level(logging.DEBUG)
+    hooks = receiver.hooks
+    marker = "@pi zebra-7f3a"
+    deliveries = [hooks.issue_comment(7, marker, repository="hidden/place"), hooks.issue_comment(8, marker),
+                  hooks.issue_comment(9, marker)]
+    hooks.send(deliveries[0])
+    hooks.send(deliveries[1], secret=b"forged")
+    hooks.send(deliveries[2], body=b"{" + marker.encode())
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "receiver_delivery" in text
+    for leak in [SECRET.decode(), "zebra-7f3a", "hidden/place"] + [sign(SECRET, d.body)[7:] for d in deliveries]:
+        assert leak not in text
+    results = [json.loads(r.getMessage())["result"] for r in caplog.records if "receiver_delivery" in r.getMessage()]
+    assert results == ["created", "unauthorized", "malformed"]
+
+
+def test_a_slow_body_is_cut_off(cluster: MemoryCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pidispatch.receiver import app
+
+    monkeypatch.setattr(app, "BODY_DEADLINE", 0.5)
+    running = Running(cluster)
+    try:
+        delivery = running.hooks.issue_comment(7, "@pi fix")
+        head = request_head(delivery, sign(SECRET, delivery.body), f"Content-Length: {len(delivery.body)}\r\n")
+        status, _ = raw_exchange(running.port, head, (delivery.body[:10],))
+        assert status == 408 and cluster.jobs == {}
+    finally:
+        running.stop()
+
+
+# -- settings and the command --------------------------------------------------------------------------------
+def test_settings_defaults_and_values(tmp_path: Path) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(b"s3cret\n")
+    s = ReceiverSettings.from_env({"PI_DISPATCH_NAMESPACE": "pi", "GITHUB_WEBHOOK_SECRET_FILE": str(secret_file)})
+    assert (s.namespace, s.secret, s.port, s.max_body, s.auth_source) == ("pi", b"s3cret", DEFAULT_PORT,
+                                                                           DEFAULT_MAX_BODY, None)
+    assert (DEFAULT_PORT, DEFAULT_MAX_BODY) == (8000, 1024 * 1024)
+    assert "s3cret" not in repr(s)
+    s = ReceiverSettings.from_env({"PI_DISPATCH_NAMESPACE": "pi", "GITHUB_WEBHOOK_SECRET": "inline",
+                                   "PI_DISPATCH_RECEIVER_PORT": "9001", "PI_DISPATCH_RECEIVER_MAX_BODY": "2048",
+                                   "GITHUB_AUTH_SOURCE": "app"})
+    assert (s.secret, s.port, s.max_body, s.auth_source) == (b"inline", 9001, 2048, "app")
+    s = ReceiverSettings.from_env({"PI_DISPATCH_NAMESPACE": "pi", "GITHUB_WEBHOOK_SECRET": "x",
+                                   "PI_DISPATCH_RECEIVER_PORT": "", "GITHUB_AUTH_SOURCE": ""})
+    assert (s.port, s.auth_source) == (DEFAULT_PORT, None), "empty (as Helm renders unset) is unset"
+
+
+BAD_SETTINGS = [
+    ("no secret", {}, "GITHUB_WEBHOOK_SECRET"),
+    ("empty secret", {"GITHUB_WEBHOOK_SECRET": ""}, "GITHUB_WEBHOOK_SECRET"),
+    ("missing secret file", {"GITHUB_WEBHOOK_SECRET_FILE": "/nonexistent/secret"}, "GITHUB_WEBHOOK_SECRET_FILE"),
+    ("empty secret file", {"GITHUB_WEBHOOK_SECRET_FILE": "EMPTY"}, "GITHUB_WEBHOOK_SECRET_FILE"),
+    ("both secret forms", {"GITHUB_WEBHOOK_SECRET": "x", "GITHUB_WEBHOOK_SECRET_FILE": "FILE"}, "not both"),
+    ("no namespace", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_NAMESPACE": ""}, "PI_DISPATCH_NAMESPACE"),
+    ("namespace not a name", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_NAMESPACE": "Pi_NS"}, "PI_DISPATCH_NAMESPACE"),
+    ("port with a leading zero", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_RECEIVER_PORT": "08000"}, "PORT"),
+    ("port zero", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_RECEIVER_PORT": "0"}, "PORT"),
+    ("port too high", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_RECEIVER_PORT": "65536"}, "PORT"),
+    ("cap in scientific notation", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_RECEIVER_MAX_BODY": "1e6"}, "MAX_BODY"),
+    ("cap with a unit", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_RECEIVER_MAX_BODY": "1Mi"}, "MAX_BODY"),
+    ("cap too small", {"GITHUB_WEBHOOK_SECRET": "x", "PI_DISPATCH_RECEIVER_MAX_BODY": "10"}, "MAX_BODY"),
+    ("unknown auth source", {"GITHUB_WEBHOOK_SECRET": "x", "GITHUB_AUTH_SOURCE": "token"}, "GITHUB_AUTH_SOURCE"),
+]
+
+
+@pytest.mark.parametrize(("env", "named"), [b[1:] for b in BAD_SETTINGS], ids=[b[0] for b in BAD_SETTINGS])
+def test_settings_refuse_unusable_values(tmp_path: Path, env: dict[str, str], named: str) -> None:
+    (tmp_path / "empty").write_bytes(b"\n")
+    (tmp_path / "file").write_bytes(b"from-file")
+    env = {k: {"EMPTY": str(tmp_path / "empty"), "FILE": str(tmp_path / "file")}.get(v, v) for k, v in env.items()}
+    with pytest.raises(ConfigError) as err:
+        ReceiverSettings.from_env({"PI_DISPATCH_NAMESPACE": "pi", **env})
+    assert named in str(err.value)
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({}, "GITHUB_WEBHOOK_SECRET"),
+    ({"GITHUB_WEBHOOK_SECRET": "topsecret-value", "PI_DISPATCH_RECEIVER_PORT": "http"}, "PI_DISPATCH_RECEIVER_PORT"),
+    ({"GITHUB_WEBHOOK_SECRET": "topsecret-value", "GITHUB_WEBHOOK_SECRET_FILE": "/x"}, "not both"),
+], ids=["no secret", "bad port", "two secrets"])
+def test_the_command_exits_2_on_a_configuration_error_without_printing_the_secret(env: dict[str, str],
+                                                                                  named: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "pidispatch", "receiver"], capture_output=True, text=True,
+                            env={"PATH": "/usr/bin:/bin", "PI_DISPATCH_NAMESPACE": "pi", **env}, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert named in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "topsecret-value" not in result.stderr + result.stdout
