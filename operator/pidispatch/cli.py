@@ -193,6 +193,12 @@ def cmd_runner(args: argparse.Namespace) -> int:
     return runner_main(args)
 
 
+def cmd_receiver(args: argparse.Namespace) -> int:
+    from pidispatch.receiver.main import main as receiver_main
+
+    return receiver_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pidispatch", description="pi-dispatch session store and operator.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -253,6 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
     runner.set_defaults(run=cmd_runner)
+
+    receiver = commands.add_parser("receiver", help="run the GitHub webhook receiver (creates Job CRs)")
+    receiver.set_defaults(run=cmd_receiver)
     return parser
 
 
