@@ -36,8 +36,8 @@ DEMO_DIR="$STATE/demo"
 rm -rf "$DEMO_DIR" && mkdir -p "$DEMO_DIR/home"
 if [ -f "$STATE/demo-model.pid" ]; then kill "$(cat "$STATE/demo-model.pid")" 2>/dev/null || true; fi
 cat > "$DEMO_DIR/script.json" <<'JSON'
-[{"kind": "reply", "text": "The flaky test races on the cache: I made the cache per-test and pushed pi/issue-7."},
- {"kind": "reply", "text": "Added a changelog entry under Fixed, next to the cache fix I made earlier."}]
+[{"kind": "reply", "text": "Issue 7: the flaky test races on the cache. I made the cache per-test, pushed pi/issue-7 and opened PR 12."},
+ {"kind": "reply", "text": "Added a changelog entry for the cache fix I made earlier, pushed to pi/issue-7."}]
 JSON
 nohup .venv/bin/python -m e2e.scripted_model --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
     --script "$DEMO_DIR/script.json" --agent-dir "$DEMO_DIR/agent" >"$DEMO_DIR/model.log" 2>&1 &
@@ -57,37 +57,61 @@ echo "(installed; waiting for the operator Pod)"
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null
 
-say "2. A Trigger that resumes (note the quoted \"on\": plain YAML 1.1 reads on: as true)"
+say "2. Two Triggers that resume: a label on an issue, and @pi in a comment (note the quoted \"on\": YAML 1.1 reads a bare on: as true)"
 cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f -
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Trigger
-metadata: {name: fix}
+metadata: {name: triage}
+spec:
+  "on": {event: issues.labeled, label: pi}
+  run: {resume: true, piVersion: "0.73.1", model: fake/fake-model}
+---
+apiVersion: pi-dispatch.dev/v1alpha1
+kind: Trigger
+metadata: {name: review}
 spec:
   "on": {event: issue_comment.created, phrase: "@pi"}
   run: {resume: true, piVersion: "0.73.1", model: fake/fake-model}
 YAML
-kubectl wait -n "$NS" --for=condition=ResumeArmed trigger/fix --timeout=60s >/dev/null
+kubectl wait -n "$NS" --for=condition=ResumeArmed trigger/triage trigger/review --timeout=60s >/dev/null
 run kubectl get pitriggers -n "$NS"
 
-job() {
-    cat <<YAML | kubectl apply -n "$NS" -f - >/dev/null
-apiVersion: pi-dispatch.dev/v1alpha1
-kind: Job
-metadata: {name: $1}
-spec: {trigger: fix, forge: github, repository: octo/repo, issue: 7, comment: "$2"}
-YAML
-    echo "job.pi-dispatch.dev/$1 created ($2)"
+wait_job() {
     kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Succeeded "pijob/$1" --timeout=120s >/dev/null
 }
 
-say "3. First delivery on issue 7: nothing stored yet, so it starts cold; its transcript is promoted"
-job fix-7-a "@pi please fix the flaky test"
+say "3. Issue 7 is labelled 'pi': nothing is stored for pi/issue-7 yet, so the job starts cold; its transcript is promoted"
+cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f - >/dev/null
+apiVersion: pi-dispatch.dev/v1alpha1
+kind: Job
+metadata: {name: issue-7-labeled}
+spec: {trigger: triage, forge: github, repository: octo/repo, issue: 7, sender: alice}
+YAML
+wait_job issue-7-labeled
 run kubectl get pijobs,sessionkeys -n "$NS"
 
-say "4. A follow-up on the same issue: the stored conversation is staged and the job resumes"
-job fix-7-b "@pi also update the changelog"
+say "4. A review comment on pull request 12, opened by the agent from pi/issue-7: same key, so the job resumes"
+echo "(the PR's head would come from the GitHub API; without one here, the Job carries it as resolved fields)"
+cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f - >/dev/null
+apiVersion: pi-dispatch.dev/v1alpha1
+kind: Job
+metadata: {name: pr-12-comment}
+spec:
+  trigger: review
+  forge: github
+  repository: octo/repo
+  pullRequest: 12
+  sender: bob
+  comment: "@pi please also add a changelog entry"
+  resolved: {headRef: pi/issue-7, headRepository: octo/repo}
+YAML
+wait_job pr-12-comment
 run kubectl get pijobs,sessionkeys -n "$NS" -o wide
-run kubectl get pijob fix-7-b -n "$NS" -o jsonpath='{.status.session}{"\n"}'
+run kubectl get pijob pr-12-comment -n "$NS" -o jsonpath='{.status.session}{"\n"}'
+KEY="$(kubectl get sessionkeys -n "$NS" -o jsonpath='{.items[0].metadata.name}')"
+echo "\$ kubectl get sessionkey $KEY -n $NS -o jsonpath='{range .status.conditions[*]}...'"
+kubectl get sessionkey "$KEY" -n "$NS" \
+    -o jsonpath='{range .status.conditions[*]}{"  "}{.type}={.status} ({.reason}): {.message}{"\n"}{end}'
 
 say "4b. What the model received for the follow-up: the first delivery's turn is in it"
 .venv/bin/python - "$DEMO_DIR/requests.jsonl" <<'PY'
