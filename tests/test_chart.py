@@ -513,3 +513,184 @@ def test_images_run_what_the_chart_expects(helm: Any) -> None:
         "the image installs pi from the tests' lock file"
     for stage in ("operator", "job"):
         assert last(stage, "USER") == f"{uid}:{uid}", f"the {stage} image runs as the chart's non-root uid"
+
+
+# -- the webhook receiver (receiver.enabled) -------------------------------------------------------------------
+RECEIVER = f"{FULLNAME}-receiver"
+RECEIVER_ON: dict[str, Any] = {"receiver.enabled": True, "receiver.webhookSecret.existingSecret": "gh-webhook",
+                               "receiver.webhookSecret.key": "token"}
+
+
+def receiver_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "receiver"]
+
+
+def receiver_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(docs, "Deployment", RECEIVER)["spec"]["template"]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["receiver"]
+    return containers[0]
+
+
+def receiver_settings(container: dict[str, Any], tmp_path: Path) -> Any:
+    """What ``pidispatch receiver`` would run with, the mounted secret file standing in at a temporary path."""
+    from pidispatch.receiver.settings import ReceiverSettings
+
+    env = env_values(container)
+    secret = tmp_path / "secret"
+    secret.write_text("from-the-secret\n")
+    assert env["GITHUB_WEBHOOK_SECRET_FILE"].startswith(container["volumeMounts"][0]["mountPath"] + "/")
+    return ReceiverSettings.from_env({**env, "GITHUB_WEBHOOK_SECRET_FILE": str(secret)})
+
+
+@pytest.mark.parametrize("values", [RECEIVER_ON, {"receiver.enabled": True, "receiver.webhookSecret.create": True,
+                                                  "receiver.webhookSecret.value": "s3cret", **ALL_ON}],
+                         ids=["existing secret", "created secret and every option on"])
+def test_helm_lint_passes_with_the_receiver(helm: Any, values: dict[str, Any]) -> None:
+    result = helm("lint", "--strict", str(CHART), *set_args(values))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_receiver_is_off_by_default(helm: Any) -> None:
+    docs = render(helm)
+    assert receiver_objects(docs) == []
+    assert not [d for d in docs if d["metadata"]["name"].startswith(RECEIVER)]
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["receiver"]["enabled"] is False
+
+
+def test_receiver_objects_and_the_operator_are_unchanged_by_it(helm: Any) -> None:
+    off, on = render(helm, ALL_ON), render(helm, {**ALL_ON, **RECEIVER_ON})
+    assert [(d["kind"], d["metadata"]["name"]) for d in receiver_objects(on)] == [
+        ("ServiceAccount", RECEIVER), ("Role", RECEIVER), ("RoleBinding", RECEIVER), ("Service", RECEIVER),
+        ("Deployment", RECEIVER)], "the receiver's own objects (no Secret: it names an existing one)"
+    assert [d for d in on if d not in receiver_objects(on)] == off, "nothing of the operator changes"
+
+
+def test_receiver_env_is_what_the_receiver_reads_with_its_defaults(helm: Any, tmp_path: Path) -> None:
+    from pidispatch.receiver.settings import DEFAULT_MAX_BODY, DEFAULT_PORT, ENV_NAMES
+
+    container = receiver_container(render(helm, RECEIVER_ON))
+    names = [v["name"] for v in env_list(container)]
+    assert len(names) == len(set(names)) and set(names) <= set(ENV_NAMES), names
+    assert "GITHUB_WEBHOOK_SECRET" not in names, "the secret arrives as a mounted file, never as an env value"
+    settings = receiver_settings(container, tmp_path)
+    assert (settings.namespace, settings.port, settings.max_body, settings.auth_source) == (
+        NAMESPACE, DEFAULT_PORT, DEFAULT_MAX_BODY, None), "the chart's defaults are the receiver's defaults"
+    assert settings.secret == b"from-the-secret"
+    assert container["command"] == ["pidispatch", "receiver"]
+    assert container["image"] == operator_container(render(helm))["image"], "the operator's image"
+    assert container["ports"] == [{"name": "http", "containerPort": DEFAULT_PORT, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+
+
+def test_receiver_values_reach_it_as_given(helm: Any, tmp_path: Path) -> None:
+    docs = render(helm, {**RECEIVER_ON, "receiver.port": 9443, "receiver.maxBodyBytes": 65536,
+                         "github.authSource": "app", "receiver.replicas": 3, "receiver.service.port": 8080})
+    settings = receiver_settings(receiver_container(docs), tmp_path)
+    assert (settings.port, settings.max_body, settings.auth_source) == (9443, 65536, "app")
+    assert one(docs, "Deployment", RECEIVER)["spec"]["replicas"] == 3
+    assert [(p["port"], p["targetPort"]) for p in one(docs, "Service", RECEIVER)["spec"]["ports"]] == [(8080, "http")]
+
+
+def test_receiver_values_file_names_every_variable_it_sets(helm: Any) -> None:
+    text = (CHART / "values.yaml").read_text()
+    names = {v["name"] for v in env_list(receiver_container(render(helm, {**RECEIVER_ON, **ALL_ON})))}
+    assert [name for name in sorted(names - {"PI_DISPATCH_NAMESPACE"}) if name not in text] == []
+
+
+def test_receiver_rbac_reads_triggers_and_creates_jobs_only(helm: Any) -> None:
+    docs = render(helm, {**ALL_ON, **RECEIVER_ON})
+    role = one(docs, "Role", RECEIVER)
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"} and "*" not in str(rule), rule
+    assert _rules(role) == (_expand(["pi-dispatch.dev"], ["triggers"], ["get", "list", "watch"])
+                            | {("pi-dispatch.dev", "jobs", "create")})
+    binding = one(docs, "RoleBinding", RECEIVER)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RECEIVER, "namespace": NAMESPACE}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RECEIVER}
+    assert one(docs, "Deployment", RECEIVER)["spec"]["template"]["spec"]["serviceAccountName"] == RECEIVER
+    assert one(docs, "ServiceAccount", RECEIVER)
+    assert [b["metadata"]["name"] for b in kinds(docs, "ClusterRoleBinding")] == [f"{FULLNAME}-{NAMESPACE}"], \
+        "nothing cluster-wide for the receiver"
+    assert _rules(one(docs, "Role", FULLNAME)) == NAMESPACED_GRANTS, "the operator's grants are not widened"
+
+
+def test_receiver_pod_is_restricted_and_mounts_only_its_webhook_secret(helm: Any) -> None:
+    docs = render(helm, {**RECEIVER_ON, "sessions.enabled": True})
+    pod_spec = one(docs, "Deployment", RECEIVER)["spec"]["template"]["spec"]
+    psc = pod_spec["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod_spec.get("hostNetwork") is not True and pod_spec.get("hostPID") is not True
+    [container] = pod_spec["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc.get("privileged") is not True
+    assert pod_spec["volumes"] == [{"name": "webhook-secret", "secret": {
+        "secretName": "gh-webhook", "items": [{"key": "token", "path": "secret"}], "defaultMode": 0o440}}]
+    assert container["volumeMounts"] == [{"name": "webhook-secret", "mountPath": "/etc/pi-dispatch/webhook",
+                                          "readOnly": True}], "no store, no staging: sessions on changes nothing"
+    assert "persistentVolumeClaim" not in json.dumps(pod_spec)
+
+
+def test_receiver_webhook_secret_created_by_the_chart(helm: Any, tmp_path: Path) -> None:
+    docs = render(helm, {"receiver.enabled": True, "receiver.webhookSecret.create": True,
+                         "receiver.webhookSecret.value": "s3cret"})
+    secret = one(docs, "Secret")
+    assert secret["metadata"]["name"] == f"{FULLNAME}-webhook"
+    assert secret["data"] == {"secret": "czNjcmV0"}
+    volume = one(docs, "Deployment", RECEIVER)["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["secret"]["secretName"] == f"{FULLNAME}-webhook"
+    assert kinds(render(helm, RECEIVER_ON), "Secret") == [], "an existing Secret is used, not copied"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"receiver.enabled": True}, "needs the webhook secret"),
+    ({"receiver.enabled": True, "receiver.webhookSecret.create": True}, "needs receiver.webhookSecret.value"),
+    ({"receiver.enabled": True, "receiver.webhookSecret.create": True, "receiver.webhookSecret.value": "x",
+      "receiver.webhookSecret.existingSecret": "y"}, "not both"),
+], ids=["no secret at all", "create without a value", "both forms"])
+def test_receiver_without_a_usable_secret_fails_to_render(helm: Any, values: dict[str, Any], message: str) -> None:
+    result = template(helm, values)
+    assert result.returncode != 0 and message in result.stderr, result.stderr
+
+
+def test_receiver_service_selects_receiver_pods_only(helm: Any) -> None:
+    docs = render(helm, RECEIVER_ON)
+    service = one(docs, "Service", RECEIVER)
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    selector = service["spec"]["selector"].items()
+    assert selector <= one(docs, "Deployment", RECEIVER)["spec"]["template"]["metadata"]["labels"].items()
+    assert not selector <= one(docs, "Deployment", FULLNAME)["spec"]["template"]["metadata"]["labels"].items()
+    operator_selector = one(docs, "Service", f"{FULLNAME}-metrics")["spec"]["selector"].items()
+    assert not operator_selector <= one(docs, "Deployment", RECEIVER)["spec"]["template"]["metadata"][
+        "labels"].items(), "the operator's metrics Service does not pick up receiver Pods"
+
+
+def test_receiver_service_monitor(helm: Any) -> None:
+    docs = render(helm, {**RECEIVER_ON, "metrics.serviceMonitor.enabled": True}, "--api-versions",
+                  SERVICE_MONITOR_API)
+    monitor = one(docs, "ServiceMonitor", RECEIVER)
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", RECEIVER)["metadata"][
+        "labels"].items()
+    assert sorted(m["metadata"]["name"] for m in kinds(docs, "ServiceMonitor")) == [FULLNAME, RECEIVER]
+
+
+RECEIVER_REJECTED = [
+    ("port zero", {"receiver.port": 0}, "/receiver/port"),
+    ("cap below 1 KiB", {"receiver.maxBodyBytes": 10}, "/receiver/maxBodyBytes"),
+    ("cap above GitHub's 25 MiB", {"receiver.maxBodyBytes": 26214401}, "/receiver/maxBodyBytes"),
+    ("cap as a quantity", {"receiver.maxBodyBytes": "1Mi"}, "/receiver/maxBodyBytes"),
+    ("enabled as a string", {"receiver.enabled": "true"}, "/receiver/enabled"),
+    ("unknown receiver key", {"receiver.secret": "x"}, "secret"),
+    ("unknown webhookSecret key", {"receiver.webhookSecret.name": "x"}, "name"),
+    ("service type", {"receiver.service.type": "ExternalName"}, "/receiver/service/type"),
+]
+
+
+@pytest.mark.parametrize(("values", "field"), [r[1:] for r in RECEIVER_REJECTED], ids=[r[0] for r in RECEIVER_REJECTED])
+def test_schema_rejects_bad_receiver_values(helm: Any, values: dict[str, Any], field: str) -> None:
+    result = template(helm, {**RECEIVER_ON, **values})
+    assert result.returncode != 0, f"accepted {values}"
+    assert "schema" in result.stderr and field in result.stderr, result.stderr

@@ -188,3 +188,54 @@ resources:
   requests:
     storage: {{ .size | quote }}
 {{- end }}
+
+{{/* The webhook receiver ----------------------------------------------------------------- */}}
+
+{{- define "pi-dispatch.receiverName" -}}
+{{- printf "%s-receiver" (include "pi-dispatch.fullname" .) }}
+{{- end }}
+
+{{- define "pi-dispatch.receiverSelectorLabels" -}}
+{{ include "pi-dispatch.selectorLabels" . }}
+app.kubernetes.io/component: receiver
+{{- end }}
+
+{{/* The Secret holding the webhook secret: the user's, or the one the chart creates. */}}
+{{- define "pi-dispatch.receiverSecretName" -}}
+{{- $w := .Values.receiver.webhookSecret }}
+{{- if and $w.existingSecret $w.create }}
+{{- fail "receiver.webhookSecret: set existingSecret or create=true, not both" }}
+{{- else if $w.existingSecret }}
+{{- $w.existingSecret }}
+{{- else if $w.create }}
+{{- if not $w.value }}
+{{- fail "receiver.webhookSecret.create=true needs receiver.webhookSecret.value (the secret you give GitHub)" }}
+{{- end }}
+{{- printf "%s-webhook" (include "pi-dispatch.fullname" .) }}
+{{- else }}
+{{- fail "receiver.enabled=true needs the webhook secret: receiver.webhookSecret.existingSecret (and .key), or receiver.webhookSecret.create=true with .value" }}
+{{- end }}
+{{- end }}
+
+{{/* Where the receiver reads the webhook secret (GITHUB_WEBHOOK_SECRET_FILE). */}}
+{{- define "pi-dispatch.receiverSecretDir" -}}
+/etc/pi-dispatch/webhook
+{{- end }}
+
+{{/* The receiver's environment (ReceiverSettings.from_env). */}}
+{{- define "pi-dispatch.receiverEnv" -}}
+- name: PI_DISPATCH_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: PI_DISPATCH_RECEIVER_PORT
+  value: {{ .Values.receiver.port | int64 | quote }}
+- name: PI_DISPATCH_RECEIVER_MAX_BODY
+  value: {{ .Values.receiver.maxBodyBytes | int64 | quote }}
+- name: GITHUB_WEBHOOK_SECRET_FILE
+  value: {{ printf "%s/secret" (include "pi-dispatch.receiverSecretDir" .) | quote }}
+{{- with .Values.github.authSource }}
+- name: GITHUB_AUTH_SOURCE
+  value: {{ . | quote }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,98 @@
+"""The webhook receiver of a chart release (``receiver.enabled=true``) on the local control plane.
+
+The test kubelet runs the receiver Pod as a local process (``pidispatch receiver`` from this venv)
+with the chart's env, its webhook Secret mounted as a file and a real projected token of the
+receiver's ServiceAccount; Pods share the host's network, so the receiver listens on
+``127.0.0.1:<receiver.port>`` and tests post to it there with :class:`e2e.fakegithub.Webhooks`.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from e2e.cluster import free_port
+from e2e.fakegithub import Webhooks
+from e2e.kube import Kube, wait_for
+from e2e.release import RELEASE, Release
+
+RECEIVER = f"{RELEASE}-receiver"
+SECRET_NAME = "github-webhook"
+SECRET_KEY = "webhook-secret"
+
+
+def create_webhook_secret(kube: Kube, namespace: str, secret: bytes) -> None:
+    """The Secret the chart's ``receiver.webhookSecret.existingSecret`` names (made by the admin, as a user would)."""
+    kube.create(f"/api/v1/namespaces/{namespace}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET_NAME}, "type": "Opaque",
+        "data": {SECRET_KEY: base64.b64encode(secret).decode()}})
+
+
+def receiver_values(*, port: int | None = None, max_body: int = 1024 * 1024) -> dict[str, Any]:
+    return {"receiver": {"enabled": True, "port": port or free_port(), "maxBodyBytes": max_body,
+                         "webhookSecret": {"existingSecret": SECRET_NAME, "key": SECRET_KEY}}}
+
+
+@dataclass
+class Receiver:
+    """The receiver of ``release``: its Pods, its address, and a signed-webhook sender pointed at it."""
+
+    release: Release
+    secret: bytes
+
+    @property
+    def port(self) -> int:
+        return int(self.release.values["receiver"]["port"])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def hooks(self, **kw: Any) -> Webhooks:
+        return Webhooks(f"{self.url}/webhook", self.secret, **kw)
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.release.kube.list(f"/api/v1/namespaces/{self.release.ns}/pods",
+                                      labelSelector="app.kubernetes.io/component=receiver")
+
+    def get(self, path: str, timeout: float = 5) -> requests.Response:
+        with requests.Session() as s:
+            s.trust_env = False
+            return s.get(f"{self.url}{path}", timeout=timeout)
+
+    def await_ready(self, timeout: float = 90) -> None:
+        """The Pod Running and ``/readyz`` answering 200 (it can list Triggers as its ServiceAccount)."""
+        def running() -> bool:
+            return any((p.get("status") or {}).get("phase") == "Running" for p in self.pods())
+
+        try:
+            wait_for("the receiver Pod Running", running, timeout=timeout)
+            wait_for(f"the receiver's /readyz on {self.url}", lambda: self.get("/readyz").status_code == 200,
+                     timeout=timeout)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\nreceiver log:\n{self.log()[-4000:]}") from None
+
+    def await_triggers(self, count: int, timeout: float = 30) -> None:
+        """Until the receiver's Trigger list (it caches for a moment) holds ``count`` Triggers."""
+        wait_for(f"the receiver to see {count} Triggers",
+                 lambda: self.get("/readyz").json().get("triggers") == count, timeout=timeout)
+
+    def log(self) -> str:
+        out = []
+        for pod in self.pods():
+            md = pod["metadata"]
+            d = self.release.cluster.kubelet_dir / "pods" / f"{md['namespace']}_{md['name']}_{md['uid']}" / "logs"
+            f = d / "receiver.log"
+            if f.exists():
+                out.append(f.read_text(errors="replace"))
+        return "\n".join(out)
+
+    def deliveries(self) -> dict[str, float]:
+        """``pidispatch_receiver_deliveries_total`` by result, scraped from ``/metrics``."""
+        text = self.get("/metrics").text
+        return {m.group(1): float(m.group(2)) for m in re.finditer(
+            r'^pidispatch_receiver_deliveries_total\{result="([^"]*)"\} (\S+)$', text, re.M)}
