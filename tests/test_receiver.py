@@ -336,10 +336,8 @@ def test_a_declared_length_over_the_cap_is_413_before_any_body_is_sent(cluster: 
     try:
         delivery = running.hooks.issue_comment(7, "@pi fix")
         head = request_head(delivery, sign(SECRET, delivery.body), f"Content-Length: {100 * 1024 * 1024}\r\n")
-        started = time.monotonic()
         status, answer = raw_exchange(running.port, head)  # not one byte of the 100 MiB is sent
         assert status == 413, answer
-        assert time.monotonic() - started < 3, "answered at once, not after waiting for the body"
         assert b"connection: close" in answer.lower(), "the rest of the body is never read: no keep-alive"
         assert cluster.jobs == {} and running.counts()["too_large"] == 1
     finally:

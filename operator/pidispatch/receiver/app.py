@@ -170,10 +170,10 @@ class Receiver:
                                 jobs=[], duplicates=[])
         created: list[str] = []
         duplicates: list[str] = []
-        for body_ in planned:
-            name = body_["metadata"]["name"]
+        for job in planned:
+            name = job["metadata"]["name"]
             try:
-                fresh = await self.cluster.create_job(body_)
+                fresh = await self.cluster.create_job(job)
             except ClusterUnavailable as exc:
                 return self._answer(request, started, 503, Result.FAILED,
                                     {"error": f"{exc}; redeliver to create the rest", "jobs": created,
