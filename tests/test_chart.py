@@ -143,7 +143,8 @@ def names_the_operator_reads() -> set[str]:
 
 ALL_ON: dict[str, Any] = {
     "sessions.enabled": True, "sessions.maxContextPct": 80, "sessions.allowGhSource": True,
-    "github.authSource": "app",
+    "github.authSource": "app", "github.app.id": 1234, "github.app.installationId": 5678,
+    "github.app.privateKeySecret.name": "gh-app",
 }
 
 
@@ -301,6 +302,12 @@ REJECTED = [
     ("job command as a string", {"job.command": "pidispatch runner"}, "/job/command"),
     ("empty job command", {"job.command": []}, "/job/command"),
     ("unknown auth source", {"github.authSource": "token"}, "/github/authSource"),
+    ("api url without a scheme", {"github.apiUrl": "api.github.com"}, "/github/apiUrl"),
+    ("api timeout zero", {"github.timeoutSeconds": 0}, "/github/timeoutSeconds"),
+    ("app id as a string", {"github.app.id": "my-app"}, "/github/app/id"),
+    ("installation id zero", {"github.app.installationId": 0}, "/github/app/installationId"),
+    ("unknown github.app key", {"github.app.privateKey": "-----BEGIN"}, "privateKey"),
+    ("token secret key with a slash", {"github.token.key": "a/b"}, "/github/token/key"),
     ("metrics port out of range", {"metrics.port": 70000}, "/metrics/port"),
     ("root user", {"securityContext.runAsUser": 0}, "/securityContext/runAsUser"),
     ("unknown access mode", {"sessions.staging.accessModes": ["RWX"]}, "/sessions/staging/accessModes"),
@@ -330,6 +337,7 @@ NAMESPACED_GRANTS = (
     | _expand(["pi-dispatch.dev"], ["sessionkeys"], ["create", "delete"])
     | _expand(["pi-dispatch.dev"], ["triggers/status", "jobs/status", "sessionkeys/status"], ["get", "patch", "update"])
     | _expand([""], ["pods"], ["get", "list", "watch", "create", "delete"])
+    | _expand([""], ["secrets"], ["create"])
     | _expand(["", "events.k8s.io"], ["events"], ["create", "patch"])
     | _expand([""], ["persistentvolumeclaims"], ["get"])
     | _expand(["kopf.dev"], ["kopfpeerings"], ["get", "list", "watch", "patch"])
@@ -346,7 +354,9 @@ def test_rbac_is_least_privilege(helm: Any) -> None:
             assert set(rule) == {"apiGroups", "resources", "verbs"}, f"no resourceNames/nonResourceURLs: {rule}"
             assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], f"wildcard in {rule}"
     granted = _rules(role)
-    assert not {g for g in granted if g[1] in ("secrets", "pods/log", "pods/exec", "deployments")}
+    assert not {g for g in granted if g[1] in ("pods/log", "pods/exec", "deployments")}
+    # per-job token Secrets are created, never read: no get, list or watch of any Secret
+    assert {g for g in granted if g[1] == "secrets"} == {("", "secrets", "create")}
     assert granted == NAMESPACED_GRANTS
     assert _rules(cluster_role) == CLUSTER_GRANTS, "cluster-wide: only CRDs (kopf, doctor) and namespaces (kopf)"
     assert role["metadata"]["name"] == FULLNAME and cluster_role["metadata"]["name"] == f"{FULLNAME}-{NAMESPACE}"
@@ -694,3 +704,76 @@ def test_schema_rejects_bad_receiver_values(helm: Any, values: dict[str, Any], f
     result = template(helm, {**RECEIVER_ON, **values})
     assert result.returncode != 0, f"accepted {values}"
     assert "schema" in result.stderr and field in result.stderr, result.stderr
+
+
+# -- GitHub: the App, a pat/gh token Secret, the API -------------------------------------------------------------
+APP_ON: dict[str, Any] = {"github.authSource": "app", "github.app.id": 1234, "github.app.installationId": 5678,
+                          "github.app.privateKeySecret.name": "gh-app", "github.app.privateKeySecret.key": "key.pem"}
+PAT_ON: dict[str, Any] = {"github.authSource": "pat", "github.token.secretName": "gh-token",
+                          "github.token.key": "pat"}
+
+
+def _pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return one(docs, "Deployment")["spec"]["template"]["spec"]
+
+
+def test_github_defaults_configure_no_client_and_mount_nothing(helm: Any) -> None:
+    docs = render(helm)
+    settings = OperatorSettings.from_env(env_values(operator_container(docs)))
+    assert settings.github.api_url == "https://api.github.com" and settings.github.timeout_seconds == 10
+    assert not settings.github.app_configured and settings.github.token_file is None
+    assert not any(v["name"].startswith("github") for v in _pod_spec(docs)["volumes"])
+
+
+def test_the_app_key_is_mounted_read_only_from_its_secret(helm: Any) -> None:
+    docs = render(helm, {**APP_ON, "github.apiUrl": "https://ghe.example.com/api/v3", "github.timeoutSeconds": 4})
+    container = operator_container(docs)
+    settings = OperatorSettings.from_env(env_values(container))
+    github = settings.github
+    assert (github.app_id, github.app_installation_id, github.api_url, github.timeout_seconds) == (
+        1234, 5678, "https://ghe.example.com/api/v3", 4)
+    [volume] = [v for v in _pod_spec(docs)["volumes"] if v["name"] == "github-app"]
+    assert volume["secret"]["secretName"] == "gh-app"
+    assert volume["secret"]["items"] == [{"key": "key.pem", "path": "private-key.pem"}]
+    assert volume["secret"]["defaultMode"] == 0o440
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "github-app"]
+    assert mount["readOnly"] is True
+    assert github.app_private_key_file == f"{mount['mountPath']}/private-key.pem"
+    assert not any("secretKeyRef" in json.dumps(v) for v in env_list(container)), "the key is a file, not env"
+    [doctor] = doctor_pod(docs)["spec"]["containers"]
+    assert doctor["volumeMounts"] == container["volumeMounts"]
+
+
+def test_a_pat_secret_is_mounted_for_the_operator_and_named_for_job_pods(helm: Any) -> None:
+    docs = render(helm, PAT_ON)
+    container = operator_container(docs)
+    github = OperatorSettings.from_env(env_values(container)).github
+    [volume] = [v for v in _pod_spec(docs)["volumes"] if v["name"] == "github-token"]
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "github-token"]
+    assert volume["secret"]["secretName"] == "gh-token" and mount["readOnly"] is True
+    assert volume["secret"]["items"] == [{"key": "pat", "path": "token"}]
+    assert github.token_file == f"{mount['mountPath']}/token"
+    assert github.token_secret == ("gh-token", "pat")
+    assert not github.app_configured
+
+
+@pytest.mark.parametrize(("values", "words"), [
+    ({"github.app.id": 1, "github.app.installationId": 2, "github.app.privateKeySecret.name": "k"},
+     "github.authSource is gh"),
+    ({**APP_ON, "github.app.installationId": None}, "github.app.installationId"),
+    ({**APP_ON, "github.app.privateKeySecret.name": ""}, "github.app.privateKeySecret.name"),
+    ({"github.authSource": "app", "github.token.secretName": "t"}, "github.token.secretName"),
+], ids=["app without authSource app", "app without installation", "app without key Secret",
+        "token Secret with authSource app"])
+def test_github_combinations_the_operator_would_refuse_fail_the_install(helm: Any, values: dict[str, Any],
+                                                                         words: str) -> None:
+    result = template(helm, values)
+    assert result.returncode != 0, "rendered"
+    assert words in result.stderr, result.stderr
+
+
+def test_github_values_name_their_variables() -> None:
+    text = (CHART / "values.yaml").read_text()
+    for name in ("GITHUB_API_URL", "GITHUB_API_TIMEOUT_SECONDS", "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID",
+                 "GITHUB_APP_PRIVATE_KEY_FILE", "GITHUB_TOKEN_FILE", "GITHUB_TOKEN_SECRET"):
+        assert name in text, name

@@ -132,6 +132,86 @@ def _json_env(variable: str, raw: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(value.items()))
 
 
+AUTH_SOURCES = ("app", "pat", "gh")  # the CRD's enum (pidispatch.api.crds.AUTH_SOURCES; a test keeps them equal)
+DEFAULT_GITHUB_API_URL = "https://api.github.com"
+_API_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+_APP_VARIABLES = ("GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID", "GITHUB_APP_PRIVATE_KEY_FILE")
+
+
+@dataclass(frozen=True)
+class GitHubSettings:
+    """How the operator reaches GitHub (its own calls) and what job Pods get as ``GH_TOKEN``.
+
+    ``GITHUB_AUTH_SOURCE`` (in :class:`Settings`) picks the source. ``app``: the App's id, installation
+    and private key file (mounted from a Secret, never read through the API) are set together or not at
+    all. ``pat``/``gh``: ``GITHUB_TOKEN_FILE`` is the operator's own token (a mounted Secret) and
+    ``GITHUB_TOKEN_SECRET`` (``name/key``) the Secret job Pods reference. Nothing set: no GitHub client,
+    and a pull-request job takes its head from ``spec.resolved`` of the Job, as before this feature.
+    """
+
+    api_url: str = DEFAULT_GITHUB_API_URL
+    app_id: int | None = None
+    app_installation_id: int | None = None
+    app_private_key_file: str | None = None
+    token_file: str | None = None
+    token_secret: tuple[str, str] | None = None
+    timeout_seconds: int = 10
+
+    @property
+    def app_configured(self) -> bool:
+        return self.app_id is not None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], source: str) -> GitHubSettings:
+        def text(name: str) -> str | None:
+            raw = env.get(name)
+            return None if raw is None or raw.strip() == "" else raw.strip()
+
+        def positive(name: str) -> int | None:
+            raw = text(name)
+            return None if raw is None else parse_strict_int(name, raw, "a positive whole number", 1)
+
+        def path(name: str) -> str | None:
+            raw = text(name)
+            if raw is not None and not raw.startswith("/"):
+                raise ConfigError(name, raw, "an absolute path to a file (a mounted Secret)")
+            return raw
+
+        url = text("GITHUB_API_URL") or DEFAULT_GITHUB_API_URL
+        if not _API_URL.fullmatch(url):
+            raise ConfigError("GITHUB_API_URL", url, "an http(s) URL without query, e.g. https://api.github.com or "
+                                                     "https://github.example.com/api/v3")
+        app = (positive("GITHUB_APP_ID"), positive("GITHUB_APP_INSTALLATION_ID"), path("GITHUB_APP_PRIVATE_KEY_FILE"))
+        if any(v is not None for v in app):
+            missing = [n for n, v in zip(_APP_VARIABLES, app, strict=True) if v is None]
+            if missing:
+                raise ConfigError(missing[0], "", "set together with " + " and ".join(
+                    n for n in _APP_VARIABLES if n != missing[0]) + " (a GitHub App needs all three)")
+            if source != "app":
+                raise ConfigError("GITHUB_APP_ID", str(app[0]), f"unset while GITHUB_AUTH_SOURCE={source} (the App is "
+                                                                "used only with GITHUB_AUTH_SOURCE=app)")
+        token_file = path("GITHUB_TOKEN_FILE")
+        secret_raw = text("GITHUB_TOKEN_SECRET")
+        token_secret = None
+        if secret_raw is not None:
+            name, _, key = secret_raw.partition("/")
+            if not (_DNS_SUBDOMAIN.fullmatch(name) and len(name) <= 253 and _SECRET_KEY.fullmatch(key)):
+                raise ConfigError("GITHUB_TOKEN_SECRET", secret_raw, "<secret name>/<key> of a Secret in the "
+                                                                      "operator's namespace, e.g. github-token/token")
+            token_secret = (name, key)
+        for name, value in (("GITHUB_TOKEN_FILE", token_file), ("GITHUB_TOKEN_SECRET", secret_raw)):
+            if value is not None and source == "app":
+                raise ConfigError(name, value, "unset while GITHUB_AUTH_SOURCE=app (a token Secret is used only "
+                                               "with GITHUB_AUTH_SOURCE=pat or gh)")
+        timeout_raw = text("GITHUB_API_TIMEOUT_SECONDS")
+        timeout = 10 if timeout_raw is None else parse_strict_int(
+            "GITHUB_API_TIMEOUT_SECONDS", timeout_raw, "a whole number of seconds from 1 to 120", 1, 120)
+        return cls(api_url=url.rstrip("/"), app_id=app[0], app_installation_id=app[1], app_private_key_file=app[2],
+                   token_file=token_file, token_secret=token_secret, timeout_seconds=timeout)
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     """What the operator process needs beyond the store's settings (names in the Helm chart's Deployment).
@@ -157,6 +237,7 @@ class OperatorSettings:
     pod_name: str | None = None
     resumable_refresh_seconds: int = 300
     sweep_interval_seconds: int = 3600
+    github: GitHubSettings = GitHubSettings()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -168,8 +249,13 @@ class OperatorSettings:
                 return default
             return parse_strict_int(name, raw, accepted, minimum, maximum)
 
+        store = Settings.from_env(env)
+        source = env.get("GITHUB_AUTH_SOURCE")
+        # Strict here (the operator acts on it), lenient in Settings (the store commands never use it).
+        if source is not None and source != "" and source not in AUTH_SOURCES:
+            raise ConfigError("GITHUB_AUTH_SOURCE", source, "one of " + ", ".join(AUTH_SOURCES) + " (unset: gh)")
         return cls(
-            store=Settings.from_env(env),
+            store=store,
             namespace=env.get("PI_DISPATCH_NAMESPACE") or None,
             staging_dir=env.get("PI_DISPATCH_STAGING_DIR") or DEFAULT_STAGING_DIR,
             staging_claim=env.get("PI_DISPATCH_STAGING_CLAIM") or None,
@@ -187,4 +273,5 @@ class OperatorSettings:
                                               "a whole number of seconds from 5 to 86400", 5, 86400),
             sweep_interval_seconds=integer("PI_DISPATCH_SWEEP_INTERVAL_SECONDS", 3600,
                                            "a whole number of seconds from 10 to 604800", 10, 604800),
+            github=GitHubSettings.from_env(env, store.github_auth_source),
         )

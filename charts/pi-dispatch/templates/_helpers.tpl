@@ -101,6 +101,7 @@ app.kubernetes.io/component: operator
 - name: GITHUB_AUTH_SOURCE
   value: {{ . | quote }}
 {{- end }}
+{{- include "pi-dispatch.githubEnv" . }}
 {{- if .Values.sessions.enabled }}
 - name: PI_SESSIONS_DIR
   value: /var/lib/pi-dispatch/sessions
@@ -139,6 +140,16 @@ app.kubernetes.io/component: operator
 - name: staging
   mountPath: /var/lib/pi-dispatch/jobs
 {{- end }}
+{{- if .Values.github.app.id }}
+- name: github-app
+  mountPath: {{ include "pi-dispatch.githubAppDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.github.token.secretName }}
+- name: github-token
+  mountPath: {{ include "pi-dispatch.githubTokenDir" . }}
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "pi-dispatch.volumes" -}}
@@ -151,6 +162,71 @@ app.kubernetes.io/component: operator
 - name: staging
   persistentVolumeClaim:
     claimName: {{ include "pi-dispatch.stagingClaim" . }}
+{{- end }}
+{{- if .Values.github.app.id }}
+- name: github-app
+  secret:
+    secretName: {{ .Values.github.app.privateKeySecret.name | quote }}
+    # readable by the operator's group (fsGroup) only
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.github.app.privateKeySecret.key | quote }}
+        path: private-key.pem
+{{- end }}
+{{- if .Values.github.token.secretName }}
+- name: github-token
+  secret:
+    secretName: {{ .Values.github.token.secretName | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.github.token.key | quote }}
+        path: token
+{{- end }}
+{{- end }}
+
+{{/* GitHub: the API, the App (its key mounted from a Secret) or a pat/gh token Secret --------- */}}
+
+{{- define "pi-dispatch.githubAppDir" -}}
+/etc/pi-dispatch/github-app
+{{- end }}
+
+{{- define "pi-dispatch.githubTokenDir" -}}
+/etc/pi-dispatch/github-token
+{{- end }}
+
+{{/* GITHUB_* of OperatorSettings; a combination the operator would refuse at start fails the install. */}}
+{{- define "pi-dispatch.githubEnv" -}}
+{{- $g := .Values.github }}
+{{- $source := $g.authSource | default "gh" }}
+- name: GITHUB_API_URL
+  value: {{ $g.apiUrl | quote }}
+- name: GITHUB_API_TIMEOUT_SECONDS
+  value: {{ $g.timeoutSeconds | int64 | quote }}
+{{- if $g.app.id }}
+{{- if ne $source "app" }}
+{{- fail (printf "github.app.id is set but github.authSource is %s: the App is used only with github.authSource=app" $source) }}
+{{- end }}
+{{- if not $g.app.installationId }}
+{{- fail "github.app.id needs github.app.installationId (the App's installation on your account)" }}
+{{- end }}
+{{- if not $g.app.privateKeySecret.name }}
+{{- fail "github.app.id needs github.app.privateKeySecret.name: an existing Secret holding the App's private key" }}
+{{- end }}
+- name: GITHUB_APP_ID
+  value: {{ $g.app.id | int64 | quote }}
+- name: GITHUB_APP_INSTALLATION_ID
+  value: {{ $g.app.installationId | int64 | quote }}
+- name: GITHUB_APP_PRIVATE_KEY_FILE
+  value: {{ printf "%s/private-key.pem" (include "pi-dispatch.githubAppDir" .) | quote }}
+{{- end }}
+{{- if $g.token.secretName }}
+{{- if eq $source "app" }}
+{{- fail "github.token.secretName is set but github.authSource is app: the token Secret is used only with pat or gh" }}
+{{- end }}
+- name: GITHUB_TOKEN_FILE
+  value: {{ printf "%s/token" (include "pi-dispatch.githubTokenDir" .) | quote }}
+- name: GITHUB_TOKEN_SECRET
+  value: {{ printf "%s/%s" $g.token.secretName $g.token.key | quote }}
 {{- end }}
 {{- end }}
 
