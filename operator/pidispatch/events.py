@@ -32,3 +32,29 @@ def log_to_stderr(level: int = logging.INFO) -> None:
     logger.addHandler(handler)
     logger.setLevel(level)
     logger.propagate = False
+
+
+class JsonLinesFormatter(logging.Formatter):
+    """Every log record as one JSON line: events as their own object, anything else as level/logger/message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, "fields", None)
+        if fields is not None:
+            return json.dumps(fields, separators=(",", ":"), default=str)
+        return json.dumps({"level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()},
+                          separators=(",", ":"))
+
+
+def log_services_as_json(level: int = logging.INFO, quiet: tuple[str, ...] = ("urllib3",)) -> None:
+    """The long-running services' logging (operator, receiver): all of it JSON lines on stderr.
+
+    The CLI's own events handler is removed so each event is printed once, by the root handler.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLinesFormatter())
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    for own in [h for h in logger.handlers if getattr(h, "_pidispatch", False)]:
+        logger.removeHandler(own)
+    logger.propagate = True
+    for name in quiet:
+        logging.getLogger(name).setLevel(logging.WARNING)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -22,27 +20,11 @@ if TYPE_CHECKING:
 CONFIG_ERROR = 2
 
 
-class _JsonLines(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        fields = getattr(record, "fields", None)
-        if fields is not None:
-            return json.dumps(fields, separators=(",", ":"), default=str)
-        return json.dumps({"level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()},
-                          separators=(",", ":"))
-
-
 def _configure_logging() -> None:
-    from pidispatch.events import logger as events_logger
+    from pidispatch.events import log_services_as_json
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLines())
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
-    for own in list(events_logger.handlers):  # the CLI's stderr handler: the root handler prints events now
-        events_logger.removeHandler(own)
-    events_logger.propagate = True
     # aiohttp's access log would print request lines; its server log prints only faults.
-    for noisy in ("aiohttp.access", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_services_as_json(quiet=("aiohttp.access", "urllib3"))
 
 
 async def _run(receiver: Receiver, port: int) -> None:
