@@ -85,7 +85,7 @@ def _write_pki(pki: Path) -> None:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     pki.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=365)
 
     def key() -> rsa.RSAPrivateKey:
@@ -337,7 +337,7 @@ class Cluster:
         except TimeoutError as e:
             raise self._fail(component, str(e)) from None
 
-    def start(self, *, kubelet: bool = True, timeout: float = 120) -> "Cluster":
+    def start(self, *, kubelet: bool = True, timeout: float = 120) -> Cluster:
         """Fresh cluster: wipes ``state_dir`` data, generates certs, starts and waits for each component."""
         if self.is_running():
             raise ClusterError(f"a cluster is already running from {self.state_dir}; stop it first")
@@ -489,7 +489,7 @@ class Cluster:
         }, indent=2))
 
     @classmethod
-    def load(cls, state_dir: Path | str = DEFAULT_STATE_DIR) -> "Cluster":
+    def load(cls, state_dir: Path | str = DEFAULT_STATE_DIR) -> Cluster:
         """Attach to a cluster started by ``python -m e2e.cluster up`` (reads ``cluster.json``)."""
         state_dir = Path(state_dir)
         st = json.loads((state_dir / "cluster.json").read_text())

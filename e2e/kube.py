@@ -68,7 +68,7 @@ class Kube:
             self.session.headers["Impersonate-User"] = impersonate
 
     @classmethod
-    def from_kubeconfig(cls, path: str | Path, **kw: Any) -> "Kube":
+    def from_kubeconfig(cls, path: str | Path, **kw: Any) -> Kube:
         cfg = yaml.safe_load(Path(path).read_text())
         ctx_name = cfg.get("current-context") or cfg["contexts"][0]["name"]
         ctx = next(c["context"] for c in cfg["contexts"] if c["name"] == ctx_name)

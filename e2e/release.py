@@ -16,6 +16,8 @@ import os
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,47 @@ FAKEPI = ROOT / "e2e" / "fakepi.py"
 RELEASE = "pi-dispatch"
 TERMINAL = ("Succeeded", "Failed", "Refused")
 PI_VERSION = "0.73.1"
+
+
+DAY = 86400
+
+
+def fresh_namespace(kube: Kube, prefix: str) -> str:
+    """A new namespace enforcing the ``restricted`` Pod Security Standard (every Pod of ours must pass it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {
+        "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
+    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
+        f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
+    return name
+
+
+def rewrite_header_timestamp(path: Path, iso: str) -> None:
+    lines = path.read_bytes().split(b"\n")
+    header = json.loads(lines[0])
+    header["timestamp"] = iso
+    lines[0] = json.dumps(header, separators=(",", ":")).encode()
+    path.write_bytes(b"\n".join(lines))
+
+
+def _append(path: Path, data: bytes) -> None:
+    with path.open("ab") as f:
+        f.write(data)
+
+
+# How to make a stored key refuse with each cold reason that can be produced from outside, for a release
+# installed with maxBytes 1 MiB, maxResumeChain 3, maxContextPct 90, maxAgeDays 30 and ttlDays 14.
+TAMPER: dict[str, Callable[[Path], object]] = {
+    "expired": lambda d: os.utime(d / "current.jsonl", (time.time() - 15 * DAY,) * 2),
+    "too-large": lambda d: _append(d / "current.jsonl", b"x" * (1024 * 1024 + 1)),
+    "unparseable": lambda d: d.joinpath("current.jsonl").write_bytes(b"this is not a session\n"),
+    "venue-changed": lambda d: d.joinpath("venue").write_text("local"),
+    "pi-version-changed": lambda d: d.joinpath("pi-version").write_text("0.1.0"),
+    "resume-chain-too-long": lambda d: d.joinpath("resume-chain").write_text("3"),
+    "context-too-full": lambda d: d.joinpath("context").write_text("127000 128000 fake/fake-model"),
+    "conversation-too-old": lambda d: rewrite_header_timestamp(d / "current.jsonl", "2020-01-01T00:00:00.000Z"),
+}
+TAMPER_BOUNDS = {"maxBytes": 1024 * 1024, "maxResumeChain": 3, "maxContextPct": 90, "maxAgeDays": 30, "ttlDays": 14}
 
 
 def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

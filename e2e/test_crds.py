@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pidispatch.api import crds
 
 from e2e.kube import ApiError, Kube, wait_for
+from pidispatch.api import crds
 
 pytestmark = pytest.mark.e2e
 

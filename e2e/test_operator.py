@@ -11,29 +11,18 @@ import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube, wait_for
-from e2e.release import Release, base_values, merge
+from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e
 
-BOUNDS = {"maxBytes": 1024 * 1024, "maxResumeChain": 3, "maxContextPct": 90, "maxAgeDays": 30, "ttlDays": 14}
-DAY = 86400
-
-
-def fresh_namespace(kube: Kube, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {
-        "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
-    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
-        f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
-    return name
+BOUNDS = TAMPER_BOUNDS
 
 
 @pytest.fixture(scope="module")
@@ -208,26 +197,6 @@ def test_a_staged_file_replaced_by_a_link_is_not_promoted(release: Release) -> N
 
 
 # ---- every cold reason that can be produced from outside ----------------------------------------------
-
-def _rewrite_header_timestamp(path, iso: str) -> None:
-    lines = path.read_bytes().split(b"\n")
-    header = json.loads(lines[0])
-    header["timestamp"] = iso
-    lines[0] = json.dumps(header, separators=(",", ":")).encode()
-    path.write_bytes(b"\n".join(lines))
-
-
-TAMPER = {
-    "expired": lambda d: os.utime(d / "current.jsonl", (time.time() - 15 * DAY,) * 2),
-    "too-large": lambda d: d.joinpath("current.jsonl").open("ab").write(b"x" * (1024 * 1024 + 1)),
-    "unparseable": lambda d: d.joinpath("current.jsonl").write_bytes(b"this is not a session\n"),
-    "venue-changed": lambda d: d.joinpath("venue").write_text("local"),
-    "pi-version-changed": lambda d: d.joinpath("pi-version").write_text("0.1.0"),
-    "resume-chain-too-long": lambda d: d.joinpath("resume-chain").write_text("3"),
-    "context-too-full": lambda d: d.joinpath("context").write_text("127000 128000 fake/fake-model"),
-    "conversation-too-old": lambda d: _rewrite_header_timestamp(d / "current.jsonl", "2020-01-01T00:00:00.000Z"),
-}
-
 
 @pytest.mark.parametrize("reason", list(TAMPER), ids=list(TAMPER))
 def test_each_cold_reason_shows_on_the_sessionkey_and_the_job(release: Release, reason: str) -> None:

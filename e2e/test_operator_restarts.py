@@ -9,14 +9,13 @@ store must hold that Job's transcript, promoted once, and no lock may be left be
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.release import Release, base_values, merge
+from e2e.release import Release, base_values, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e
@@ -46,8 +45,7 @@ def job_name(step: str) -> str:
 
 @pytest.fixture(scope="module")
 def crashing(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
-    ns = f"restarts-{uuid.uuid4().hex[:6]}"
-    kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {"pidispatch.dev/e2e": "true"}}})
+    ns = fresh_namespace(kube, "restarts")
     armed = ",".join(f"{step}@{job_name(step)}" for step, _ in STEPS)
     values = merge(base_values(PIDISPATCH_FAILPOINT=armed, PIDISPATCH_FAILPOINT_MARK=MARKS),
                    {"sessions": {"enabled": True}})

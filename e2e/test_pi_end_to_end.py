@@ -7,9 +7,7 @@ start's request does not.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,17 +16,17 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.pitool import pi_binary, pi_env
-from e2e.release import Release, base_values, merge
+from e2e.release import TAMPER as STORE_TAMPER
+from e2e.release import TAMPER_BOUNDS, Release, base_values, fresh_namespace, merge
 from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 from pidispatch.store.keys import issue_key
 from pidispatch.transcript.parser import check_transcript
 
 pytestmark = pytest.mark.e2e
 
-BOUNDS = {"maxBytes": 1024 * 1024, "maxResumeChain": 3, "maxContextPct": 90, "maxAgeDays": 30, "ttlDays": 14}
-DAY = 86400
+BOUNDS = TAMPER_BOUNDS
 WINDOW = 32000
 
 
@@ -48,11 +46,7 @@ def pi_home(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModel) -> d
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, kube: Kube, kubelet, pi_home: dict[str, Path]) -> Iterator[Release]:
-    ns = f"pi-e2e-{uuid.uuid4().hex[:6]}"
-    kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": {
-        "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
-    wait_for(f"ServiceAccount {ns}/default", lambda: kube.get_or_none(
-        f"/api/v1/namespaces/{ns}/serviceaccounts/default"), timeout=30)
+    ns = fresh_namespace(kube, "pi-e2e")
     job = {"command": ["pidispatch", "runner"],
            "env": {"PI_BIN": str(pi_binary()), "PI_CODING_AGENT_DIR": str(pi_home["agent"]),
                    "HOME": str(pi_home["home"])}}
@@ -130,26 +124,8 @@ def test_the_stored_context_reading_matches_pis_own_figure(release: Release, mod
     assert stats["data"]["contextUsage"]["tokens"] == int(tokens), stats
 
 
-def _rewrite_header_timestamp(path: Path, iso: str) -> None:
-    lines = path.read_bytes().split(b"\n")
-    header = json.loads(lines[0])
-    header["timestamp"] = iso
-    lines[0] = json.dumps(header, separators=(",", ":")).encode()
-    path.write_bytes(b"\n".join(lines))
-
-
-TAMPER = {
-    "expired": lambda d: os.utime(d / "current.jsonl", (time.time() - 15 * DAY,) * 2),
-    "too-large": lambda d: d.joinpath("current.jsonl").open("ab").write(
-        b'{"type":"custom","id":"pad","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z","customType":"x",'
-        b'"data":"' + b"x" * (1024 * 1024) + b'"}\n'),
-    "unparseable": lambda d: d.joinpath("current.jsonl").write_bytes(b"this is not a session\n"),
-    "venue-changed": lambda d: d.joinpath("venue").write_text("local"),
-    "pi-version-changed": lambda d: d.joinpath("pi-version").write_text("0.1.0"),
-    "resume-chain-too-long": lambda d: d.joinpath("resume-chain").write_text("3"),
-    "context-too-full": lambda d: d.joinpath("context").write_text("31000 32000 fake/fake-model"),
-    "conversation-too-old": lambda d: _rewrite_header_timestamp(d / "current.jsonl", "2020-01-01T00:00:00.000Z"),
-}
+# pi's window here is 32000, so the context reading that refuses is stamped against it.
+TAMPER = {**STORE_TAMPER, "context-too-full": lambda d: d.joinpath("context").write_text("31000 32000 fake/fake-model")}
 
 
 @pytest.mark.parametrize("reason", list(TAMPER), ids=list(TAMPER))

@@ -21,7 +21,7 @@ from e2e.cluster import Cluster
 from e2e.fakegithub import Delivery, Webhooks, signature
 from e2e.kube import ApiError, Kube, wait_for
 from e2e.receiver_release import RECEIVER, Receiver, create_webhook_secret, receiver_values
-from e2e.release import PI_VERSION, Release, base_values, merge
+from e2e.release import PI_VERSION, Release, base_values, fresh_namespace, merge
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.receiver.delivery import job_name
 
@@ -36,16 +36,6 @@ TRIGGERS: dict[str, dict[str, Any]] = {
     "inline": {"event": "pull_request_review_comment.created", "phrase": "@pi"},
     "elsewhere": {"event": "issue_comment.created", "phrase": "/elsewhere", "repository": "other/repo"},
 }
-
-
-def fresh_namespace(kube: Kube, prefix: str) -> str:
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    # restricted: the receiver Pod must pass the Pod Security admission to exist at all
-    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {
-        "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
-    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
-        f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
-    return name
 
 
 @pytest.fixture(scope="module")
