@@ -74,3 +74,9 @@ demo-store: venv
 # Store benchmark (not a test); results go to docs/benchmarks.md.
 bench: venv
 	$(VPY) bench/store.py
+
+# The transcript readers fuzzed with 1 000 000 seeded inputs (FUZZ_ARGS='-n 20000 --seed 7'); docs/reliability.md.
+.PHONY: fuzz
+FUZZ_ARGS ?=
+fuzz: venv
+	$(VPY) tests/fuzz_transcript.py $(FUZZ_ARGS)
