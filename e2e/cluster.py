@@ -444,6 +444,20 @@ class Cluster:
     def stop_kubelet(self) -> None:
         self._stop_component("kubelet")
 
+    def restart_apiserver(self, *, timeout: float = 120) -> float:
+        """Stop kube-apiserver (SIGTERM) and start it again on the same port with the same flags.
+
+        etcd, the controller-manager and the kubelet keep running, so every client sees its
+        connections drop and its watches end, as in a control-plane upgrade. Returns the seconds
+        from the stop until ``/readyz`` answers ``ok`` again.
+        """
+        if self.external_kubeconfig:
+            raise ClusterError("restart_apiserver needs the local control plane, not an external cluster")
+        started = time.monotonic()
+        self._stop_component("kube-apiserver")
+        self._start_apiserver(self.bin_dir, timeout)
+        return time.monotonic() - started
+
     def _stop_component(self, component: str, grace: float = 10) -> None:
         pid = self.pids.pop(component, None)
         p = self._procs.pop(component, None)
