@@ -245,8 +245,13 @@ def _copy_bytes(src: int, dst: int, size: int) -> None:
         chunk = os.pread(src, min(1 << 20, size - offset), offset)
         if not chunk:
             break
-        os.pwrite(dst, chunk, offset)
-        offset += len(chunk)
+        view = memoryview(chunk)
+        while view:
+            # A full disk first takes what fits and says so only in the count: a short write must be
+            # retried (and then fail with ENOSPC), never counted as the whole chunk.
+            written = os.pwrite(dst, view, offset)
+            view = view[written:]
+            offset += written
     if offset != size:
         raise OSError(errno.EIO, f"staged file shrank during promotion ({offset} of {size} bytes)")
 
