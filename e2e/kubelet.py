@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from e2e.kube import ApiError, Kube
 
 log = logging.getLogger("test-kubelet")
@@ -410,11 +412,21 @@ class PodRunner(threading.Thread):
                                                if c_["name"] in self.init_statuses]
         if extra:
             status.update(extra)
-        try:
-            self.kube.patch(f"/api/v1/namespaces/{self.ns}/pods/{self.name}/status", {"status": status})
-        except ApiError as e:
-            if e.status != 404:
-                log.warning("status update of %s/%s failed: %s", self.ns, self.name, e)
+        # A real kubelet keeps retrying its status sync; the apiserver may be restarting (reliability tests).
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                self.kube.patch(f"/api/v1/namespaces/{self.ns}/pods/{self.name}/status", {"status": status})
+                return
+            except ApiError as e:
+                if e.status != 404 and e.status < 500:
+                    log.warning("status update of %s/%s failed: %s", self.ns, self.name, e)
+                if e.status < 500:
+                    return
+            except requests.RequestException as e:
+                log.warning("status update of %s/%s: apiserver unreachable (%s); retrying", self.ns, self.name, e)
+            if time.monotonic() > deadline or self.kl.stop_event.wait(1):
+                return
 
     def _base_status(self, c: dict) -> dict:
         return {"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": False,
