@@ -16,7 +16,7 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi cluster-up cluster-down cluster-status test demo demo-store bench
+.PHONY: help venv controlplane pi cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
 
 help:
 	@echo "targets: demo demo-store test venv controlplane pi cluster-up cluster-down cluster-status bench"
@@ -80,3 +80,9 @@ bench: venv
 FUZZ_ARGS ?=
 fuzz: venv
 	$(VPY) tests/fuzz_transcript.py $(FUZZ_ARGS)
+
+# Operator benchmarks (not tests): a fresh local control plane, the chart, Pod latency, API writes
+# per job, a 500-Job burst; then the store reaper over 100 000 keys. Figures go to docs/benchmarks.md.
+bench-operator: venv controlplane
+	$(VPY) bench/operator.py --svg docs/bench-drain.svg
+	$(VPY) bench/reaper.py
