@@ -5,7 +5,9 @@ contract is what is under test, so this script does what the runner does to ``/s
 plain case: continue the transcript it was handed (or start one when it is empty), append a user
 and an assistant message in pi's v3 format, and write the runner's report to the termination
 message. Directives in the Job's comment script the odd cases, e.g. ``@pi exit=1``,
-``@pi sleep=3``, ``@pi report=garbage``, ``@pi session=symlink``, ``@pi session=empty``.
+``@pi sleep=3``, ``@pi report=garbage``, ``@pi session=symlink``, ``@pi session=empty``;
+``@pi token=log`` logs ``gh-token sha256:<hex>`` (or ``gh-token absent``): whether ``GH_TOKEN``
+arrived, and which one, without printing it.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ def main() -> int:
     script = directives(spec.get("comment", ""))
     if "sleep" in script:
         time.sleep(float(script["sleep"]))
+    if script.get("token") == "log":
+        token = os.environ.get("GH_TOKEN")
+        print("gh-token", f"sha256:{hashlib.sha256(token.encode()).hexdigest()}" if token else "absent", flush=True)
     path = os.environ.get("PI_SESSION_FILE")
     report: dict = {"piVersion": os.environ.get("PI_VERSION", "0.73.1"), "outcome": "completed"}
     now = time.time()

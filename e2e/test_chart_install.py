@@ -122,6 +122,7 @@ CAN = [
     ("update trigger status", ["update", f"triggers.{GROUP}", "--subresource=status"]),
     ("create sessionkeys", ["create", f"sessionkeys.{GROUP}"]),
     ("delete sessionkeys", ["delete", f"sessionkeys.{GROUP}"]),
+    ("create secrets (per-job App tokens)", ["create", "secrets"]),
     ("create events", ["create", "events"]),
     ("create events.k8s.io events", ["create", "events.events.k8s.io"]),
     ("get persistentvolumeclaims", ["get", "persistentvolumeclaims"]),
@@ -132,6 +133,8 @@ CAN = [
 CANNOT = [
     ("get secrets", ["get", "secrets"]),
     ("list secrets", ["list", "secrets"]),
+    ("watch secrets", ["watch", "secrets"]),
+    ("delete secrets", ["delete", "secrets"]),
     ("get pods/log", ["get", "pods", "--subresource=log"]),
     ("exec into pods", ["create", "pods", "--subresource=exec"]),
     ("patch pods", ["patch", "pods"]),

@@ -18,7 +18,7 @@ import os
 import signal
 import time
 
-STEPS = ("staged", "pod-created", "promotion-started", "promoted", "status-written")
+STEPS = ("staged", "pod-created", "promotion-started", "promoted", "status-written", "commented")
 
 
 def _armed(step: str, job: str | None) -> str | None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pidispatch.api.conditions import reason_to_camel, set_condition
 from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.forge.head import Head, NoHead, no_key_reason
 from pidispatch.record import JobReason
 from pidispatch.settings import Settings
 from pidispatch.store.keys import issue_branch, issue_key, pull_request_key
@@ -71,30 +72,59 @@ def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | N
     if settings.sessions_dir is None:
         return Refusal("Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset",
                        SESSIONS_DIR_UNSET_MESSAGE.format(trigger=trigger_name))
-    source = job_spec.get("authSource") or (spec.get("run") or {}).get("auth") or settings.github_auth_source
-    if source == "gh" and not settings.allow_gh_source:
+    if auth_source(job_spec, spec, settings) == "gh" and not settings.allow_gh_source:
         return Refusal("Refused", JobReason.CONFIG_REFUSED, "ConfigRefused",
                        GH_SOURCE_MESSAGE.format(trigger=trigger_name))
     return None
 
 
-def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> KeyRef | None:
-    """The session key of a Job (§1.2), or ``None``: resume off, a fork, a missing head, a manual run."""
+def auth_source(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings: Settings) -> str:
+    """The job's GitHub credential source: the Job's, else the Trigger's ``run.auth``, else the deployment's."""
+    return str(job_spec.get("authSource") or (trigger_spec.get("run") or {}).get("auth")
+               or settings.github_auth_source)
+
+
+def needs_head_lookup(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> bool:
+    """Only a resume-armed pull-request job asks the forge for its head (§1.3); a payload fork never does."""
+    return (resume_armed(trigger_spec) and job_spec.get("pullRequest") is not None
+            and job_spec.get("fork") is not True)
+
+
+def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None) -> KeyRef | None:
+    """The session key of a Job (§1.2), or ``None``: resume off, a fork, a missing head, a manual run.
+
+    ``head`` is what the forge API said of a pull request's head (:func:`needs_head_lookup`); it is the
+    only source of a PR's branch when the operator has a GitHub client. Without one (``head`` is
+    ``None``) the head comes from the Job's ``spec.resolved``, which only a cluster user can write.
+    """
+    return key_and_reason(job_spec, trigger_spec, head)[0]
+
+
+def key_and_reason(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None
+                   ) -> tuple[KeyRef | None, NoHead | None]:
+    """:func:`job_key`, with the closed reason a pull-request job has no key (for the log)."""
     if not resume_armed(trigger_spec):
-        return None
+        return None, None
     forge, repo = job_spec.get("forge"), job_spec.get("repository")
     if not isinstance(forge, str) or not isinstance(repo, str):
-        return None
+        return None, None
     if job_spec.get("pullRequest") is not None:
         if job_spec.get("fork") is True:
-            return None
-        resolved = job_spec.get("resolved") or {}
-        head_ref, head_repo = resolved.get("headRef"), resolved.get("headRepository")
-        key = pull_request_key(forge, repo, head_ref, head_repo)
-        return None if key is None or not isinstance(head_ref, str) else KeyRef(key, forge, repo, head_ref)
+            return None, NoHead.FORK_BY_PAYLOAD
+        if head is None:
+            resolved = job_spec.get("resolved")
+            head = Head(resolved.get("headRef"), resolved.get("headRepository")) if isinstance(
+                resolved, dict) else Head.failed(NoHead.NO_CLIENT)
+        why = no_key_reason(repo, head)
+        key = None if why is not None else pull_request_key(forge, repo, head.ref, head.repository)
+        if key is None or not isinstance(head.ref, str):
+            return None, why
+        return KeyRef(key, forge, repo, head.ref), None
     number = job_spec.get("issue")
     key = issue_key(forge, repo, number)
-    return None if key is None or not isinstance(number, int) else KeyRef(key, forge, repo, issue_branch(number))
+    if key is None or not isinstance(number, int):
+        return None, None
+    return KeyRef(key, forge, repo, issue_branch(number)), None
 
 
 def pod_env(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:

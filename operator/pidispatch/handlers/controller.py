@@ -2,9 +2,11 @@
 
 Each step is idempotent and ordered so that a restart at any point converges (ARCHITECTURE §4):
 
-1. admit    Trigger read, refusals before any spend, then the FIFO queue (``Queued`` when waiting);
-2. start    in a free slot: gates + staging, ``host.json`` journal, SessionKey, the Pod (deterministic
-            name: a second create is a 409, never a second Pod), status ``Running``;
+1. admit    Trigger read, refusals before any spend (and their one issue comment), then the FIFO queue
+            (``Queued`` when waiting);
+2. start    in a free slot: the job's GitHub token (per-job Secret), the PR head from the GitHub API,
+            gates + staging, ``host.json`` journal, SessionKey, the Pod (deterministic name: a second
+            create is a 409, never a second Pod), status ``Running``;
 3. complete on the Pod's end: promotion bracketed by the ``promotion.json`` journal (at most once per
             Job), verdict merge, status, SessionKey status, slot freed, staging removed.
 
@@ -14,6 +16,7 @@ refresh, reaper, staging sweep) run as threads of this object.
 
 from __future__ import annotations
 
+import calendar
 import logging
 import os
 import shutil
@@ -23,12 +26,16 @@ from collections.abc import Callable
 from typing import Any
 
 from pidispatch import failpoints, flow, metrics
-from pidispatch.api.conditions import now_rfc3339, set_condition
+from pidispatch.api.conditions import get_condition, now_rfc3339, set_condition
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.events import emit
+from pidispatch.forge.comments import posts_comment, refusal_comment
+from pidispatch.forge.credentials import Mint, SecretRef, job_credential, token_secret_name
+from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.forge.head import Head
 from pidispatch.jobdir import HOST, PROMOTION, JobDir, file_digest, staged_uids
 from pidispatch.kubeapi import Api, ApiError, name_segment
-from pidispatch.manifests.pod import JOB_LABEL, PodInputs, job_pod, pod_name
+from pidispatch.manifests.pod import JOB_LABEL, TOKEN_SECRET_KEY, PodInputs, job_pod, job_token_secret, pod_name
 from pidispatch.record import HostVerdict, PromotionResult, merge_session
 from pidispatch.report import RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
@@ -46,16 +53,21 @@ FINALIZER = "pi-dispatch.dev/forget-transcript"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
 RESYNC_SECONDS = 30
 STAGING_GRACE_SECONDS = 600
+COMMENTED = "Commented"  # the Job condition that records the refusal comment (posted once per delivery)
+COMMENT_RETRY_SECONDS = 3600  # a comment GitHub refused is retried by the resync for this long
 
 
 class Controller:
     """All operator behaviour for one namespace. Thread-safe: kopf calls it from its worker threads."""
 
-    def __init__(self, settings: OperatorSettings, api: Api, namespace: str) -> None:
+    def __init__(self, settings: OperatorSettings, api: Api, namespace: str, forge: Forge | None = None) -> None:
         self.s = settings
         self.store = settings.store
         self.api = api
         self.ns = namespace
+        # None: no GitHub credentials for the operator's own calls. PR heads then come from the Job's
+        # spec.resolved (as before the GitHub client existed) and refusals post no comment.
+        self.forge = forge
         self.slots = Slots(settings.max_concurrent_jobs)
         self._order: dict[str, tuple[str, str]] = {}
         self._phases: dict[str, str] = {}
@@ -94,6 +106,8 @@ class Controller:
         for job in jobs:
             if (job.get("status") or {}).get("phase") not in flow.TERMINAL_PHASES | {"Running"}:
                 self._guarded(self.admit, job)
+            elif _comment_pending(job):  # refused before a restart, its comment not yet recorded
+                self._guarded(self.comment_refusal, job["metadata"]["name"])
         loops: list[tuple[str, Callable[[], None], float]] = [
             ("pump", self._pump_once, 0), ("resync", self.resync, RESYNC_SECONDS),
             ("sessionkeys", self.refresh_sessionkeys, self.s.resumable_refresh_seconds),
@@ -176,6 +190,7 @@ class Controller:
             refused = flow.refusal(name, job["spec"], trigger, self.store)
             if refused is not None:
                 self._refuse(job, refused)
+                self._comment_refusal_locked(name)
                 return
             self._order[name] = _arrival(job)
             self.slots.enqueue(name, self._order[name])
@@ -193,8 +208,52 @@ class Controller:
                                    refused.condition_reason, refused.message, None)
         self._patch_job(job, {"phase": refused.phase, "reason": refused.reason, "conditions": conditions,
                               "completedAt": now_rfc3339()})
+        self._track(job["metadata"]["name"], refused.phase)  # a stale event of the Job must not admit it again
         emit("job_refused", job=job["metadata"]["name"], reason=refused.reason or refused.condition_reason)
         self._event(job, "Warning", refused.condition_reason, refused.message)
+
+    def comment_refusal(self, name: str) -> None:
+        """Post a refused Job's issue comment if it is still owed (restart, resync)."""
+        with self._lock(name):
+            self._comment_refusal_locked(name)
+
+    def _comment_refusal_locked(self, name: str) -> None:
+        """One comment per delivery: the ``Commented`` condition, then the marker among the issue's comments.
+
+        A kill right after the POST leaves the condition unwritten; the next attempt finds the marker
+        and records ``AlreadyPosted`` instead of posting again.
+        """
+        job = self.api.get_or_none(self._crd_path("jobs", name))
+        if job is None or not _comment_pending(job):
+            return
+        spec, status = job["spec"], job.get("status") or {}
+        number = spec.get("issue") or spec.get("pullRequest")
+        body = refusal_comment(str(status.get("reason")), str(spec.get("trigger", "")), job["metadata"]["uid"])
+        if body is None:
+            return
+        if self.forge is None or not isinstance(number, int):
+            why = ("No GitHub client is configured for the operator (github.app or github.token values), so the "
+                   "refusal was not commented on the issue.") if self.forge is None else \
+                "The Job names no issue or pull request to comment on."
+            self._set_commented(job, False, "NotCommented", why)
+            return
+        try:
+            posted = self.forge.comment_once(str(spec.get("repository")), number, body, job["metadata"]["uid"])
+        except GitHubError as exc:
+            emit("refusal_comment_failed", job=name, status=exc.status)
+            self._set_commented(job, False, "CommentFailed",
+                                f"Posting the refusal comment failed ({exc}); retried for an hour.")
+            return
+        if posted:
+            failpoints.at("commented", name)
+        emit("refusal_commented", job=name, posted=posted)
+        self._set_commented(job, True, "Posted" if posted else "AlreadyPosted",
+                            "The refusal was explained in a comment on the issue." if posted else
+                            "The refusal comment was already on the issue (posted before a restart).")
+
+    def _set_commented(self, job: dict[str, Any], ok: bool, reason: str, message: str) -> None:
+        conditions = set_condition((job.get("status") or {}).get("conditions"), COMMENTED, ok, reason, message, None)
+        self._patch_job(job, {"conditions": conditions})
 
     # ---- 2. start ----------------------------------------------------------------------------------
 
@@ -226,6 +285,7 @@ class Controller:
                 self.slots.release(name)
                 if refused is not None:
                     self._refuse(job, refused)
+                    self._comment_refusal_locked(name)
                 return
             uid = job["metadata"]["uid"]
             jd = JobDir(self.s.staging_dir, uid)
@@ -234,9 +294,24 @@ class Controller:
                 raise RuntimeError(f"Pod {pod_name(name)} belongs to an earlier Job of that name; waiting for "
                                    "the garbage collector to remove it")
             if pod is None:
+                # Credentials first: a mint GitHub refuses (4xx: the App is not installed on the repository,
+                # wrong id or key) ends the Job before anything is staged; an outage (no answer, 5xx) raises,
+                # and the pump puts the Job back in line at its place.
+                try:
+                    token = self._job_token(job, trigger)
+                except GitHubError as exc:
+                    if exc.status == 0 or exc.status >= 500:
+                        raise
+                    self.slots.release(name)
+                    self._refuse(job, flow.Refusal(
+                        "Failed", None, "GitHubTokenFailed",
+                        f"The GitHub App could not mint an installation token for this job ({exc}); nothing "
+                        "ran. Check the App's installation and permissions (pidispatch doctor), then re-create "
+                        "the Job."))
+                    return
                 # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
                 host = self._stage(job, trigger, jd)
-                pod = self._create_pod(job, trigger, host)
+                pod = self._create_pod(job, trigger, host, token)
                 failpoints.at("pod-created", name)
             host = jd.read(HOST) if jd.exists() else None
             self._patch_job(job, {
@@ -249,8 +324,19 @@ class Controller:
             if flow.pod_phase(pod) is not None:  # it already ended while we were away
                 threading.Thread(target=self._guarded, args=(self.complete, name, pod), daemon=True).start()
 
+    def _head(self, job: dict[str, Any], trigger_spec: dict[str, Any]) -> Head | None:
+        """A resume-armed PR job's head from the GitHub API; ``None`` (use ``spec.resolved``) without a client."""
+        spec = job["spec"]
+        if self.forge is None or not flow.needs_head_lookup(spec, trigger_spec):
+            return None
+        return self.forge.pull_head(str(spec.get("repository")), int(spec["pullRequest"]))
+
     def _stage(self, job: dict[str, Any], trigger: dict[str, Any], jd: JobDir) -> dict[str, Any] | None:
-        ref = flow.job_key(job["spec"], trigger.get("spec") or {})
+        trigger_spec = trigger.get("spec") or {}
+        ref, no_head = flow.key_and_reason(job["spec"], trigger_spec, self._head(job, trigger_spec))
+        if no_head is not None:
+            # No refusal and no comment (spec rule 21): the job runs as it would without resume.
+            emit("pr_head_unresolved", job=job["metadata"]["name"], reason=no_head.value)
         if ref is None:
             return None
         run = (trigger.get("spec") or {}).get("run") or {}
@@ -273,8 +359,38 @@ class Controller:
         self._ensure_sessionkey(ref, {"judgedWith": {"piVersion": run.get("piVersion"), "model": run.get("model")}})
         return record
 
-    def _create_pod(self, job: dict[str, Any], trigger: dict[str, Any], host: dict[str, Any] | None
-                    ) -> dict[str, Any]:
+    def _job_token(self, job: dict[str, Any], trigger: dict[str, Any]) -> tuple[str, str] | None:
+        """The Secret (name, key) the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app``.
+
+        The minted token goes only into the per-job Secret (owned by the Job). The operator may create
+        Secrets but not read them, so when the Secret is already there (a restart after creating it) the
+        token just minted is revoked and the Secret's own is used.
+        """
+        md, spec = job["metadata"], job["spec"]
+        source = flow.auth_source(spec, trigger.get("spec") or {}, self.store)
+        credential = job_credential(source, str(spec.get("repository", "")), self.s.github)
+        if isinstance(credential, SecretRef):
+            return credential.name, credential.key
+        if not isinstance(credential, Mint):
+            return None
+        if self.forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
+            raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
+        token = self.forge.mint_job_token(credential.repository)
+        name = token_secret_name(md["uid"])
+        expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
+        try:
+            self.api.create(f"/api/v1/namespaces/{self.ns}/secrets",
+                            job_token_secret(md["name"], md["uid"], self.ns, name, token.value, expires))
+        except ApiError as exc:
+            if exc.status != 409:
+                self.forge.revoke(token)
+                raise
+            self.forge.revoke(token)
+        emit("job_token_minted", job=md["name"], expiresAt=expires)
+        return name, TOKEN_SECRET_KEY
+
+    def _create_pod(self, job: dict[str, Any], trigger: dict[str, Any], host: dict[str, Any] | None,
+                    token: tuple[str, str] | None = None) -> dict[str, Any]:
         md, spec = job["metadata"], job["spec"]
         run = (trigger.get("spec") or {}).get("run") or {}
         mounted = bool(host and host.get("mounted"))
@@ -285,6 +401,7 @@ class Controller:
             staging_claim=self.s.staging_claim if mounted else None,
             session_subpath=f"{md['uid']}/session" if mounted else None,
             host_resume=bool(host and host.get("resume")),
+            github_token=token,
         ))
         try:
             return self.api.create(self._pod_path(), manifest)
@@ -488,6 +605,8 @@ class Controller:
                     self._guarded(self.complete, name, pod)
             elif phase not in flow.TERMINAL_PHASES:
                 self._guarded(self.admit, job)
+            elif _comment_pending(job):
+                self._guarded(self.comment_refusal, name)
         self._gauges()
 
     def sweep(self) -> None:
@@ -563,6 +682,26 @@ class _JournalSeams:
             if lock is not None:
                 self.jd.write(PROMOTION, {**self.started, "lock": list(fsio.Identity.of(lock))})
         self.failpoints.at(step)
+
+
+def _comment_pending(job: dict[str, Any]) -> bool:
+    """A refused Job whose comment is neither recorded nor given up (``CommentFailed`` is retried a while)."""
+    status = job.get("status") or {}
+    if status.get("phase") != "Refused" or not posts_comment(status.get("reason")):
+        return False
+    done = get_condition(status.get("conditions"), COMMENTED)
+    if done is None:
+        return True
+    if done.get("reason") != "CommentFailed":
+        return False
+    return _age_seconds(status.get("completedAt")) < COMMENT_RETRY_SECONDS
+
+
+def _age_seconds(stamp: Any) -> float:
+    try:
+        return time.time() - calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return float("inf")
 
 
 def _arrival(job: dict[str, Any]) -> tuple[str, str]:

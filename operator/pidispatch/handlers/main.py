@@ -37,9 +37,17 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     for noisy in ("kopf.objects", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
+    from pidispatch.forge.appauth import AppKeyError
+    from pidispatch.forge.github import from_settings
+
+    try:
+        forge = from_settings(settings)  # reads the App's private key file: a bad one is a configuration error
+    except AppKeyError as exc:
+        print(f"pidispatch: {exc}", file=sys.stderr)
+        return 2
     api = Api.from_environment()
     namespace = settings.namespace or api.namespace_default()
-    controller = Controller(settings, api, namespace)
+    controller = Controller(settings, api, namespace, forge)
     registry = kopf.OperatorRegistry()
     register(registry, controller, settings)
     metrics.serve(settings.metrics_port)

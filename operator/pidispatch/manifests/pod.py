@@ -3,6 +3,9 @@
 A job without a resolved session gets exactly the Pod it would have had without the resume
 feature: the ``/session`` mount and ``PI_SESSION_FILE`` are the only difference, and only when a
 key was resolved. Nothing derived from the key crosses into the Pod.
+
+The GitHub token reaches the job as ``GH_TOKEN`` by ``secretKeyRef`` only (the per-job Secret of an
+App installation token, or the deployment's pat/gh Secret): its value is never in the Pod manifest.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 JOB_LABEL = "pi-dispatch.dev/job"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
+GH_TOKEN = "GH_TOKEN"
+TOKEN_SECRET_KEY = "token"
 SESSION_MOUNT = "/session"
 SESSION_FILE = f"{SESSION_MOUNT}/current.jsonl"
 WORKSPACE = "/workspace"
@@ -35,6 +41,8 @@ class PodInputs:
     # The operator's uid (the chart's securityContext.runAsUser): the staged copy is created 0600 in a
     # 0700 directory by the operator, so the job must run as the same uid to read and rewrite it.
     run_as_user: int = 65532
+    # GH_TOKEN by secretKeyRef: (Secret name, key); None gives the Pod no forge token.
+    github_token: tuple[str, str] | None = None
 
 
 def pod_name(job_name: str) -> str:
@@ -60,7 +68,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     mounted = p.session_subpath is not None
     if mounted and not p.staging_claim:
         raise ValueError("a session mount needs the staging claim")
-    env = dict(p.env)
+    env = {k: v for k, v in p.env.items() if not (p.github_token and k == GH_TOKEN)}
     if mounted:
         env["PI_SESSION_FILE"] = SESSION_FILE
         env["PI_SESSION_HOST_RESUME"] = "true" if p.host_resume else "false"
@@ -69,7 +77,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "image": p.image,
         "command": list(p.command),
         "workingDir": WORKSPACE,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": _env_list(env, p.github_token),
         "securityContext": restricted_security_context(p.run_as_user),
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
@@ -86,9 +94,8 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "metadata": {
             "name": pod_name(p.job_name),
             "namespace": p.namespace,
-            "labels": {JOB_LABEL: p.job_name, "app.kubernetes.io/managed-by": "pi-dispatch"},
-            "ownerReferences": [{"apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Job", "name": p.job_name,
-                                 "uid": p.job_uid, "controller": True, "blockOwnerDeletion": True}],
+            "labels": {JOB_LABEL: p.job_name, **MANAGED_BY},
+            "ownerReferences": [_owner(p.job_name, p.job_uid)],
         },
         "spec": {
             "restartPolicy": "Never",
@@ -99,4 +106,37 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
             "containers": [container],
             "volumes": volumes,
         },
+    }
+
+
+def _owner(job_name: str, job_uid: str) -> dict[str, Any]:
+    return {"apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Job", "name": job_name, "uid": job_uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _env_list(env: dict[str, str], github_token: tuple[str, str] | None) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    if github_token is not None:
+        name, key = github_token
+        entries.append({"name": GH_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
+    return sorted(entries, key=lambda e: e["name"])
+
+
+def job_token_secret(job_name: str, job_uid: str, namespace: str, secret_name: str, token: str,
+                     expires_at: str) -> dict[str, Any]:
+    """The per-job Secret holding an App installation token: owned by the Job (the garbage collector
+    removes it with the Job), immutable, labelled like the Job's Pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "immutable": True,
+        "metadata": {
+            "name": secret_name,
+            "namespace": namespace,
+            "labels": {JOB_LABEL: job_name, **MANAGED_BY},
+            "annotations": {"pi-dispatch.dev/expires-at": expires_at},
+            "ownerReferences": [_owner(job_name, job_uid)],
+        },
+        "stringData": {TOKEN_SECRET_KEY: token},
     }

@@ -1,0 +1,54 @@
+"""Which GitHub token a job Pod gets, decided from the settings and the job's auth source (no I/O).
+
+* ``app``: the operator mints an installation token scoped to the job's repository and puts it in a
+  per-job Secret owned by the Job (the garbage collector removes it with the Job);
+* ``pat`` / ``gh``: the job Pod references the existing Secret ``GITHUB_TOKEN_SECRET`` (name/key); the
+  operator never reads it;
+* anything not configured: no ``GH_TOKEN`` at all, as before this feature.
+
+The job Pod receives the token only as ``GH_TOKEN`` through ``secretKeyRef``: its value is never in the
+Pod manifest, the Job's status, an Event or a log line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pidispatch.settings import GitHubSettings
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """A key of a Secret in the release namespace."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Mint:
+    """Mint an App installation token for ``repository`` and store it in the per-job Secret."""
+
+    repository: str
+
+
+JobCredential = SecretRef | Mint
+
+
+def job_credential(source: str, repository: str, github: GitHubSettings) -> JobCredential | None:
+    """What the job Pod's ``GH_TOKEN`` comes from, or ``None`` when this deployment has no such credential."""
+    if source == "app":
+        return Mint(repository) if github.app_configured else None
+    if source in ("pat", "gh") and github.token_secret is not None:
+        return SecretRef(*github.token_secret)
+    return None
+
+
+def token_secret_name(job_uid: str) -> str:
+    """The per-job Secret's name: by uid, so a Job re-created under the same name never finds an old token."""
+    return f"pi-job-token-{job_uid}"
+
+
+def repository_name(repository: str) -> str:
+    """``owner/name`` → ``name``: what ``repositories`` of an installation-token request takes."""
+    return repository.rpartition("/")[2]
