@@ -286,18 +286,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", help="directory to build the stores in (default: a temp dir under /tmp)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 1k, 5k, 10k keys, 2 pairs each")
     parser.add_argument("--pairs", type=int, help="pairs per size (default 3, quick 2)")
+    parser.add_argument("--sizes", help="comma-separated key counts (default 10000,50000,100000)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker)
         return 0
     sizes = [1_000, 5_000, 10_000] if args.quick else [10_000, 50_000, 100_000]
+    if args.sizes:
+        sizes = [int(x) for x in args.sizes.split(",")]
     pairs = args.pairs or (2 if args.quick else 3)
     root = Path(tempfile.mkdtemp(prefix="pidispatch-reaper-", dir=args.dir))
     info = machine(root)
     progress(f"reaper benchmark in {root}; sizes {sizes}, {pairs} pairs each; load average {info['load']}")
     try:
-        results = [bench_size(root, n, pairs) for n in sizes]
+        results = sorted((bench_size(root, n, pairs) for n in sizes), key=lambda r: r["n"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
     command = (
