@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 
 from pidispatch.settings import OperatorSettings
-
-
-class _JsonLines(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        fields = getattr(record, "fields", None)
-        if fields is not None:
-            return json.dumps(fields, separators=(",", ":"), default=str)
-        return json.dumps({"level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()},
-                          separators=(",", ":"))
 
 
 def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
@@ -23,19 +13,12 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     import kopf
 
     from pidispatch import metrics
-    from pidispatch.events import logger as events_logger
+    from pidispatch.events import log_services_as_json
     from pidispatch.handlers.controller import Controller
     from pidispatch.handlers.register import register
     from pidispatch.kubeapi import Api
 
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_JsonLines())
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler], force=True)
-    for own in list(events_logger.handlers):  # the CLI's stderr handler: the root handler prints events now
-        events_logger.removeHandler(own)
-    events_logger.propagate = True
-    for noisy in ("kopf.objects", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    log_services_as_json(logging.DEBUG if verbose else logging.INFO, quiet=("kopf.objects", "urllib3"))
 
     from pidispatch.forge.appauth import AppKeyError
     from pidispatch.forge.github import from_settings
