@@ -97,6 +97,8 @@ REQUIRED_ACCESS: tuple[Access, ...] = (
     Access("delete", "sessionkeys"), Access("patch", "sessionkeys", "status"),
     Access("create", "pods", group=""), Access("list", "pods", group=""), Access("watch", "pods", group=""),
     Access("create", "events", group=""),
+    # per-job GitHub App token Secrets (create only: the operator never reads a Secret back)
+    Access("create", "secrets", group=""),
 )
 
 
