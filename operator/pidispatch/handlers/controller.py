@@ -73,6 +73,7 @@ class Controller:
         self._phases: dict[str, str] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+        self._triggers: dict[str, dict[str, Any]] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -175,18 +176,32 @@ class Controller:
 
     def on_trigger(self, trigger: dict[str, Any]) -> None:
         md = trigger["metadata"]
+        self._triggers[md["name"]] = trigger
         old = trigger.get("status") or {}
         status = flow.trigger_status(trigger.get("spec") or {}, self.store, md.get("generation"),
                                      old.get("conditions"))
         if {k: old.get(k) for k in status} != status:
             self.api.patch(self._crd_path("triggers", md["name"], "status"), {"status": status})
 
+    def on_trigger_deleted(self, name: str) -> None:
+        self._triggers.pop(name, None)
+
+    def _trigger(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        """The Job's Trigger as the watch last delivered it (one GET the first time a name is asked for)."""
+        name = str(job["spec"].get("trigger", ""))
+        cached = self._triggers.get(name)
+        if cached is None:
+            cached = self.api.get_or_none(self._crd_path("triggers", name))
+            if cached is not None:
+                self._triggers[name] = cached
+        return cached
+
     # ---- 1. admit ----------------------------------------------------------------------------------
 
     def admit(self, job: dict[str, Any]) -> None:
         name = job["metadata"]["name"]
         with self._lock(name):
-            trigger = self.api.get_or_none(self._crd_path("triggers", job["spec"].get("trigger", "")))
+            trigger = self._trigger(job)
             refused = flow.refusal(name, job["spec"], trigger, self.store)
             if refused is not None:
                 self._refuse(job, refused)
@@ -279,7 +294,7 @@ class Controller:
             if status.get("phase") in flow.TERMINAL_PHASES:
                 self.slots.release(name)
                 return
-            trigger = self.api.get_or_none(self._crd_path("triggers", job["spec"].get("trigger", "")))
+            trigger = self._trigger(job)
             refused = flow.refusal(name, job["spec"], trigger, self.store)
             if refused is not None or trigger is None:
                 self.slots.release(name)
@@ -289,7 +304,11 @@ class Controller:
                 return
             uid = job["metadata"]["uid"]
             jd = JobDir(self.s.staging_dir, uid)
-            pod = self.api.get_or_none(self._pod_path(pod_name(name)))
+            # A Pod can exist only once the host verdict is journaled (it is written before the create):
+            # without a journal this is a first start and the create goes ahead without a lookup.
+            pod = None
+            if jd.exists() and jd.read(HOST) is not None:
+                pod = self.api.get_or_none(self._pod_path(pod_name(name)))
             if pod is not None and _owner_uid(pod) != uid:
                 raise RuntimeError(f"Pod {pod_name(name)} belongs to an earlier Job of that name; waiting for "
                                    "the garbage collector to remove it")
@@ -313,6 +332,8 @@ class Controller:
                 host = self._stage(job, trigger, jd)
                 pod = self._create_pod(job, trigger, host, token)
                 failpoints.at("pod-created", name)
+                if host is not None:
+                    self._guarded(self._ensure_sessionkey, host)
             host = jd.read(HOST) if jd.exists() else None
             self._patch_job(job, {
                 "phase": "Running", "podName": pod["metadata"]["name"], "startedAt": now_rfc3339(),
@@ -354,9 +375,9 @@ class Controller:
                 verdict = resolution.verdict
                 metrics.RESOLUTIONS.labels(verdict.reason).inc()
                 record.update(mounted=True, resume=verdict.resume, reason=verdict.reason, bytes=verdict.bytes)
+        record.update(forge=ref.forge, repository=ref.repository, branch=ref.branch)
         jd.write(HOST, record)
         failpoints.at("staged", job["metadata"]["name"])
-        self._ensure_sessionkey(ref, {"judgedWith": {"piVersion": run.get("piVersion"), "model": run.get("model")}})
         return record
 
     def _job_token(self, job: dict[str, Any], trigger: dict[str, Any]) -> tuple[str, str] | None:
@@ -411,6 +432,9 @@ class Controller:
             existing = self.api.get_or_none(self._pod_path(manifest["metadata"]["name"]))
             if existing is None:
                 raise
+            if _owner_uid(existing) != md["uid"]:
+                raise RuntimeError(f"Pod {manifest['metadata']['name']} belongs to an earlier Job of that name; "
+                                   "waiting for the garbage collector to remove it") from None
             return existing
 
     # ---- 3. complete -------------------------------------------------------------------------------
@@ -451,6 +475,7 @@ class Controller:
                         "judgedWith": {"piVersion": host.get("piVersion"), "model": host.get("model")}}
                 if promotion is not None and promotion.promoted:
                     last["lastPromotedAt"] = now_rfc3339()
+                self._guarded(self._ensure_sessionkey, host)  # gone if a kill came between Pod and create
                 self._guarded(self._update_sessionkey, host["key"], last)
             if promotion is not None:
                 self._event(job, "Normal" if promotion.promoted else "Warning",
@@ -531,19 +556,20 @@ class Controller:
 
     # ---- SessionKeys -------------------------------------------------------------------------------
 
-    def _ensure_sessionkey(self, ref: flow.KeyRef, facts: dict[str, Any]) -> None:
-        path = self._crd_path("sessionkeys")
-        if self.api.get_or_none(self._crd_path("sessionkeys", ref.key)) is not None:
+    def _ensure_sessionkey(self, host: dict[str, Any]) -> None:
+        """Create the key's SessionKey if it is new. Its status is written once, when the job ends."""
+        key = str(host.get("key"))
+        if not is_key(key) or self.api.get_or_none(self._crd_path("sessionkeys", key)) is not None:
             return
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SessionKey",
-                "metadata": {"name": ref.key, "labels": MANAGED_BY, "finalizers": [FINALIZER]},
-                "spec": {"forge": ref.forge, "repository": ref.repository, "branch": ref.branch}}
+                "metadata": {"name": key, "labels": MANAGED_BY, "finalizers": [FINALIZER]},
+                "spec": {"forge": host.get("forge"), "repository": host.get("repository"),
+                         "branch": host.get("branch")}}
         try:
-            self.api.create(path, body)
+            self.api.create(self._crd_path("sessionkeys"), body)
         except ApiError as exc:
             if exc.status != 409:
                 raise
-        self._update_sessionkey(ref.key, facts)
 
     def _update_sessionkey(self, key: str, last: dict[str, Any] | None) -> None:
         if self.store.sessions_dir is None or not is_key(key):

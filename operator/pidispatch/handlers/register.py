@@ -55,7 +55,9 @@ def register(registry: kopf.OperatorRegistry, controller: Controller, settings: 
 
     @kopf.on.event(GROUP, VERSION, "triggers", registry=registry)
     def trigger_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if event.get("type") != "DELETED":
+        if event.get("type") == "DELETED":
+            controller.on_trigger_deleted(body.metadata.name)
+        else:
             controller.on_trigger(_plain(body))
 
 
