@@ -465,18 +465,20 @@ class Controller:
             conditions = set_condition(status.get("conditions"), "Completed", outcome == "Succeeded",
                                        "PodSucceeded" if outcome == "Succeeded" else "PodFailed",
                                        _end_message(outcome, pod, promotion), None)
-            self._patch_job(job, {"phase": outcome, "completedAt": now_rfc3339(), "session": session,
-                                  "tokens": report.tokens or None, "conditions": conditions})
-            failpoints.at("status-written", name)
-            self._track(name, outcome)
-            self._count_tokens(report, session)
             if host and host.get("key"):
+                # Before the Job's terminal status: a Job that reads terminal never comes back here, and
+                # writing the same SessionKey facts twice after a kill is harmless.
                 last = {"lastJob": name, "lastReason": (session or {}).get("reason"),
                         "judgedWith": {"piVersion": host.get("piVersion"), "model": host.get("model")}}
                 if promotion is not None and promotion.promoted:
                     last["lastPromotedAt"] = now_rfc3339()
                 self._guarded(self._ensure_sessionkey, host)  # gone if a kill came between Pod and create
                 self._guarded(self._update_sessionkey, host["key"], last)
+            self._patch_job(job, {"phase": outcome, "completedAt": now_rfc3339(), "session": session,
+                                  "tokens": report.tokens or None, "conditions": conditions})
+            failpoints.at("status-written", name)
+            self._track(name, outcome)
+            self._count_tokens(report, session)
             if promotion is not None:
                 self._event(job, "Normal" if promotion.promoted else "Warning",
                             "Promoted" if promotion.promoted else "NotPromoted",
