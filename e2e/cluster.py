@@ -155,7 +155,8 @@ def write_kubeconfig(path: Path, server: str, ca_file: Path, *, cert: Path | Non
         u["token"] = token
     cfg = {
         "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": "pidispatch-local", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+        "clusters": [{"name": "pidispatch-local",
+                      "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
         "users": [{"name": user, "user": u}],
         "contexts": [{"name": context, "context": {"cluster": "pidispatch-local", "user": user,
                                                     "namespace": "default"}}],

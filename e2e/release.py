@@ -17,7 +17,8 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,27 @@ def fresh_namespace(kube: Kube, prefix: str) -> str:
     wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
         f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
     return name
+
+
+@contextmanager
+def installed(cluster: Cluster, kube: Kube, prefix: str, values: dict[str, Any], trigger: str | None = "fix",
+              prepare: Callable[[str], object] | None = None) -> Iterator[Release]:
+    """The chart installed in a fresh namespace (with a resume Trigger ``trigger``); all of it removed after.
+
+    ``prepare(namespace)`` runs before the install (e.g. to create the Secrets the chart mounts).
+    """
+    ns = fresh_namespace(kube, prefix)
+    r = Release(cluster, kube, ns, values)
+    try:
+        if prepare is not None:
+            prepare(ns)
+        r.install()
+        if trigger:
+            r.trigger(trigger)
+        yield r
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def rewrite_header_timestamp(path: Path, iso: str) -> None:

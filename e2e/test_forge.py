@@ -25,8 +25,8 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
 from e2e.kube import Kube, wait_for
-from e2e.release import Release, base_values, merge
-from e2e.test_operator import fresh_namespace, received_digest
+from e2e.release import Release, base_values, fresh_namespace, merge
+from e2e.test_operator import received_digest
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e

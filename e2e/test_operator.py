@@ -17,7 +17,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube, wait_for
-from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, fresh_namespace, merge
+from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e
@@ -27,14 +27,8 @@ BOUNDS = TAMPER_BOUNDS
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
-    ns = fresh_namespace(kube, "operator")
-    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True, **BOUNDS}})).install()
-    r.trigger("fix")
-    try:
+    with installed(cluster, kube, "operator", merge(base_values(), {"sessions": {"enabled": True, **BOUNDS}})) as r:
         yield r
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def key_of(issue: int) -> str:
@@ -236,11 +230,8 @@ def test_deleting_a_sessionkey_forgets_the_conversation(release: Release) -> Non
 
 
 def test_the_reaper_and_the_staging_sweep_run_on_their_timer(cluster: Cluster, kube: Kube, kubelet) -> None:
-    ns = fresh_namespace(kube, "timers")
-    r = Release(cluster, kube, ns, merge(base_values(PI_DISPATCH_SWEEP_INTERVAL_SECONDS="10"),
-                                         {"sessions": {"enabled": True}})).install()
-    try:
-        r.trigger("fix")
+    values = merge(base_values(PI_DISPATCH_SWEEP_INTERVAL_SECONDS="10"), {"sessions": {"enabled": True}})
+    with installed(cluster, kube, "timers", values) as r:
         r.run("aged", issue=1)
         key = key_of(1)
         os.utime(r.key_dir(key) / "current.jsonl", (time.time() - 15 * DAY,) * 2)
@@ -250,36 +241,24 @@ def test_the_reaper_and_the_staging_sweep_run_on_their_timer(cluster: Cluster, k
         wait_for("the reaper removed the expired key", lambda: not r.key_dir(key).exists(), timeout=40)
         wait_for("its SessionKey deleted", lambda: r.sessionkey(key) is None, timeout=30)
         wait_for("the orphaned staging directory swept", lambda: not orphan.exists(), timeout=40)
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def test_two_jobs_finishing_together_on_one_key_one_is_locked(cluster: Cluster, kube: Kube, kubelet) -> None:
-    ns = fresh_namespace(kube, "locked")
     values = merge(base_values(PIDISPATCH_FAILPOINT="promote:locked", PIDISPATCH_FAILPOINT_ACTION="sleep:3"),
                    {"sessions": {"enabled": True}})
-    r = Release(cluster, kube, ns, values).install()
-    try:
-        r.trigger("fix")
+    with installed(cluster, kube, "locked", values) as r:
         r.job("a", issue=1)
         r.job("b", issue=1)
         a, b = r.wait_job("a"), r.wait_job("b")
         reasons = sorted([session(a)["reason"], session(b)["reason"]])
         assert reasons == ["absent", "locked"], reasons
         assert not (r.key_dir(key_of(1)) / "lock").exists()
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def test_a_burst_is_queued_fifo_and_none_is_lost(cluster: Cluster, kube: Kube, kubelet) -> None:
-    ns = fresh_namespace(kube, "burst")
-    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True},
-                                                         "maxConcurrentJobs": 4})).install()
     count = int(os.environ.get("PIDISPATCH_E2E_BURST", "200"))
-    try:
-        r.trigger("fix")
+    values = merge(base_values(), {"sessions": {"enabled": True}, "maxConcurrentJobs": 4})
+    with installed(cluster, kube, "burst", values) as r:
         for i in range(count):
             r.job(f"burst-{i:03d}", issue=1000 + i, comment="@pi sleep=0.2")
 
@@ -292,23 +271,17 @@ def test_a_burst_is_queued_fifo_and_none_is_lost(cluster: Cluster, kube: Kube, k
         wait_for(f"{count} jobs finished", finished, timeout=60 + count * 3, interval=1)
         jobs = r.kube.list(r.path("jobs"))
         assert {j["status"]["phase"] for j in jobs} == {"Succeeded"}
-        assert len(r.kube.list(f"/api/v1/namespaces/{ns}/pods", labelSelector="pi-dispatch.dev/job")) == count
+        assert len(r.kube.list(f"/api/v1/namespaces/{r.ns}/pods", labelSelector="pi-dispatch.dev/job")) == count
         started = sorted(jobs, key=lambda j: j["status"]["startedAt"])
         # FIFO, to the second the timestamps resolve: no job started before one created earlier
         assert [j["metadata"]["creationTimestamp"] for j in started] == sorted(
             j["metadata"]["creationTimestamp"] for j in started)
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 # ---- refusals ---------------------------------------------------------------------------------------
 
 def test_resume_without_a_store_is_refused_before_any_spend(cluster: Cluster, kube: Kube, kubelet) -> None:
-    ns = fresh_namespace(kube, "nostore")
-    r = Release(cluster, kube, ns, base_values()).install()
-    try:
-        r.trigger("fix")
+    with installed(cluster, kube, "nostore", base_values()) as r:
         wait_for("Trigger SessionStore=False", lambda: (r.condition(r.get("triggers", "fix"), "SessionStore")
                                                         or {}).get("reason") == "SessionsDirUnset", timeout=30)
         job = r.run("refused", issue=1)
@@ -316,13 +289,10 @@ def test_resume_without_a_store_is_refused_before_any_spend(cluster: Cluster, ku
         assert job["status"]["reason"] == "sessions-dir-unset"
         assert "sessions.enabled=true" in r.condition(job, "Started")["message"]
         assert r.pods_of("refused") == []
-        events = kube.list(f"/api/v1/namespaces/{ns}/events", fieldSelector="involvedObject.name=refused")
+        events = kube.list(f"/api/v1/namespaces/{r.ns}/events", fieldSelector="involvedObject.name=refused")
         assert any(e["reason"] == "SessionsDirUnset" for e in events)
         r.trigger("plain", resume=False)
         assert r.run("plain", trigger="plain", issue=1)["status"]["phase"] == "Succeeded"
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def test_resume_with_a_gh_token_is_refused(release: Release) -> None:

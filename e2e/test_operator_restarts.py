@@ -15,7 +15,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.release import Release, base_values, fresh_namespace, merge
+from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e
@@ -45,17 +45,11 @@ def job_name(step: str) -> str:
 
 @pytest.fixture(scope="module")
 def crashing(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
-    ns = fresh_namespace(kube, "restarts")
     armed = ",".join(f"{step}@{job_name(step)}" for step, _ in STEPS)
     values = merge(base_values(PIDISPATCH_FAILPOINT=armed, PIDISPATCH_FAILPOINT_MARK=MARKS),
                    {"sessions": {"enabled": True}})
-    r = Release(cluster, kube, ns, values).install()
-    r.trigger("fix")
-    try:
+    with installed(cluster, kube, "restarts", values) as r:
         yield r
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def restarts(r: Release) -> int:

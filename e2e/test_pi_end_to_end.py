@@ -19,7 +19,7 @@ from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.pitool import pi_binary, pi_env
 from e2e.release import TAMPER as STORE_TAMPER
-from e2e.release import TAMPER_BOUNDS, Release, base_values, fresh_namespace, merge
+from e2e.release import TAMPER_BOUNDS, Release, base_values, installed, merge
 from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 from pidispatch.store.keys import issue_key
 from pidispatch.transcript.parser import check_transcript
@@ -46,18 +46,12 @@ def pi_home(tmp_path_factory: pytest.TempPathFactory, model: ScriptedModel) -> d
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, kube: Kube, kubelet, pi_home: dict[str, Path]) -> Iterator[Release]:
-    ns = fresh_namespace(kube, "pi-e2e")
     job = {"command": ["pidispatch", "runner"],
            "env": {"PI_BIN": str(pi_binary()), "PI_CODING_AGENT_DIR": str(pi_home["agent"]),
                    "HOME": str(pi_home["home"])}}
-    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True, **BOUNDS}, "job": job}))
-    r.install()
-    r.trigger("fix")
-    try:
+    with installed(cluster, kube, "pi-e2e", merge(base_values(), {"sessions": {"enabled": True, **BOUNDS},
+                                                                   "job": job})) as r:
         yield r
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 _issues = iter(range(1, 100000))

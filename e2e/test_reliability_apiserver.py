@@ -18,7 +18,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube, wait_for
-from e2e.release import Release, base_values, fresh_namespace, merge
+from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e
@@ -31,14 +31,8 @@ COLD = range(810, 820)
 def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
     if cluster.external_kubeconfig:
         pytest.skip("restarts the local control plane's kube-apiserver")
-    ns = fresh_namespace(kube, "apiserver")
-    r = Release(cluster, kube, ns, merge(base_values(), {"sessions": {"enabled": True}})).install()
-    r.trigger("fix")
-    try:
+    with installed(cluster, kube, "apiserver", merge(base_values(), {"sessions": {"enabled": True}})) as r:
         yield r
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def _phase(r: Release, name: str) -> str | None:

@@ -22,7 +22,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
 from e2e.receiver_release import RECEIVER, create_webhook_secret, receiver_values
-from e2e.release import Release, base_values, fresh_namespace, merge
+from e2e.release import Release, base_values, installed, merge
 from pidispatch.api.crds import GROUP
 from pidispatch.store.keys import issue_key
 
@@ -35,16 +35,10 @@ MARKER = f"transcript-marker-{uuid.uuid4().hex}"
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
-    ns = fresh_namespace(kube, "security")
-    create_webhook_secret(kube, ns, b"security-test-webhook-secret")
-    r = Release(cluster, kube, ns, merge(merge(base_values(), receiver_values()), {"sessions": {"enabled": True}}))
-    r.install()
-    r.trigger("fix")
-    try:
+    values = merge(merge(base_values(), receiver_values()), {"sessions": {"enabled": True}})
+    with installed(cluster, kube, "security", values,
+                   prepare=lambda ns: create_webhook_secret(kube, ns, b"security-test-webhook-secret")) as r:
         yield r
-    finally:
-        r.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 @pytest.fixture(scope="module")
