@@ -32,7 +32,7 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     namespace = settings.namespace or api.namespace_default()
     controller = Controller(settings, api, namespace, forge)
     registry = kopf.OperatorRegistry()
-    register(registry, controller, settings)
+    register(registry, controller)
     metrics.serve(settings.metrics_port)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(registry=registry, namespaces=[namespace], peering_name=settings.peering, standalone=False,

@@ -16,10 +16,9 @@ import kopf
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.handlers.controller import Controller
 from pidispatch.manifests.pod import JOB_LABEL
-from pidispatch.settings import OperatorSettings
 
 
-def register(registry: kopf.OperatorRegistry, controller: Controller, settings: OperatorSettings) -> None:
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     """Add the operator's handlers to ``registry``."""
 
     @kopf.on.login(registry=registry)
