@@ -100,12 +100,7 @@ class Api:
             response = self._http.request(method, url, body=data, headers=headers, timeout=self._timeout)
         except urllib3.exceptions.HTTPError as exc:
             raise ApiError(0, method, path, f"cannot reach the API server: {exc}") from None
-        payload: Any = None
-        if response.data:
-            try:
-                payload = json.loads(response.data)
-            except ValueError:
-                payload = None
+        payload = json_body(response.data)
         if response.status >= 300:
             message = payload.get("message", "") if isinstance(payload, dict) else response.data[:200].decode(
                 "utf-8", "replace")
@@ -143,6 +138,16 @@ class Api:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def json_body(data: bytes) -> Any:
+    """An HTTP response body as JSON, or ``None`` when it is empty or not JSON (an error page, say)."""
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def name_segment(name: str) -> str:

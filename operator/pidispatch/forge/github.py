@@ -21,6 +21,7 @@ from pidispatch.forge.appauth import InstallationToken, app_jwt, load_private_ke
 from pidispatch.forge.comments import has_marker
 from pidispatch.forge.credentials import repository_name
 from pidispatch.forge.head import Head, NoHead, head_from_pull
+from pidispatch.kubeapi import json_body
 from pidispatch.settings import GitHubSettings, OperatorSettings
 
 USER_AGENT = "pi-dispatch-operator"
@@ -88,12 +89,7 @@ class GitHubClient:
             raise GitHubError(method, endpoint, 0, "timed out", timeout=True) from None
         except urllib3.exceptions.HTTPError as exc:
             raise GitHubError(method, endpoint, 0, f"unreachable ({type(exc).__name__})") from None
-        payload: Any = None
-        if response.data:
-            try:
-                payload = json.loads(response.data)
-            except ValueError:
-                payload = None
+        payload = json_body(response.data)
         if response.status >= 300:
             # GitHub's own error message (e.g. "Not Found", "Bad credentials"); never the request.
             detail = payload.get("message") if isinstance(payload, dict) else None

@@ -39,6 +39,7 @@ from enum import StrEnum
 
 from pidispatch.events import emit
 from pidispatch.record import SessionReason
+from pidispatch.store import fsio
 from pidispatch.transcript.model import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -209,12 +210,6 @@ def _read_regular(name: str, dir_fd: int) -> bytes:
         os.close(fd)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 def _rewrite(name: str, dir_fd: int, old: bytes, new: bytes) -> None:
     """Put `new` in place of `old`: a cut is an in-place truncate; anything else a temp and a rename.
 
@@ -234,7 +229,7 @@ def _rewrite(name: str, dir_fd: int, old: bytes, new: bytes) -> None:
     try:
         try:
             os.fchmod(fd, mode)  # the staged copy's mode (0600) stays whatever the operator made it
-            _write_all(fd, new)
+            fsio.write_all(fd, new)
             os.fsync(fd)
         finally:
             os.close(fd)
