@@ -9,7 +9,9 @@ double promotion, no lost Job). Tests prove it by setting this variable in the o
 * ``PIDISPATCH_FAILPOINT_ACTION=sleep:<seconds>``: pause there instead of dying (to make two
   promotions overlap).
 
-Unset, :func:`at` is one dictionary lookup and nothing more.
+Steps of the job flow: ``staged``, ``pod-created``, ``promotion-started``, ``promoted``,
+``status-written``, ``commented``; and the store's promotion steps as ``promote:<step>`` (see
+``store/promote.py``'s seams). Unset, :func:`at` is one dictionary lookup and nothing more.
 """
 
 from __future__ import annotations
@@ -17,8 +19,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-
-STEPS = ("staged", "pod-created", "promotion-started", "promoted", "status-written", "commented")
 
 
 def _armed(step: str, job: str | None) -> str | None:
