@@ -11,13 +11,18 @@ ARG NODE_IMAGE=node:20-bookworm-slim
 # -- build: the pidispatch package into a self-contained virtualenv ------------------------------------------
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+# A C compiler for the one C module (the compaction search, setup.py); only in this stage.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/pidispatch
 WORKDIR /src
-# Only what `pip install .` reads: pyproject.toml (which names README.md) and the package.
-COPY pyproject.toml README.md ./
+# Only what `pip install .` reads: pyproject.toml (which names README.md), setup.py and the package.
+COPY pyproject.toml setup.py README.md ./
 COPY operator/ operator/
 RUN /opt/pidispatch/bin/pip install . \
- && /opt/pidispatch/bin/pidispatch --help >/dev/null
+ && /opt/pidispatch/bin/pidispatch --help >/dev/null \
+ && /opt/pidispatch/bin/python -c "from pidispatch.transcript import compaction; assert compaction.NATIVE_SEARCH"
 
 # -- common runtime: the virtualenv (same path as in `build`) and the non-root user -------------------------
 FROM ${PYTHON_IMAGE} AS runtime

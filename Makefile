@@ -21,8 +21,8 @@ PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 help:
 	@echo "targets: demo demo-store test venv controlplane pi cluster-up cluster-down cluster-status bench"
 
-# Stamp-based: reinstalls only when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml
+# Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
+$(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
 	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -e '.[test]'

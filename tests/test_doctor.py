@@ -398,8 +398,16 @@ def test_offline_private_store_passes(tmp_path: Path) -> None:
         "ok    bounds     PI_SESSION_MAX_AGE_DAYS=off (default)",
         "ok    bounds     PI_SESSION_MAX_RESUME_CHAIN=5",
         "ok    bounds     PI_SESSION_MAX_CONTEXT_PCT=off (default)",
+        "ok    scan       gate 12 reads transcripts with the C search (pidispatch.transcript._needles)",
         "ok    auth       GITHUB_AUTH_SOURCE=app",
     ]
+
+
+def test_a_missing_c_search_is_a_warning_with_the_fix() -> None:
+    from pidispatch.doctor import Status, search_check
+
+    check = search_check(native=False)
+    assert check.status is Status.WARN and "not built" in check.message and "gcc" in (check.fix or "")
 
 
 def test_offline_missing_store_fails_with_the_command_that_creates_it(tmp_path: Path) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from pidispatch.store import scanmemo
 from pidispatch.store.promote import promote
-from pidispatch.store.resolve import CHUNK, resolve
+from pidispatch.store.resolve import CHUNK, dry_run, resolve
 from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
 
 A = sample("s1_after_turn2.jsonl")
@@ -31,12 +32,27 @@ class At:
             self.action()
 
 
-def stage_with(store: Store, seams: At, venue: str = "kubernetes") -> tuple[str, bytes]:
+@pytest.fixture(params=["scanned", "remembered"])
+def copy_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every staging race runs on both copies: the one that scans while it copies (a version never
+    seen), and the kernel copy of a version whose gate-12 answer is remembered (store/scanmemo.py)."""
+    scanmemo.MEMO.clear()
+    yield request.param
+    scanmemo.MEMO.clear()
+
+
+def stage_with(store: Store, seams: At, venue: str = "kubernetes", *, path: str = "scanned") -> tuple[str, bytes]:
+    if path == "remembered":
+        reason, _ = dry_run(store.settings, KEY, venue=venue, pi_version=PI, model=MODEL, clock=NOW_MS)
+        assert reason == "resumed" and len(scanmemo.MEMO) == 1
+    hits = scanmemo.MEMO.hits
     stage = store.stage()
     result = resolve(store.settings, KEY, str(stage), venue=venue, pi_version=PI, model=MODEL, clock=NOW_MS,
                      seams=seams)
     assert result is not None
     assert seams.fired, f"the race at {seams.step!r} never ran"
+    if seams.step in ("copy-chunk", "copied"):  # the race ran inside (or after) the copy this test is about
+        assert (scanmemo.MEMO.hits > hits) is (path == "remembered")
     return result.verdict.reason, (stage / "current.jsonl").read_bytes()
 
 
@@ -48,13 +64,13 @@ def rename_over(store: Store, content: bytes) -> Callable[[], None]:
     return swap
 
 
-def test_swap_between_gates_and_open_is_transcript_replaced(store: Store) -> None:
+def test_swap_between_gates_and_open_is_transcript_replaced(store: Store, copy_path: str) -> None:
     store.put(A)
-    reason, staged = stage_with(store, At("gates-judged", rename_over(store, B)))
+    reason, staged = stage_with(store, At("gates-judged", rename_over(store, B)), path=copy_path)
     assert (reason, staged) == ("transcript-replaced", b"")
 
 
-def test_symlink_swapped_in_before_open_is_transcript_replaced(store: Store) -> None:
+def test_symlink_swapped_in_before_open_is_transcript_replaced(store: Store, copy_path: str) -> None:
     store.put(A)
     outside = store.root.parent / "secret.jsonl"
     outside.write_bytes(A)
@@ -63,71 +79,71 @@ def test_symlink_swapped_in_before_open_is_transcript_replaced(store: Store) -> 
         (store.key_dir() / "current.jsonl").unlink()
         (store.key_dir() / "current.jsonl").symlink_to(outside)
 
-    reason, staged = stage_with(store, At("gates-judged", plant))
+    reason, staged = stage_with(store, At("gates-judged", plant), path=copy_path)
     assert (reason, staged) == ("transcript-replaced", b"")
 
 
-def test_a_to_b_to_a_swap_is_caught_by_the_inode(store: Store) -> None:
+def test_a_to_b_to_a_swap_is_caught_by_the_inode(store: Store, copy_path: str) -> None:
     store.put(A)
 
     def a_b_a() -> None:
         rename_over(store, B)()
         rename_over(store, A)()
 
-    reason, staged = stage_with(store, At("gates-judged", a_b_a))
+    reason, staged = stage_with(store, At("gates-judged", a_b_a), path=copy_path)
     assert (reason, staged) == ("transcript-replaced", b"")
 
 
-def test_rename_over_the_path_after_open_still_stages_the_judged_bytes(store: Store) -> None:
+def test_rename_over_the_path_after_open_still_stages_the_judged_bytes(store: Store, copy_path: str) -> None:
     store.put(BIG)
-    reason, staged = stage_with(store, At("copy-chunk", rename_over(store, B)))
+    reason, staged = stage_with(store, At("copy-chunk", rename_over(store, B)), path=copy_path)
     assert (reason, staged) == ("resumed", BIG)
 
 
-def test_in_place_append_during_copy_is_transcript_replaced(store: Store) -> None:
+def test_in_place_append_during_copy_is_transcript_replaced(store: Store, copy_path: str) -> None:
     store.put(BIG)
 
     def append() -> None:
         with open(store.key_dir() / "current.jsonl", "ab") as f:
             f.write(b'{"type":"label"}\n')
 
-    reason, staged = stage_with(store, At("copy-chunk", append))
+    reason, staged = stage_with(store, At("copy-chunk", append), path=copy_path)
     assert (reason, staged) == ("transcript-replaced", b"")
 
 
-def test_in_place_truncate_during_copy_is_transcript_replaced(store: Store) -> None:
+def test_in_place_truncate_during_copy_is_transcript_replaced(store: Store, copy_path: str) -> None:
     store.put(BIG)
 
     def truncate() -> None:
         os.truncate(store.key_dir() / "current.jsonl", 10)
 
-    reason, staged = stage_with(store, At("copy-chunk", truncate))
+    reason, staged = stage_with(store, At("copy-chunk", truncate), path=copy_path)
     assert (reason, staged) == ("transcript-replaced", b"")
 
 
-def test_key_dir_swapped_during_copy_is_key_not_a_directory(store: Store) -> None:
+def test_key_dir_swapped_during_copy_is_key_not_a_directory(store: Store, copy_path: str) -> None:
     store.put(BIG)
 
     def swap_dir() -> None:
         os.rename(store.key_dir(), store.root / "moved")
         shutil.copytree(store.root / "moved", store.key_dir())
 
-    reason, staged = stage_with(store, At("copied", swap_dir))
+    reason, staged = stage_with(store, At("copied", swap_dir), path=copy_path)
     assert (reason, staged) == ("key-not-a-directory", b"")
 
 
-def test_key_dir_replaced_by_link_during_copy_is_key_not_a_directory(store: Store) -> None:
+def test_key_dir_replaced_by_link_during_copy_is_key_not_a_directory(store: Store, copy_path: str) -> None:
     store.put(A)
 
     def link() -> None:
         os.rename(store.key_dir(), store.root / "moved")
         store.key_dir().symlink_to(store.root / "moved")
 
-    reason, staged = stage_with(store, At("copied", link))
+    reason, staged = stage_with(store, At("copied", link), path=copy_path)
     assert (reason, staged) == ("key-not-a-directory", b"")
 
 
-def test_pending_sentinel_during_copy_is_venue_changed(store: Store) -> None:
+def test_pending_sentinel_during_copy_is_venue_changed(store: Store, copy_path: str) -> None:
     """A promotion that wrote (pending) while we copied: venue wins over the identity check."""
     store.put(A)
 
@@ -135,17 +151,17 @@ def test_pending_sentinel_during_copy_is_venue_changed(store: Store) -> None:
         (store.key_dir() / "venue").write_text("(pending)")
         rename_over(store, B)()
 
-    reason, staged = stage_with(store, At("copied", promotion_in_flight))
+    reason, staged = stage_with(store, At("copied", promotion_in_flight), path=copy_path)
     assert (reason, staged) == ("venue-changed", b"")
 
 
-def test_sidecar_rewrite_during_copy_does_not_disturb_a_resume(store: Store) -> None:
+def test_sidecar_rewrite_during_copy_does_not_disturb_a_resume(store: Store, copy_path: str) -> None:
     store.put(A)
 
     def rewrite() -> None:
         (store.key_dir() / "resume-chain").write_text("4")
 
-    reason, staged = stage_with(store, At("copied", rewrite))
+    reason, staged = stage_with(store, At("copied", rewrite), path=copy_path)
     assert (reason, staged) == ("resumed", A)
 
 

@@ -279,6 +279,17 @@ def bound_checks(settings: Settings, explicit: frozenset[str]) -> list[Check]:
     return checks
 
 
+def search_check(native: bool | None = None) -> Check:
+    """Whether gate 12 reads transcripts with the C search (built at install when a compiler is present)."""
+    if native is None:
+        from pidispatch.transcript.compaction import NATIVE_SEARCH as native
+    if native:
+        return Check("scan", Status.OK, "gate 12 reads transcripts with the C search (pidispatch.transcript._needles)")
+    return Check("scan", Status.WARN, "the C search was not built at install (no C compiler): gate 12 falls back to "
+                                      "Python and staging a large transcript takes about twice as long",
+                 "install gcc, then pip install --force-reinstall --no-deps pidispatch")
+
+
 def session_checks(settings: Settings, armed: int | None, store: StoreFacts | None,
                    explicit: frozenset[str], namespace: str | None = None) -> list[Check]:
     """§8 checks 1-5. ``armed`` is the number of Triggers arming resume, ``None`` when unknown."""
@@ -299,6 +310,7 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
                                     f"(issue text, files read, tool output) that must not leave the store or be "
                                     f"committed"),
         *bound_checks(settings, explicit),
+        search_check(),
     ]
     if settings.max_context_pct is not None:
         checks.append(Check("context", Status.WARN, f"PI_SESSION_MAX_CONTEXT_PCT={settings.max_context_pct} needs "

@@ -16,10 +16,23 @@ logger = logging.getLogger("pidispatch.events")
 logger.setLevel(logging.INFO)
 
 
+class _JsonLine:
+    """The record's message, serialised only if a handler asks for it (JsonLinesFormatter uses the fields)."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+
+    def __str__(self) -> str:
+        return json.dumps(self.payload, separators=(",", ":"), default=str)
+
+
 def emit(event: str, **fields: Any) -> None:
     """Log one event as a JSON line (``{"event": ..., **fields}``)."""
-    payload = {"event": event, **fields}
-    logger.info(json.dumps(payload, separators=(",", ":"), default=str), extra={"fields": payload})
+    if logger.isEnabledFor(logging.INFO):
+        payload = {"event": event, **fields}
+        logger.info("%s", _JsonLine(payload), extra={"fields": payload})
 
 
 def log_to_stderr(level: int = logging.INFO) -> None:

@@ -69,7 +69,7 @@ def clear_name(name: str, dir_fd: int) -> None:
         shutil.rmtree(name, dir_fd=dir_fd)
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data)
     while view:
         written = os.write(fd, view)

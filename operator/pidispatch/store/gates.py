@@ -64,6 +64,7 @@ class Observation:
         self.now_ms = now_ms
         self.fd: int | None = None
         self.fd_identity: fsio.Identity | None = None
+        self.fd_stat: os.stat_result | None = None
         self._read_body = read_body
 
     @cached_property
@@ -106,7 +107,8 @@ class Observation:
             self.fd = os.open(self.transcript_path, fsio.READ_FLAGS)
         except OSError:
             return False
-        self.fd_identity = fsio.Identity.of(os.fstat(self.fd))
+        self.fd_stat = os.fstat(self.fd)
+        self.fd_identity = fsio.Identity.of(self.fd_stat)
         return self.fd_identity == self.judged_identity
 
     def close(self) -> None:

@@ -27,10 +27,14 @@ _CANONICAL_INT = re.compile(r"0|[1-9][0-9]*")
 MODEL_ID = re.compile(r"[a-z0-9][a-z0-9._:/-]{0,127}")
 
 
-def read_sidecar(key_dir: str, name: str) -> str | None:
-    """The stripped text of a sidecar, or ``None`` for any shape the read rule does not accept."""
+def read_sidecar(key_dir: str, name: str, st: os.stat_result | None = None) -> str | None:
+    """The stripped text of a sidecar, or ``None`` for any shape the read rule does not accept.
+
+    ``st``: the sidecar's ``lstat`` when the caller has just taken it (the open below re-checks).
+    """
     path = os.path.join(key_dir, name)
-    st = fsio.lstat_or_none(path)
+    if st is None:
+        st = fsio.lstat_or_none(path)
     if not fsio.is_regular(st) or not 0 < st.st_size <= SIDECAR_MAX_BYTES:  # type: ignore[union-attr]
         return None
     try:
@@ -61,10 +65,10 @@ def read_venue(key_dir: str) -> str | None:
     "missing": it reads ``None`` and matches no venue.
     """
     try:
-        os.stat(os.path.join(key_dir, VENUE), follow_symlinks=False)
+        st = os.stat(os.path.join(key_dir, VENUE), follow_symlinks=False)
     except OSError as exc:
         return MISSING_VENUE if exc.errno == errno.ENOENT else None
-    return read_sidecar(key_dir, VENUE)
+    return read_sidecar(key_dir, VENUE, st)
 
 
 def parse_chain(text: str | None) -> int:

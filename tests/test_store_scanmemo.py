@@ -1,0 +1,118 @@
+"""Gate 12's remembered answers (store/scanmemo.py): used only for the very version that was scanned."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from pidispatch.store import scanmemo
+from pidispatch.store.resolve import dry_run, resolve
+from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
+
+CLEAN = sample("s1_after_turn2.jsonl")
+
+
+def compaction(summary: str) -> bytes:
+    entry = {"type": "compaction", "id": "c0ffee00", "parentId": "a06908b5", "timestamp": "2026-11-29T13:00:00.000Z",
+             "summary": summary, "firstKeptEntryId": "a06908b5", "tokensBefore": 1000,
+             "details": {"readFiles": [], "modifiedFiles": []}, "fromHook": False}
+    return json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+
+
+REAL = CLEAN + compaction("Fixed the test.")
+EMPTY = CLEAN + compaction("")
+assert len(REAL) != len(EMPTY)
+SAME_SIZE_EMPTY = CLEAN + compaction(" " * len("Fixed the test."))  # blank summary: empty, same size as REAL
+assert len(SAME_SIZE_EMPTY) == len(REAL)
+
+
+@pytest.fixture(autouse=True)
+def fresh_memo() -> Iterator[None]:
+    scanmemo.MEMO.clear()
+    yield
+    scanmemo.MEMO.clear()
+
+
+def stage(store: Store) -> tuple[str, bytes]:
+    where = store.stage()
+    result = resolve(store.settings, KEY, str(where), pi_version=PI, model=MODEL, clock=NOW_MS)
+    assert result is not None
+    return result.verdict.reason, (where / "current.jsonl").read_bytes()
+
+
+def test_the_second_stage_of_one_version_is_a_remembered_kernel_copy(store: Store) -> None:
+    store.put(REAL)
+    assert stage(store) == ("resumed", REAL)
+    assert (scanmemo.MEMO.hits, len(scanmemo.MEMO)) == (0, 1)
+    assert stage(store) == ("resumed", REAL)
+    assert scanmemo.MEMO.hits == 1
+
+
+def test_the_status_dry_run_and_the_next_stage_share_one_scan(store: Store) -> None:
+    store.put(EMPTY)
+    reason, _ = dry_run(store.settings, KEY, pi_version=PI, model=MODEL, clock=NOW_MS)
+    assert reason == "compaction-summary-empty"
+    assert stage(store) == ("compaction-summary-empty", b"")
+    assert scanmemo.MEMO.hits == 1
+
+
+def test_an_in_place_rewrite_that_restores_size_and_mtime_is_read_again(store: Store) -> None:
+    path = store.put(REAL)
+    assert stage(store) == ("resumed", REAL)
+    before = os.stat(path)
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(SAME_SIZE_EMPTY)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns  # what names the version apart
+    assert stage(store) == ("compaction-summary-empty", b"")
+    assert scanmemo.MEMO.hits == 0
+
+
+def test_a_new_transcript_renamed_over_the_key_is_read_again(store: Store) -> None:
+    store.put(REAL)
+    assert stage(store)[0] == "resumed"
+    store.put(SAME_SIZE_EMPTY)  # a new file written and renamed into place, as promotion does
+    assert stage(store) == ("compaction-summary-empty", b"")
+
+
+def test_a_read_that_did_not_cover_the_judged_size_is_not_remembered(store: Store) -> None:
+    from test_store_races import BIG, At
+
+    store.put(BIG)
+
+    def append() -> None:
+        with open(store.key_dir() / "current.jsonl", "ab") as f:
+            f.write(b'{"type":"label"}\n')
+
+    where = store.stage()
+    result = resolve(store.settings, KEY, str(where), pi_version=PI, model=MODEL, clock=NOW_MS,
+                     seams=At("copy-chunk", append))
+    assert result is not None and result.verdict.reason == "transcript-replaced"
+    assert len(scanmemo.MEMO) == 0
+
+
+def test_the_memo_is_bounded_least_recently_used_first_out() -> None:
+    memo = scanmemo.ScanMemo(capacity=3)
+    for ino in range(5):
+        memo.put((1, ino, 10, 20, 30), False)
+    assert len(memo) == 3
+    assert memo.get((1, 0, 10, 20, 30)) is None and memo.get((1, 1, 10, 20, 30)) is None
+    assert memo.get((1, 2, 10, 20, 30)) is False
+    memo.put((1, 5, 10, 20, 30), True)  # (1, 3) is now the least recently used
+    assert memo.get((1, 3, 10, 20, 30)) is None and memo.get((1, 2, 10, 20, 30)) is False
+    assert memo.get((1, 5, 10, 20, 30)) is True
+
+
+@pytest.mark.parametrize("name", ["s1_after_turn2.jsonl", "s5_auto_compaction_then_resume.jsonl"])
+def test_both_copies_stage_the_same_bytes_of_real_pi_files(store: Store, name: str) -> None:
+    data = sample(name)
+    store.put(data)
+    first = stage(store)
+    second = stage(store)
+    assert scanmemo.MEMO.hits == 1
+    assert first == second == ("resumed", data)
