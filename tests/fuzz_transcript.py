@@ -6,7 +6,8 @@ wrote (the agent owns ``/session``, so each of these sees hostile bytes):
 - ``parse_transcript``    may only return a ``Transcript`` or raise ``TranscriptError``;
 - ``check_transcript``    must return a list of ``Problem``, and agree with ``parse_transcript``;
 - ``read_first_line`` / ``is_session_header`` / ``header_timestamp_ms`` (gates 11 and 13) never raise;
-- ``transcript_has_empty_compaction`` (gate 12) and ``context_usage`` (the runner) never raise.
+- ``transcript_has_empty_compaction`` (gate 12) and ``context_usage`` (the runner) never raise;
+- gate 12's C search (``_needles.first``) returns what the pure-Python search returns.
 
 Anything else (another exception, or one input taking longer than ``--hang-seconds``) is a crash:
 the input is written to ``tests/fuzz_crashes/<seed>-<index>.bin`` with a ``.txt`` holding the
@@ -33,11 +34,13 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pidispatch.transcript.compaction import transcript_has_empty_compaction
+from pidispatch.transcript.compaction import _first_hit_native, _first_hit_python, transcript_has_empty_compaction
 from pidispatch.transcript.context import context_usage
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
 from pidispatch.transcript.parser import Problem, Transcript, TranscriptError, check_transcript, parse_transcript
@@ -401,6 +404,9 @@ def exercise(data: bytes) -> None:
         stamp = header_timestamp_ms(first)
         assert stamp is None or isinstance(stamp, float)
     assert isinstance(transcript_has_empty_compaction(data), bool)
+    if _first_hit_native is not None:  # gate 12's C search: the Python search's answer, on hostile bytes too
+        for start, end in ((0, len(data)), (len(data) // 3, len(data) - len(data) // 5)):
+            assert _first_hit_native(data, start, end) == _first_hit_python(data, start, end), "C search differs"
     context_usage(data)
 
 
@@ -459,6 +465,17 @@ class Result:
         return self.inputs / self.seconds if self.seconds else 0.0
 
 
+def _until_broken(
+    results: Iterator[tuple[int, list[Crash], dict[str, int]]], crashes: list[Crash]
+) -> Iterator[tuple[int, list[Crash], dict[str, int]]]:
+    """The workers' results until one dies; its death is recorded as a crash (not replayable by index)."""
+    try:
+        yield from results
+    except BrokenProcessPool as exc:
+        crashes.append(Crash(-1, "worker-died", f"a fuzzing process died ({exc}); rerun with --workers 1 to find "
+                                                "the input"))
+
+
 def fuzz(
     total: int,
     seed: int = 1,
@@ -475,11 +492,13 @@ def fuzz(
     crashes: list[Crash] = []
     counts: dict[str, int] = {}
     jobs = _chunks(seed, total, chunk, hang_seconds)
-    pool = multiprocessing.get_context("fork").Pool(workers) if workers > 1 else None
-    results = pool.imap_unordered(_run_range, jobs) if pool else map(_run_range, jobs)
+    # Processes, not a multiprocessing.Pool: a worker killed by a signal (a crash in C code, such as
+    # gate 12's search) breaks the executor, which raises, where a Pool would wait for it forever.
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) if workers > 1 else None
+    results = pool.map(_run_range, jobs) if pool else map(_run_range, jobs)
     last_report = started
     try:
-        for n, found, seen in results:
+        for n, found, seen in _until_broken(results, crashes):
             done += n
             crashes.extend(found)
             for name, count in seen.items():
@@ -493,13 +512,14 @@ def fuzz(
                 )
     finally:
         if pool:
-            pool.close()
-            pool.join()
+            pool.shutdown(cancel_futures=True)
     crashes.sort(key=lambda crash: crash.index)
     if save_crashes and crashes:
         gen = _worker_generator(seed)
         CRASH_DIR.mkdir(exist_ok=True)
         for crash in crashes:
+            if crash.index < 0:
+                continue  # a dead worker: no single input to save
             _, data = gen.input(crash.index)
             stem = CRASH_DIR / f"{seed}-{crash.index}"
             stem.with_suffix(".bin").write_bytes(data)

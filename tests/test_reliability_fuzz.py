@@ -6,6 +6,9 @@ or its own error type, never another exception and never a hang.
 
 from __future__ import annotations
 
+import os
+import signal
+
 import fuzz_transcript
 import pytest
 from fuzz_transcript import Generator, fuzz, load_sample_files, load_sample_lines
@@ -53,3 +56,14 @@ def test_an_input_that_hangs_counts_as_a_crash(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(fuzz_transcript, "check_transcript", endless)
     result = fuzz(2, seed=3, hang_seconds=0.2, save_crashes=False)
     assert len(result.crashes) == 2 and "Hang" in result.crashes[0].error
+
+
+def _die(args: tuple[int, int, int, float]) -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)  # what a crash in C code does to a worker
+
+
+def test_a_worker_killed_by_a_signal_counts_as_a_crash_and_does_not_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fuzz_transcript, "_run_range", _die)  # the forked workers inherit the patch
+    result = fuzz(40, seed=3, workers=2, chunk=10, save_crashes=False)
+    assert [c.strategy for c in result.crashes] == ["worker-died"]
+    assert result.inputs < 40
