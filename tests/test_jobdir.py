@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import stat
@@ -108,6 +109,31 @@ def test_write_read_round_trip(jd: JobDir) -> None:
     path = Path(jd.path) / HOST
     assert stat.S_ISREG(os.lstat(path).st_mode) and mode(path) == 0o600
     assert sorted(os.listdir(jd.path)) == [HOST, SESSION], "no temp file is left behind"
+
+
+def test_a_record_written_without_sync_is_read_by_another_process(jd: JobDir) -> None:
+    # What a restarted operator relies on after a kill (not a power cut) before the sync: the page cache.
+    jd.write(HOST, RECORD, durable=False)
+    code = ("import json, sys; from pidispatch.jobdir import JobDir; "
+            f"print(json.dumps(JobDir({str(Path(jd.path).parent)!r}, {UID!r}).read({HOST!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == RECORD
+    assert sorted(os.listdir(jd.path)) == [HOST, SESSION], "no temp file is left behind"
+
+
+def test_sync_keeps_the_record_and_needs_one(jd: JobDir) -> None:
+    with pytest.raises(FileNotFoundError):
+        jd.sync(HOST)  # nothing written: a sync must not invent a record
+    jd.write(HOST, RECORD, durable=False)
+    jd.sync(HOST)
+    assert jd.read(HOST) == RECORD
+
+
+def test_sync_does_not_follow_a_planted_symlink(jd: JobDir, outside: Path) -> None:
+    (Path(jd.path) / HOST).symlink_to(outside / "victim")
+    with pytest.raises(OSError):
+        jd.sync(HOST)
+    assert (outside / "victim").read_text() == "untouched"
 
 
 def test_write_replaces_the_previous_record(jd: JobDir) -> None:

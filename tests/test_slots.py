@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pidispatch.slots import Slots
+from pidispatch.slots import Slots, waited_longer_than
 
 
 def drain(slots: Slots) -> list[str]:
@@ -191,3 +191,16 @@ def test_concurrent_enqueue_take_release_loses_nothing_and_starts_nothing_twice(
     assert all(n == 1 for n in starts.values()), {j: n for j, n in starts.items() if n != 1}
     assert peak <= capacity
     assert (slots.running, slots.queued) == (0, 0)
+
+
+@pytest.mark.parametrize(("since", "now", "due"), [
+    ({}, 10.0, []),
+    ({"a": 9.0}, 10.0, []),
+    ({"a": 8.0}, 10.0, ["a"]),
+    ({"b": 7.0, "a": 8.5, "c": 5.0}, 10.0, ["c", "b"]),
+    ({"b": 7.0, "a": 7.0}, 10.0, ["a", "b"]),
+], ids=["nobody-waiting", "waited-less-than-the-moment", "waited-exactly-the-moment",
+        "only-the-long-waits-oldest-first", "same-time-by-name"])
+def test_waited_longer_than_picks_the_jobs_due_for_a_queued_mark(since: dict[str, float], now: float,
+                                                                  due: list[str]) -> None:
+    assert waited_longer_than(since, now, 2.0) == due

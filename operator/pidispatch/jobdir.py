@@ -2,7 +2,8 @@
 
 ``<staging>/<job-uid>/session/`` is what the job Pod mounts (subPath) at ``/session``; the journal
 files next to it (``host.json``, ``promotion.json``) are out of the Pod's reach. The journal is what
-makes the flow restartable: the host verdict is written before the Pod exists, and promotion is
+makes the flow restartable: the host verdict is written before the Pod exists (made durable right
+after the Pod's create, before the Job reads ``Running``), and promotion is
 bracketed by ``started`` and ``done`` records, so an operator killed at any point can tell on
 restart whether a promotion already landed and never promotes a Job twice.
 """
@@ -49,8 +50,15 @@ class JobDir:
     def exists(self) -> bool:
         return fsio.is_real_dir(fsio.lstat_or_none(self.path))
 
-    def write(self, name: str, record: dict[str, Any]) -> None:
-        """Replace journal file ``name`` atomically and durably (temp, fsync, rename, fsync dir)."""
+    def write(self, name: str, record: dict[str, Any], *, durable: bool = True) -> None:
+        """Replace journal file ``name`` atomically (temp, rename) and, unless ``durable`` is false, durably
+        (fsync of the temp before the rename, fsync of the directory after it).
+
+        ``durable=False`` leaves the record in the page cache only: every process sees it at once and a
+        killed operator keeps it, but a power cut may lose it (or leave a torn file, which :meth:`read`
+        reports as missing). The caller then owes a :meth:`sync` before anything depends on the record
+        surviving a power cut.
+        """
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -59,10 +67,25 @@ class JobDir:
             fd = os.open(temp, _WRITE | os.O_EXCL, 0o600, dir_fd=dir_fd)
             try:
                 fsio.write_all(fd, data)
-                os.fsync(fd)
+                if durable:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
             os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            if durable:
+                fsio.fsync_dir(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def sync(self, name: str) -> None:
+        """Make an earlier ``write(name, ..., durable=False)`` durable: fsync the file, then the directory."""
+        dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             fsio.fsync_dir(dir_fd)
         finally:
             os.close(dir_fd)

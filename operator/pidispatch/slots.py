@@ -7,7 +7,7 @@ burst is never dropped: every queued Job stays queued until a slot frees or the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 
 class Slots:
@@ -74,3 +74,8 @@ class Slots:
     def queued(self) -> int:
         with self._lock:
             return len(self._waiting)
+
+
+def waited_longer_than(since: Mapping[str, float], now: float, seconds: float) -> list[str]:
+    """The Jobs of ``since`` (name → time they started waiting) that have waited ``seconds`` or more, oldest first."""
+    return sorted((job for job, t in since.items() if now - t >= seconds), key=lambda job: (since[job], job))

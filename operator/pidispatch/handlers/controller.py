@@ -3,10 +3,10 @@
 Each step is idempotent and ordered so that a restart at any point converges (ARCHITECTURE §4):
 
 1. admit    Trigger read, refusals before any spend (and their one issue comment), then the FIFO queue
-            (``Queued`` when waiting);
+            (``Queued`` once a Job has waited QUEUED_AFTER_SECONDS for a slot);
 2. start    in a free slot: the job's GitHub token (per-job Secret), the PR head from the GitHub API,
-            gates + staging, ``host.json`` journal, SessionKey, the Pod (deterministic name: a second
-            create is a 409, never a second Pod), status ``Running``;
+            gates + staging, ``host.json`` journal, the Pod (deterministic name: a second create is a
+            409, never a second Pod), the journal synced, SessionKey, status ``Running``;
 3. complete on the Pod's end: promotion bracketed by the ``promotion.json`` journal (at most once per
             Job), verdict merge, status, SessionKey status, slot freed, staging removed.
 
@@ -39,7 +39,7 @@ from pidispatch.manifests.pod import JOB_LABEL, TOKEN_SECRET_KEY, PodInputs, job
 from pidispatch.record import HostVerdict, PromotionResult, merge_session
 from pidispatch.report import RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
-from pidispatch.slots import Slots
+from pidispatch.slots import Slots, waited_longer_than
 from pidispatch.store import fsio, sidecars
 from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import is_key
@@ -55,6 +55,11 @@ RESYNC_SECONDS = 30
 STAGING_GRACE_SECONDS = 600
 COMMENTED = "Commented"  # the Job condition that records the refusal comment (posted once per delivery)
 COMMENT_RETRY_SECONDS = 3600  # a comment GitHub refused is retried by the resync for this long
+QUEUED_AFTER_SECONDS = 2.0  # a Job still waiting for a slot after this long is marked Queued (one write)
+
+
+class _StaleBody(Exception):
+    """The Job changed since the watch body ``start_job`` acted on (the apiserver refused its resourceVersion)."""
 
 
 class Controller:
@@ -74,6 +79,16 @@ class Controller:
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._triggers: dict[str, dict[str, Any]] = {}
+        # The latest body the watch delivered for each Job that may still start, so ``start_job`` need
+        # not read it again; trusted only as far as the Running write's resourceVersion confirms it.
+        self._bodies: dict[str, dict[str, Any]] = {}
+        # Uids of the Jobs listed at start-up: an earlier operator process may have created their Pods.
+        self._preexisting: set[str] = set()
+        # Waiting for a slot, not yet marked Queued: name → (monotonic time queued, wall-clock stamp).
+        self._unmarked: dict[str, tuple[float, str]] = {}
+        self._mark = threading.Event()
+        # Jobs whose Pod this process created and whose end it has not yet recorded → their session key.
+        self._in_flight: dict[str, str] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -99,6 +114,8 @@ class Controller:
     def start(self) -> None:
         """Seed the queue from the Jobs that exist (oldest first), then start the worker threads."""
         jobs = sorted(self.api.list(self._crd_path("jobs")), key=_arrival)
+        self._preexisting = {job["metadata"]["uid"] for job in jobs
+                             if (job.get("status") or {}).get("phase") not in flow.TERMINAL_PHASES}
         for job in jobs:  # running Jobs hold their slots before any waiting Job is admitted
             phase = (job.get("status") or {}).get("phase")
             self._track(job["metadata"]["name"], phase)
@@ -110,7 +127,7 @@ class Controller:
             elif _comment_pending(job):  # refused before a restart, its comment not yet recorded
                 self._guarded(self.comment_refusal, job["metadata"]["name"])
         loops: list[tuple[str, Callable[[], None], float]] = [
-            ("pump", self._pump_once, 0), ("resync", self.resync, RESYNC_SECONDS),
+            ("pump", self._pump_once, 0), ("queued", self._mark_queued, -1), ("resync", self.resync, RESYNC_SECONDS),
             ("sessionkeys", self.refresh_sessionkeys, self.s.resumable_refresh_seconds),
             ("sweep", self.sweep, self.s.sweep_interval_seconds),
         ]
@@ -124,14 +141,18 @@ class Controller:
     def stop(self) -> None:
         self._stop.set()
         self._wake.set()
+        self._mark.set()
         for thread in self._threads:
             thread.join(timeout=10)
 
     def _loop(self, name: str, fn: Callable[[], None], interval: float) -> None:
         while not self._stop.is_set():
-            if interval:
+            if interval > 0:
                 if self._stop.wait(interval):
                     return
+            elif interval < 0:  # the Queued marker: until the next Job's wait is due, or a new arrival
+                self._mark.wait(self._next_mark_in())
+                self._mark.clear()
             else:
                 self._wake.wait(5)
                 self._wake.clear()
@@ -154,6 +175,7 @@ class Controller:
         phase = (job.get("status") or {}).get("phase")
         if self._phases.get(name) in flow.TERMINAL_PHASES and phase not in flow.TERMINAL_PHASES:
             return  # a stale body from before our own terminal status write
+        self._keep_body(job, phase)
         self._track(name, phase)
         if phase in flow.TERMINAL_PHASES:
             if self.slots.release(name):
@@ -162,6 +184,22 @@ class Controller:
             self.slots.hold(name)
         else:
             self.admit(job)
+
+    def _keep_body(self, job: dict[str, Any], phase: str | None) -> None:
+        """Remember the watch's latest body of a Job that may still start; forget it once it cannot.
+
+        kopf orders events per uid, not per name, so the events of a Job deleted and re-created under
+        the same name may interleave. A body whose uid differs from the one kept is therefore not
+        trusted either way: the entry is dropped and ``start_job`` reads the Job instead.
+        """
+        name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+        kept = self._bodies.get(name)
+        if phase in flow.TERMINAL_PHASES or phase == "Running":
+            self._bodies.pop(name, None)
+        elif kept is None or kept["metadata"].get("uid") == uid:
+            self._bodies[name] = job
+        else:
+            self._bodies.pop(name, None)
 
     def on_pod(self, pod: dict[str, Any]) -> None:
         job = (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
@@ -211,12 +249,34 @@ class Controller:
             self.slots.enqueue(name, self._order[name])
             place = self.slots.position(name)
             if place is not None and place > self.slots.free and (job.get("status") or {}).get("phase") != "Queued":
-                self._patch_job(job, {"phase": "Queued", "queuedAt": now_rfc3339(),
-                                      "conditions": set_condition((job.get("status") or {}).get("conditions"),
-                                                                  "Started", False, "WaitingForSlot",
-                                                                  f"Waiting for one of {self.slots.capacity} "
-                                                                  "job slots (maxConcurrentJobs).", None)})
+                # Marked Queued only if it is still waiting a moment later (``_mark_queued``): a Job that
+                # gets a slot within QUEUED_AFTER_SECONDS goes straight to Running, one write fewer.
+                self._unmarked.setdefault(name, (time.monotonic(), now_rfc3339()))
+                self._mark.set()
         self._wake.set()
+
+    def _next_mark_in(self) -> float:
+        due = [since + QUEUED_AFTER_SECONDS for since, _ in list(self._unmarked.values())]
+        return max(0.05, min(due) - time.monotonic()) if due else 5.0
+
+    def _mark_queued(self) -> None:
+        """Write ``Queued`` for each Job that has waited for a slot longer than QUEUED_AFTER_SECONDS."""
+        since = {name: mark[0] for name, mark in list(self._unmarked.items())}
+        for name in waited_longer_than(since, time.monotonic(), QUEUED_AFTER_SECONDS):
+            with self._lock(name):
+                marked = self._unmarked.pop(name, None)
+                if marked is None or self.slots.position(name) is None:
+                    continue  # it got its slot, or went away, in the meantime
+                job = self._bodies.get(name) or self.api.get_or_none(self._crd_path("jobs", name))
+                phase = None if job is None else (job.get("status") or {}).get("phase")
+                if job is None or phase in flow.TERMINAL_PHASES | {"Queued", "Running"}:
+                    continue
+                updated = self._patch_job(job, {
+                    "phase": "Queued", "queuedAt": marked[1],
+                    "conditions": set_condition((job.get("status") or {}).get("conditions"), "Started", False,
+                                                "WaitingForSlot", f"Waiting for one of {self.slots.capacity} "
+                                                "job slots (maxConcurrentJobs).", None)})
+                self._keep_body(updated, "Queued")
 
     def _refuse(self, job: dict[str, Any], refused: flow.Refusal) -> None:
         conditions = set_condition((job.get("status") or {}).get("conditions"), "Started", False,
@@ -279,6 +339,7 @@ class Controller:
             except Exception as exc:
                 # Back in line at its old place: a burst is never dropped, and FIFO order survives errors.
                 log.warning("starting job %s failed, will retry: %s", name, exc)
+                self._bodies.pop(name, None)  # the retry reads the Job afresh
                 self.slots.release(name)
                 self.slots.enqueue(name, self._order.get(name, ("", name)))
                 self._stop.wait(1)
@@ -286,64 +347,109 @@ class Controller:
 
     def start_job(self, name: str) -> None:
         with self._lock(name):
-            job = self.api.get_or_none(self._crd_path("jobs", name))
-            if job is None:
-                self.slots.release(name)
-                return
-            status = job.get("status") or {}
-            if status.get("phase") in flow.TERMINAL_PHASES:
-                self.slots.release(name)
-                return
-            trigger = self._trigger(job)
-            refused = flow.refusal(name, job["spec"], trigger, self.store)
-            if refused is not None or trigger is None:
-                self.slots.release(name)
-                if refused is not None:
-                    self._refuse(job, refused)
-                    self._comment_refusal_locked(name)
-                return
-            uid = job["metadata"]["uid"]
-            jd = JobDir(self.s.staging_dir, uid)
-            # A Pod can exist only once the host verdict is journaled (it is written before the create):
-            # without a journal this is a first start and the create goes ahead without a lookup.
-            pod = None
-            if jd.exists() and jd.read(HOST) is not None:
-                pod = self.api.get_or_none(self._pod_path(pod_name(name)))
-            if pod is not None and _owner_uid(pod) != uid:
-                raise RuntimeError(f"Pod {pod_name(name)} belongs to an earlier Job of that name; waiting for "
-                                   "the garbage collector to remove it")
-            if pod is None:
-                # Credentials first: a mint GitHub refuses (4xx: the App is not installed on the repository,
-                # wrong id or key) ends the Job before anything is staged; an outage (no answer, 5xx) raises,
-                # and the pump puts the Job back in line at its place.
+            watched = self._bodies.get(name)
+            if watched is not None:
                 try:
-                    token = self._job_token(job, trigger)
-                except GitHubError as exc:
-                    if exc.status == 0 or exc.status >= 500:
-                        raise
-                    self.slots.release(name)
-                    self._refuse(job, flow.Refusal(
-                        "Failed", None, "GitHubTokenFailed",
-                        f"The GitHub App could not mint an installation token for this job ({exc}); nothing "
-                        "ran. Check the App's installation and permissions (pidispatch doctor), then re-create "
-                        "the Job."))
+                    self._start_locked(name, watched, watched=True)
                     return
-                # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
-                host = self._stage(job, trigger, jd)
-                pod = self._create_pod(job, trigger, host, token)
-                failpoints.at("pod-created", name)
-                if host is not None:
-                    self._guarded(self._ensure_sessionkey, host)
-            host = jd.read(HOST) if jd.exists() else None
-            self._patch_job(job, {
-                "phase": "Running", "podName": pod["metadata"]["name"], "startedAt": now_rfc3339(),
-                "session": _host_session(host),
-                "conditions": set_condition(status.get("conditions"), "Started", True, "PodCreated",
-                                            _start_message(host), None),
-            })
-            self._track(name, "Running")
-            if flow.pod_phase(pod) is not None:  # it already ended while we were away
-                threading.Thread(target=self._guarded, args=(self.complete, name, pod), daemon=True).start()
+                except _StaleBody:
+                    if self._bodies.get(name) is watched:
+                        self._bodies.pop(name, None)
+            self._start_locked(name, self.api.get_or_none(self._crd_path("jobs", name)), watched=False)
+
+    def _start_locked(self, name: str, job: dict[str, Any] | None, *, watched: bool) -> None:
+        """Start ``job`` from the watch's body (``watched``) or from a fresh read.
+
+        A watched body saves a GET before the Pod, but it may be behind the Job: this operator is the
+        only writer of Job status, yet the Job may have been deleted and re-created under its name, or
+        edited. So it is used only for the straight path, and the ``Running`` write carries its
+        resourceVersion: if the Job changed since, the write is refused (409) and the start is redone
+        from a fresh read, which finds the Pod (journal written) or, for a re-created Job, a Pod that
+        belongs to the old uid (garbage-collected; the pump retries). Anything off the straight path
+        (a refusal, a token GitHub refused) is decided on a fresh read too.
+        """
+        if job is None:
+            self.slots.release(name)
+            return
+        status = job.get("status") or {}
+        if watched and (status.get("phase") in flow.TERMINAL_PHASES or self._phases.get(name) in flow.TERMINAL_PHASES):
+            raise _StaleBody(name)
+        if status.get("phase") in flow.TERMINAL_PHASES:
+            self.slots.release(name)
+            return
+        trigger = self._trigger(job)
+        refused = flow.refusal(name, job["spec"], trigger, self.store)
+        if refused is not None or trigger is None:
+            if watched:
+                raise _StaleBody(name)
+            self.slots.release(name)
+            if refused is not None:
+                self._refuse(job, refused)
+                self._comment_refusal_locked(name)
+            return
+        uid = job["metadata"]["uid"]
+        jd = JobDir(self.s.staging_dir, uid)
+        # A Pod can exist only if an operator process got as far as its create: after the host verdict
+        # was journaled, or (a power cut losing a journal not yet synced) for a Job listed at start-up.
+        # Otherwise this is a first start and the create goes ahead without a lookup.
+        pod = None
+        if uid in self._preexisting or (jd.exists() and jd.read(HOST) is not None):
+            pod = self.api.get_or_none(self._pod_path(pod_name(name)))
+        if pod is not None and _owner_uid(pod) != uid:
+            raise RuntimeError(f"Pod {pod_name(name)} belongs to an earlier Job of that name; waiting for "
+                               "the garbage collector to remove it")
+        if pod is not None and jd.exists() and jd.read(HOST) is not None:
+            jd.sync(HOST)  # a restart after a kill between the create and the sync: the page cache still has it
+        if pod is None:
+            # Credentials first: a mint GitHub refuses (4xx: the App is not installed on the repository,
+            # wrong id or key) ends the Job before anything is staged; an outage (no answer, 5xx) raises,
+            # and the pump puts the Job back in line at its place.
+            try:
+                token = self._job_token(job, trigger)
+            except GitHubError as exc:
+                if exc.status == 0 or exc.status >= 500:
+                    raise
+                if watched:
+                    raise _StaleBody(name) from None
+                self.slots.release(name)
+                self._refuse(job, flow.Refusal(
+                    "Failed", None, "GitHubTokenFailed",
+                    f"The GitHub App could not mint an installation token for this job ({exc}); nothing "
+                    "ran. Check the App's installation and permissions (pidispatch doctor), then re-create "
+                    "the Job."))
+                return
+            # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
+            host = self._stage(job, trigger, jd)
+            pod = self._create_pod(job, trigger, host, token)
+            failpoints.at("pod-created", name)
+            if host is not None:
+                # The journal went to the page cache only (``_stage``); made durable now, off the path
+                # to the Pod and before the Job reads Running. What a power cut leaves at each point:
+                # before the create, no Pod, and staging again is safe; between the create and this
+                # sync, a Pod and maybe no (or a torn) host.json: the Job was listed at start-up, so
+                # the restarted operator looks the Pod up, finds it, and stages nothing; the Job then
+                # ends without a promotion (no verdict to promote by), the store untouched.
+                jd.sync(HOST)
+                self._in_flight[name] = str(host.get("key"))
+                self._guarded(self._ensure_sessionkey, host)
+        host = jd.read(HOST) if jd.exists() else None
+        patch: dict[str, Any] = {
+            "phase": "Running", "podName": pod["metadata"]["name"], "startedAt": now_rfc3339(),
+            "session": _host_session(host),
+            "conditions": set_condition(status.get("conditions"), "Started", True, "PodCreated",
+                                        _start_message(host), None),
+        }
+        try:
+            self._patch_job(job, patch, resource_version=job["metadata"].get("resourceVersion") if watched else None)
+        except ApiError as exc:
+            if watched and exc.status in (404, 409):
+                raise _StaleBody(name) from exc
+            raise
+        self._track(name, "Running")
+        self._preexisting.discard(uid)
+        self._unmarked.pop(name, None)
+        if flow.pod_phase(pod) is not None:  # it already ended while we were away
+            threading.Thread(target=self._guarded, args=(self.complete, name, pod), daemon=True).start()
 
     def _head(self, job: dict[str, Any], trigger_spec: dict[str, Any]) -> Head | None:
         """A resume-armed PR job's head from the GitHub API; ``None`` (use ``spec.resolved``) without a client."""
@@ -376,7 +482,7 @@ class Controller:
                 metrics.RESOLUTIONS.labels(verdict.reason).inc()
                 record.update(mounted=True, resume=verdict.resume, reason=verdict.reason, bytes=verdict.bytes)
         record.update(forge=ref.forge, repository=ref.repository, branch=ref.branch)
-        jd.write(HOST, record)
+        jd.write(HOST, record, durable=False)  # synced right after the Pod's create (start_job says why)
         failpoints.at("staged", job["metadata"]["name"])
         return record
 
@@ -543,6 +649,7 @@ class Controller:
         return landed
 
     def _release(self, name: str, jd: JobDir) -> None:
+        self._in_flight.pop(name, None)
         jd.remove()
         if self.slots.release(name):
             self._wake.set()
@@ -550,8 +657,13 @@ class Controller:
     def _forget(self, name: str, uid: str | None) -> None:
         if uid:
             JobDir(self.s.staging_dir, uid).remove()
+            self._preexisting.discard(uid)
+            if (self._bodies.get(name) or {}).get("metadata", {}).get("uid") == uid:
+                self._bodies.pop(name, None)
         self._phases.pop(name, None)
         self._order.pop(name, None)
+        self._unmarked.pop(name, None)
+        self._in_flight.pop(name, None)
         if self.slots.release(name):
             self._wake.set()
         self._gauges()
@@ -590,11 +702,18 @@ class Controller:
             self.api.patch(self._crd_path("sessionkeys", key, "status"), {"status": status})
 
     def refresh_sessionkeys(self) -> None:
-        """Time passes, so ``Resumable`` goes stale (TTL, age): recompute it for every key."""
+        """Time passes, so ``Resumable`` goes stale (TTL, age): recompute it for every key.
+
+        Keys with a job of this process in flight are left alone: that job's end writes their status
+        with fresher facts anyway, and a refresh in between would be one more write that it overwrites
+        (for a new key, the SessionKey is created with the Pod and its first status is the job's end).
+        """
         if self.store.sessions_dir is None:
             return
+        busy = set(self._in_flight.values())
         for sk in self.api.list(self._crd_path("sessionkeys")):
-            self._guarded(self._update_sessionkey, sk["metadata"]["name"], None)
+            if sk["metadata"]["name"] not in busy:
+                self._guarded(self._update_sessionkey, sk["metadata"]["name"], None)
 
     def _delete_sessionkey(self, key: str) -> None:
         try:
@@ -658,12 +777,18 @@ class Controller:
 
     # ---- small helpers -----------------------------------------------------------------------------
 
-    def _patch_job(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+    def _patch_job(self, job: dict[str, Any], status: dict[str, Any], resource_version: str | None = None
+                   ) -> dict[str, Any]:
+        """Merge ``status`` into the Job's status; with ``resource_version``, only if the Job is still that version."""
         md = job["metadata"]
         status.setdefault("observedGeneration", md.get("generation"))
-        self.api.patch(self._crd_path("jobs", md["name"], "status"), {"status": status})
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        updated = self.api.patch(self._crd_path("jobs", md["name"], "status"), body)
         if "phase" in status:
             metrics.JOB_TRANSITIONS.labels(status["phase"]).inc()
+        return updated
 
     def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         md = obj["metadata"]
