@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -116,3 +117,17 @@ def test_both_copies_stage_the_same_bytes_of_real_pi_files(store: Store, name: s
     second = stage(store)
     assert scanmemo.MEMO.hits == 1
     assert first == second == ("resumed", data)
+
+
+def test_a_filesystem_that_refuses_sendfile_gets_the_user_space_copy(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.put(REAL)
+    assert stage(store) == ("resumed", REAL)  # remembered from now on
+
+    def refuse(*_: object) -> int:
+        raise OSError(errno.EINVAL, "sendfile not supported here")
+
+    monkeypatch.setattr(os, "sendfile", refuse)
+    assert stage(store) == ("resumed", REAL)
+    assert scanmemo.MEMO.hits == 1

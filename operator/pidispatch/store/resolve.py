@@ -6,6 +6,7 @@ then the identity re-checks decide whether that copy may be handed to the job.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import threading
@@ -36,6 +37,7 @@ from pidispatch.transcript.compaction import EmptyCompactionScanner
 # descriptor, the same bound (never past the judged size), the same shrink and growth checks, and the
 # staged file receives exactly the bytes the scan judged. No reader of the store can tell the difference.
 CHUNK = 1024 * 1024
+_NO_SENDFILE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV})
 STAGE_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -193,16 +195,28 @@ class _StagedCopy:
         return found
 
     def _kernel_copy(self, o: Observation) -> bool:
-        """Exactly the judged bytes from the judged descriptor to the staged file, by ``sendfile``."""
+        """Exactly the judged bytes from the judged descriptor to the staged file, by ``sendfile``.
+
+        A filesystem that refuses ``sendfile`` to a file gets the user-space copy instead.
+        """
         assert o.fd is not None
         size, offset = o.judged_identity.size, 0
         while offset < size:
-            sent = os.sendfile(self.staged_fd, o.fd, offset, min(CHUNK, size - offset))
+            try:
+                sent = os.sendfile(self.staged_fd, o.fd, offset, min(CHUNK, size - offset))
+            except OSError as exc:
+                if offset or exc.errno not in _NO_SENDFILE:
+                    raise
+                return read_judged(o, self._write_chunk)
             if sent == 0:
                 return False
             offset += sent
             self.seams.at("copy-chunk")
         return not os.pread(o.fd, 1, offset)
+
+    def _write_chunk(self, chunk: bytearray) -> None:
+        fsio.write_all(self.staged_fd, chunk)
+        self.seams.at("copy-chunk")
 
     def _overlapped(self, o: Observation, scanner: EmptyCompactionScanner) -> bool:
         """`read_judged` with the scan of chunk *n* running on a worker while chunk *n* is written.
