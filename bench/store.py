@@ -293,34 +293,21 @@ class Bench:
 
             return run
 
+        def first_read_vs(what: str, baseline: Callable[[], object], scratch: Scratch, reps: int, warm: int) -> Pair:
+            return paired(
+                f"stage {size}B (first read) vs {what}",
+                stage_it,
+                baseline,
+                reps,
+                warm,
+                check_stage(False),
+                between=then(both(jobs, scratch), forget),
+            )
+
         forget()
-        first_read = paired(
-            f"stage {size}B (first read) vs copyfile",
-            stage_it,
-            kernel_copy,
-            self.reps,
-            self.warmup,
-            check_stage(False),
-            between=then(both(jobs, copies), forget),
-        )
-        first_read_user = paired(
-            f"stage {size}B (first read) vs user-space loop",
-            stage_it,
-            user_copy,
-            self.reps,
-            self.warmup,
-            check_stage(False),
-            between=then(both(jobs, loops), forget),
-        )
-        first_read_cp = paired(
-            f"stage {size}B (first read) vs cp",
-            stage_it,
-            cp_process,
-            max(4, self.reps // 3),
-            2,
-            check_stage(False),
-            between=then(both(jobs, cps), forget),
-        )
+        first_read = first_read_vs("copyfile", kernel_copy, copies, self.reps, self.warmup)
+        first_read_user = first_read_vs("user-space loop", user_copy, loops, self.reps, self.warmup)
+        first_read_cp = first_read_vs("cp", cp_process, cps, max(4, self.reps // 3), 2)
         floors = Scratch(self.root / f"floor-{key}")
 
         def floor() -> object:
