@@ -184,9 +184,8 @@ class _StagedCopy:
         else:
 
             def copy(chunk: bytearray) -> None:
-                fsio.write_all(self.staged_fd, chunk)
                 scanner.feed(chunk)
-                self.seams.at("copy-chunk")
+                self._write_chunk(chunk)
 
             self.complete = read_judged(o, copy)
         found = self.complete and scanner.finish()
