@@ -7,7 +7,7 @@ wrote (the agent owns ``/session``, so each of these sees hostile bytes):
 - ``check_transcript``    must return a list of ``Problem``, and agree with ``parse_transcript``;
 - ``read_first_line`` / ``is_session_header`` / ``header_timestamp_ms`` (gates 11 and 13) never raise;
 - ``transcript_has_empty_compaction`` (gate 12) and ``context_usage`` (the runner) never raise;
-- gate 12's C search (``_needles.first``) returns what the pure-Python search returns.
+- gate 12's C searches (``_needles``) return what the pure-Python searches return.
 
 Anything else (another exception, or one input taking longer than ``--hang-seconds``) is a crash:
 the input is written to ``tests/fuzz_crashes/<seed>-<index>.bin`` with a ``.txt`` holding the
@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pidispatch.transcript.compaction import _first_hit_native, _first_hit_python, transcript_has_empty_compaction
+from pidispatch.transcript import compaction
+from pidispatch.transcript.compaction import PYTHON_SEARCHES, transcript_has_empty_compaction
 from pidispatch.transcript.context import context_usage
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
 from pidispatch.transcript.parser import Problem, Transcript, TranscriptError, check_transcript, parse_transcript
@@ -404,9 +405,11 @@ def exercise(data: bytes) -> None:
         stamp = header_timestamp_ms(first)
         assert stamp is None or isinstance(stamp, float)
     assert isinstance(transcript_has_empty_compaction(data), bool)
-    if _first_hit_native is not None:  # gate 12's C search: the Python search's answer, on hostile bytes too
+    if compaction.NATIVE_SEARCH:  # gate 12's C searches: the Python searches' answers, on hostile bytes too
+        native = (compaction._find_type, compaction._find_escape)
         for start, end in ((0, len(data)), (len(data) // 3, len(data) - len(data) // 5)):
-            assert _first_hit_native(data, start, end) == _first_hit_python(data, start, end), "C search differs"
+            for c_search, python_search in zip(native, PYTHON_SEARCHES, strict=True):
+                assert c_search(data, start, end) == python_search(data, start, end), "C search differs"
     context_usage(data)
 
 

@@ -1,11 +1,14 @@
-"""The compaction pre-filter's search: the C module and the pure-Python fallback give one answer.
+"""The compaction pre-filter's searches: the C module and the pure-Python fallback give one answer.
 
-The scanner tests in test_transcript_compaction.py run with whichever search the install provides (the
-C one wherever a compiler was present); here both are held to each other on arbitrary bytes, and the
-scanner's whole-transcript answer is checked with each of them.
+The scanner tests in test_transcript_compaction.py run with whichever searches the install provides
+(the C ones wherever a compiler was present); here both are held to each other on arbitrary bytes,
+the scanner's whole-transcript answer is checked with each, and the scanner's work is shown to be
+linear in the chunk however many lines hold a needle.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -13,13 +16,13 @@ from hypothesis import strategies as st
 from test_transcript_compaction import HEAD, _lines, reference, scan
 
 from pidispatch.transcript import compaction
-from pidispatch.transcript.compaction import NATIVE_SEARCH, _first_hit_python
+from pidispatch.transcript.compaction import NATIVE_SEARCH, PYTHON_SEARCHES, Search, transcript_has_empty_compaction
 
 
-def native():
-    from pidispatch.transcript._needles import first
+def native() -> tuple[Search, Search]:
+    from pidispatch.transcript._needles import find_escape, find_type
 
-    return first
+    return find_type, find_escape
 
 
 def test_the_c_search_is_built_by_the_install() -> None:
@@ -38,38 +41,48 @@ _data = st.lists(st.one_of(_pieces, st.binary(max_size=8)), max_size=40).map(b""
 
 @settings(max_examples=2000, deadline=None)
 @given(_data, st.integers(min_value=0, max_value=400), st.integers(min_value=0, max_value=400))
-def test_c_and_python_find_the_same_first_needle(data: bytes, start: int, end: int) -> None:
-    first = native()
-    expected = _first_hit_python(data, start, end)
-    assert first(data, start, end) == expected
-    assert first(bytearray(data), start, end) == expected
-    assert first(memoryview(data), start, end) == expected
-    if expected >= 0:
-        assert start <= expected and expected + 5 <= min(end, len(data))
+def test_c_and_python_find_the_same_needles(data: bytes, start: int, end: int) -> None:
+    for c_search, python_search, width in zip(native(), PYTHON_SEARCHES, (12, 5), strict=True):
+        expected = python_search(data, start, end)
+        assert c_search(data, start, end) == expected
+        assert c_search(bytearray(data), start, end) == expected
+        assert c_search(memoryview(data), start, end) == expected
+        if expected >= 0:
+            assert start <= expected and expected + width <= min(end, len(data))
 
 
 @pytest.mark.parametrize(
-    ("data", "hit"),
+    ("data", "type_at", "escape_at"),
     [
-        pytest.param(b'ab"compaction"', 2, id="the-literal-type"),
-        pytest.param(b"ab\\u0063ompaction", 2, id="an-escaped-letter"),
-        pytest.param(b'\\u0074 "compaction"', 0, id="escape-before-literal"),
-        pytest.param(b'"compaction" \\u0074', 0, id="literal-before-escape"),
-        pytest.param(b"\\u001b[31m \\u00", -1, id="colour-codes-and-a-cut-escape"),
-        pytest.param(b"\\\\\\u006", 2, id="after-backslashes"),
-        pytest.param(b"", -1, id="empty"),
+        pytest.param(b'ab"compaction"', 2, -1, id="the-literal-type"),
+        pytest.param(b"ab\\u0063ompaction", -1, 2, id="an-escaped-letter"),
+        pytest.param(b'\\u0074 "compaction"', 7, 0, id="both"),
+        pytest.param(b"\\u001b[31m \\u00", -1, -1, id="colour-codes-and-a-cut-escape"),
+        pytest.param(b"\\\\\\u006", -1, 2, id="after-backslashes"),
+        pytest.param(b'"compaction', -1, -1, id="cut-type"),
+        pytest.param(b"", -1, -1, id="empty"),
     ],
 )
-def test_c_search_examples(data: bytes, hit: int) -> None:
-    assert native()(data, 0, len(data)) == hit
-    assert _first_hit_python(data, 0, len(data)) == hit
+def test_search_examples(data: bytes, type_at: int, escape_at: int) -> None:
+    for find_type, find_escape in (native(), PYTHON_SEARCHES):
+        assert (find_type(data, 0, len(data)), find_escape(data, 0, len(data))) == (type_at, escape_at)
 
 
 def test_c_search_rejects_negative_offsets_and_non_buffers() -> None:
-    with pytest.raises(ValueError):
-        native()(b"x", -1, 1)
-    with pytest.raises(TypeError):
-        native()("text", 0, 4)
+    for search in native():
+        with pytest.raises(ValueError):
+            search(b"x", -1, 1)
+        with pytest.raises(TypeError):
+            search("text", 0, 4)
+
+
+def _with(searches: tuple[Search, Search]) -> Iterator[None]:
+    saved = compaction._find_type, compaction._find_escape
+    compaction._find_type, compaction._find_escape = searches
+    try:
+        yield
+    finally:
+        compaction._find_type, compaction._find_escape = saved
 
 
 @settings(max_examples=200, deadline=None)
@@ -77,11 +90,32 @@ def test_c_search_rejects_negative_offsets_and_non_buffers() -> None:
 def test_the_scanner_gives_one_answer_with_either_search(lines: list[bytes], cuts: list[int]) -> None:
     data = HEAD + b"".join(lines)
     answers = []
-    for search in (native(), _first_hit_python):
-        saved = compaction._first_hit
-        compaction._first_hit = search
-        try:
+    for searches in (native(), PYTHON_SEARCHES):
+        for _ in _with(searches):
             answers.append(scan(data, cuts))
-        finally:
-            compaction._first_hit = saved
     assert answers == [reference(data)] * 2
+
+
+@pytest.mark.parametrize("kind", ["escaped", "literal", "both"])
+def test_the_scanner_reads_a_chunk_once_however_many_lines_hold_a_needle(kind: str) -> None:
+    # Thousands of candidate lines that are not compaction entries, in one chunk. Count the bytes each
+    # search call examines (up to its hit, or to the end when it finds none): the total must stay a
+    # small multiple of the chunk (about 2: one pass per needle), not lines × chunk (2 500 here).
+    line = {"escaped": b'{"type":"message","text":"\\u0063"}\n',
+            "literal": b'{"type":"message","text":"x","k":"compaction"}\n',
+            "both": b'{"type":"message","a":"\\u0063","b":"compaction"}\n'}[kind]
+    data = HEAD + line * 5000
+    examined = 0
+
+    def counting(search: Search) -> Search:
+        def run(buf: bytes | bytearray, start: int, end: int) -> int:
+            nonlocal examined
+            hit = search(buf, start, end)
+            examined += (hit if hit >= 0 else min(end, len(buf))) - start
+            return hit
+
+        return run
+
+    for _ in _with((counting(compaction._find_type), counting(compaction._find_escape))):
+        assert transcript_has_empty_compaction(data) is False
+    assert examined <= 4 * len(data), f"{examined} bytes examined for a {len(data)}-byte chunk"

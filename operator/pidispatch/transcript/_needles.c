@@ -1,11 +1,12 @@
-/* The compaction pre-filter's search (transcript/compaction.py), in C so a staged copy can afford it.
+/* The compaction pre-filter's two searches (transcript/compaction.py), in C so a staged copy can afford them.
  *
- * first(buffer, start, end) -> the offset of the first `"compaction"` or `\u00` + `6`/`7` that lies
- * wholly inside buffer[start:end], or -1. Exactly what compaction.py's pure-Python fallback returns
- * (bytes.find plus a regular expression, two passes at about 3 GB/s each); here glibc's memmem finds
- * the first needle and memchr walks the backslashes before it, with the GIL released, so another
- * thread can write the chunk to disk while this one reads it. Offsets are non-negative; `end` is
- * clamped to the buffer's length.
+ *   find_type(buffer, start, end)   -> offset of the first `"compaction"` wholly inside buffer[start:end], or -1
+ *   find_escape(buffer, start, end) -> offset of the first `\u00` + `6`/`7` wholly inside buffer[start:end], or -1
+ *
+ * Exactly what compaction.py's pure-Python fallback returns (bytes.find and a regular expression, at
+ * about 3 GB/s each); here glibc's memmem finds the first and memchr walks the backslashes for the
+ * second, with the GIL released, so another thread can write the chunk to disk while one reads it.
+ * Offsets are non-negative; `end` is clamped to the buffer's length.
  */
 #define PY_SSIZE_T_CLEAN
 #ifndef _GNU_SOURCE
@@ -14,34 +15,39 @@
 #include <Python.h>
 #include <string.h>
 
-static const char NEEDLE[] = "\"compaction\"";
-#define NEEDLE_LEN ((Py_ssize_t)(sizeof(NEEDLE) - 1))
+static const char TYPE[] = "\"compaction\"";
+#define TYPE_LEN ((Py_ssize_t)(sizeof(TYPE) - 1))
 #define ESCAPE_LEN 5 /* \ u 0 0 [67] */
 
 static Py_ssize_t
-first_hit(const char *data, Py_ssize_t start, Py_ssize_t end)
+find_type(const char *data, Py_ssize_t start, Py_ssize_t end)
 {
-    const char *stop = data + end;
-    const char *needle = memmem(data + start, (size_t)(end - start), NEEDLE, (size_t)NEEDLE_LEN);
-    /* Only an escape that starts before the needle can come first. */
-    const char *limit = needle != NULL ? needle : stop;
-    for (const char *p = data + start; p < limit; p++) {
-        p = memchr(p, '\\', (size_t)(limit - p));
-        if (p == NULL)
-            break;
-        if (stop - p >= ESCAPE_LEN && p[1] == 'u' && p[2] == '0' && p[3] == '0' && (p[4] == '6' || p[4] == '7'))
-            return p - data;
-    }
-    return needle != NULL ? needle - data : -1;
+    const char *hit = memmem(data + start, (size_t)(end - start), TYPE, (size_t)TYPE_LEN);
+    return hit != NULL ? hit - data : -1;
 }
 
+static Py_ssize_t
+find_escape(const char *data, Py_ssize_t start, Py_ssize_t end)
+{
+    const char *stop = data + end;
+    for (const char *p = data + start; stop - p >= ESCAPE_LEN; p++) {
+        p = memchr(p, '\\', (size_t)(stop - p - (ESCAPE_LEN - 1)));
+        if (p == NULL)
+            break;
+        if (p[1] == 'u' && p[2] == '0' && p[3] == '0' && (p[4] == '6' || p[4] == '7'))
+            return p - data;
+    }
+    return -1;
+}
+
+typedef Py_ssize_t (*search_fn)(const char *, Py_ssize_t, Py_ssize_t);
+
 static PyObject *
-needles_first(PyObject *module, PyObject *args)
+run(PyObject *args, const char *format, search_fn search, Py_ssize_t needle_len)
 {
     Py_buffer view;
     Py_ssize_t start, end, hit = -1;
-    (void)module;
-    if (!PyArg_ParseTuple(args, "y*nn:first", &view, &start, &end))
+    if (!PyArg_ParseTuple(args, format, &view, &start, &end))
         return NULL;
     if (start < 0 || end < 0) {
         PyBuffer_Release(&view);
@@ -50,23 +56,39 @@ needles_first(PyObject *module, PyObject *args)
     }
     if (end > view.len)
         end = view.len;
-    if (end - start >= ESCAPE_LEN) { /* neither needle fits in fewer bytes */
+    if (end - start >= needle_len) {
         Py_BEGIN_ALLOW_THREADS
-        hit = first_hit((const char *)view.buf, start, end);
+        hit = search((const char *)view.buf, start, end);
         Py_END_ALLOW_THREADS
     }
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(hit);
 }
 
+static PyObject *
+needles_find_type(PyObject *module, PyObject *args)
+{
+    (void)module;
+    return run(args, "y*nn:find_type", find_type, TYPE_LEN);
+}
+
+static PyObject *
+needles_find_escape(PyObject *module, PyObject *args)
+{
+    (void)module;
+    return run(args, "y*nn:find_escape", find_escape, ESCAPE_LEN);
+}
+
 static PyMethodDef methods[] = {
-    {"first", needles_first, METH_VARARGS,
-     "first(buffer, start, end) -> offset of the first '\"compaction\"' or '\\\\u00[67]' in buffer[start:end], or -1"},
+    {"find_type", needles_find_type, METH_VARARGS,
+     "find_type(buffer, start, end) -> offset of the first '\"compaction\"' in buffer[start:end], or -1"},
+    {"find_escape", needles_find_escape, METH_VARARGS,
+     "find_escape(buffer, start, end) -> offset of the first '\\\\u00' + '6' or '7' in buffer[start:end], or -1"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_needles", "The compaction pre-filter's search, in C.", -1, methods,
+    PyModuleDef_HEAD_INIT, "_needles", "The compaction pre-filter's searches, in C.", -1, methods,
 };
 
 PyMODINIT_FUNC

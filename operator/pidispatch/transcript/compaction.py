@@ -131,44 +131,50 @@ def compaction_summary_is_empty(entry: dict[str, Any]) -> bool:
 # A line with neither can never parse to a compaction entry, whatever else it holds; the lines that
 # have one are parsed. Both needles are at most 12 bytes long and hold no newline, so one split across
 # two chunks lies within the last `_OVERLAP` bytes of the line so far and the first `_OVERLAP` bytes of
-# the next chunk. The needles are found by one C-level search over the whole chunk, never per line in
-# Python: `_needles.first` (glibc memmem and memchr, GIL released, about 10 GB/s) when the C module was
-# built at install, else `_first_hit_python` (bytes.find plus a regular expression, two passes at
-# about 3 GB/s each). Both return the same offset; tests hold them to it.
+# the next chunk. Each needle is found by a C-level search over the whole chunk, never per line in
+# Python: `_needles.find_type` (glibc memmem) and `_needles.find_escape` (memchr over the backslashes),
+# both releasing the GIL, when the C module was built at install; else `bytes.find` and a compiled
+# regular expression, about a third as fast (`pidispatch doctor` says which). Both pairs return the
+# same offsets; tests and the fuzzer hold them to it.
 _NEEDLE = b'"compaction"'
 _ESCAPE_DIGITS = "".join(sorted({f"{ord(letter):04x}"[2] for letter in "compaction"}))
 _ESCAPED_LETTER = re.compile(rb"\\u00[" + _ESCAPE_DIGITS.encode() + rb"]")
 _OVERLAP = max(len(_NEEDLE), len(b"\\u00") + 1) - 1
 
-
-def _first_hit_python(data: bytes | bytearray, start: int, end: int) -> int:
-    """Offset of the first needle wholly inside ``data[start:end]``, or -1 (offsets non-negative)."""
-    needle = data.find(_NEEDLE, start, end)
-    escape = _ESCAPED_LETTER.search(data, start, end if needle < 0 else min(end, needle + len(_NEEDLE)))
-    if escape is not None and (needle < 0 or escape.start() < needle):
-        return escape.start()
-    return needle
+Search = Callable[[bytes | bytearray, int, int], int]
 
 
-_first_hit_native: Callable[[bytes | bytearray, int, int], int] | None
+def _find_type_python(data: bytes | bytearray, start: int, end: int) -> int:
+    """Offset of the first `"compaction"` wholly inside ``data[start:end]``, or -1."""
+    return data.find(_NEEDLE, start, end)
+
+
+def _find_escape_python(data: bytes | bytearray, start: int, end: int) -> int:
+    """Offset of the first escaped letter of "compaction" wholly inside ``data[start:end]``, or -1."""
+    match = _ESCAPED_LETTER.search(data, start, end)
+    return -1 if match is None else match.start()
+
+
+_native: tuple[Search, Search] | None
 try:
-    from pidispatch.transcript._needles import first as _first_hit_native
-except ImportError:  # built without a C compiler: same answers, slower
-    _first_hit_native = None
+    from pidispatch.transcript._needles import find_escape, find_type
 
-NATIVE_SEARCH = _first_hit_native is not None
-_first_hit: Callable[[bytes | bytearray, int, int], int] = (
-    _first_hit_python if _first_hit_native is None else _first_hit_native
-)
+    _native = (find_type, find_escape)
+except ImportError:  # built without a C compiler: same answers, slower
+    _native = None
+
+NATIVE_SEARCH = _native is not None
+PYTHON_SEARCHES: tuple[Search, Search] = (_find_type_python, _find_escape_python)
+_find_type, _find_escape = PYTHON_SEARCHES if _native is None else _native
 
 
 def _may_hold_compaction(data: bytes | bytearray, start: int = 0, end: int | None = None) -> bool:
-    return _first_hit(data, start, len(data) if end is None else end) >= 0
+    stop = len(data) if end is None else end
+    return _find_type(data, start, stop) >= 0 or _find_escape(data, start, stop) >= 0
 
 
 def _line_has_empty_compaction(line: bytes) -> bool:
-    if not _may_hold_compaction(line):
-        return False
+    """Whether a line in which a needle was found parses to a compaction entry with an empty summary."""
     # pi reads the file as UTF-8 with replacement characters, so a stray invalid byte does not hide
     # an entry from pi; it must not hide it from this check either.
     ok, value = loads(line.decode("utf-8", errors="replace"))
@@ -231,15 +237,26 @@ class EmptyCompactionScanner:
         self._extend(bytes(chunk[last + 1 :]))
 
     def _scan_whole_lines(self, chunk: bytes | bytearray, start: int, end: int) -> None:
-        """Judge the lines in ``chunk[start:end]``: each ends with a newline, none is open."""
-        hit = _first_hit(chunk, start, end)
-        while hit >= 0 and not self._found:
+        """Judge the lines in ``chunk[start:end]``: each ends with a newline, none is open.
+
+        Each needle's next position is kept and searched again only once the scan has passed it, so
+        the whole chunk costs one pass per needle however many lines hold one (searching both again
+        after every candidate line would re-read the rest of the chunk each time: quadratic on a
+        chunk of many escaped lines).
+        """
+        needle = _find_type(chunk, start, end)
+        escape = _find_escape(chunk, start, end)
+        while (needle >= 0 or escape >= 0) and not self._found:
+            hit = needle if escape < 0 or 0 <= needle < escape else escape
             newline = chunk.rfind(b"\n", start, hit)
             line_start = start if newline < 0 else newline + 1
             line_end = chunk.find(b"\n", hit, end + 1)
             self._check(bytes(chunk[line_start:line_end]))
             start = line_end + 1
-            hit = _first_hit(chunk, start, end)
+            if 0 <= needle < start:
+                needle = _find_type(chunk, start, end)
+            if 0 <= escape < start:
+                escape = _find_escape(chunk, start, end)
 
     def _extend(self, piece: bytes) -> None:
         self._pending.append(piece)
