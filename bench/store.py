@@ -34,11 +34,9 @@ Uses the Python standard library, the package under test and ``cp``; nothing els
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -51,6 +49,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from _common import load_average, machine, progress  # noqa: E402
 
 from pidispatch.settings import Settings  # noqa: E402
 from pidispatch.store import scanmemo  # noqa: E402
@@ -205,10 +206,6 @@ def paired(
         gc.enable()
     progress(f"  {label}: done ({reps} pairs)")
     return Pair(ta, tb)
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def fmt_time(ns: float) -> str:
@@ -580,6 +577,16 @@ class Bench:
         assert compaction.NATIVE_SEARCH, "the C search is not built (pip install -e .)"
         native = (compaction._find_type, compaction._find_escape)
 
+        def search_vs_copyfile(which: str, searches: tuple[Search, Search]) -> Pair:
+            return paired(
+                f"{which} search vs copyfile",
+                search(searches),
+                lambda: shutil.copyfile(plain_canonical, plain_copies.dir / "current.jsonl"),
+                self.reps,
+                self.warmup,
+                between=both(plain_copies),
+            )
+
         return {
             "scan plain (in memory) vs user-space copy": paired(
                 "scan plain vs user-space loop",
@@ -590,22 +597,8 @@ class Bench:
                 no_empty_summary,
                 between=both(plain_loops),
             ),
-            "C search vs kernel copy": paired(
-                "C search vs copyfile",
-                search(native),
-                lambda: shutil.copyfile(plain_canonical, plain_copies.dir / "current.jsonl"),
-                self.reps,
-                self.warmup,
-                between=both(plain_copies),
-            ),
-            "Python search vs kernel copy": paired(
-                "Python search vs copyfile",
-                search(PYTHON_SEARCHES),
-                lambda: shutil.copyfile(plain_canonical, plain_copies.dir / "current.jsonl"),
-                self.reps,
-                self.warmup,
-                between=both(plain_copies),
-            ),
+            "C search vs kernel copy": search_vs_copyfile("C", native),
+            "Python search vs kernel copy": search_vs_copyfile("Python", PYTHON_SEARCHES),
             "scan, escape-heavy vs plain (in memory)": paired(
                 "scan escaped vs plain",
                 scan(escaped),
@@ -825,27 +818,6 @@ def pidispatch_command() -> list[str]:
 # Report.
 
 
-def machine(root: Path) -> dict[str, str]:
-    df = subprocess.run(["df", "-T", str(root)], capture_output=True, text=True).stdout.splitlines()
-    fields = df[-1].split() if len(df) > 1 else ["?", "?"]
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": f"{os.cpu_count()} ({cpu})",
-        "kernel": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "load": "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()),
-        "filesystem": f"{fields[1]} on {fields[0]} (bench directory {root})",
-    }
-
-
 def row(what: str, size: str, pair: Pair, verdict: str = "") -> str:
     lo, med, hi, a, b = pair.summary()
     return (
@@ -879,8 +851,9 @@ def report(
     out = [
         f"Run: {info['date']} — `{command}`",
         "",
-        f"Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; filesystem {info['filesystem']}.",
-        f"Other work on the machine: {info['load']} at the start, {info['load_end']} at the end.",
+        f"Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; filesystem {info['filesystem']}"
+        f" (bench directory {info['root']}).",
+        f"Other work on the machine: load average {info['load']} at the start, {info['load_end']} at the end.",
         "Files are hot in the page cache on both sides (each side reads the same bytes every pair).",
         "",
         "### Targets",
@@ -1027,7 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="run-", dir=base))
     bench = Bench(root, args.reps, args.warmup, args.proc_reps)
-    info = machine(root)
+    info = {**machine(root), "root": str(root)}
     results: dict[str, dict[str, dict[str, Pair]]] = {"stage": {}, "promote": {}, "gates": {}, "diagnostics": {}}
     if not args.no_processes:
         results["processes"] = {}
@@ -1057,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
         if (argv if argv is not None else sys.argv[1:])
         else ""
     )
-    info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    info["load_end"] = load_average()
     table = report(results, info, command.strip(), prims)
     print(table)
     if not args.no_doc:
