@@ -44,26 +44,14 @@ from pidispatch.transcript import compaction
 from pidispatch.transcript.compaction import PYTHON_SEARCHES, transcript_has_empty_compaction
 from pidispatch.transcript.context import context_usage
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
+from pidispatch.transcript.model import ENTRY_MODELS
 from pidispatch.transcript.parser import Problem, Transcript, TranscriptError, check_transcript, parse_transcript
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = HERE.parents[1] / "shared" / "samples" / "pi-0.73.1"
 CRASH_DIR = HERE / "fuzz_crashes"
 
-ENTRY_TYPES = [
-    "session",
-    "message",
-    "model_change",
-    "thinking_level_change",
-    "compaction",
-    "branch_summary",
-    "custom",
-    "custom_message",
-    "context_edit",
-    "label",
-    "session_info",
-    "usage",
-]
+ENTRY_TYPES = ["session", *ENTRY_MODELS]  # every entry type the parser models (model.py)
 ROLES = ["user", "assistant", "toolResult", "bashExecution", "custom"]
 CONTENT_TYPES = ["text", "thinking", "image", "toolCall"]
 KEYS = [

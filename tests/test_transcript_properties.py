@@ -26,27 +26,14 @@ from pidispatch.transcript.compaction import (
 )
 from pidispatch.transcript.context import ContextUsage, context_usage
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header
+from pidispatch.transcript.model import ENTRY_MODELS
 from pidispatch.transcript.parser import Problem, TranscriptError, check_transcript, parse_transcript, torn_tail
 
 # Moderate counts keep this file to a few seconds; CI runs it on every push, so coverage accumulates.
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 CHEAP = settings(max_examples=400, deadline=None)
 
-ENTRY_TYPES = [
-    "session",
-    "message",
-    "model_change",
-    "thinking_level_change",
-    "compaction",
-    "branch_summary",
-    "custom",
-    "custom_message",
-    "context_edit",
-    "label",
-    "session_info",
-    "usage",
-    "bogus",
-]
+ENTRY_TYPES = ["session", *ENTRY_MODELS, "bogus"]  # every entry type the parser models, and one it does not
 FIELD_NAMES = [
     "type", "id", "parentId", "timestamp", "version", "cwd", "message", "role", "content", "text",
     "usage", "totalTokens", "input", "output", "cacheRead", "cacheWrite", "cost", "stopReason", "summary",
