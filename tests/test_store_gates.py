@@ -40,6 +40,10 @@ CASES: list[tuple[str, Setup, str]] = [
                                                         s.key_dir().symlink_to(s.root / "elsewhere")),
      "key-not-a-directory"),
     ("key path is a regular file", lambda s: s.key_dir().write_text("x"), "key-not-a-directory"),
+    ("key path is a symlink to a file", lambda s: (s.root.joinpath("a-file").write_text("x"),
+                                                   s.key_dir().symlink_to(s.root / "a-file")),
+     "key-not-a-directory"),
+    ("key path is a FIFO", lambda s: os.mkfifo(s.key_dir()), "key-not-a-directory"),
     ("key path is a dangling symlink", lambda s: s.key_dir().symlink_to(s.root / "gone"), "key-not-a-directory"),
     ("key never promoted", lambda s: None, "absent"),
     ("key directory without transcript", lambda s: s.key_dir().mkdir(), "absent"),
@@ -145,6 +149,8 @@ ORDER: list[tuple[str, Setup, dict, str]] = [
     ("context wins over an unparseable body", lambda s: (s.configure(max_context_pct=50),
                                                          s.put(b"garbage\n", context="60 100")), {},
      "context-too-full"),
+    ("unparseable wins over an empty compaction", lambda s: s.put(b"garbage\n" + compaction_line("")), {},
+     "unparseable"),
     ("unparseable wins over too old", lambda s: (s.configure(max_age_days=1), s.put(b"garbage\n")), {},
      "unparseable"),
     ("empty compaction wins over too old", lambda s: (
@@ -226,3 +232,48 @@ def test_refused_stage_truncates_a_leftover_copy(store: Store) -> None:
     result = resolve(store.settings, KEY, str(stage), pi_version=PI, clock=NOW_MS)
     assert result is not None and result.verdict.reason == "venue-changed"
     assert (stage / "current.jsonl").read_bytes() == b""
+
+
+STAGED_SHAPES: dict[str, Callable[[Path, Path], None]] = {
+    "a FIFO": lambda staged, outside: os.mkfifo(staged),
+    "a symlink to a file": lambda staged, outside: staged.symlink_to(outside),
+    "a dangling symlink": lambda staged, outside: staged.symlink_to(outside.parent / "gone"),
+    "a directory": lambda staged, outside: (staged.mkdir(), (staged / "x").write_text("x")),
+}
+
+
+@pytest.mark.parametrize("resume", [True, False], ids=["resumed", "refused"])
+@pytest.mark.parametrize("shape", list(STAGED_SHAPES))
+def test_whatever_sits_at_the_staged_name_is_replaced_by_a_fresh_file(
+    store: Store, tmp_path: Path, shape: str, resume: bool
+) -> None:
+    """A reused staging directory may hold anything at ``current.jsonl``: a FIFO must not block the
+    stage (it used to, forever), a link must not redirect the copy. It is removed, never followed."""
+    content = sample("s1_after_turn2.jsonl")
+    store.put(content, venue="kubernetes" if resume else "podman")
+    stage = store.stage()
+    stage.mkdir(parents=True)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the agent's to overwrite")
+    STAGED_SHAPES[shape](stage / "current.jsonl", outside)
+
+    result = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL, clock=NOW_MS)
+
+    assert result is not None and result.verdict.reason == ("resumed" if resume else "venue-changed")
+    staged = stage / "current.jsonl"
+    assert staged.is_file() and not staged.is_symlink()
+    assert staged.read_bytes() == (content if resume else b"")
+    assert outside.read_text() == "not the agent's to overwrite"
+
+
+def test_a_staging_path_that_is_a_link_is_a_fault_not_followed(store: Store, tmp_path: Path, events) -> None:
+    store.put()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = store.stage_root / "job-y" / "session"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(elsewhere)
+    assert resolve(store.settings, KEY, str(link), pi_version=PI, clock=NOW_MS) is None
+    assert list(elsewhere.iterdir()) == [], "nothing staged through the link"
+    (failed,) = [e for e in events() if e["event"] == "session_store_failed"]
+    assert "not a real directory" in failed["reason"]

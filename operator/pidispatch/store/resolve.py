@@ -38,7 +38,6 @@ from pidispatch.transcript.compaction import EmptyCompactionScanner
 # staged file receives exactly the bytes the scan judged. No reader of the store can tell the difference.
 CHUNK = 1024 * 1024
 _NO_SENDFILE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV})
-STAGE_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -92,10 +91,7 @@ def resolve(
 def _resolve(
     settings: Settings, key: str, stage_dir: str, delivery: Delivery, clock: float, seams: Seams
 ) -> HostVerdict:
-    os.makedirs(stage_dir, mode=0o700, exist_ok=True)
-    if not fsio.is_real_dir(fsio.lstat_or_none(stage_dir)):
-        raise NotADirectoryError(f"staging path is not a real directory: {stage_dir}")
-    staged = os.open(os.path.join(stage_dir, sidecars.TRANSCRIPT), STAGE_FILE_FLAGS, 0o600)
+    staged = _create_staged_file(stage_dir)
     assert settings.sessions_dir is not None
     copy = _StagedCopy(staged, seams)
     observation = Observation(settings.sessions_dir, key, settings, delivery, clock, copy.run)
@@ -109,6 +105,28 @@ def _resolve(
     finally:
         observation.close()
         os.close(staged)
+
+
+def _create_staged_file(stage_dir: str) -> int:
+    """Create ``stage_dir`` (0700) if needed and a fresh, empty ``current.jsonl`` in it; return its fd.
+
+    A staging directory can be reused (a re-stage after an operator restart), and a job Pod may have
+    written into it, so whatever is at the staged name is removed first and the file is created
+    exclusively without following links: a FIFO planted there would otherwise block the open
+    forever, a link would redirect the copy.
+    """
+    os.makedirs(stage_dir, mode=0o700, exist_ok=True)
+    try:
+        dir_fd = os.open(stage_dir, fsio.DIR_FLAGS)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NotADirectoryError(f"staging path is not a real directory: {stage_dir}") from exc
+        raise
+    try:
+        fsio.clear_name(sidecars.TRANSCRIPT, dir_fd)
+        return os.open(sidecars.TRANSCRIPT, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _judge_and_copy(o: Observation, copy: _StagedCopy, seams: Seams) -> str | None:
