@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from pidispatch.settings import Settings
-from pidispatch.store.promote import promote
+from pidispatch.store.promote import COPY_CHUNK, promote
 from pidispatch.store.resolve import CHUNK, resolve
 from storekit import KEY, MODEL, PI, Store, sample
 
@@ -327,6 +327,7 @@ class AfterKill:
     temp_leaked: bool
     context: bool
     next_resolve: str  # the next delivery's reason
+    temp: bytes | None = None  # what a leaked temp holds, when not the whole new transcript
 
 
 # The old promotion was a host cold start (chain 0, no context); the killed one a host resume with a
@@ -334,13 +335,18 @@ class AfterKill:
 KILLS: list[tuple[str, AfterKill]] = [
     ("key-dir-ready", AfterKill(OLD, "kubernetes", "0", False, False, False, "resumed")),
     ("locked", AfterKill(OLD, "kubernetes", "0", True, False, False, "resumed")),
+    ("temp-created", AfterKill(OLD, "kubernetes", "0", True, True, False, "resumed", temp=b"")),
+    ("temp-chunk", AfterKill(OLD, "kubernetes", "0", True, True, False, "resumed")),  # one chunk: all of it
     ("temp-written", AfterKill(OLD, "kubernetes", "0", True, True, False, "resumed")),
+    ("sync-temp", AfterKill(OLD, "(pending)", "0", True, True, False, "venue-changed")),
+    ("sync-before-swap", AfterKill(OLD, "(pending)", "0", True, True, False, "venue-changed")),
     ("sentinel-written", AfterKill(OLD, "(pending)", "0", True, True, False, "venue-changed")),
     ("swapped", AfterKill(NEW, "(pending)", "0", True, False, False, "venue-changed")),
     # The venue is stamped last, so every kill between the swap and that stamp keeps (pending).
     ("stamped-pi-version", AfterKill(NEW, "(pending)", "0", True, False, False, "venue-changed")),
     ("stamped-resume-chain", AfterKill(NEW, "(pending)", "1", True, False, False, "venue-changed")),
     ("stamped-context", AfterKill(NEW, "(pending)", "1", True, False, True, "venue-changed")),
+    ("sync-after-swap", AfterKill(NEW, "(pending)", "1", True, False, True, "venue-changed")),
     ("stamped-venue", AfterKill(NEW, "kubernetes", "1", True, False, True, "resumed")),
     ("unlocked", AfterKill(NEW, "kubernetes", "1", False, False, True, "resumed")),
 ]
@@ -376,7 +382,7 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
     if expected.temp_leaked:
         # Spec §2.2 / §11 rule 11: a kill before the swap leaks the fsynced temp under its random name.
         assert len(temps) == 1, temps
-        assert (key_dir / temps[0]).read_bytes() == NEW
+        assert (key_dir / temps[0]).read_bytes() == (NEW if expected.temp is None else expected.temp)
     else:
         assert temps == []
 
@@ -436,6 +442,23 @@ def test_killed_after_the_swap_no_job_resumes_under_a_pi_that_did_not_write_it(s
         f"a job under pi {PI} got {resolution.verdict.reason!r} for a transcript written by pi {upgraded}"
     )
     assert (stage / "current.jsonl").read_bytes() == b""
+
+
+def test_a_promotion_killed_in_the_middle_of_its_copy_leaves_the_old_transcript_whole(store: Store):
+    """The copy into the temp goes in chunks; a kill after the first of three leaves a torn temp under
+    its random name, never at ``current.jsonl``, and the next delivery resumes the old transcript."""
+    assert promote(store.settings, KEY, str(store.staged_job(OLD)), host_resume=False, pi_version=PI,
+                   model=MODEL).promoted
+    run_to_death(_promote_then_die, str(store.root), str(store.staged_job(LONG)), "temp-chunk")
+    key_dir = store.key_dir()
+    (temp,) = [n for n in entries(key_dir) if TEMP_NAME.fullmatch(n)]
+    assert (key_dir / temp).read_bytes() == LONG[:COPY_CHUNK], "killed after exactly one chunk"
+    assert (key_dir / "current.jsonl").read_bytes() == OLD
+    assert (key_dir / "venue").read_text() == "kubernetes", "the sentinel comes after the copy"
+    stage = store.stage()
+    resolution = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL)
+    assert resolution is not None and resolution.verdict.reason == "resumed"
+    assert (stage / "current.jsonl").read_bytes() == OLD
 
 
 def test_the_leaked_temp_is_named_for_the_killed_writer(store: Store):

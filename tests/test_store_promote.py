@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,18 +136,33 @@ def test_sidecar_links_are_replaced_by_regular_files(store: Store, plant: str) -
         assert (store.key_dir() / name).is_file() and not (store.key_dir() / name).is_symlink()
 
 
-def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch) -> None:
-    """Whatever sits at the temp name (a planted directory here) is removed before the copy."""
+@pytest.mark.parametrize("plant", ["directory", "dangling symlink", "symlink to a file", "regular file"])
+def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch, plant: str) -> None:
+    """Whatever sits at the temp name is removed before the copy, never followed (spec §6.2 b).
+
+    The temp name is random, so the test pins it (``temp_name`` is this package's function, not ``os``).
+    """
     import pidispatch.store.promote as promote_module
 
     store.put(OLD)
-    planted = "current.jsonl.1.1.aaaaaaaaaaaa.incoming"
-    (store.key_dir() / planted).mkdir()
-    (store.key_dir() / planted / "x").write_text("x")
-    monkeypatch.setattr(promote_module, "temp_name", lambda: planted)
+    victim = store.root / "victim"
+    victim.write_text("do not touch")
+    planted = store.key_dir() / "current.jsonl.1.1.aaaaaaaaaaaa.incoming"
+    if plant == "directory":
+        planted.mkdir()
+        (planted / "x").write_text("x")
+    elif plant == "dangling symlink":
+        planted.symlink_to(store.root / "nowhere")
+    elif plant == "symlink to a file":
+        planted.symlink_to(victim)
+    else:
+        planted.write_text("planted")
+    monkeypatch.setattr(promote_module, "temp_name", lambda: planted.name)
     assert land(store).promoted
     assert canonical(store) == NEW
-    assert not (store.key_dir() / planted).exists()
+    assert not os.path.lexists(planted)
+    assert victim.read_text() == "do not touch"
+    assert not (store.root / "nowhere").exists()
 
 
 def test_temp_names_are_random_per_writer() -> None:
@@ -286,63 +300,95 @@ def test_no_key_is_a_safety_net(store: Store) -> None:
     assert (result.promoted, result.reason) == (False, "no-key")
 
 
-def _record_durability(monkeypatch) -> list[str]:
-    """Record fsyncs (of a directory or of a file) and renames, in the order promote makes them."""
-    trace: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
+class Observer:
+    """Seams that look at the real key directory at each named step of a promotion (no ``os`` patched).
 
-    def fsync(fd: int) -> None:
-        trace.append("fsync(dir)" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync(file)")
-        real_fsync(fd)
+    ``fail_at``: raise an I/O error at that step. The ``sync-*`` seams sit right before each fsync
+    (promote.py ``_swap_in``, ``_stamp``), in the same error handling, so a failure injected there
+    takes the path a failing fsync takes.
+    """
 
-    def replace(src, dst, **kwargs) -> None:
-        real_replace(src, dst, **kwargs)
-        name = "temp" if str(src).endswith(".incoming") and str(src).startswith("current.jsonl.") else str(src)
-        trace.append(f"rename {name} -> {dst}")
+    def __init__(self, store: Store, fail_at: str | None = None) -> None:
+        self.key_dir = store.key_dir()
+        self.fail_at = fail_at
+        self.seen: list[tuple[str, bytes, str | None, list[str]]] = []
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
-    return trace
+    def at(self, step: str) -> None:
+        venue = self.key_dir / "venue"
+        temps = sorted(p.name for p in self.key_dir.iterdir() if p.name.startswith("current.jsonl."))
+        self.seen.append((step, canonical_or_empty(self.key_dir), venue.read_text() if venue.exists() else None, temps))
+        if step == self.fail_at:
+            raise OSError(5, "Input/output error")
+
+    def steps(self) -> list[str]:
+        return [step for step, *_ in self.seen]
+
+    def state_at(self, step: str) -> tuple[bytes, str | None, list[str]]:
+        (state,) = [rest for seen_step, *rest in self.seen if seen_step == step]
+        return tuple(state)  # type: ignore[return-value]
 
 
-def test_durability_order_three_fsyncs(store: Store, monkeypatch) -> None:
+def canonical_or_empty(key_dir: Path) -> bytes:
+    path = key_dir / "current.jsonl"
+    return path.read_bytes() if path.exists() else b""
+
+
+def land_observed(store: Store, observer: Observer, **job):
+    stage = store.staged_job(NEW)
+    return promote(store.settings, KEY, str(stage), host_resume=job.pop("host_resume", False), pi_version=PI,
+                   model=MODEL, seams=observer, **job)
+
+
+def test_durability_order_three_fsyncs(store: Store) -> None:
     """promote.py ``_swap_in``: the temp's bytes, then the sentinel's rename, are on disk before the
     swap; the swap and the other stamps are on disk before the venue stamp re-opens the key."""
     store.put(OLD)
-    trace = _record_durability(monkeypatch)
-    assert land(store, host_resume=True, context=(1, 2)).promoted
-    assert trace == [
-        "rename venue.incoming -> venue",  # (pending)
-        "fsync(file)",  # the temp
-        "fsync(dir)",  # the sentinel's rename before the swap's
-        "rename temp -> current.jsonl",
-        "rename pi-version.incoming -> pi-version",
-        "rename resume-chain.incoming -> resume-chain",
-        "rename context.incoming -> context",
-        "fsync(dir)",  # the swap, and those stamps before the venue stamp
-        "rename venue.incoming -> venue",
+    observer = Observer(store)
+    assert land_observed(store, observer, host_resume=True, context=(1, 2)).promoted
+    assert observer.steps() == [
+        "key-dir-ready", "locked", "temp-created", "temp-chunk", "temp-written",
+        "sync-temp",  # fsync 1: the temp, after the sentinel's rename
+        "sync-before-swap",  # fsync 2: the sentinel's rename before the swap's
+        "sentinel-written", "swapped",
+        "stamped-pi-version", "stamped-resume-chain", "stamped-context",
+        "sync-after-swap",  # fsync 3: the swap and those stamps before the venue stamp
+        "stamped-venue", "unlocked",
     ]
+    transcript, venue, temps = observer.state_at("sync-temp")
+    assert (transcript, venue, len(temps)) == (OLD, "(pending)", 1), "the sentinel is renamed in before fsync 1"
+    assert (store.key_dir() / temps[0]).exists() is False, "the temp was renamed over current.jsonl"
+    assert observer.state_at("sync-before-swap")[:2] == (OLD, "(pending)")
+    assert observer.state_at("sync-after-swap")[:2] == (NEW, "(pending)"), "the venue stamp comes after fsync 3"
+    assert observer.state_at("stamped-venue")[:2] == (NEW, "kubernetes")
 
 
-@pytest.mark.parametrize("which", [1, 2, 3], ids=["temp", "dir-before-swap", "dir-after-swap"])
-def test_a_failed_fsync_is_promote_failed_and_never_resumes_wrongly(store: Store, events, monkeypatch, which) -> None:
+@pytest.mark.parametrize("step", ["sync-temp", "sync-before-swap"])
+def test_a_failed_fsync_before_the_swap_is_promote_failed(store: Store, events, step: str) -> None:
     store.put(OLD)
-    real_fsync = os.fsync
-    calls = []
-
-    def fsync(fd: int) -> None:
-        calls.append(fd)
-        if len(calls) == which:
-            raise OSError(5, "Input/output error")
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    result = land(store)
+    result = land_observed(store, Observer(store, fail_at=step))
     assert (result.promoted, result.reason) == (False, "promote-failed")
+    assert [e["phase"] for e in events() if e["event"] == "session_store_failed"] == ["promote"]
     assert leftovers(store) == [], "lock released and the temp removed"
-    # Before the swap the old transcript stays; after it the new one may have landed. Either way the
-    # sentinel stands, so the next delivery starts cold rather than trusting stamps that may not last.
-    assert canonical(store) == (OLD if which < 3 else NEW)
+    assert canonical(store) == OLD
+    # The sentinel stands, so the next delivery starts cold rather than trust stamps that may not last.
     assert (store.key_dir() / "venue").read_text() == "(pending)"
+    res = resolve(store.settings, KEY, str(store.stage()), pi_version=PI, model=MODEL)
+    assert res is not None and res.verdict.reason == "venue-changed"
+
+
+def test_a_failed_fsync_after_the_swap_counts_the_promotion_and_leaves_the_key_pending(store: Store, events) -> None:
+    """Spec §11 rule 10: never ``promote-failed`` once the transcript landed. The swap may not survive
+    a power cut, though, so the venue stamp is held back: the key cold-starts once."""
+    store.put(OLD)
+    result = land_observed(store, Observer(store, fail_at="sync-after-swap"), host_resume=True, context=(1, 2))
+    assert (result.promoted, result.reason, result.bytes) == (True, "promoted", len(NEW))
+    assert canonical(store) == NEW
+    assert leftovers(store) == []
+    assert not [e for e in events() if e["event"] == "session_store_failed"]
+    (failed,) = [e for e in events() if e["event"] == "session_sidecar_failed"]
+    assert failed["file"] == "venue" and "fsync" in failed["reason"]
+    assert (store.key_dir() / "venue").read_text() == "(pending)"
+    assert (store.key_dir() / "pi-version").read_text() == PI
+    assert (store.key_dir() / "resume-chain").read_text() == "1"
     res = resolve(store.settings, KEY, str(store.stage()), pi_version=PI, model=MODEL)
     assert res is not None and res.verdict.reason == "venue-changed"

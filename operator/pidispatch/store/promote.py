@@ -25,6 +25,7 @@ from pidispatch.store.resolve import make_delivery, now_ms
 from pidispatch.store.seams import NO_SEAMS, Seams
 
 _sequence = itertools.count(1)
+COPY_CHUNK = 1 << 20
 
 
 class _Skip(Exception):
@@ -180,14 +181,16 @@ def _swap_in(
     temp = temp_name()
     fsio.clear_name(temp, dir_fd)
     try:
-        size, temp_fd = _copy_staged(settings, staged_path, temp, dir_fd)
+        size, temp_fd = _copy_staged(settings, staged_path, temp, dir_fd, seams)
         try:
             temp_st = os.fstat(temp_fd)
             seams.at("temp-written")
             sidecars.replace_sidecar(dir_fd, sidecars.VENUE, sidecars.PENDING_VENUE)
+            seams.at("sync-temp")
             os.fsync(temp_fd)  # 1
         finally:
             os.close(temp_fd)
+        seams.at("sync-before-swap")
         fsio.fsync_dir(dir_fd)  # 2
         seams.at("sentinel-written")
         os.replace(temp, sidecars.TRANSCRIPT, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
@@ -209,7 +212,9 @@ def _swap_in(
     return size
 
 
-def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -> tuple[int, int]:
+def _copy_staged(
+    settings: Settings, staged_path: str, temp: str, dir_fd: int, seams: Seams
+) -> tuple[int, int]:
     """Copy the staged file through a no-follow descriptor into a fresh 0600 temp; return size and temp fd.
 
     The temp is left open, not yet fsynced: ``_swap_in`` fsyncs it after the sentinel (see there).
@@ -220,7 +225,8 @@ def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -
         _check_staged(settings, st)  # the agent may have swapped it since the lstat
         dst = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
-            _copy_bytes(src, dst, st.st_size)
+            seams.at("temp-created")
+            _copy_bytes(src, dst, st.st_size, seams)
         except BaseException:
             os.close(dst)
             raise
@@ -229,20 +235,24 @@ def _copy_staged(settings: Settings, staged_path: str, temp: str, dir_fd: int) -
     return st.st_size, dst
 
 
-def _copy_bytes(src: int, dst: int, size: int) -> None:
-    """Copy exactly ``size`` bytes in the kernel when it can, through user space when it cannot."""
+def _copy_bytes(src: int, dst: int, size: int, seams: Seams = NO_SEAMS) -> None:
+    """Copy exactly ``size`` bytes in the kernel when it can, through user space when it cannot.
+
+    In chunks of ``COPY_CHUNK``, so a test can stop the copy part-way (the ``temp-chunk`` seam).
+    """
     offset = 0
     try:
         while offset < size:
-            copied = os.copy_file_range(src, dst, size - offset, offset, offset)
+            copied = os.copy_file_range(src, dst, min(COPY_CHUNK, size - offset), offset, offset)
             if copied == 0:
                 break
             offset += copied
+            seams.at("temp-chunk")
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
             raise
     while offset < size:
-        chunk = os.pread(src, min(1 << 20, size - offset), offset)
+        chunk = os.pread(src, min(COPY_CHUNK, size - offset), offset)
         if not chunk:
             break
         view = memoryview(chunk)
@@ -252,6 +262,7 @@ def _copy_bytes(src: int, dst: int, size: int) -> None:
             written = os.pwrite(dst, view, offset)
             view = view[written:]
             offset += written
+        seams.at("temp-chunk")
     if offset != size:
         raise OSError(errno.EIO, f"staged file shrank during promotion ({offset} of {size} bytes)")
 
@@ -292,9 +303,17 @@ def _stamp(
         reading = f"{tokens} {window}" + (f" {delivery.model_id}" if delivery.model_id else "")
         write(sidecars.CONTEXT, lambda: sidecars.replace_sidecar(dir_fd, sidecars.CONTEXT, reading))
     # fsync 3 of ``_swap_in``'s list: the swap is durable, and so are the stamps above, before the
-    # venue stamp below can re-open the key. A failure here is a fault (promote-failed), not a
-    # sidecar failure: the key stays (pending) and cold-starts, since the swap may not survive.
-    fsio.fsync_dir(dir_fd)
+    # venue stamp below can re-open the key. If it fails, the swap has still landed, so the
+    # promotion counts (spec §11 rule 10: never promote-failed once the transcript landed); but the
+    # swap and the stamps may not survive a power cut, so the venue stamp is not written: the key
+    # stays (pending) and cold-starts once rather than resume on stamps that may not last.
+    try:
+        seams.at("sync-after-swap")
+        fsio.fsync_dir(dir_fd)
+    except OSError as exc:
+        emit("session_sidecar_failed", key=key, file=sidecars.VENUE,
+             reason=f"left (pending): the key directory's fsync failed: {type(exc).__name__}: {exc}")
+        return
     if delivery.venue is not None:  # no venue: leave (pending) on purpose, nothing resumes from it
         write(sidecars.VENUE, lambda: sidecars.replace_sidecar(dir_fd, sidecars.VENUE, delivery.venue or ""))
 
