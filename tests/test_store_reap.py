@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+import pytest
 
 from pidispatch.store.reap import reap
 from storekit import DAY_MS, NOW_MS, Store, set_mtime
@@ -84,3 +90,73 @@ def test_exactly_at_cutoff_is_kept(store: Store) -> None:
     store.put(key=K3, idle_ms=14 * DAY_MS)
     store.put(key=K4, idle_ms=14 * DAY_MS + 1)
     assert sweep(store) == [{"event": "reaped_session", "key": K4}]
+
+
+NOBODY = 65534
+
+
+def sweep_unprivileged(store: Store) -> list[dict]:
+    """One sweep in a forked child that has dropped root, so permission bits apply to it.
+
+    Root ignores them, and a store shared with a less privileged host is where a reaper meets
+    ``EACCES``. Forked, not spawned: the interpreter lives under a directory ``nobody`` cannot enter.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop privileges, sweep, report, exit without running pytest's teardown
+        status = 1
+        try:
+            os.close(read_end)
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+            with os.fdopen(write_end, "w") as out:
+                json.dump(sweep(store), out)
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as results:
+        text = results.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged sweep failed"
+    return json.loads(text)
+
+
+@pytest.fixture
+def open_store(tmp_path: Path) -> Store:
+    """A store whose path an unprivileged process can reach (pytest's tmp_path is private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="pidispatch-reap-"))
+    base.chmod(0o755)
+    root = base / "store"
+    root.mkdir()
+    root.chmod(0o755)
+    yield Store(root, tmp_path / "staging")
+    shutil.rmtree(base)
+
+
+def test_a_transcript_that_cannot_be_examined_is_skipped_not_reaped(open_store: Store) -> None:
+    """A non-ENOENT ``lstat`` error is no proof of age (spec §7): the key is skipped and kept."""
+    open_store.put(key=K1, idle_ms=OLD)
+    open_store.key_dir(K1).chmod(0o600)  # listable from the root, but nothing inside can be looked up
+    try:
+        events = sweep_unprivileged(open_store)
+    finally:
+        open_store.key_dir(K1).chmod(0o700)
+    assert [(e["event"], e["key"]) for e in events] == [("session_reaper_skipped", K1)]
+    assert events[0]["reason"] == "Permission denied"
+    assert (open_store.key_dir(K1) / "current.jsonl").exists()
+
+
+def test_a_key_the_recursive_delete_cannot_finish_is_reported(open_store: Store) -> None:
+    open_store.put(key=K1, idle_ms=OLD)
+    key_dir = open_store.key_dir(K1)
+    (key_dir / "kept").mkdir()
+    (key_dir / "kept" / "file").write_text("x")  # in a directory the sweep may not write to
+    key_dir.chmod(0o777)
+    set_mtime(key_dir / "current.jsonl", NOW_MS - OLD)
+    events = sweep_unprivileged(open_store)
+    assert [(e["event"], e["key"]) for e in events] == [("session_reaper_skipped", K1)]
+    assert events[0]["reason"] == "Permission denied"
+    assert (key_dir / "kept" / "file").exists()

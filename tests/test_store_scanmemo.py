@@ -119,15 +119,30 @@ def test_both_copies_stage_the_same_bytes_of_real_pi_files(store: Store, name: s
     assert first == second == ("resumed", data)
 
 
-def test_a_filesystem_that_refuses_sendfile_gets_the_user_space_copy(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_staged_file_that_refuses_sendfile_gets_the_user_space_copy(store: Store, tmp_path) -> None:
+    """``sendfile`` into a file opened ``O_APPEND`` fails with EINVAL (a real refusal by the kernel, as
+    some filesystems refuse it): the remembered copy then falls back to reading through user space."""
+    from pidispatch.store.gates import METADATA_GATES, Observation, first_refusal
+    from pidispatch.store.resolve import _StagedCopy, make_delivery
+    from pidispatch.store.seams import NO_SEAMS
+
     store.put(REAL)
     assert stage(store) == ("resumed", REAL)  # remembered from now on
-
-    def refuse(*_: object) -> int:
-        raise OSError(errno.EINVAL, "sendfile not supported here")
-
-    monkeypatch.setattr(os, "sendfile", refuse)
-    assert stage(store) == ("resumed", REAL)
-    assert scanmemo.MEMO.hits == 1
+    target = tmp_path / "appending.jsonl"
+    staged = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+    source = os.open(store.key_dir() / "current.jsonl", os.O_RDONLY)
+    with pytest.raises(OSError) as refused:
+        os.sendfile(staged, source, 0, 1)
+    os.close(source)
+    assert refused.value.errno == errno.EINVAL, "this kernel accepts sendfile to O_APPEND: the test shows nothing"
+    copy = _StagedCopy(staged, NO_SEAMS)
+    o = Observation(str(store.root), KEY, store.settings, make_delivery("kubernetes", PI, MODEL), NOW_MS, copy.run)
+    try:
+        assert first_refusal(METADATA_GATES, o) is None and o.open_transcript()
+        assert copy.run(o) is False, "no empty compaction"
+        assert copy.complete
+    finally:
+        o.close()
+        os.close(staged)
+    assert scanmemo.MEMO.hits == 1, "the remembered path was the one taken"
+    assert target.read_bytes() == REAL

@@ -128,7 +128,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     settings = _settings()
     options = {"venue": args.venue, "pi_version": args.pi_version, "model": args.model}
-    rows = [inspect_key(settings, args.key, **options)] if args.key else list(inspect_store(settings, **options))
+    if args.key:
+        rows = [inspect_key(settings, args.key, **options)]
+    else:
+        try:
+            listing = inspect_store(settings, **options)
+        except OSError as exc:
+            sys.stderr.write(f"pidispatch: cannot list the session store {settings.sessions_dir}: "
+                             f"{exc.strerror or exc}\n")
+            return 1
+        rows = list(listing)
     if args.json:
         for row in rows:
             _print_json(row)
@@ -140,7 +149,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         lock = r.get("lock")
         table.append((
             r["key"], _size(r.get("bytes")), _age(r.get("idleMs")), r.get("venue") or "-",
-            r.get("piVersion") or "-", str(r.get("resumeChain", "-")),
+            r.get("piVersion") or "-", "-" if r.get("resumeChain") is None else str(r["resumeChain"]),
             f"{ctx['tokens']}/{ctx['window']}" if ctx else "-",
             f"{lock['state']} {_age(lock['ageMs'])}" if lock else "-", r["next"],
         ))

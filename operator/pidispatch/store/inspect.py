@@ -12,7 +12,6 @@ from typing import Any
 
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
-from pidispatch.store.keys import is_key
 from pidispatch.store.lock import LOCK_STALE_MS
 from pidispatch.store.resolve import dry_run, now_ms
 
@@ -26,27 +25,33 @@ def inspect_key(
     model: str | None = None,
     clock: float | None = None,
 ) -> dict[str, Any]:
-    """Describe one key. Without ``pi_version`` the stamped version is assumed (and said so)."""
+    """Describe one key. Without ``pi_version`` the stamped version is assumed (and said so).
+
+    Nothing is read from a key path that is not a real directory (a link planted at a key would
+    otherwise show another directory's sidecars as this key's): every field is then ``None``.
+    """
     assert settings.sessions_dir is not None
     now = now_ms() if clock is None else clock
     key_dir = os.path.join(settings.sessions_dir, key)
-    stamp = sidecars.read_sidecar(key_dir, sidecars.PI_VERSION)
+    real = fsio.is_real_dir(fsio.lstat_or_none(key_dir))
+    stamp = sidecars.read_sidecar(key_dir, sidecars.PI_VERSION) if real else None
     assumed = pi_version is None
     next_reason, o = dry_run(
         settings, key, venue=venue, pi_version=stamp if assumed else pi_version, model=model, clock=now
     )
-    transcript = o.transcript_stat if fsio.is_regular(o.transcript_stat) else None
-    lock = fsio.lstat_or_none(os.path.join(key_dir, sidecars.LOCK))
-    context = sidecars.read_context(key_dir) if fsio.is_real_dir(o.key_dir_stat) else None
+    real = real and fsio.is_real_dir(o.key_dir_stat)
+    transcript = o.transcript_stat if real and fsio.is_regular(o.transcript_stat) else None
+    lock = fsio.lstat_or_none(os.path.join(key_dir, sidecars.LOCK)) if real else None
+    context = sidecars.read_context(key_dir) if real else None
     lock_age = None if lock is None else round(now - fsio.mtime_ms(lock))
     return {
         "key": key,
-        "directory": fsio.is_real_dir(o.key_dir_stat),
+        "directory": real,
         "bytes": transcript.st_size if transcript is not None else None,
         "idleMs": round(now - fsio.mtime_ms(transcript)) if transcript is not None else None,
-        "venue": sidecars.read_venue(key_dir) if fsio.is_real_dir(o.key_dir_stat) else None,
+        "venue": sidecars.read_venue(key_dir) if real else None,
         "piVersion": stamp,
-        "resumeChain": sidecars.read_chain(key_dir),
+        "resumeChain": sidecars.read_chain(key_dir) if real else None,
         "context": None if context is None else {"tokens": context[0], "window": context[1], "model": context[2]},
         "lock": None if lock_age is None else {
             "ageMs": lock_age, "state": "live" if lock_age <= LOCK_STALE_MS else "stale"},
@@ -56,10 +61,11 @@ def inspect_key(
 
 
 def inspect_store(settings: Settings, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Describe every entry of the store root, keys and strays alike, in name order."""
+    """Describe every entry of the store root, keys and strays alike, in name order.
+
+    The root is listed at the call, so a store that cannot be listed raises ``OSError`` here, before
+    any row is produced; the caller says so. Every row has the same fields.
+    """
     assert settings.sessions_dir is not None
-    for name in sorted(os.listdir(settings.sessions_dir)):
-        if is_key(name) or fsio.is_real_dir(fsio.lstat_or_none(os.path.join(settings.sessions_dir, name))):
-            yield inspect_key(settings, name, **kwargs)
-        else:
-            yield {"key": name, "directory": False, "next": "key-not-a-directory"}
+    names = sorted(os.listdir(settings.sessions_dir))
+    return (inspect_key(settings, name, **kwargs) for name in names)

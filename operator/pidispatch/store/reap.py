@@ -27,16 +27,16 @@ def reap(settings: Settings, clock: Callable[[], float] = now_ms) -> Iterator[di
     if settings.sessions_dir is None or settings.ttl_days == 0:
         return
     cutoff = clock() - settings.ttl_days * DAY_MS
+    # One handler for a listing that cannot start and one that fails part-way (``_reap_entry``
+    # handles its own errors, so only the listing raises here): the sweep stops and says so.
     try:
-        entries = os.scandir(settings.sessions_dir)
+        with os.scandir(settings.sessions_dir) as entries:
+            for entry in entries:
+                event = _reap_entry(entry.path, entry.name, cutoff)
+                if event is not None:
+                    yield event
     except OSError as exc:
         yield _event("session_reaper_skipped", reason=f"cannot list the store: {exc.strerror or exc}")
-        return
-    with entries:
-        for entry in entries:
-            event = _reap_entry(entry.path, entry.name, cutoff)
-            if event is not None:
-                yield event
 
 
 def _reap_entry(path: str, name: str, cutoff: float) -> dict[str, Any] | None:
