@@ -73,6 +73,8 @@ def test_keys_never_collide_on_distinct_part_lists(a: list[str], b: list[str]) -
     ("PI_SESSIONS_TTL_DAYS", "-1"), ("PI_SESSIONS_TTL_DAYS", "+3"), ("PI_SESSION_MAX_BYTES", "0x10"),
     ("PI_SESSION_MAX_BYTES", "8 MiB"), ("PI_SESSION_MAX_AGE_DAYS", "١"), ("PI_SESSION_MAX_RESUME_CHAIN", "1_000"),
     ("PI_SESSION_MAX_CONTEXT_PCT", "0"), ("PI_SESSION_MAX_CONTEXT_PCT", "101"), ("PI_SESSION_MAX_CONTEXT_PCT", "80%"),
+    # Empty is not "unset": only an absent variable takes the default (never silently a default).
+    ("PI_SESSION_MAX_AGE_DAYS", ""), ("PI_SESSIONS_TTL_DAYS", "  "), ("PI_SESSION_MAX_CONTEXT_PCT", ""),
 ])
 def test_malformed_settings_are_config_errors(name: str, value: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -83,7 +85,7 @@ def test_malformed_settings_are_config_errors(name: str, value: str) -> None:
 def test_defaults_and_accepted_forms() -> None:
     assert Settings.from_env({}) == Settings()
     s = Settings.from_env({"PI_SESSIONS_DIR": "/s", "PI_SESSIONS_TTL_DAYS": " 0 ", "PI_SESSION_MAX_BYTES": "0",
-                           "PI_SESSION_MAX_CONTEXT_PCT": "100", "PI_SESSION_MAX_AGE_DAYS": ""})
+                           "PI_SESSION_MAX_CONTEXT_PCT": "100"})
     assert (s.sessions_dir, s.ttl_days, s.max_bytes, s.max_context_pct, s.max_age_days) == ("/s", 0, 0, 100, 0)
     assert Settings.from_env({"PI_SESSIONS_DIR": ""}).sessions_dir is None
 

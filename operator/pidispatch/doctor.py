@@ -388,8 +388,8 @@ def render_json(checks: Sequence[Check]) -> str:
 
 # -- the edge: filesystem and cluster ------------------------------------------------------------------
 def explicit_bounds(env: Mapping[str, str]) -> frozenset[str]:
-    """The bound variables set to a value (an empty value counts as unset, as in settings.py)."""
-    return frozenset(v for v in BOUND_VARIABLES if (env.get(v) or "").strip())
+    """The bound variables that are set (settings.py has already refused an empty or malformed value)."""
+    return frozenset(v for v in BOUND_VARIABLES if env.get(v) is not None)
 
 
 def inspect_store(path: str) -> StoreFacts:

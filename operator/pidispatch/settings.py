@@ -42,8 +42,10 @@ def parse_strict_int(variable: str, raw: str, accepted: str, minimum: int = 0, m
 
 def _int_setting(env: Mapping[str, str], variable: str, default: int, accepted: str) -> int:
     raw = env.get(variable)
-    # An empty value counts as unset: Helm renders absent values as "", and that is not a typo.
-    if raw is None or raw.strip() == "":
+    # Only an absent variable takes the default. An empty value is malformed (spec §2.1's strict
+    # parse of the trimmed text): a manifest that renders a missing value as "" should say so, not
+    # quietly run with the default. The chart omits a bound it has no value for.
+    if raw is None:
         return default
     return parse_strict_int(variable, raw, accepted)
 
@@ -68,7 +70,7 @@ class Settings:
         sessions_dir = env.get("PI_SESSIONS_DIR") or None
         pct_raw = env.get("PI_SESSION_MAX_CONTEXT_PCT")
         max_context_pct = None
-        if pct_raw is not None and pct_raw.strip() != "":
+        if pct_raw is not None:
             max_context_pct = parse_strict_int(
                 "PI_SESSION_MAX_CONTEXT_PCT", pct_raw, "an integer from 1 to 100, or unset for no bound", 1, 100
             )
