@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -296,7 +297,43 @@ INVALID: dict[str, tuple[bytes, int, str]] = {
         8,
         "message.isError: Field required",
     ),
+    "assistant-cost-a-boolean": (
+        HEAD + with_assistant(usage={**USAGE, "cost": {**USAGE["cost"], "total": True}}),
+        8,
+        "message.usage.cost.total: Input should be a valid number",
+    ),
+    "assistant-token-count-a-whole-float": (
+        HEAD + with_assistant(usage={**USAGE, "input": 1.0}),
+        8,
+        "message.usage.input: Input should be a valid integer",
+    ),
+    "user-content-neither-string-nor-list": (
+        HEAD + line(type="message", message={"role": "user", "content": {"text": "x"}, "timestamp": 1}),
+        8,
+        "message.content: Input should be a valid string or list",
+    ),
+    "user-content-a-tool-call-block": (
+        HEAD + line(type="message", message={"role": "user", "content": [{"type": "toolCall"}], "timestamp": 1}),
+        8,
+        "message.content.0: Input tag 'toolCall' found using 'type' does not match any of the expected tags",
+    ),
+    "block-without-a-type": (HEAD + with_assistant(content=[{"text": "hi"}]), 8, "Unable to extract tag"),
+    "envelope-field-name-with-a-newline": (
+        HEAD + line(type="custom", customType="c", **{"a\nb": 1}),
+        8,
+        "'a\\nb': Extra inputs are not permitted",
+    ),
+    "payload-field-name-a-lone-surrogate": (
+        HEAD + with_assistant(lone=1).replace(b'"lone"', b'"\\ud800"'),  # JSON's escape for a lone surrogate
+        8,
+        "message.'\\ud800': field name is not valid Unicode",
+    ),
     "header-version-2": (HEADER_LINE.replace(b'"version":3', b'"version":2') + b"\n", 1, "session header: version"),
+    "header-version-true": (
+        HEADER_LINE.replace(b'"version":3', b'"version":true') + b"\n",
+        1,
+        "version: Input should be 3",
+    ),
     "header-without-id": (b'{"type":"session","version":3,"timestamp":"' + TS.encode() + b'","cwd":"/w"}\n', 1, "id"),
     "header-unknown-field": (HEADER_LINE[:-1] + b',"model":"x"}\n', 1, "session header: model: Extra inputs"),
     "header-naive-timestamp": (HEADER_LINE.replace(b".280Z", b"") + b"\n", 1, "session header: timestamp"),
@@ -340,7 +377,28 @@ def test_all_problems_are_collected_not_just_the_first() -> None:
 def test_problem_messages_do_not_echo_transcript_content() -> None:
     secret = "sk-very-secret-token"
     data = HEAD + with_assistant(usage={**USAGE, "input": secret}, stopReason=secret)
+    data += line(type="message", id="e0000002", message={"role": {"key": secret}})
     assert all(secret not in problem.message for problem in check_transcript(data))
+
+
+def test_what_strict_still_accepts_as_pydantic_did() -> None:
+    """Integer costs are read as floats, and a version of 3.0 is version 3 (JSON.parse reads it so)."""
+    data = HEADER_LINE.replace(b'"version":3', b'"version":3.0') + b"\n" + HEAD.split(b"\n", 1)[1]
+    data += with_assistant(usage={**USAGE, "cost": {**USAGE["cost"], "total": 2}})
+    transcript = parse_transcript(data)
+    assert transcript.header is not None and transcript.header.version == 3
+    message = transcript.entries[-1].message  # type: ignore[union-attr]
+    assert isinstance(message, m.AssistantMessage)
+    assert type(message.usage.cost.total) is float and message.usage.cost.total == 2.0
+
+
+def test_payloads_keep_unknown_fields_and_models_are_immutable() -> None:
+    transcript = parse_transcript(HEAD + EXTRA_ENTRIES["message-assistant-thinking-and-provider-extras"][0])
+    message = transcript.entries[-1].message  # type: ignore[union-attr]
+    assert isinstance(message, m.AssistantMessage)
+    assert [block.extra_fields for block in message.content] == [{"thinkingSignature": "sig"}, {"textSignature": "t"}]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        message.model = "other"  # type: ignore[misc]
 
 
 def test_problem_is_a_line_and_message_pair() -> None:

@@ -1,8 +1,9 @@
 """pi's v3 session JSONL: header check, strict parser, entry tree, usage sums, context measurement.
 
-`header`, `compaction` and `context` are stdlib only and imported eagerly; the pydantic models and
-the strict parser are loaded on first use, so the gate ladder and `pidispatch key` / `store` stay
-cheap to import (CLI.md "Start-up cost").
+Everything here is stdlib only. `header`, `compaction` and `context` are imported eagerly; the typed
+models (two dozen frozen dataclasses, some milliseconds to define) and the strict parser are loaded
+on first use, so the gate ladder and `pidispatch key` / `store` stay cheap to import (CLI.md
+"Start-up cost").
 """
 
 from __future__ import annotations

@@ -27,8 +27,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from pydantic import ValidationError
-
 from pidispatch.transcript._jsjson import TOO_DEEP, error_column, loads
 from pidispatch.transcript.context import ContextUsage, context_usage
 from pidispatch.transcript.model import (
@@ -38,6 +36,7 @@ from pidispatch.transcript.model import (
     MessageEntry,
     SessionHeader,
 )
+from pidispatch.transcript.strict import ModelError, validate
 
 __all__ = [
     "ContextUsage",
@@ -164,36 +163,18 @@ def _shorten(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    """`message.usage.input` from a pydantic location, without the union bookkeeping steps.
+def _field_path(path: tuple[int | str, ...]) -> str:
+    """`message.usage.input` from an error's path; `entry` for the line's object itself.
 
-    Pydantic inserts the tag after a tagged-union field (`message` -> `assistant`, a content index
-    -> `text`) and the branch name inside a plain union (`str`, `list[...]`); they say nothing
-    about where the problem is.
+    A field name that is not printable (a newline, a lone surrogate) is shown escaped and quoted, so
+    that every problem stays one printable line.
     """
-    parts: list[str] = []
-    previous: int | str | None = None
-    for part in loc:
-        is_tag = isinstance(part, str) and (
-            (previous == "message" and part in _ROLE_TAGS) or (isinstance(previous, int) and part in _BLOCK_TAGS)
-        )
-        is_branch = isinstance(part, str) and ("[" in part or part in _BRANCH_NAMES)
-        if not is_tag and not is_branch:
-            parts.append(_shorten(str(part)))
-        previous = part
+    parts = [_shorten(part if isinstance(part, str) and part.isprintable() else repr(part)) for part in path]
     return ".".join(parts) or "entry"
 
 
-def _describe(error: ValidationError) -> list[str]:
-    return [
-        _shorten(f"{_field_path(detail['loc'])}: {detail['msg']}")
-        for detail in error.errors(include_url=False, include_input=False)
-    ]
-
-
-_ROLE_TAGS = frozenset({"user", "assistant", "toolResult", "bashExecution", "custom"})
-_BLOCK_TAGS = frozenset({"text", "thinking", "image", "toolCall"})
-_BRANCH_NAMES = frozenset({"str", "int", "none", "dict", "list"})
+def _describe(error: ModelError) -> list[str]:
+    return [_shorten(f"{_field_path(path)}: {message}") for path, message in error.errors]
 
 
 def _json_problem(text: str) -> str:
@@ -267,8 +248,8 @@ class _Parse:
 
     def validate_header(self, number: int, value: dict[str, Any]) -> SessionHeader | None:
         try:
-            return SessionHeader.model_validate(value)
-        except ValidationError as error:
+            return validate(SessionHeader, value)
+        except ModelError as error:
             for message in _describe(error):
                 self.add(number, f"session header: {message}")
             return None
@@ -281,8 +262,8 @@ class _Parse:
             self.add(number, f"entry type {what}")
             return
         try:
-            entry: Entry = model.model_validate(value)  # type: ignore[assignment]
-        except ValidationError as error:
+            entry: Entry = validate(model, value)  # type: ignore[assignment]
+        except ModelError as error:
             for message in _describe(error):
                 self.add(number, f"{kind} entry: {message}")
             return
