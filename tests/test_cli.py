@@ -66,6 +66,20 @@ def test_resolve_and_promote_round_trip(store: Store, tmp_path: Path) -> None:
     assert json.loads(no_version.stdout)["reason"] == "pi-version-changed"
 
 
+def test_resolve_fault_prints_no_reason_and_exits_1(store: Store, tmp_path: Path) -> None:
+    """A store fault has no reason token (the job runs as if it had no key): ``reason`` is null, exit
+    1, and the cause is the ``session_store_failed`` event on stderr (README, "The CLI")."""
+    store.put()
+    blocker = tmp_path / "job"
+    blocker.write_text("a file where the staging directory should go")
+    result = run("store", "resolve", "--key", KEY, "--stage", str(blocker / "session"), "--pi-version", PI,
+                 env={"PI_SESSIONS_DIR": str(store.root)})
+    assert result.returncode == 1
+    assert json.loads(result.stdout) == {"resume": False, "reason": None, "bytes": None}
+    (event,) = [json.loads(line) for line in result.stderr.splitlines() if "session_store_failed" in line]
+    assert event["phase"] == "resolve"
+
+
 def test_promote_with_context(store: Store, tmp_path: Path) -> None:
     stage = store.staged_job(sample("s1_after_turn2.jsonl"))
     result = run("store", "promote", "--key", KEY, "--stage", str(stage), "--host-resume", "true",
