@@ -98,22 +98,31 @@ def test_key_path_shapes_are_refused_and_left_alone(store: Store, shape) -> None
     assert not (store.root / "d" / "current.jsonl").exists(), "nothing written through the link"
 
 
-@pytest.mark.parametrize("plant", ["directory", "dangling symlink", "symlink to a file", "regular file"])
+PLANTS = ["directory", "dangling symlink", "symlink to a file", "regular file"]
+
+
+def plant_at(path: Path, plant: str, store: Store) -> Path:
+    """Put ``plant`` at ``path``; return the file a link points at, which must stay untouched."""
+    victim = store.root / "victim"
+    if not victim.exists():
+        victim.write_text("do not touch")
+    if plant == "directory":
+        path.mkdir()
+        (path / "inner").write_text("x")
+    elif plant == "dangling symlink":
+        path.symlink_to(store.root / "nowhere")
+    elif plant == "symlink to a file":
+        path.symlink_to(victim)
+    else:
+        path.write_text("planted")
+    return victim
+
+
+@pytest.mark.parametrize("plant", PLANTS)
 def test_planted_sidecar_temps_are_replaced_not_followed(store: Store, plant: str) -> None:
     store.put(OLD)
-    target = store.root / "victim"
-    target.write_text("do not touch")
     for name in ("venue.incoming", "pi-version.incoming", "resume-chain.incoming", "context.incoming"):
-        path = store.key_dir() / name
-        if plant == "directory":
-            path.mkdir()
-            (path / "inner").write_text("x")
-        elif plant == "dangling symlink":
-            path.symlink_to(store.root / "nowhere")
-        elif plant == "symlink to a file":
-            path.symlink_to(target)
-        else:
-            path.write_text("planted")
+        target = plant_at(store.key_dir() / name, plant, store)
     result = land(store, host_resume=True, context=(10, 100))
     assert result.promoted
     assert target.read_text() == "do not touch"
@@ -136,7 +145,7 @@ def test_sidecar_links_are_replaced_by_regular_files(store: Store, plant: str) -
         assert (store.key_dir() / name).is_file() and not (store.key_dir() / name).is_symlink()
 
 
-@pytest.mark.parametrize("plant", ["directory", "dangling symlink", "symlink to a file", "regular file"])
+@pytest.mark.parametrize("plant", PLANTS)
 def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch, plant: str) -> None:
     """Whatever sits at the temp name is removed before the copy, never followed (spec §6.2 b).
 
@@ -145,18 +154,8 @@ def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch, plan
     import pidispatch.store.promote as promote_module
 
     store.put(OLD)
-    victim = store.root / "victim"
-    victim.write_text("do not touch")
     planted = store.key_dir() / "current.jsonl.1.1.aaaaaaaaaaaa.incoming"
-    if plant == "directory":
-        planted.mkdir()
-        (planted / "x").write_text("x")
-    elif plant == "dangling symlink":
-        planted.symlink_to(store.root / "nowhere")
-    elif plant == "symlink to a file":
-        planted.symlink_to(victim)
-    else:
-        planted.write_text("planted")
+    victim = plant_at(planted, plant, store)
     monkeypatch.setattr(promote_module, "temp_name", lambda: planted.name)
     assert land(store).promoted
     assert canonical(store) == NEW
