@@ -71,9 +71,10 @@ demo: cluster-up pi
 demo-store: venv
 	bash demo/store-demo.sh
 
-# Store benchmark (not a test); results go to docs/benchmarks.md.
+# Store and command start-up benchmarks (not tests); results go to docs/benchmarks.md.
 bench: venv
 	$(VPY) bench/store.py
+	$(VPY) bench/cli.py
 
 # The transcript readers fuzzed with 1 000 000 seeded inputs (FUZZ_ARGS='-n 20000 --seed 7'); docs/reliability.md.
 .PHONY: fuzz
