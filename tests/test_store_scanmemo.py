@@ -99,14 +99,31 @@ def test_a_read_that_did_not_cover_the_judged_size_is_not_remembered(store: Stor
 
 def test_the_memo_is_bounded_least_recently_used_first_out() -> None:
     memo = scanmemo.ScanMemo(capacity=3)
+
+    def version(ino: int) -> scanmemo.Version:
+        return scanmemo.pack(1, ino, 10, 20, 30)
+
     for ino in range(5):
-        memo.put((1, ino, 10, 20, 30), False)
+        memo.put(version(ino), False)
     assert len(memo) == 3
-    assert memo.get((1, 0, 10, 20, 30)) is None and memo.get((1, 1, 10, 20, 30)) is None
-    assert memo.get((1, 2, 10, 20, 30)) is False
-    memo.put((1, 5, 10, 20, 30), True)  # (1, 3) is now the least recently used
-    assert memo.get((1, 3, 10, 20, 30)) is None and memo.get((1, 2, 10, 20, 30)) is False
-    assert memo.get((1, 5, 10, 20, 30)) is True
+    assert memo.get(version(0)) is None and memo.get(version(1)) is None
+    assert memo.get(version(2)) is False
+    memo.put(version(5), True)  # inode 3 is now the least recently used
+    assert memo.get(version(3)) is None and memo.get(version(2)) is False
+    assert memo.get(version(5)) is True
+
+
+def test_every_field_of_the_version_counts() -> None:
+    """The packed name keeps all five fields apart (a negative mtime too: files from before 1970)."""
+    base = (2049, 12, 4096, 1_764_000_000_123_456_789, 1_764_000_000_223_456_789)
+    names = {scanmemo.pack(*base)}
+    for field in range(5):
+        for delta in (1, -1):
+            changed = list(base)
+            changed[field] += delta
+            names.add(scanmemo.pack(*changed))
+    assert len(names) == 11
+    assert scanmemo.pack(1, 2, 3, -5, -6) != scanmemo.pack(1, 2, 3, 5, 6)
 
 
 @pytest.mark.parametrize("name", ["s1_after_turn2.jsonl", "s5_auto_compaction_then_resume.jsonl"])

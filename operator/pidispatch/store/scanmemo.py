@@ -16,22 +16,32 @@ next job's stage of that transcript then copies it in the kernel without scannin
 restart the memo is empty and every gate-12 answer is read from the bytes again.
 
 Bounded (least recently used first out) so a store of many keys cannot grow the operator's memory
-without limit: an entry is about 200 bytes.
+without limit. A version is packed into 40 bytes, so an entry costs about 180 bytes (a tuple of five
+large integers cost 330): the bound of 65 536 versions is at most about 12 MB, and covers a
+`Resumable` refresh over 65 536 keys. Beyond that the refresh cycles through more keys than the memo
+holds, and least-recently-used eviction then misses every time: each refresh reads every transcript
+again, as it did before the memo existed.
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import threading
 from collections import OrderedDict
 
-CAPACITY = 16_384
+CAPACITY = 65_536
 
-Version = tuple[int, int, int, int, int]
+Version = bytes
+_VERSION = struct.Struct("<QQqqq")  # dev, ino, size, mtime_ns, ctime_ns
+
+
+def pack(dev: int, ino: int, size: int, mtime_ns: int, ctime_ns: int) -> Version:
+    return _VERSION.pack(dev, ino, size, mtime_ns, ctime_ns)
 
 
 def version_of(st: os.stat_result) -> Version:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return _VERSION.pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class ScanMemo:
