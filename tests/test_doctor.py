@@ -225,6 +225,8 @@ AUTH = [
      [ARMED], [Status.WARN, Status.FAIL]),
     ("an armed Trigger on an App beside a gh default is not refused", {"GITHUB_AUTH_SOURCE": "gh"},
      [trigger("app", {"resume": True, "auth": "app"})], [Status.WARN]),
+    ("an armed Trigger saying pat on a gh deployment gets the gh login: refused", {"GITHUB_AUTH_SOURCE": "gh"},
+     [trigger("pat", {"resume": True, "auth": "pat"})], [Status.WARN, Status.FAIL]),
     ("offline the Triggers are unknown: only the warning", {"GITHUB_AUTH_SOURCE": "gh"}, None, [Status.WARN]),
 ]
 

@@ -108,7 +108,11 @@ AUTH = [
     ("trigger auth gh beats settings app", None, "gh", "app", True),
     ("job authSource gh beats trigger app", "gh", "app", "app", True),
     ("job authSource app beats trigger gh", "app", "gh", "gh", False),
-    ("trigger auth pat beats settings gh", None, "pat", "gh", False),
+    # pat reads the same Secret as gh: on a gh deployment it holds the gh login, so it is refused too.
+    ("trigger auth pat on a gh deployment still gets the gh login", None, "pat", "gh", True),
+    ("job authSource pat on a gh deployment still gets the gh login", "pat", "app", "gh", True),
+    ("trigger auth app on a gh deployment", None, "app", "gh", False),
+    ("trigger auth gh on a pat deployment", None, "gh", "pat", True),
     ("settings app", None, None, "app", False),
     ("settings pat", None, None, "pat", False),
 ]

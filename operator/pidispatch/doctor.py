@@ -328,7 +328,8 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
     def source(t: Mapping[str, Any]) -> str:
         return ((t.get("spec") or {}).get("run") or {}).get("auth") or default
 
-    gh_triggers = [t for t in triggers or () if source(t) == "gh"]
+    # pat and gh read the same Secret; on a gh deployment it holds the gh login whatever run.auth says.
+    gh_triggers = [t for t in triggers or () if source(t) == "gh" or (source(t) == "pat" and default == "gh")]
     if default != "gh" and not gh_triggers:
         return [Check("auth", Status.OK, f"GITHUB_AUTH_SOURCE={default}")]
     who = "GITHUB_AUTH_SOURCE=gh" if default == "gh" else f"run.auth gh on {_plural(len(gh_triggers), 'Trigger')}"

@@ -72,7 +72,7 @@ def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | N
     if settings.sessions_dir is None:
         return Refusal("Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset",
                        SESSIONS_DIR_UNSET_MESSAGE.format(trigger=trigger_name))
-    if auth_source(job_spec, spec, settings) == "gh" and not settings.allow_gh_source:
+    if gets_gh_login(job_spec, spec, settings) and not settings.allow_gh_source:
         return Refusal("Refused", JobReason.CONFIG_REFUSED, "ConfigRefused",
                        GH_SOURCE_MESSAGE.format(trigger=trigger_name))
     return None
@@ -82,6 +82,17 @@ def auth_source(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings
     """The job's GitHub credential source: the Job's, else the Trigger's ``run.auth``, else the deployment's."""
     return str(job_spec.get("authSource") or (trigger_spec.get("run") or {}).get("auth")
                or settings.github_auth_source)
+
+
+def gets_gh_login(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings: Settings) -> bool:
+    """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
+
+    ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
+    holds is the deployment's source: on a ``gh`` deployment, a Trigger or Job that says ``pat`` still
+    gets the gh login, so it is refused the same way (the name of the source is not what counts).
+    """
+    source = auth_source(job_spec, trigger_spec, settings)
+    return source == "gh" or (source == "pat" and settings.github_auth_source == "gh")
 
 
 def needs_head_lookup(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> bool:
