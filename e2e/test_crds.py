@@ -81,6 +81,17 @@ def test_non_boolean_resume_is_refused(installed: Kube, namespace: str, value: o
     assert "spec.run.resume" in err.value.message and "boolean" in err.value.message
 
 
+def test_author_associations_are_github_s_values(installed: Kube, namespace: str) -> None:
+    body = trigger({"resume": True})
+    body["spec"]["on"]["authorAssociations"] = ["COLLABORATOR", "CONTRIBUTOR"]
+    created = installed.create(TRIGGERS.format(ns=namespace), body, dryRun="All")
+    assert created["spec"]["on"]["authorAssociations"] == ["COLLABORATOR", "CONTRIBUTOR"], "kept, not pruned"
+    body["spec"]["on"]["authorAssociations"] = ["EVERYONE"]
+    with pytest.raises(ApiError) as err:
+        installed.create(TRIGGERS.format(ns=namespace), body, dryRun="All")
+    assert err.value.status == 422 and "authorAssociations" in err.value.message
+
+
 ACCEPTED = [
     ("resume alone", {"resume": True}, "issue_comment.created"),
     ("resume false with everything", {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]},

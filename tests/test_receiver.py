@@ -453,6 +453,9 @@ IGNORED: list[tuple[str, Callable[[Webhooks], Delivery], str]] = [
     ("review comment edited", lambda h: h.pull_request_review_comment(3, "@pi fix", action="edited"), "'edited'"),
     ("a bot's comment", lambda h: h.issue_comment(3, "@pi fix", sender="pi-dispatch[bot]", bot=True), "bot"),
     ("a bot's review", lambda h: h.pull_request_review(3, "@pi fix", sender="ci[bot]", bot=True), "bot"),
+    # Under a pat or gh token the operator comments as a person's account: its marker still tells.
+    ("the operator's own comment", lambda h: h.issue_comment(
+        3, "This Trigger asks to resume (@pi)...\n<!-- pi-dispatch:job=1b4e28ba -->\n"), "own comments"),
     ("no Trigger matches", lambda h: h.issue_comment(3, "thanks!"), "no Trigger matches"),
 ]
 
@@ -474,7 +477,36 @@ def test_an_event_without_its_header_is_ignored(receiver: Running, cluster: Memo
 
 
 # -- matching ------------------------------------------------------------------------------------------------
+def written_by(association: str | None, delivery: Delivery) -> Delivery:
+    """The same delivery, its comment or review written by someone of ``association`` (None: no field)."""
+    writing = delivery.payload["review" if delivery.event == "pull_request_review" else "comment"]
+    if association is None:
+        writing.pop("author_association")
+    else:
+        writing["author_association"] = association
+    return delivery
+
+
+COMMENT = {"event": "issue_comment.created", "phrase": "@pi"}
 MATCHING: list[tuple[str, dict[str, Any], Callable[[Webhooks], Delivery], bool]] = [
+    ("author: a stranger's @pi starts nothing", COMMENT, lambda h: written_by("NONE", h.issue_comment(1, "@pi")),
+     False),
+    ("author: a contributor is not trusted by default", COMMENT,
+     lambda h: written_by("CONTRIBUTOR", h.issue_comment(1, "@pi")), False),
+    ("author: a member", COMMENT, lambda h: written_by("MEMBER", h.issue_comment(1, "@pi")), True),
+    ("author: a collaborator", COMMENT, lambda h: written_by("COLLABORATOR", h.issue_comment(1, "@pi")), True),
+    ("author: a payload without an association reads as NONE", COMMENT,
+     lambda h: written_by(None, h.issue_comment(1, "@pi")), False),
+    ("author: a Trigger that lets contributors in", {**COMMENT, "authorAssociations": ["CONTRIBUTOR"]},
+     lambda h: written_by("CONTRIBUTOR", h.issue_comment(1, "@pi")), True),
+    ("author: such a Trigger lists exactly who", {**COMMENT, "authorAssociations": ["CONTRIBUTOR"]},
+     lambda h: written_by("OWNER", h.issue_comment(1, "@pi")), False),
+    ("author: a stranger's review", {"event": "pull_request_review.submitted"},
+     lambda h: written_by("FIRST_TIME_CONTRIBUTOR", h.pull_request_review(2, "@pi")), False),
+    ("author: a stranger's review comment", {"event": "pull_request_review_comment.created", "phrase": "/pi"},
+     lambda h: written_by("NONE", h.pull_request_review_comment(2, "/pi rename")), False),
+    ("author: labels need triage rights on GitHub, not checked", {"event": "issues.labeled", "label": "pi"},
+     lambda h: h.issues_labeled(1, "pi", sender="someone"), True),
     ("label: the Trigger's label", {"event": "issues.labeled", "label": "pi"},
      lambda h: h.issues_labeled(1, "pi"), True),
     ("label: case does not matter to GitHub", {"event": "issues.labeled", "label": "Pi-Fix"},

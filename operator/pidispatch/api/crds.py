@@ -23,6 +23,11 @@ JOB_PHASES = ("Pending", "Refused", "Queued", "Running", "Succeeded", "Failed")
 TRIGGER_EVENTS = ("issues.labeled", "issue_comment.created", "pull_request_review.submitted",
                   "pull_request_review_comment.created", "cron")
 AUTH_SOURCES = ("app", "pat", "gh")
+# GitHub's `author_association` of a comment or review. Who may start a job by writing one: by default
+# people with a role in the repository (a stranger's `@pi` on a public repository starts nothing).
+AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER",
+                       "MANNEQUIN", "NONE")
+DEFAULT_AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR")
 TOKEN_FIELDS = ("input", "output", "total", "cost", "metered", "rootTotal", "otherTotal", "looseTotal", "sessions",
                 "calls", "unresolved", "unpriced", "childTotal", "childProcesses", "unmeteredChildren",
                 "costUnreported", "costCapMicros", "costRefused", "boundExceeded", "longContext", "costUnjudged",
@@ -149,6 +154,12 @@ def trigger_crd() -> dict[str, Any]:
                     "label": _string(), "phrase": _string(200),
                     "repository": _string(200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$"),
                     "schedule": _string(100),
+                    "authorAssociations": {
+                        "type": "array", "maxItems": len(AUTHOR_ASSOCIATIONS),
+                        "items": {"type": "string", "enum": list(AUTHOR_ASSOCIATIONS)},
+                        "description": "Who may start a job with a comment or a review, by their GitHub author "
+                                       "association. Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".",
+                    },
                 }},
                 "run": {"type": "object", "properties": {
                     "kind": {"type": "string", "enum": ["forge", "local"]},

@@ -15,8 +15,16 @@ Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
   comment, or every comment, the bot's own replies included, would start a job;
 * ``pull_request_review.submitted``: when ``phrase`` is set it occurs in the review's body.
 
-Comments and reviews written by a bot (``sender.type == "Bot"``) start nothing: a job's own comments
-must not be able to start the next job. Labels added by automation do start jobs.
+* comments and reviews: the author's ``author_association`` is one of the Trigger's
+  ``authorAssociations`` (unset: ``OWNER``, ``MEMBER``, ``COLLABORATOR``). On a public repository
+  anyone can comment, and a job runs the agent with a token that can write to the repository, so a
+  stranger's ``@pi`` starts nothing unless a Trigger says so. Adding a label needs triage rights on
+  GitHub already, so labels are not checked.
+
+Comments and reviews written by a bot (``sender.type == "Bot"``), and the operator's own comments
+(they carry a ``<!-- pi-dispatch:`` marker, whoever posted them: under a ``pat`` or ``gh`` token that
+is a person's account), start nothing: a job's own comments must not be able to start the next job.
+Labels added by automation do start jobs.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.api.crds import GROUP, VERSION, job_crd
+from pidispatch.api.crds import DEFAULT_AUTHOR_ASSOCIATIONS, GROUP, VERSION, job_crd
 
 ISSUES_LABELED = "issues.labeled"
 ISSUE_COMMENT_CREATED = "issue_comment.created"
@@ -83,6 +91,7 @@ class Event:
     text: str | None = None
     label: str | None = None
     fork: bool | None = None
+    author_association: str | None = None  # of the comment or review; None when the payload has none
 
 
 # -- headers -------------------------------------------------------------------------------------------------
@@ -183,18 +192,25 @@ def parse_delivery(event: str, payload: Any) -> Event | Ignored:
     if trigger_event == ISSUE_COMMENT_CREATED:
         issue = _object(payload, "issue", "")
         number = _number(issue, "number", "issue.")
-        text = _string(_object(payload, "comment", ""), "body", "comment.", nullable=True)
+        comment = _object(payload, "comment", "")
+        text = _string(comment, "body", "comment.", nullable=True)
+        written = {**common, "text": text, "author_association": _association(comment)}
         # A comment on a pull request arrives as an issue comment whose issue has `pull_request` set.
         if issue.get("pull_request") is not None:
-            return Event(**common, pull_request=number, text=text)
-        return Event(**common, issue=number, text=text)
+            return Event(**written, pull_request=number)
+        return Event(**written, issue=number)
     pull_request = _object(payload, "pull_request", "")
     number = _number(pull_request, "number", "pull_request.")
-    if trigger_event == REVIEW_SUBMITTED:
-        text = _string(_object(payload, "review", ""), "body", "review.", nullable=True)
-    else:
-        text = _string(_object(payload, "comment", ""), "body", "comment.", nullable=True)
-    return Event(**common, pull_request=number, text=text, fork=_fork(pull_request))
+    writing = _object(payload, "review" if trigger_event == REVIEW_SUBMITTED else "comment", "")
+    text = _string(writing, "body", "review." if trigger_event == REVIEW_SUBMITTED else "comment.", nullable=True)
+    return Event(**common, pull_request=number, text=text, fork=_fork(pull_request),
+                 author_association=_association(writing))
+
+
+def _association(writing: dict[str, Any]) -> str | None:
+    """The comment's or review's ``author_association``; anything but a short string reads as none."""
+    value = writing.get("author_association")
+    return value if isinstance(value, str) and 0 < len(value) <= 32 else None
 
 
 # -- matching ------------------------------------------------------------------------------------------------
@@ -227,8 +243,18 @@ def phrase_missing(on: dict[str, Any], event: Event) -> str | None:
     return None if event.text is not None and phrase in event.text else "the phrase is not in the text"
 
 
+def author_not_allowed(on: dict[str, Any], event: Event) -> str | None:
+    if event.trigger_event not in TEXT_EVENTS:
+        return None
+    allowed = on.get("authorAssociations") or DEFAULT_AUTHOR_ASSOCIATIONS
+    association = event.author_association or "NONE"
+    if association in allowed:
+        return None
+    return f"the author's association ({association[:32]}) is not one of {', '.join(allowed)}"
+
+
 # In this order: the first mismatch is the reason a Trigger was passed over.
-MISMATCHES = (event_differs, repository_differs, label_differs, phrase_missing)
+MISMATCHES = (event_differs, repository_differs, label_differs, phrase_missing, author_not_allowed)
 
 
 def mismatch(trigger: dict[str, Any], event: Event) -> str | None:
@@ -243,10 +269,18 @@ def mismatch(trigger: dict[str, Any], event: Event) -> str | None:
     return None
 
 
+OWN_COMMENT_MARKER = "<!-- pi-dispatch:"  # forge/comments.py marks every comment the operator posts
+
+
 def sender_problem(event: Event) -> Ignored | None:
-    """Bots' comments and reviews start nothing (a job's own replies must not start the next job)."""
-    if event.sender_is_bot and event.trigger_event in TEXT_EVENTS:
+    """Bots' comments and reviews, and the operator's own comments, start nothing (a job's own replies
+    must not start the next job; a refusal comment must not start the job it refuses again)."""
+    if event.trigger_event not in TEXT_EVENTS:
+        return None
+    if event.sender_is_bot:
         return Ignored("comments and reviews by bots start no job")
+    if event.text is not None and OWN_COMMENT_MARKER in event.text:
+        return Ignored("the operator's own comments start no job")
     return None
 
 
