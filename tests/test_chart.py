@@ -310,6 +310,11 @@ REJECTED = [
     ("token secret key with a slash", {"github.token.key": "a/b"}, "/github/token/key"),
     ("metrics port out of range", {"metrics.port": 70000}, "/metrics/port"),
     ("root user", {"securityContext.runAsUser": 0}, "/securityContext/runAsUser"),
+    ("a plain token in the job env", {"job.env": {"GH_TOKEN": "ghp_x"}}, "GH_TOKEN"),
+    ("a store setting in the job env", {"job.env": {"PI_SESSION_FILE": "/x"}}, "PI_SESSION_FILE"),
+    ("extraEnv overriding the store", {"extraEnv": [{"name": "PI_SESSIONS_DIR", "value": "/x"}]}, "/extraEnv/0/name"),
+    ("extraEnv overriding the auth source", {"extraEnv": [{"name": "GITHUB_AUTH_SOURCE", "value": "app"}]},
+     "/extraEnv/0/name"),
     ("unknown access mode", {"sessions.staging.accessModes": ["RWX"]}, "/sessions/staging/accessModes"),
     ("size without a unit grammar", {"sessions.store.size": "ten gigs"}, "/sessions/store/size"),
 ]
