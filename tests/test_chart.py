@@ -338,12 +338,12 @@ def _expand(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 
 
 NAMESPACED_GRANTS = (
-    _expand(["pi-dispatch.dev"], ["triggers", "jobs", "sessionkeys"], ["get", "list", "watch", "patch", "update"])
-    | _expand(["pi-dispatch.dev"], ["sessionkeys"], ["create", "delete"])
-    | _expand(["pi-dispatch.dev"], ["triggers/status", "jobs/status", "sessionkeys/status"], ["get", "patch", "update"])
+    _expand(["pi-dispatch.dev"], ["triggers", "jobs", "sessionkeys"], ["get", "list", "watch"])
+    | _expand(["pi-dispatch.dev"], ["sessionkeys"], ["create", "delete", "patch"])
+    | _expand(["pi-dispatch.dev"], ["triggers/status", "jobs/status", "sessionkeys/status"], ["patch"])
     | _expand([""], ["pods"], ["get", "list", "watch", "create", "delete"])
     | _expand([""], ["secrets"], ["create"])
-    | _expand(["", "events.k8s.io"], ["events"], ["create", "patch"])
+    | _expand([""], ["events"], ["create"])
     | _expand([""], ["persistentvolumeclaims"], ["get"])
     | _expand(["kopf.dev"], ["kopfpeerings"], ["get", "list", "watch", "patch"])
 )

@@ -95,7 +95,10 @@ REQUIRED_ACCESS: tuple[Access, ...] = (
     Access("list", "jobs"), Access("watch", "jobs"), Access("patch", "jobs", "status"),
     Access("list", "sessionkeys"), Access("watch", "sessionkeys"), Access("create", "sessionkeys"),
     Access("delete", "sessionkeys"), Access("patch", "sessionkeys", "status"),
-    Access("create", "pods", group=""), Access("list", "pods", group=""), Access("watch", "pods", group=""),
+    Access("patch", "sessionkeys"),  # the operator's own finalizer, removed when a SessionKey is deleted
+    Access("patch", "triggers", "status"),
+    Access("create", "pods", group=""), Access("get", "pods", group=""), Access("list", "pods", group=""),
+    Access("watch", "pods", group=""),
     Access("create", "events", group=""),
     # per-job GitHub App token Secrets (create only: the operator never reads a Secret back)
     Access("create", "secrets", group=""),
