@@ -4,14 +4,19 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 
 1. ``X-Hub-Signature-256`` present and shaped ``sha256=<64 hex>``      else 401  (no body read)
 2. ``Content-Length`` within the cap                                   else 413  (no body read)
-3. the body, read up to the cap + 1 byte, within the read deadline     else 413 / 408
-4. the HMAC of the raw body equals the header (constant time)          else 401
-5. ``X-GitHub-Delivery`` usable as a Job name part                     else 400
-6. ``X-GitHub-Event`` one a Trigger can match                          else 202 ``{"ignored": ...}``
-7. the body parses as JSON of that event's shape                       else 400
-8. the action one a Trigger can match, the sender not a bot commenting else 202 ``{"ignored": ...}``
-9. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
-   the API server unavailable → 503 (a redelivery completes the set: names are deterministic).
+3. a body-read permit free (``BODY_BUDGET`` / cap bodies read at once) else 503 + Retry-After (no body read)
+4. the body, read up to the cap + 1 byte, within the read deadline     else 413 / 408
+5. the HMAC of the raw body equals the header (constant time)          else 401
+6. ``X-GitHub-Delivery`` usable as a Job name part                     else 400
+7. ``X-GitHub-Event`` one a Trigger can match                          else 202 ``{"ignored": ...}``
+8. the body parses as JSON of that event's shape                       else 400
+9. the action one a Trigger can match, the sender not a bot commenting else 202 ``{"ignored": ...}``
+10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
+    the API server unavailable → 503 (a redelivery completes the set: names are deterministic).
+
+Anyone can send a body, and it is held in memory until its HMAC is checked: the permits of step 3
+bound that memory (about ``BODY_BUDGET``, whatever the number of connections), and ``KEEPALIVE_SECONDS``
+bounds how long a connection may sit without a complete request head (idle, or trickling its headers).
 
 Neither the secret nor the body is ever logged; the log line of a delivery carries its id, event,
 result and Job names.
@@ -22,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import HttpVersion11, web
@@ -39,20 +46,70 @@ DELIVERY_HEADER = "X-GitHub-Delivery"
 # A sender that trickles its body is cut off: GitHub sends a whole delivery well within this.
 BODY_DEADLINE = 10.0
 _READ_CHUNK = 64 * 1024
+# Bodies read at once share this many bytes of cap: 32 bodies at the default 1 MiB cap, 1 at the 25 MiB
+# maximum. A body being read costs up to twice its cap at the final join, so at most ~64 MiB over the ~60 MB
+# the receiver uses idle: well inside the chart's 256Mi limit, and 32 deliveries in flight at once is far
+# more than one installation's webhooks send.
+BODY_BUDGET = 32 * 1024 * 1024
+# What a sender refused for lack of a permit is told to wait; GitHub does not redeliver on its own, but a
+# redelivery (by hand, or by a script over the failed deliveries) after this is likely to find one free.
+BUSY_RETRY_AFTER = 5
+# A connection without a complete request head for this long is closed: aiohttp's keep-alive timer runs
+# from the connection's start and from the end of each answer, and fires unless a request is being
+# handled, so it bounds an idle keep-alive connection and a client trickling its headers alike.
+KEEPALIVE_SECONDS = 15.0
 
 METRICS_KEY: web.AppKey[ReceiverMetrics] = web.AppKey("metrics", ReceiverMetrics)
+
+
+def body_reads_within_budget(max_body: int) -> int:
+    """How many bodies of up to ``max_body`` bytes may be read at once within ``BODY_BUDGET`` (at least one)."""
+    return max(1, BODY_BUDGET // max_body)
+
+
+class BodyReadPermits:
+    """The bodies being read at once, against a limit; a request over it is refused, never queued.
+
+    Refusing instead of waiting keeps a flood from holding connections and tasks open in a queue: the
+    sender is told 503 at once, and its unread body is dropped (not buffered) while the connection closes.
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"at least one body must be readable at once, not {limit}")
+        self.limit = limit
+        self.taken = 0
+
+    def all_taken(self) -> bool:
+        return self.taken >= self.limit
+
+    @contextmanager
+    def permit(self) -> Iterator[bool]:
+        """Take a permit if one is free (``True``), and give it back on leaving, whatever ends the read."""
+        if self.all_taken():
+            yield False
+            return
+        self.taken += 1
+        try:
+            yield True
+        finally:
+            self.taken -= 1
 
 
 class Receiver:
     """The request handlers, bound to one secret, one cap, one cluster and one metrics registry."""
 
     def __init__(self, cluster: Cluster, secret: WebhookSecret, *, max_body: int,
-                 auth_source: str | None = None, metrics: ReceiverMetrics | None = None) -> None:
+                 auth_source: str | None = None, metrics: ReceiverMetrics | None = None,
+                 max_body_reads: int | None = None) -> None:
         self.cluster = cluster
         self.secret = secret
         self.max_body = max_body
         self.auth_source = auth_source
         self.metrics = metrics or ReceiverMetrics()
+        if max_body_reads is None:
+            max_body_reads = body_reads_within_budget(max_body)
+        self.body_reads = BodyReadPermits(max_body_reads)
 
     # -- answers ---------------------------------------------------------------------------------------
     def _answer(self, request: web.Request, started: float, status: int, result: Result, body: dict[str, Any],
@@ -73,6 +130,15 @@ class Receiver:
                 *, close: bool = False) -> web.Response:
         return self._answer(request, started, status, result, {"error": why}, close=close, why=why)
 
+    def _busy(self, request: web.Request, started: float) -> web.Response:
+        """503 with Retry-After: every body-read permit is taken (counted with the other 503s, as ``failed``)."""
+        response = self._reject(request, started, 503, Result.FAILED,
+                                f"as many deliveries as may be read at once ({self.body_reads.limit}) are being "
+                                f"read; redeliver later",
+                                close=True)
+        response.headers["Retry-After"] = str(BUSY_RETRY_AFTER)
+        return response
+
     def _ignore(self, request: web.Request, started: float, why: str, **extra: Any) -> web.Response:
         return self._answer(request, started, 202, Result.IGNORED, {"ignored": why, **extra}, why=why)
 
@@ -90,9 +156,13 @@ class Receiver:
 
     async def expect(self, request: web.Request) -> web.StreamResponse | None:
         """``Expect: 100-continue``: refuse before the client sends the body, when the headers already tell."""
-        refusal = self._before_body(request, time.monotonic())
+        started = time.monotonic()
+        refusal = self._before_body(request, started)
         if refusal is not None:
             return refusal
+        if self.body_reads.all_taken():
+            # Say so before the client sends a body nobody would read (the handler checks again).
+            return self._busy(request, started)
         if request.version == HttpVersion11:
             if request.headers.get("Expect", "").lower() != "100-continue":
                 raise web.HTTPExpectationFailed(text="only Expect: 100-continue is understood")
@@ -114,20 +184,39 @@ class Receiver:
                 return None
             chunks.append(chunk)
 
+    async def _read_body(self, request: web.Request, started: float) -> bytes | web.Response:
+        """The body, or the refusal: no permit free (503), too slow (408), over the cap (413).
+
+        The permit is held only while this request's own body is read, and given back however the
+        read ends (the deadline, the client going away, an error), before the signature is checked.
+        """
+        with self.body_reads.permit() as granted:
+            if not granted:
+                return self._busy(request, started)
+            try:
+                body = await asyncio.wait_for(self._read_capped(request), BODY_DEADLINE)
+            except TimeoutError:
+                return self._reject(request, started, 408, Result.MALFORMED,
+                                    f"the body did not arrive within {BODY_DEADLINE:.0f}s", close=True)
+            except ConnectionError:
+                # Nobody will read this answer; it makes a logged, counted line of what would otherwise
+                # be an error traceback per dropped connection.
+                return self._reject(request, started, 400, Result.MALFORMED,
+                                    "the sender went away before its whole body arrived", close=True)
+        if body is None:
+            return self._reject(request, started, 413, Result.TOO_LARGE,
+                                f"the body is larger than the cap of {self.max_body} bytes", close=True)
+        return body
+
     # -- the delivery ----------------------------------------------------------------------------------
     async def webhook(self, request: web.Request) -> web.Response:
         started = time.monotonic()
         refusal = self._before_body(request, started)
         if refusal is not None:
             return refusal
-        try:
-            body = await asyncio.wait_for(self._read_capped(request), BODY_DEADLINE)
-        except TimeoutError:
-            return self._reject(request, started, 408, Result.MALFORMED,
-                                f"the body did not arrive within {BODY_DEADLINE:.0f}s", close=True)
-        if body is None:
-            return self._reject(request, started, 413, Result.TOO_LARGE,
-                                f"the body is larger than the cap of {self.max_body} bytes", close=True)
+        body = await self._read_body(request, started)
+        if isinstance(body, web.Response):
+            return body
         if not signature_matches(self.secret.current(), body, request.headers[HEADER]):
             return self._reject(request, started, 401, Result.UNAUTHORIZED,
                                 f"{HEADER} does not match the body: a wrong secret, or the body was altered")
@@ -220,10 +309,10 @@ LINGER_SECONDS = 1.0
 
 
 async def serve(app: web.Application, host: str | None, port: int, stop: asyncio.Event,
-                started: asyncio.Event | None = None) -> None:
+                started: asyncio.Event | None = None, *, keepalive_timeout: float = KEEPALIVE_SECONDS) -> None:
     """Serve ``app`` on ``host:port`` until ``stop`` is set (``host=None``: every interface)."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, lingering_time=LINGER_SECONDS,
-                           shutdown_timeout=5.0)
+                           keepalive_timeout=keepalive_timeout, shutdown_timeout=5.0)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

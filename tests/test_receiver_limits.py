@@ -1,0 +1,247 @@
+"""The receiver's bounds on what an unauthenticated client can hold: body-read permits and idle connections.
+
+Anyone can open a connection and send a body, and a body is held in memory until its signature is
+checked; so the receiver reads only a few bodies at once (the others are told 503 at once, unread) and
+closes a connection that has no complete request head for a while. The real app on a real loopback
+socket, as in ``tests/test_receiver.py`` (whose cluster, deliveries and raw-socket helpers are reused);
+the server runs here with a low permit count or a short keep-alive, which ``Running`` there does not take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from test_receiver import SECRET, MemoryCluster, _final_answer, free_port, raw_exchange, request_head, trigger
+
+from e2e.fakegithub import Delivery, Webhooks
+from pidispatch.receiver import delivery as core
+from pidispatch.receiver.app import KEEPALIVE_SECONDS, Receiver, build_app, serve
+from pidispatch.receiver.settings import DEFAULT_MAX_BODY
+from pidispatch.receiver.signature import WebhookSecret
+
+WAIT = 10.0  # seconds: the bound on anything awaited here; never a measure of speed
+WRONG_SIGNATURE = "sha256=" + "0" * 64  # well formed, so the body is read before the HMAC refuses it
+
+
+class Served:
+    """The receiver app on 127.0.0.1:<free port>, run by an event loop in a thread, with the given limits."""
+
+    def __init__(self, *, max_body_reads: int | None = None, keepalive_timeout: float = KEEPALIVE_SECONDS) -> None:
+        self.cluster = MemoryCluster([trigger("fix", "issue_comment.created", phrase="@pi")])
+        self.receiver = Receiver(self.cluster, WebhookSecret(SECRET), max_body=DEFAULT_MAX_BODY,
+                                 max_body_reads=max_body_reads)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.hooks = Webhooks(f"{self.url}/webhook", SECRET)
+        self._loop = asyncio.new_event_loop()
+        self._stop = asyncio.Event()
+        self._failure: BaseException | None = None
+        listening = threading.Event()
+
+        async def main() -> None:
+            started = asyncio.Event()
+            server = asyncio.ensure_future(serve(build_app(self.receiver), "127.0.0.1", self.port, self._stop,
+                                                 started, keepalive_timeout=keepalive_timeout))
+            flag = asyncio.ensure_future(started.wait())
+            await asyncio.wait({server, flag}, return_when=asyncio.FIRST_COMPLETED)
+            listening.set()
+            flag.cancel()
+            await server
+
+        def run() -> None:
+            try:
+                self._loop.run_until_complete(main())
+            except BaseException as exc:  # noqa: BLE001 - reported to the test
+                self._failure = exc
+                listening.set()
+
+        self._thread = threading.Thread(target=run, daemon=True, name="receiver-limits")
+        self._thread.start()
+        if not listening.wait(WAIT) or self._failure is not None:
+            raise RuntimeError(f"the receiver did not start: {self._failure!r}")
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(WAIT)
+
+    def permits_taken(self) -> int:
+        return self.receiver.body_reads.taken
+
+    def failed_count(self) -> float:
+        """``pidispatch_receiver_deliveries_total{result="failed"}``, as scraped from /metrics."""
+        text = self.hooks.session.get(f"{self.url}/metrics", timeout=5).text
+        found = re.search(r'^pidispatch_receiver_deliveries_total\{result="failed"\} (\S+)$', text, re.M)
+        assert found, "no failed series on /metrics"
+        return float(found.group(1))
+
+
+@pytest.fixture
+def served() -> Iterator[Callable[..., Served]]:
+    started: list[Served] = []
+
+    def start(**limits: float) -> Served:
+        running = Served(**limits)  # type: ignore[arg-type]
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` was awaited when ``WAIT`` runs out."""
+    deadline = time.monotonic() + WAIT
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT:.0f}s: {what}")
+        time.sleep(0.01)
+
+
+def comment(hooks: Webhooks) -> Delivery:
+    return hooks.issue_comment(7, "@pi please fix")
+
+
+@dataclass
+class Upload:
+    """A connection that sent a delivery's head and part of its body (wrongly signed), then stopped."""
+
+    sock: socket.socket
+    rest: bytes
+
+
+def stalled_upload(served: Served, sent_of_body: int = 100) -> Upload:
+    delivery = comment(served.hooks)
+    body = delivery.body
+    s = socket.create_connection(("127.0.0.1", served.port), timeout=WAIT)
+    s.sendall(request_head(delivery, WRONG_SIGNATURE, f"Content-Length: {len(body)}\r\n") + body[:sent_of_body])
+    return Upload(s, body[sent_of_body:])
+
+
+def finish_upload(upload: Upload) -> int:
+    """Send the rest of a stalled upload's body; the status of the answer."""
+    upload.sock.sendall(upload.rest)
+    data = b""
+    while (answer := _final_answer(data)) is None:
+        more = upload.sock.recv(65536)
+        assert more, f"the server closed without answering: {data[:200]!r}"
+        data += more
+    return answer[0]
+
+
+def busy_upload_answer(served: Served, *, expect_continue: bool = False) -> tuple[int, bytes]:
+    """One more wrongly signed upload, whole: the status and head of the answer."""
+    delivery = comment(served.hooks)
+    body = delivery.body
+    extra = f"Content-Length: {len(body)}\r\n" + ("Expect: 100-continue\r\n" if expect_continue else "")
+    head = request_head(delivery, WRONG_SIGNATURE, extra)
+    # With Expect the body is withheld: a refusal must come before it (the 100 would be skipped over).
+    return raw_exchange(served.port, head, () if expect_continue else (body,), timeout=WAIT / 2)
+
+
+# -- (a) the permits -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("expect_continue", [False, True], ids=["body sent at once", "expect 100-continue"])
+def test_an_upload_beyond_the_permits_is_503_at_once_and_a_delivery_passes_once_the_reads_end(
+        served: Callable[..., Served], expect_continue: bool) -> None:
+    running = served(max_body_reads=2)
+    stalled = [stalled_upload(running), stalled_upload(running)]
+    try:
+        wait_until(lambda: running.permits_taken() == 2, "both stalled uploads hold a permit")
+
+        # Answered before the stalled reads' 10 s deadline (raw_exchange waits half of WAIT): refused, not queued.
+        status, head = busy_upload_answer(running, expect_continue=expect_continue)
+        assert status == 503, head
+        assert b"\r\nRetry-After: 5" in head, head
+        assert b"\r\nConnection: close" in head, "its unread body must not be taken for the next request"
+        assert running.failed_count() == 1, "the 503 is counted with the other 503s"
+
+        assert [finish_upload(s) for s in stalled] == [401, 401], "the held reads go on, then the HMAC refuses"
+    finally:
+        for upload in stalled:
+            upload.sock.close()
+    wait_until(lambda: running.permits_taken() == 0, "the finished reads give their permits back")
+
+    sent = running.hooks.send(comment(running.hooks))
+    assert sent.status == 202, sent.json
+    assert list(running.cluster.jobs) == [core.job_name(sent.delivery.id, "fix")]
+
+
+# -- (b) a permit outlives no client -----------------------------------------------------------------------
+def test_a_permit_comes_back_when_the_client_goes_away_mid_body(served: Callable[..., Served]) -> None:
+    running = served(max_body_reads=1)
+    gone = stalled_upload(running)
+    wait_until(lambda: running.permits_taken() == 1, "the first upload holds the only permit")
+    gone.sock.close()
+    wait_until(lambda: running.permits_taken() == 0, "the permit of the client that went away is given back")
+
+    # The permit is whole again: the next upload gets it (its read ends in the HMAC's 401, not a 503)
+    # while a third, with no permit left, is refused.
+    second = stalled_upload(running)
+    try:
+        wait_until(lambda: running.permits_taken() == 1, "the second upload holds the permit")
+        status, head = busy_upload_answer(running)
+        assert status == 503, head
+        assert finish_upload(second) == 401
+    finally:
+        second.sock.close()
+
+
+# -- (c) idle connections --------------------------------------------------------------------------------
+SHORT_KEEPALIVE = 0.5
+
+
+def closed_without_answer(s: socket.socket, keep_sending: bytes = b"") -> bytes:
+    """Wait (up to ``WAIT``) for the server to close ``s``, sending ``keep_sending`` between looks if given;
+    what the server sent before closing."""
+    data = b""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if keep_sending:
+            try:
+                s.sendall(keep_sending)
+            except (BrokenPipeError, ConnectionResetError):
+                return data
+        readable, _, _ = select.select([s], [], [], 0.05)
+        if readable:
+            try:
+                more = s.recv(65536)
+            except ConnectionResetError:
+                return data
+            if not more:
+                return data
+            data += more
+    raise AssertionError(f"the server kept the connection open for {WAIT:.0f}s (received {data[:200]!r})")
+
+
+def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(served: Callable[..., Served]) -> None:
+    running = served(keepalive_timeout=SHORT_KEEPALIVE)
+    with socket.create_connection(("127.0.0.1", running.port), timeout=WAIT) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        data = b""
+        while _final_answer(data) is None:
+            more = s.recv(65536)
+            assert more, data
+            data += more
+        status, head = _final_answer(data)  # type: ignore[misc]
+        assert status == 200 and b"Connection: close" not in head, "a keep-alive answer"
+        body = data.split(b"\r\n\r\n", 1)[1] + closed_without_answer(s)
+        assert body == b'{"ok": true}', "then the idle connection is closed, with nothing more said"
+
+
+@pytest.mark.parametrize("trickle", [b"", b"X-Trickle: 1\r\n"], ids=["head left unfinished", "head trickled"])
+def test_a_connection_without_a_whole_request_head_is_closed_after_the_timeout(
+        served: Callable[..., Served], trickle: bytes) -> None:
+    running = served(keepalive_timeout=SHORT_KEEPALIVE)
+    with socket.create_connection(("127.0.0.1", running.port), timeout=WAIT) as s:
+        s.sendall(b"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        # Closed with nothing said: not a 400 for too many header lines, which trickling would reach
+        # (128 lines) were the connection not cut first.
+        assert closed_without_answer(s, trickle) == b""
