@@ -75,11 +75,11 @@ class Served:
     def permits_taken(self) -> int:
         return self.receiver.body_reads.taken
 
-    def failed_count(self) -> float:
-        """``pidispatch_receiver_deliveries_total{result="failed"}``, as scraped from /metrics."""
+    def busy_count(self) -> float:
+        """``pidispatch_receiver_deliveries_total{result="busy"}``, as scraped from /metrics."""
         text = self.hooks.session.get(f"{self.url}/metrics", timeout=5).text
-        found = re.search(r'^pidispatch_receiver_deliveries_total\{result="failed"\} (\S+)$', text, re.M)
-        assert found, "no failed series on /metrics"
+        found = re.search(r'^pidispatch_receiver_deliveries_total\{result="busy"\} (\S+)$', text, re.M)
+        assert found, "no busy series on /metrics"
         return float(found.group(1))
 
 
@@ -161,7 +161,7 @@ def test_an_upload_beyond_the_permits_is_503_at_once_and_a_delivery_passes_once_
         assert status == 503, head
         assert b"\r\nRetry-After: 5" in head, head
         assert b"\r\nConnection: close" in head, "its unread body must not be taken for the next request"
-        assert running.failed_count() == 1, "the 503 is counted with the other 503s"
+        assert running.busy_count() == 1, "the 503 is counted as busy"
 
         assert [finish_upload(s) for s in stalled] == [401, 401], "the held reads go on, then the HMAC refuses"
     finally:

@@ -131,8 +131,9 @@ class Receiver:
         return self._answer(request, started, status, result, {"error": why}, close=close, why=why)
 
     def _busy(self, request: web.Request, started: float) -> web.Response:
-        """503 with Retry-After: every body-read permit is taken (counted with the other 503s, as ``failed``)."""
-        response = self._reject(request, started, 503, Result.FAILED,
+        """503 with Retry-After: every body-read permit is taken (counted as ``busy``, apart from ``failed``:
+        too busy is not the API server being down)."""
+        response = self._reject(request, started, 503, Result.BUSY,
                                 f"as many deliveries as may be read at once ({self.body_reads.limit}) are being "
                                 f"read; redeliver later",
                                 close=True)
