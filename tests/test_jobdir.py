@@ -255,6 +255,35 @@ def test_file_digest_refuses_links_directories_and_missing_files(tmp_path: Path)
     assert file_digest(str(tmp_path / "missing")) is None
 
 
+CAP_CASES = [
+    ("no cap", 0, 3000, True),
+    ("under the cap", 4096, 3000, True),
+    ("exactly the cap", 3000, 3000, True),
+    ("one byte over the cap", 2999, 3000, False),
+]
+
+
+@pytest.mark.parametrize(("cap", "size", "digested"), [c[1:] for c in CAP_CASES], ids=[c[0] for c in CAP_CASES])
+def test_file_digest_keeps_the_store_size_cap(tmp_path: Path, cap: int, size: int, digested: bool) -> None:
+    data = os.urandom(size)
+    path = tmp_path / "current.jsonl"
+    path.write_bytes(data)
+    expected = (size, hashlib.sha256(data).hexdigest()) if digested else None
+    assert file_digest(str(path), cap) == expected
+
+
+def test_file_digest_does_not_read_a_file_over_the_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The staged file is agent-written: a 64 GiB (sparse) file over the cap is refused before any byte is read."""
+    path = tmp_path / "current.jsonl"
+    with open(path, "wb") as f:
+        f.truncate(64 << 30)
+    read = []
+    real_read = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: read.append(n) or real_read(fd, n))
+    assert file_digest(str(path), 1 << 20) is None
+    assert read == [], "the oversized file was read"
+
+
 def test_file_digest_of_a_fifo_returns_without_blocking(tmp_path: Path) -> None:
     """The staged ``current.jsonl`` lives in the Pod's ``/session``: the agent can swap a FIFO in.
 

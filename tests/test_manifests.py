@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
 
 from pidispatch.api.conditions import reason_to_camel, set_condition
-from pidispatch.manifests.pod import PodInputs, job_pod, pod_name
+from pidispatch.manifests.pod import JOB_LABEL, PodInputs, job_label, job_pod, job_token_secret, pod_name
 
 BASE = PodInputs(job_name="delivery-1234", job_uid="u-1", namespace="ns", image="pi-job:0.73.1",
                  command=["pidispatch", "runner"], env={"PI_MODEL": "fake/fake-model"}, staging_claim="staging")
@@ -57,6 +58,29 @@ def test_pod_names_are_deterministic_and_valid(name: str) -> None:
     assert pod_name(name) == pod_name(name)
     assert len(pod_name(name)) <= 63 and pod_name(name)[-1].isalnum()
     assert pod_name(name) != pod_name(name + "y")
+
+
+LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?)?")  # the apiserver's rule
+NAMES = [("short", "delivery-1234"), ("63 characters", "d" * 63), ("64 characters", "d" * 64),
+         ("70 characters", "delivery-" + "x" * 61), ("253 characters (the CRD's limit)", "a" + "b.c-" * 62 + "bcde"),
+         ("dots where the cut falls", "a" * 51 + "." * 5 + "b" * 20)]
+
+
+@pytest.mark.parametrize("name", [n[1] for n in NAMES], ids=[n[0] for n in NAMES])
+def test_the_job_label_is_a_valid_label_value_for_any_job_name(name: str) -> None:
+    pod = job_pod(replace(BASE, job_name=name))
+    secret = job_token_secret(name, "u-1", "ns", "s", "t", "2030-01-01T00:00:00Z")
+    for value in (pod["metadata"]["labels"][JOB_LABEL], secret["metadata"]["labels"][JOB_LABEL]):
+        assert len(value) <= 63 and LABEL_VALUE.fullmatch(value), value
+        assert value == job_label(name) == job_label(name)
+    assert pod["metadata"]["ownerReferences"][0]["name"] == name, "the full name is kept in the owner reference"
+
+
+def test_the_job_label_is_the_name_when_it_fits_and_distinct_when_shortened() -> None:
+    assert job_label("delivery-1234") == "delivery-1234"
+    long = "delivery-" + "x" * 61
+    assert job_label(long) != job_label(long + "y")
+    assert job_label(long).startswith("delivery-xxx")
 
 
 def test_session_mount_needs_a_claim() -> None:

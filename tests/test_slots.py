@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pidispatch.slots import Slots, waited_longer_than
+from pidispatch.slots import BACKOFF_CAP_SECONDS, Slots, backoff_seconds, waited_longer_than
 
 
 def drain(slots: Slots) -> list[str]:
@@ -204,3 +204,64 @@ def test_concurrent_enqueue_take_release_loses_nothing_and_starts_nothing_twice(
 def test_waited_longer_than_picks_the_jobs_due_for_a_queued_mark(since: dict[str, float], now: float,
                                                                   due: list[str]) -> None:
     assert waited_longer_than(since, now, 2.0) == due
+
+
+# ---- back-off: a Job whose start failed waits, the Jobs behind it do not ---------------------------------
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_deferred_job_lets_the_next_ones_start_and_keeps_its_place() -> None:
+    clock = Clock()
+    slots = Slots(1, clock=clock)
+    for i, job in enumerate(["head", "second", "third"]):
+        slots.enqueue(job, i)
+    assert slots.take_next() == "head"
+    slots.defer("head", 0, 5.0)  # its start failed: back in line, not before 5 s
+    assert (slots.running, slots.queued, slots.position("head")) == (0, 3, 1)
+    assert slots.take_next() == "second", "the deferred head held the queue"
+    slots.release("second")
+    clock.now += 5.0
+    assert slots.take_next() == "head", "once ready, the deferred Job is first again (FIFO among ready Jobs)"
+    slots.release("head")
+    assert slots.take_next() == "third"
+
+
+def test_next_ready_in_counts_only_running_back_offs() -> None:
+    clock = Clock()
+    slots = Slots(1, clock=clock)
+    assert slots.next_ready_in() is None
+    slots.enqueue("ready", 1)
+    assert slots.next_ready_in() is None, "a ready Job is the wake-up event's business, not a timer's"
+    slots.enqueue("late", 0)
+    assert slots.take_next() == "late"
+    slots.defer("late", 0, 4.0)
+    clock.now += 1.5
+    assert slots.next_ready_in() == 2.5
+    clock.now += 2.5
+    assert slots.next_ready_in() is None
+
+
+@pytest.mark.parametrize("how", ["release", "hold"])
+def test_release_or_hold_ends_a_back_off(how: str) -> None:
+    clock = Clock()
+    slots = Slots(1, clock=clock)
+    slots.enqueue("j", 0)
+    slots.take_next()
+    slots.defer("j", 0, 60.0)
+    getattr(slots, how)("j")
+    assert slots.next_ready_in() is None
+    if how == "release":
+        slots.enqueue("j", 0)
+        assert slots.take_next() == "j", "a re-queued Job inherited an old back-off"
+
+
+@pytest.mark.parametrize(("failures", "seconds"), [(0, 0.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0),
+                                                    (7, BACKOFF_CAP_SECONDS), (10_000, BACKOFF_CAP_SECONDS)])
+def test_backoff_doubles_from_one_second_to_the_cap(failures: int, seconds: float) -> None:
+    assert backoff_seconds(failures) == seconds

@@ -113,24 +113,35 @@ class JobDir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def file_digest(path: str) -> tuple[int, str] | None:
-    """``(size, sha256)`` of a regular file read without following links, or ``None``."""
+def file_digest(path: str, max_bytes: int = 0) -> tuple[int, str] | None:
+    """``(size, sha256)`` of a regular file read without following links, or ``None``.
+
+    With ``max_bytes`` (0: no cap), a file larger than the cap is ``None`` too, and is not read: the
+    staged file is agent-written and may be of any size, and the store's size cap rejects it anyway.
+    The cap is checked before the first byte is read, and again while reading (the file may grow).
+    """
     try:
         fd = os.open(path, _READ)
     except OSError:
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or _over_cap(st.st_size, max_bytes):
             return None
         digest = hashlib.sha256()
         size = 0
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
             size += len(chunk)
+            if _over_cap(size, max_bytes):
+                return None
         return size, digest.hexdigest()
     finally:
         os.close(fd)
+
+
+def _over_cap(size: int, max_bytes: int) -> bool:
+    return max_bytes > 0 and size > max_bytes
 
 
 def staged_uids(staging_root: str) -> list[str]:

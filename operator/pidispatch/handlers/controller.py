@@ -22,6 +22,7 @@ import os
 import shutil
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,7 @@ from pidispatch.manifests.pod import JOB_LABEL, TOKEN_SECRET_KEY, PodInputs, job
 from pidispatch.record import HostVerdict, PromotionResult, merge_session
 from pidispatch.report import RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
-from pidispatch.slots import Slots, waited_longer_than
+from pidispatch.slots import Slots, backoff_seconds, waited_longer_than
 from pidispatch.store import fsio, sidecars
 from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import is_key
@@ -56,6 +57,7 @@ STAGING_GRACE_SECONDS = 600
 COMMENTED = "Commented"  # the Job condition that records the refusal comment (posted once per delivery)
 COMMENT_RETRY_SECONDS = 3600  # a comment GitHub refused is retried by the resync for this long
 QUEUED_AFTER_SECONDS = 2.0  # a Job still waiting for a slot after this long is marked Queued (one write)
+RETIRED_UIDS_KEPT = 4096  # uids of deleted or superseded Jobs remembered, so their late events are ignored
 
 
 class _StaleBody(Exception):
@@ -89,6 +91,12 @@ class Controller:
         self._mark = threading.Event()
         # Jobs whose Pod this process created and whose end it has not yet recorded → their session key.
         self._in_flight: dict[str, str] = {}
+        # The uid the per-name state above belongs to: a Job deleted and re-created under its name is
+        # another Job, and kopf may deliver the old one's late events after the new one's.
+        self._uids: dict[str, str] = {}
+        self._retired: OrderedDict[str, None] = OrderedDict()
+        # Failed starts in a row, for the back-off of a Job whose start keeps failing for a passing reason.
+        self._failures: dict[str, int] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -153,8 +161,9 @@ class Controller:
             elif interval < 0:  # the Queued marker: until the next Job's wait is due, or a new arrival
                 self._mark.wait(self._next_mark_in())
                 self._mark.clear()
-            else:
-                self._wake.wait(5)
+            else:  # the pump: a wake-up (slot freed, arrival), or the end of the earliest back-off
+                ready_in = self.slots.next_ready_in()
+                self._wake.wait(5 if ready_in is None else min(5.0, max(0.05, ready_in)))
                 self._wake.clear()
             self._guarded(fn)
 
@@ -172,6 +181,8 @@ class Controller:
         if event_type == "DELETED":
             self._forget(name, job["metadata"].get("uid"))
             return
+        if not self._claim(name, job["metadata"].get("uid")):
+            return  # a late event of a Job deleted or re-created since
         phase = (job.get("status") or {}).get("phase")
         if self._phases.get(name) in flow.TERMINAL_PHASES and phase not in flow.TERMINAL_PHASES:
             return  # a stale body from before our own terminal status write
@@ -184,6 +195,49 @@ class Controller:
             self.slots.hold(name)
         else:
             self.admit(job)
+
+    def _claim(self, name: str, uid: str | None) -> bool:
+        """Tie the per-name state to ``uid``; False when the body is not of the Job that has the name now.
+
+        kopf orders events per uid, not per name, and a listed body (resync) may be older than the
+        watch's, so a body of another uid than the one tracked is checked against a fresh read (one GET,
+        only when a name is re-used). If it is the current Job, the old one is gone (two Jobs never share
+        a name at once): its name-keyed state is forgotten as its DELETED would, and its uid retired so
+        that its late events, DELETED included, no longer touch the new Job's state.
+        """
+        if not uid:
+            return True
+        if uid in self._retired:
+            return False
+        held = self._uids.get(name)
+        if held is None or held == uid:
+            self._uids[name] = uid
+            return True
+        current = self.api.get_or_none(self._crd_path("jobs", name))
+        if current is None or current["metadata"].get("uid") != uid:
+            return False
+        self._forget_name(name, held)
+        self._uids[name] = uid
+        return True
+
+    def _adopt(self, name: str, uid: str) -> None:
+        """A fresh read found ``uid`` under ``name`` (the current Job, newer than any event handled): tie the
+        name to it. Unlike a superseding event this keeps the slot and the place in line, which the
+        start in progress now holds for this very Job."""
+        held = self._uids.get(name)
+        if held == uid:
+            return
+        if held is not None:
+            self._retire(held)
+            self._phases.pop(name, None)
+            self._in_flight.pop(name, None)
+        self._retired.pop(uid, None)
+        self._uids[name] = uid
+
+    def _retire(self, uid: str) -> None:
+        self._retired[uid] = None
+        while len(self._retired) > RETIRED_UIDS_KEPT:
+            self._retired.popitem(last=False)
 
     def _keep_body(self, job: dict[str, Any], phase: str | None) -> None:
         """Remember the watch's latest body of a Job that may still start; forget it once it cannot.
@@ -202,7 +256,8 @@ class Controller:
             self._bodies.pop(name, None)
 
     def on_pod(self, pod: dict[str, Any]) -> None:
-        job = (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
+        # The Job's name from the owner reference: the label holds a short form when the name is long.
+        job = _owner_name(pod) or (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
         if job and flow.pod_phase(pod) is not None:
             self.complete(job, pod)
 
@@ -239,6 +294,8 @@ class Controller:
     def admit(self, job: dict[str, Any]) -> None:
         name = job["metadata"]["name"]
         with self._lock(name):
+            if not self._claim(name, job["metadata"].get("uid")):
+                return  # a listed body of a Job the watch has since seen replaced or deleted
             trigger = self._trigger(job)
             refused = flow.refusal(name, job["spec"], trigger, self.store)
             if refused is not None:
@@ -337,13 +394,42 @@ class Controller:
             try:
                 self.start_job(name)
             except Exception as exc:
-                # Back in line at its old place: a burst is never dropped, and FIFO order survives errors.
-                log.warning("starting job %s failed, will retry: %s", name, exc)
-                self._bodies.pop(name, None)  # the retry reads the Job afresh
-                self.slots.release(name)
-                self.slots.enqueue(name, self._order.get(name, ("", name)))
-                self._stop.wait(1)
+                self._retry_later(name, exc)
+            else:
+                self._failures.pop(name, None)
         self._gauges()
+
+    def _retry_later(self, name: str, exc: Exception) -> None:
+        """A start that failed for a passing reason (GitHub or apiserver outage, an old Pod of the name
+        not yet collected): back in line at its old place, but not before its back-off ends.
+
+        A burst is never dropped and FIFO order among ready Jobs survives errors, yet the failing Job
+        does not hold the head of the queue: the Jobs behind it start meanwhile. The first failure in a
+        row is written on the Job (``Started`` False, ``StartRetrying``); later retries only log, so a
+        long outage costs one write, and a start that works costs none.
+        """
+        failures = self._failures.get(name, 0) + 1
+        self._failures[name] = failures
+        delay = backoff_seconds(failures)
+        log.warning("starting job %s failed (attempt %d), retried in %.0f s: %s", name, failures, delay, exc)
+        emit("job_start_retrying", job=name, attempt=failures, delaySeconds=delay, error=type(exc).__name__)
+        self._bodies.pop(name, None)  # the retry reads the Job afresh
+        self.slots.defer(name, self._order.get(name, ("", name)), delay)
+        if failures == 1:
+            self._guarded(self._note_retrying, name, exc)
+
+    def _note_retrying(self, name: str, exc: Exception) -> None:
+        with self._lock(name):
+            job = self.api.get_or_none(self._crd_path("jobs", name))
+            if job is None or self.slots.position(name) is None:
+                return  # gone, or started by now
+            status = job.get("status") or {}
+            if status.get("phase") in flow.TERMINAL_PHASES | {"Running"}:
+                return
+            message = (f"Starting the job failed ({type(exc).__name__}: {str(exc)[:300]}); it is retried with a "
+                       "back-off of up to a minute, and the Jobs queued behind it start meanwhile.")
+            self._patch_job(job, {"conditions": set_condition(status.get("conditions"), "Started", False,
+                                                              "StartRetrying", message, None)})
 
     def start_job(self, name: str) -> None:
         with self._lock(name):
@@ -388,6 +474,8 @@ class Controller:
                 self._comment_refusal_locked(name)
             return
         uid = job["metadata"]["uid"]
+        if not watched:
+            self._adopt(name, uid)
         jd = JobDir(self.s.staging_dir, uid)
         # A Pod can exist only if an operator process got as far as its create: after the host verdict
         # was journaled, or (a power cut losing a journal not yet synced) for a Job listed at start-up.
@@ -420,7 +508,21 @@ class Controller:
                 return
             # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
             host = self._stage(job, trigger, jd)
-            pod = self._create_pod(job, trigger, host, token)
+            try:
+                pod = self._create_pod(job, trigger, host, token)
+            except ApiError as exc:
+                if not pod_create_refused_for_good(exc.status):
+                    raise  # an outage or a conflict: the pump retries after a back-off
+                if watched:
+                    raise _StaleBody(name) from None
+                jd.remove()
+                self.slots.release(name)
+                self._refuse(job, flow.Refusal(
+                    "Failed", None, "PodRefused",
+                    f"The apiserver refused the job Pod ({exc.status}: {exc.message[:400]}); nothing ran and it "
+                    "is not retried. Fix the cause (a ResourceQuota, an admission policy, RBAC), then re-create "
+                    "the Job."))
+                return
             failpoints.at("pod-created", name)
             if host is not None:
                 # The journal went to the page cache only (``_stage``); made durable now, off the path
@@ -610,7 +712,8 @@ class Controller:
                 return result
             started = done
         else:
-            digest = file_digest(staged)
+            # Capped: an oversized staged file is refused by ``promote`` without being read, so it is not hashed.
+            digest = file_digest(staged, self.store.max_bytes)
             st = fsio.lstat_or_none(canonical)
             started = {"state": "started", "size": digest[0] if digest else None,
                        "sha256": digest[1] if digest else None,
@@ -655,15 +758,31 @@ class Controller:
             self._wake.set()
 
     def _forget(self, name: str, uid: str | None) -> None:
+        """A Job's DELETED: its staging and uid-keyed state always; its name-keyed state only if it is
+        still that Job's (a Job re-created under the name may have taken it over, and runs on)."""
         if uid:
             JobDir(self.s.staging_dir, uid).remove()
             self._preexisting.discard(uid)
             if (self._bodies.get(name) or {}).get("metadata", {}).get("uid") == uid:
                 self._bodies.pop(name, None)
+            held = self._uids.get(name)
+            self._retire(uid)
+            if held is not None and held != uid:
+                return
+        self._forget_name(name, uid)
+
+    def _forget_name(self, name: str, uid: str | None) -> None:
+        """Drop what is kept under ``name`` for the Job ``uid`` (deleted, or superseded by a new Job)."""
+        if uid:
+            self._retire(uid)
+        if (self._bodies.get(name) or {}).get("metadata", {}).get("uid") in (uid, None):
+            self._bodies.pop(name, None)
+        self._uids.pop(name, None)
         self._phases.pop(name, None)
         self._order.pop(name, None)
         self._unmarked.pop(name, None)
         self._in_flight.pop(name, None)
+        self._failures.pop(name, None)
         if self.slots.release(name):
             self._wake.set()
         self._gauges()
@@ -746,6 +865,8 @@ class Controller:
             name = job["metadata"]["name"]
             phase = (job.get("status") or {}).get("phase")
             if phase == "Running":
+                if not self._claim(name, job["metadata"].get("uid")):
+                    continue  # listed before the watch saw it replaced or deleted
                 self.slots.hold(name)
                 pod = self.api.get_or_none(self._pod_path(pod_name(name)))
                 if flow.pod_phase(pod) is not None:
@@ -772,8 +893,16 @@ class Controller:
             path = os.path.join(self.s.staging_dir, uid)
             st = fsio.lstat_or_none(path)
             if uid not in live and st is not None and time.time() - st.st_mtime > STAGING_GRACE_SECONDS:
-                shutil.rmtree(path, ignore_errors=True)
-                emit("staging_swept", job=uid)
+                self._sweep_dir(uid, path)
+
+    def _sweep_dir(self, uid: str, path: str) -> None:
+        """Remove one orphaned staging directory and log what happened: swept, or why not (retried next sweep)."""
+        failures: list[str] = []
+        shutil.rmtree(path, onerror=lambda _fn, where, info: failures.append(f"{where}: {info[1]}"))
+        if failures:
+            emit("staging_sweep_failed", job=uid, errors=len(failures), first=failures[0])
+        else:
+            emit("staging_swept", job=uid)
 
     # ---- small helpers -----------------------------------------------------------------------------
 
@@ -865,6 +994,20 @@ def _arrival(job: dict[str, Any]) -> tuple[str, str]:
 def _owner_uid(pod: dict[str, Any]) -> str | None:
     return next((ref.get("uid") for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")),
                 None)
+
+
+def _owner_name(pod: dict[str, Any]) -> str | None:
+    return next((ref.get("name") for ref in pod["metadata"].get("ownerReferences") or []
+                 if ref.get("controller") and ref.get("kind") == "Job"), None)
+
+
+def pod_create_refused_for_good(status: int) -> bool:
+    """A Pod create the apiserver answered with a 4xx other than 409 (conflict) or 429 (throttled) is final.
+
+    422 (invalid), 403 (forbidden: RBAC, a ResourceQuota, an admission policy), 400 and the like come
+    back the same however often the create is repeated; retrying them would only hold a slot forever.
+    """
+    return 400 <= status < 500 and status not in (409, 429)
 
 
 def _host_verdict(host: dict[str, Any] | None) -> HostVerdict | None:

@@ -11,6 +11,7 @@ App installation token, or the deployment's pat/gh Secret): its value is never i
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,9 @@ SESSION_FILE = f"{SESSION_MOUNT}/current.jsonl"
 WORKSPACE = "/workspace"
 TERMINATION_LOG = "/dev/termination-log"
 MAX_NAME = 63
+MAX_LABEL_VALUE = 63
+# A Kubernetes label value: empty, or alphanumeric at both ends with [-_.A-Za-z0-9] between.
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?)?")
 
 
 @dataclass(frozen=True)
@@ -47,11 +51,29 @@ class PodInputs:
 
 def pod_name(job_name: str) -> str:
     """``pij-<job>``, shortened with a hash when the Job's name is long, always the same for a Job."""
-    name = f"pij-{job_name}"
-    if len(name) <= MAX_NAME:
+    return _shortened(job_name, "pij-", MAX_NAME)
+
+
+def _shortened(text: str, prefix: str, limit: int) -> str:
+    """``prefix + text`` when it fits in ``limit``, else its head and a hash of ``text`` (stable, distinct)."""
+    name = prefix + text
+    if len(name) <= limit:
         return name
-    digest = hashlib.sha256(job_name.encode()).hexdigest()[:10]
-    return f"{name[:MAX_NAME - 11].rstrip('-.')}-{digest}"
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{name[:limit - 11].rstrip('-._')}-{digest}"
+
+
+def job_label(job_name: str) -> str:
+    """The ``pi-dispatch.dev/job`` label value of a Job's Pod and Secret: a valid label value for any Job name.
+
+    A Job name may have up to 253 characters (a DNS subdomain) but a label value only 63: the name
+    itself when it is a valid label value, else a stable short form (its head and a hash), which is
+    what a selector for that Job's Pods must use. The Job a Pod belongs to is read from the Pod's
+    controller ownerReference, never from this label.
+    """
+    if len(job_name) <= MAX_LABEL_VALUE and _LABEL_VALUE.fullmatch(job_name):
+        return job_name
+    return _shortened(job_name, "", MAX_LABEL_VALUE)
 
 
 def restricted_security_context(uid: int) -> dict[str, Any]:
@@ -94,7 +116,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "metadata": {
             "name": pod_name(p.job_name),
             "namespace": p.namespace,
-            "labels": {JOB_LABEL: p.job_name, **MANAGED_BY},
+            "labels": {JOB_LABEL: job_label(p.job_name), **MANAGED_BY},
             "ownerReferences": [_owner(p.job_name, p.job_uid)],
         },
         "spec": {
@@ -134,7 +156,7 @@ def job_token_secret(job_name: str, job_uid: str, namespace: str, secret_name: s
         "metadata": {
             "name": secret_name,
             "namespace": namespace,
-            "labels": {JOB_LABEL: job_name, **MANAGED_BY},
+            "labels": {JOB_LABEL: job_label(job_name), **MANAGED_BY},
             "annotations": {"pi-dispatch.dev/expires-at": expires_at},
             "ownerReferences": [_owner(job_name, job_uid)],
         },

@@ -1,0 +1,374 @@
+"""The controller's queue, driven through its handlers in the orders kopf can deliver events.
+
+An in-memory apiserver stands in for the cluster (``MemoryApi``): it keeps objects by path, assigns
+uids and resourceVersions, honours a status patch's resourceVersion precondition, checks label values
+as the real apiserver does, and can be told to refuse a Pod create. The e2e tests
+(``e2e/test_operator_queue.py``) check the same fixes on the real control plane; these pin the exact
+event orders, which a real cluster rarely produces on demand.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.handlers.controller import Controller
+from pidispatch.kubeapi import ApiError
+from pidispatch.manifests.pod import JOB_LABEL, job_label
+from pidispatch.settings import OperatorSettings, Settings
+from pidispatch.slots import Slots
+
+NS = "ns"
+JOBS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/jobs"
+PODS = f"/api/v1/namespaces/{NS}/pods"
+TRIGGERS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/triggers"
+LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?)?")
+PUMP_DEADLINE = 10.0  # seconds the pump may take to return; before the fixes it never did
+
+
+class MemoryApi:
+    """Just enough of the apiserver for the controller: objects by path, merge patches, preconditions."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str]] = []
+        # Called with (path, body) before a create is stored; raise ApiError to refuse it.
+        self.on_create: Callable[[str, dict[str, Any]], None] = lambda path, body: None
+        self._uids = itertools.count(1)
+        self._rv = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None:
+        with self._lock:
+            obj = self.objects.get(path)
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def get(self, path: str) -> dict[str, Any]:
+        obj = self.get_or_none(path)
+        if obj is None:
+            raise ApiError(404, "GET", path, "not found")
+        return obj
+
+    def list(self, path: str, **_: Any) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(o) for p, o in self.objects.items() if p.rsplit("/", 1)[0] == path]
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.on_create(path, body)
+        md = body.setdefault("metadata", {})
+        bad = {k: v for k, v in (md.get("labels") or {}).items() if len(v) > 63 or not LABEL_VALUE.fullmatch(v)}
+        if bad:
+            raise ApiError(422, "POST", path, f"metadata.labels: Invalid value: {bad}")
+        with self._lock:
+            name = md.get("name") or f"{md.get('generateName', 'x')}{next(self._uids)}"
+            full = f"{path}/{name}"
+            if full in self.objects:
+                raise ApiError(409, "POST", path, "already exists")
+            md.update(name=name, uid=f"uid-{next(self._uids)}", resourceVersion=str(next(self._rv)),
+                      creationTimestamp=f"2030-01-01T00:00:{len(self.objects):02d}Z")
+            self.objects[full] = copy.deepcopy(body)
+            self.writes.append(("POST", full))
+            return copy.deepcopy(body)
+
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        target = path.removesuffix("/status")
+        with self._lock:
+            obj = self.objects.get(target)
+            if obj is None:
+                raise ApiError(404, "PATCH", path, "not found")
+            wanted = (body.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
+                raise ApiError(409, "PATCH", path, "the object has been modified")
+            _merge(obj, {k: v for k, v in body.items() if k != "metadata"})
+            obj["metadata"]["resourceVersion"] = str(next(self._rv))
+            self.writes.append(("PATCH", path))
+            return copy.deepcopy(obj)
+
+    def delete(self, path: str) -> None:
+        with self._lock:
+            if self.objects.pop(path, None) is None:
+                raise ApiError(404, "DELETE", path, "not found")
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.get(f"{JOBS}/{name}")
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.list(PODS)
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+class Clock:
+    """The slots' clock, moved by the test: back-offs end when the test says so, not after a sleep."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def api() -> MemoryApi:
+    api = MemoryApi()
+    api.create(TRIGGERS, {"metadata": {"name": "fix"}, "spec": {
+        "on": {"event": "issue_comment.created", "phrase": "@pi"},
+        "run": {"model": "fake/fake-model", "piVersion": "0.73.1"}}})
+    return api
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def controller(api: MemoryApi, clock: Clock, tmp_path: Path, capacity: int = 1) -> Controller:
+    settings = OperatorSettings(store=Settings(), staging_dir=str(tmp_path), max_concurrent_jobs=capacity)
+    c = Controller(settings, api, NS)  # type: ignore[arg-type]
+    c.slots = Slots(capacity, clock=clock)
+    return c
+
+
+def new_job(api: MemoryApi, name: str, issue: int = 1) -> dict[str, Any]:
+    return api.create(JOBS, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job", "metadata": {"name": name},
+                             "spec": {"trigger": "fix", "forge": "github", "repository": "acme/widgets",
+                                      "comment": "@pi go", "issue": issue}})
+
+
+def pump(c: Controller) -> None:
+    """One pump pass, as the pump thread runs it; fails (instead of hanging) if it never returns."""
+    worker = threading.Thread(target=c._pump_once, daemon=True)
+    worker.start()
+    worker.join(PUMP_DEADLINE)
+    if worker.is_alive():
+        c._stop.set()
+        worker.join(PUMP_DEADLINE)
+        pytest.fail("the pump kept retrying one Job and never returned to the queue")
+
+
+def phase(api: MemoryApi, name: str) -> str | None:
+    return (api.job(name).get("status") or {}).get("phase")
+
+
+def condition(api: MemoryApi, name: str, type_: str) -> dict[str, Any]:
+    return next(c for c in api.job(name)["status"]["conditions"] if c["type"] == type_)
+
+
+def end_pod(api: MemoryApi, c: Controller, pod: dict[str, Any], outcome: str = "Succeeded") -> None:
+    """The kubelet's part: the Pod ends, and its watch event reaches the controller."""
+    path = f"{PODS}/{pod['metadata']['name']}"
+    api.patch(path + "/status", {"status": {"phase": outcome}})
+    c.on_pod(api.get(path))
+
+
+def refuse_pods_of(job: str, status: int, times: int | None = None) -> Callable[[str, dict[str, Any]], None]:
+    """An ``on_create`` that answers ``status`` to the Pod creates of ``job`` (``times`` times, or always)."""
+    left = itertools.count() if times is None else iter(range(times))
+
+    def refuse(path: str, body: dict[str, Any]) -> None:
+        owners = [ref["name"] for ref in body["metadata"].get("ownerReferences") or []]
+        if path == PODS and owners == [job] and next(left, None) is not None:
+            raise ApiError(status, "POST", path, "pods \"x\" is forbidden: exceeded quota: no-pods")
+    return refuse
+
+
+# ---- 1. one bad Job must not block the queue ----------------------------------------------------------
+
+LONG = "delivery-" + "x" * 61  # 70 characters: a legal Job name, too long for a label value
+
+
+def test_a_job_with_a_long_name_runs_and_its_pod_is_found_by_its_label(api: MemoryApi, clock: Clock,
+                                                                       tmp_path: Path) -> None:
+    c = controller(api, clock, tmp_path)
+    c.on_job("ADDED", new_job(api, LONG))
+    pump(c)
+    assert phase(api, LONG) == "Running"
+    [pod] = api.pods()
+    assert pod["metadata"]["labels"][JOB_LABEL] == job_label(LONG)
+    end_pod(api, c, pod)
+    assert phase(api, LONG) == "Succeeded"
+
+
+@pytest.mark.parametrize("status", [422, 403, 400], ids=["invalid", "forbidden-by-quota", "bad-request"])
+def test_a_pod_create_refused_for_good_fails_the_job_and_the_next_one_runs(
+        api: MemoryApi, clock: Clock, tmp_path: Path, status: int) -> None:
+    c = controller(api, clock, tmp_path)
+    api.on_create = refuse_pods_of("refused", status)
+    c.on_job("ADDED", new_job(api, "refused", issue=1))
+    c.on_job("ADDED", new_job(api, "next", issue=2))
+    pump(c)
+    assert phase(api, "refused") == "Failed"
+    started = condition(api, "refused", "Started")
+    assert (started["status"], started["reason"]) == ("False", "PodRefused")
+    assert f"({status}: " in started["message"] and "exceeded quota" in started["message"]
+    assert phase(api, "next") == "Running"
+    assert [p["metadata"]["ownerReferences"][0]["name"] for p in api.pods()] == ["next"]
+    assert (c.slots.running, c.slots.queued) == (1, 0)
+    assert not (tmp_path / api.job("refused")["metadata"]["uid"]).exists(), "its staging directory is left"
+
+
+@pytest.mark.parametrize("status", [500, 503, 429, 0], ids=["apiserver-500", "unavailable", "throttled", "no-answer"])
+def test_a_failing_start_backs_off_without_holding_the_queue(api: MemoryApi, clock: Clock, tmp_path: Path,
+                                                             status: int) -> None:
+    c = controller(api, clock, tmp_path)
+    api.on_create = refuse_pods_of("flaky", status, times=2)
+    for i, name in enumerate(["flaky", "second", "third"]):
+        c.on_job("ADDED", new_job(api, name, issue=i + 1))
+    pump(c)
+    assert (phase(api, "flaky"), phase(api, "second"), phase(api, "third")) == (None, "Running", None)
+    assert condition(api, "flaky", "Started")["reason"] == "StartRetrying"
+    retry_writes = len([w for w in api.writes if w == ("PATCH", f"{JOBS}/flaky/status")])
+    assert retry_writes == 1, "the retry is written on the Job once, not per attempt"
+
+    # second ends; flaky's 1 s back-off has not ended, so third (ready) gets the slot
+    end_pod(api, c, api.pods()[0])
+    pump(c)
+    assert (phase(api, "flaky"), phase(api, "third")) == (None, "Running")
+
+    # third ends; flaky's back-off (1 s, then 2 s after its second failure) ends; it starts, FIFO intact
+    end_pod(api, c, next(p for p in api.pods() if p["metadata"]["ownerReferences"][0]["name"] == "third"))
+    clock.now += 1
+    pump(c)  # second failure (times=2): deferred 2 s
+    assert phase(api, "flaky") is None
+    clock.now += 2
+    pump(c)
+    assert phase(api, "flaky") == "Running"
+    assert condition(api, "flaky", "Started")["reason"] == "PodCreated"
+    assert len([w for w in api.writes if w == ("PATCH", f"{JOBS}/flaky/status")]) == 2  # StartRetrying, Running
+
+
+def test_the_happy_path_writes_nothing_more_than_before(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    """Issue 7's budget: a job that starts at once costs the Pod create, Running and its end (no retry write)."""
+    c = controller(api, clock, tmp_path)
+    c.on_job("ADDED", new_job(api, "plain"))
+    before = len(api.writes)
+    pump(c)
+    end_pod(api, c, api.pods()[0])
+    ours = [w for w in api.writes[before:] if not w[1].endswith(f"/pods/{api.pods()[0]['metadata']['name']}/status")]
+    assert ours == [("POST", f"{PODS}/{api.pods()[0]['metadata']['name']}"),
+                    ("PATCH", f"{JOBS}/plain/status"), ("PATCH", f"{JOBS}/plain/status")]
+
+
+# ---- 2. a Job deleted and re-created under its name ---------------------------------------------------
+
+def recreate(api: MemoryApi, name: str, issue: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Delete Job ``name`` (its Pods collected with it) and create a new one: (old body, new body)."""
+    old = api.job(name)
+    api.delete(f"{JOBS}/{name}")
+    for pod in api.pods():
+        if pod["metadata"]["ownerReferences"][0]["uid"] == old["metadata"]["uid"]:
+            api.delete(f"{PODS}/{pod['metadata']['name']}")
+    return old, new_job(api, name, issue=issue)
+
+
+@pytest.fixture
+def ended_job(api: MemoryApi, clock: Clock, tmp_path: Path) -> Iterator[Controller]:
+    """A controller that ran Job ``reborn`` to Succeeded (its terminal status seen by the watch)."""
+    c = controller(api, clock, tmp_path)
+    c.on_job("ADDED", new_job(api, "reborn", issue=1))
+    pump(c)
+    end_pod(api, c, api.pods()[0])
+    c.on_job("MODIFIED", api.job("reborn"))
+    assert phase(api, "reborn") == "Succeeded"
+    yield c
+
+
+def test_a_recreated_job_is_started_before_the_old_ones_deleted_arrives(api: MemoryApi, ended_job: Controller
+                                                                        ) -> None:
+    c = ended_job
+    old, new = recreate(api, "reborn", issue=2)
+    c.on_job("ADDED", new)  # the new uid's ADDED first: kopf orders events per uid only
+    pump(c)
+    assert phase(api, "reborn") == "Running", "the old Job's terminal phase made the new Job's ADDED be ignored"
+    c.on_job("DELETED", old)
+    assert c.slots.running == 1 and c._phases.get("reborn") == "Running"
+
+
+def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: MemoryApi, ended_job: Controller
+                                                                       ) -> None:
+    c = ended_job
+    old, _ = recreate(api, "reborn", issue=2)
+    c.resync()  # the new Job found by the list (its watch event not handled yet)
+    pump(c)
+    assert phase(api, "reborn") == "Running"
+    c.on_job("ADDED", new_job(api, "behind", issue=3))  # capacity 1: waits for reborn
+    c.on_job("DELETED", old)  # the old Job's DELETED, late
+    pump(c)
+    assert phase(api, "behind") is None, "the late DELETED freed the slot the new Job's Pod holds"
+    assert (c.slots.running, c.slots.queued) == (1, 1)
+    c.on_job("MODIFIED", old)  # any later event of the old uid is ignored too
+    assert c._phases.get("reborn") == "Running"
+    end_pod(api, c, api.pods()[0])
+    pump(c)
+    assert (phase(api, "reborn"), phase(api, "behind")) == ("Succeeded", "Running")
+
+
+# ---- 3. the staging sweep logs what happened --------------------------------------------------------
+
+@pytest.fixture
+def undeletable(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """An orphaned staging directory (no Job has its uid, older than the grace) holding a file that cannot
+    be removed: immutable as root (``chattr +i``), in a read-only directory otherwise."""
+    staging = tmp_path / "staging"
+    orphan = staging / "uid-orphan"
+    (orphan / "session").mkdir(parents=True)
+    stuck = orphan / "session" / "current.jsonl"
+    stuck.write_text("{}")
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not supported here, and root removes anything else")
+        undo = ["chattr", "-i", str(stuck)]
+    else:
+        os.chmod(orphan / "session", 0o500)
+        undo = ["chmod", "0700", str(orphan / "session")]
+    old = 1_000_000_000
+    os.utime(orphan, (old, old))
+    try:
+        yield staging, orphan
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_the_sweep_says_so_when_a_staging_directory_could_not_be_removed(
+        api: MemoryApi, clock: Clock, undeletable: tuple[Path, Path], caplog: pytest.LogCaptureFixture) -> None:
+    staging, orphan = undeletable
+    c = controller(api, clock, staging)
+    with caplog.at_level(logging.INFO, logger="pidispatch.events"):
+        c.sweep()
+    events = [r.fields for r in caplog.records if hasattr(r, "fields")]
+    assert orphan.exists()
+    assert [e["event"] for e in events if e.get("job") == "uid-orphan"] == ["staging_sweep_failed"]
+    failed = next(e for e in events if e["event"] == "staging_sweep_failed")
+    assert "current.jsonl" in failed["first"] and failed["errors"] >= 1
+
+
+def test_the_sweep_removes_an_orphaned_staging_directory_and_says_so(
+        api: MemoryApi, clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    orphan = tmp_path / "uid-gone" / "session"
+    orphan.mkdir(parents=True)
+    os.utime(orphan.parent, (1_000_000_000, 1_000_000_000))
+    c = controller(api, clock, tmp_path)
+    with caplog.at_level(logging.INFO, logger="pidispatch.events"):
+        c.sweep()
+    assert not orphan.parent.exists()
+    assert [r.fields["event"] for r in caplog.records if getattr(r, "fields", {}).get("job") == "uid-gone"] == [
+        "staging_swept"]
