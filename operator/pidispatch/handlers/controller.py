@@ -126,6 +126,7 @@ class Controller:
                              if (job.get("status") or {}).get("phase") not in flow.TERMINAL_PHASES}
         for job in jobs:  # running Jobs hold their slots before any waiting Job is admitted
             phase = (job.get("status") or {}).get("phase")
+            self._claim(job["metadata"]["name"], job["metadata"]["uid"])
             self._track(job["metadata"]["name"], phase)
             if phase == "Running":
                 self.slots.hold(job["metadata"]["name"])
@@ -231,13 +232,15 @@ class Controller:
             self._retire(held)
             self._phases.pop(name, None)
             self._in_flight.pop(name, None)
-        self._retired.pop(uid, None)
+        with self._locks_guard:
+            self._retired.pop(uid, None)
         self._uids[name] = uid
 
     def _retire(self, uid: str) -> None:
-        self._retired[uid] = None
-        while len(self._retired) > RETIRED_UIDS_KEPT:
-            self._retired.popitem(last=False)
+        with self._locks_guard:
+            self._retired[uid] = None
+            while len(self._retired) > RETIRED_UIDS_KEPT:
+                self._retired.popitem(last=False)
 
     def _keep_body(self, job: dict[str, Any], phase: str | None) -> None:
         """Remember the watch's latest body of a Job that may still start; forget it once it cannot.
