@@ -76,6 +76,7 @@ else:
     from e2e.kube import Kube, wait_for  # noqa: E402
     from e2e.release import FAKEPI, TERMINAL, Release, base_values, merge  # noqa: E402
     from pidispatch.api.crds import GROUP  # noqa: E402
+    from pidispatch.manifests.pod import job_label  # noqa: E402
 
     JOB_LABEL = "pi-dispatch.dev/job"
     BARE_LABEL = "bench.pidispatch.dev/bare"
@@ -236,9 +237,10 @@ else:
                 if side == "job":
                     t0 = time.perf_counter()
                     release.job(name, issue=next(issues))
-                    pods.wait(f"the Pod of Job {name}", lambda name=name: name in pods.labels.values(), 60)
+                    label = job_label(name)  # equal to the name for these short names
+                    pods.wait(f"the Pod of Job {name}", lambda label=label: label in pods.labels.values(), 60)
                     with pods.cond:
-                        got["job"] = min(pods.seen[p] for p, j in pods.labels.items() if j == name) - t0
+                        got["job"] = min(pods.seen[p] for p, j in pods.labels.items() if j == label) - t0
                     jobs.wait(f"Job {name} terminal", lambda name=name: name in jobs.done, 120)
                 else:
                     t0 = time.perf_counter()

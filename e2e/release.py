@@ -249,7 +249,10 @@ class Release:
         return self.wait_job(name, timeout=timeout)
 
     def pods_of(self, job: str) -> list[dict[str, Any]]:
-        return self.kube.list(f"/api/v1/namespaces/{self.ns}/pods", labelSelector=f"pi-dispatch.dev/job={job}")
+        from pidispatch.manifests.pod import job_label  # a long Job name is shortened in the label
+
+        return self.kube.list(f"/api/v1/namespaces/{self.ns}/pods",
+                              labelSelector=f"pi-dispatch.dev/job={job_label(job)}")
 
     def sessionkey(self, key: str) -> dict[str, Any] | None:
         return self.kube.get_or_none(self.path("sessionkeys", key))

@@ -37,7 +37,7 @@ from pidispatch.forge.head import Head
 from pidispatch.jobdir import HOST, PROMOTION, JobDir, file_digest, staged_uids
 from pidispatch.kubeapi import Api, ApiError, name_segment
 from pidispatch.manifests.pod import JOB_LABEL, TOKEN_SECRET_KEY, PodInputs, job_pod, job_token_secret, pod_name
-from pidispatch.record import HostVerdict, PromotionResult, merge_session
+from pidispatch.record import HostVerdict, JobReason, PromotionResult, merge_session
 from pidispatch.report import RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
 from pidispatch.slots import Slots, backoff_seconds, waited_longer_than
@@ -58,6 +58,14 @@ COMMENTED = "Commented"  # the Job condition that records the refusal comment (p
 COMMENT_RETRY_SECONDS = 3600  # a comment GitHub refused is retried by the resync for this long
 QUEUED_AFTER_SECONDS = 2.0  # a Job still waiting for a slot after this long is marked Queued (one write)
 RETIRED_UIDS_KEPT = 4096  # uids of deleted or superseded Jobs remembered, so their late events are ignored
+
+
+def job_pod_uid() -> int:
+    """The uid job Pods run as: the operator's own, so they can read and rewrite the staged copy it
+    creates 0600 in a 0700 directory (the chart's ``securityContext.runAsUser``). An operator running
+    as root (a development machine) keeps the restricted profile's non-root default instead."""
+    uid = os.getuid()
+    return uid if uid != 0 else PodInputs.run_as_user
 
 
 class _StaleBody(Exception):
@@ -345,6 +353,12 @@ class Controller:
                               "completedAt": now_rfc3339()})
         self._track(job["metadata"]["name"], refused.phase)  # a stale event of the Job must not admit it again
         emit("job_refused", job=job["metadata"]["name"], reason=refused.reason or refused.condition_reason)
+        # The spec's own refusal events (§9.3, §10), by the names pi-dispatch hosts log them under.
+        kind = str((job.get("spec") or {}).get("forge") or "local")  # the job's forge kind (spec §1.2)
+        if refused.reason == JobReason.SESSIONS_DIR_UNSET:
+            emit("refused_sessions_dir_unset", kind=kind)
+        elif refused.reason == JobReason.CONFIG_REFUSED:
+            emit("refused_config", kind=kind, refunded=False)  # refused before any budget was reserved
         self._event(job, "Warning", refused.condition_reason, refused.message)
 
     def comment_refusal(self, name: str) -> None:
@@ -633,6 +647,7 @@ class Controller:
             staging_claim=self.s.staging_claim if mounted else None,
             session_subpath=f"{md['uid']}/session" if mounted else None,
             host_resume=bool(host and host.get("resume")),
+            run_as_user=job_pod_uid(),
             github_token=token,
         ))
         try:

@@ -1,0 +1,51 @@
+"""The spec's refusal log events (§9.3, §10), and the uid job Pods run as, from the controller itself."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from test_operator_queue import JOBS, NS, TRIGGERS, Clock, MemoryApi, pump
+
+from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.handlers.controller import job_pod_uid
+from pidispatch.manifests.pod import PodInputs
+from pidispatch.settings import OperatorSettings, Settings
+
+ARMED = {"model": "fake/fake-model", "piVersion": "0.73.1", "resume": True}
+
+
+def armed_job(api: MemoryApi, name: str) -> dict:
+    return api.create(JOBS, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job", "metadata": {"name": name},
+                             "spec": {"trigger": "armed", "forge": "github", "repository": "acme/widgets",
+                                      "comment": "@pi go", "issue": 3}})
+
+
+@pytest.mark.parametrize(("store", "source", "event", "fields"), [
+    (None, "app", "refused_sessions_dir_unset", {"kind": "github"}),
+    ("/srv/sessions", "gh", "refused_config", {"kind": "github", "refunded": False}),
+], ids=["no store", "gh source"])
+def test_a_refusal_logs_the_spec_s_event(tmp_path: Path, events, store: str | None, source: str, event: str,
+                                         fields: dict) -> None:
+    api = MemoryApi()
+    api.create(TRIGGERS, {"metadata": {"name": "armed"}, "spec": {
+        "on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": ARMED}})
+    settings = OperatorSettings(store=Settings(sessions_dir=store, github_auth_source=source),
+                                staging_dir=str(tmp_path), max_concurrent_jobs=1)
+    from pidispatch.handlers.controller import Controller
+    from pidispatch.slots import Slots
+
+    c = Controller(settings, api, NS)  # type: ignore[arg-type]
+    c.slots = Slots(1, clock=Clock())
+    c.on_job("ADDED", armed_job(api, "refused"))
+    pump(c)
+    assert (api.job("refused").get("status") or {}).get("phase") == "Refused"
+    assert api.pods() == [], "a refusal comes before any Pod"
+    logged = [e for e in events() if e["event"] == event]
+    assert logged == [{"event": event, **fields}]
+
+
+def test_job_pods_run_as_the_operator_s_uid_unless_it_is_root() -> None:
+    expected = os.getuid() if os.getuid() != 0 else PodInputs.run_as_user
+    assert job_pod_uid() == expected and job_pod_uid() != 0
