@@ -346,6 +346,21 @@ class Controller:
                                                 "job slots (maxConcurrentJobs).", None)})
                 self._keep_body(updated, "Queued")
 
+    def _fail_unstarted(self, job: dict[str, Any], watched: bool, reason: str, message: str,
+                        staging: JobDir | None = None) -> None:
+        """End a Job that was refused for good before its Pod ran: ``Failed``, slot and staging freed.
+
+        From a watch body the refusal is confirmed on a fresh read first (``_StaleBody``): the Job may
+        have changed since the event.
+        """
+        name = job["metadata"]["name"]
+        if watched:
+            raise _StaleBody(name)
+        if staging is not None:
+            staging.remove()
+        self.slots.release(name)
+        self._refuse(job, flow.Refusal("Failed", None, reason, message))
+
     def _refuse(self, job: dict[str, Any], refused: flow.Refusal) -> None:
         conditions = set_condition((job.get("status") or {}).get("conditions"), "Started", False,
                                    refused.condition_reason, refused.message, None)
@@ -514,14 +529,10 @@ class Controller:
             except GitHubError as exc:
                 if exc.status == 0 or exc.status >= 500:
                     raise
-                if watched:
-                    raise _StaleBody(name) from None
-                self.slots.release(name)
-                self._refuse(job, flow.Refusal(
-                    "Failed", None, "GitHubTokenFailed",
-                    f"The GitHub App could not mint an installation token for this job ({exc}); nothing "
-                    "ran. Check the App's installation and permissions (pidispatch doctor), then re-create "
-                    "the Job."))
+                self._fail_unstarted(job, watched, "GitHubTokenFailed",
+                                     f"The GitHub App could not mint an installation token for this job ({exc}); "
+                                     "nothing ran. Check the App's installation and permissions (pidispatch "
+                                     "doctor), then re-create the Job.")
                 return
             # No Pod yet, so nobody reads the staging copy: judging and staging again is safe.
             host = self._stage(job, trigger, jd)
@@ -530,15 +541,10 @@ class Controller:
             except ApiError as exc:
                 if not pod_create_refused_for_good(exc.status):
                     raise  # an outage or a conflict: the pump retries after a back-off
-                if watched:
-                    raise _StaleBody(name) from None
-                jd.remove()
-                self.slots.release(name)
-                self._refuse(job, flow.Refusal(
-                    "Failed", None, "PodRefused",
-                    f"The apiserver refused the job Pod ({exc.status}: {exc.message[:400]}); nothing ran and it "
-                    "is not retried. Fix the cause (a ResourceQuota, an admission policy, RBAC), then re-create "
-                    "the Job."))
+                self._fail_unstarted(job, watched, "PodRefused",
+                                     f"The apiserver refused the job Pod ({exc.status}: {exc.message[:400]}); "
+                                     "nothing ran and it is not retried. Fix the cause (a ResourceQuota, an "
+                                     "admission policy, RBAC), then re-create the Job.", staging=jd)
                 return
             failpoints.at("pod-created", name)
             if host is not None:
