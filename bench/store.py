@@ -845,6 +845,41 @@ HEAD = (
 )
 
 
+# The rows of each table, in order: (results kind, comparison, what the row says[, target]).
+TARGET_ROWS = (
+    ("stage", "first read vs kernel copy", "stage, first read of this version: `resolve` vs in-process kernel copy",
+     STAGE_TARGET),
+    ("stage", "remembered vs kernel copy",
+     "stage, gate 12's answer remembered: `resolve` vs in-process kernel copy", STAGE_TARGET),
+    ("promote", "vs copy+fsync+rename", "promote: `promote` vs copy + fsync + rename", PROMOTE_TARGET),
+    ("promote", "vs copy+fsync+rename+fsync(dir)",
+     "promote: `promote` vs copy + fsync + rename + fsync(dir) (same durability)", PROMOTE_TARGET),
+)
+GATE_ROWS = (
+    ("ladder without the copy", "gate cost: ladder without the copy, 8 MiB vs 1 KiB"),
+    ("refused resolve (gate 8)", "gate cost: refused resolve (gate 8), 8 MiB vs 1 KiB"),
+)
+CONTEXT_ROWS = (
+    ("stage", "remembered vs the protocol's own syscalls",
+     "stage, remembered: `resolve` vs the same system calls bare (spec §3's reads, no logic)"),
+    ("promote", "vs the protocol's own syscalls",
+     "promote: `promote` vs the same system calls bare (spec §6's protocol, no checks)"),
+    ("stage", "first read vs user-space copy",
+     f"stage, first read: `resolve` vs user-space copy loop ({CHUNK // MIB} MiB reads into one buffer)"),
+    ("stage", "first read vs cp", "stage, first read: `resolve` in-process vs a `cp` process"),
+)
+PROCESS_ROWS = (("vs cp", "`cp`"), ("vs python copy process", "a Python process copying"))
+DIAGNOSTIC_ROWS = (
+    ("scan plain (in memory) vs user-space copy",
+     "compaction scan of a plain transcript (in memory) vs user-space copy"),
+    ("C search vs kernel copy", "the pre-filter's searches alone, C (`_needles`) vs kernel copy"),
+    ("Python search vs kernel copy",
+     "the pre-filter's searches alone, Python fallback (`find` + `re.search`) vs kernel copy"),
+    ("scan, escape-heavy vs plain (in memory)", "compaction scan in memory: escape-heavy vs plain"),
+    ("stage escape-heavy vs user-space copy", "stage, first read, escape-heavy transcript vs user-space copy"),
+)
+
+
 def report(
     results: dict[str, dict[str, dict[str, Pair]]], info: dict[str, str], command: str, prims: dict[str, float]
 ) -> str:
@@ -860,110 +895,21 @@ def report(
         "",
         HEAD,
     ]
-    for name, what in (
-        ("first read vs kernel copy", "stage, first read of this version: `resolve` vs in-process kernel copy"),
-        ("remembered vs kernel copy", "stage, gate 12's answer remembered: `resolve` vs in-process kernel copy"),
-    ):
+    for kind, name, what, target in TARGET_ROWS:
         for label, _ in SIZES:
-            p = results["stage"][label][name]
-            out.append(row(what, label, p, verdict_le(p, STAGE_TARGET)))
-    for label, _ in SIZES:
-        p = results["promote"][label]["vs copy+fsync+rename"]
-        out.append(row("promote: `promote` vs copy + fsync + rename", label, p, verdict_le(p, PROMOTE_TARGET)))
-    for label, _ in SIZES:
-        p = results["promote"][label]["vs copy+fsync+rename+fsync(dir)"]
-        out.append(
-            row(
-                "promote: `promote` vs copy + fsync + rename + fsync(dir) (same durability)",
-                label,
-                p,
-                verdict_le(p, PROMOTE_TARGET),
-            )
-        )
-    g = results["gates"]["8 MiB vs 1 KiB"]
-    out.append(
-        row(
-            "gate cost: ladder without the copy, 8 MiB vs 1 KiB",
-            "—",
-            g["ladder without the copy"],
-            verdict_same(g["ladder without the copy"]),
-        )
-    )
-    out.append(
-        row(
-            "gate cost: refused resolve (gate 8), 8 MiB vs 1 KiB",
-            "—",
-            g["refused resolve (gate 8)"],
-            verdict_same(g["refused resolve (gate 8)"]),
-        )
-    )
+            p = results[kind][label][name]
+            out.append(row(what, label, p, verdict_le(p, target)))
+    gates = results["gates"]["8 MiB vs 1 KiB"]
+    out += [row(what, "—", gates[name], verdict_same(gates[name])) for name, what in GATE_ROWS]
     out += ["", "### Context (no targets)", "", HEAD]
-    for label, _ in SIZES:
-        out.append(
-            row(
-                "stage, remembered: `resolve` vs the same system calls bare (spec §3's reads, no logic)",
-                label,
-                results["stage"][label]["remembered vs the protocol's own syscalls"],
-            )
-        )
-    for label, _ in SIZES:
-        out.append(
-            row(
-                "promote: `promote` vs the same system calls bare (spec §6's protocol, no checks)",
-                label,
-                results["promote"][label]["vs the protocol's own syscalls"],
-            )
-        )
-    for label, _ in SIZES:
-        out.append(
-            row(
-                f"stage, first read: `resolve` vs user-space copy loop ({CHUNK // MIB} MiB reads into one buffer)",
-                label,
-                results["stage"][label]["first read vs user-space copy"],
-            )
-        )
-    for label, _ in SIZES:
-        out.append(
-            row(
-                "stage, first read: `resolve` in-process vs a `cp` process",
-                label,
-                results["stage"][label]["first read vs cp"],
-            )
-        )
+    for kind, name, what in CONTEXT_ROWS:
+        out += [row(what, label, results[kind][label][name]) for label, _ in SIZES]
     if "processes" in results:
         for label, _ in SIZES:
-            for name, text in (("vs cp", "`cp`"), ("vs python copy process", "a Python process copying")):
-                out.append(
-                    row(f"process: `pidispatch store resolve` vs {text}", label, results["processes"][label][name])
-                )
-    d = results["diagnostics"]["8 MiB"]
-    out.append(
-        row(
-            "compaction scan of a plain transcript (in memory) vs user-space copy",
-            "8 MiB",
-            d["scan plain (in memory) vs user-space copy"],
-        )
-    )
-    out.append(
-        row("the pre-filter's searches alone, C (`_needles`) vs kernel copy", "8 MiB", d["C search vs kernel copy"])
-    )
-    out.append(
-        row(
-            "the pre-filter's searches alone, Python fallback (`find` + `re.search`) vs kernel copy",
-            "8 MiB",
-            d["Python search vs kernel copy"],
-        )
-    )
-    out.append(
-        row("compaction scan in memory: escape-heavy vs plain", "8 MiB", d["scan, escape-heavy vs plain (in memory)"])
-    )
-    out.append(
-        row(
-            "stage, first read, escape-heavy transcript vs user-space copy",
-            "8 MiB",
-            d["stage escape-heavy vs user-space copy"],
-        )
-    )
+            out += [row(f"process: `pidispatch store resolve` vs {text}", label, results["processes"][label][name])
+                    for name, text in PROCESS_ROWS]
+    diagnostics = results["diagnostics"]["8 MiB"]
+    out += [row(what, "8 MiB", diagnostics[name]) for name, what in DIAGNOSTIC_ROWS]
     out += [
         "",
         "Durability primitives on this filesystem (medians): "
