@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from pidispatch.api.crds import GROUP, VERSION, job_crd
 from pidispatch.receiver import delivery as core
-from pidispatch.receiver.app import Receiver, build_app, serve
+from pidispatch.receiver.app import KEEPALIVE_SECONDS, Receiver, build_app, serve
 from pidispatch.receiver.cluster import ClusterUnavailable
 from pidispatch.receiver.metrics import Result
 from pidispatch.receiver.settings import DEFAULT_MAX_BODY, DEFAULT_PORT, ReceiverSettings
@@ -106,9 +106,11 @@ class Running:
     """The receiver app served on 127.0.0.1:<free port> by an event loop in a thread."""
 
     def __init__(self, cluster: MemoryCluster, *, max_body: int = DEFAULT_MAX_BODY, auth_source: str | None = None,
-                 secret: WebhookSecret | None = None) -> None:
+                 secret: WebhookSecret | None = None, max_body_reads: int | None = None,
+                 keepalive_timeout: float = KEEPALIVE_SECONDS) -> None:
         self.cluster = cluster
-        self.receiver = Receiver(cluster, secret or WebhookSecret(SECRET), max_body=max_body, auth_source=auth_source)
+        self.receiver = Receiver(cluster, secret or WebhookSecret(SECRET), max_body=max_body, auth_source=auth_source,
+                                 max_body_reads=max_body_reads)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.hooks = Webhooks(f"{self.url}/webhook", SECRET)
@@ -128,7 +130,8 @@ class Running:
 
                 waiter = asyncio.ensure_future(flag())
                 try:
-                    await serve(build_app(self.receiver), "127.0.0.1", self.port, self._stop, ready)
+                    await serve(build_app(self.receiver), "127.0.0.1", self.port, self._stop, ready,
+                                keepalive_timeout=keepalive_timeout)
                 finally:
                     waiter.cancel()
 

@@ -4,83 +4,41 @@ Anyone can open a connection and send a body, and a body is held in memory until
 checked; so the receiver reads only a few bodies at once (the others are told 503 at once, unread) and
 closes a connection that has no complete request head for a while. The real app on a real loopback
 socket, as in ``tests/test_receiver.py`` (whose cluster, deliveries and raw-socket helpers are reused);
-the server runs here with a low permit count or a short keep-alive, which ``Running`` there does not take.
+the server runs here with a low permit count or a short keep-alive.
 """
 
 from __future__ import annotations
 
-import asyncio
-import re
 import select
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from test_receiver import SECRET, MemoryCluster, _final_answer, free_port, raw_exchange, request_head, trigger
+from test_receiver import MemoryCluster, Running, _final_answer, raw_exchange, request_head, trigger
 
 from e2e.fakegithub import Delivery, Webhooks
 from pidispatch.receiver import delivery as core
-from pidispatch.receiver.app import KEEPALIVE_SECONDS, Receiver, build_app, serve
-from pidispatch.receiver.settings import DEFAULT_MAX_BODY
-from pidispatch.receiver.signature import WebhookSecret
+from pidispatch.receiver.app import KEEPALIVE_SECONDS
 
 WAIT = 10.0  # seconds: the bound on anything awaited here; never a measure of speed
 WRONG_SIGNATURE = "sha256=" + "0" * 64  # well formed, so the body is read before the HMAC refuses it
 
 
-class Served:
-    """The receiver app on 127.0.0.1:<free port>, run by an event loop in a thread, with the given limits."""
+class Served(Running):
+    """``test_receiver.Running`` with one ``@pi`` Trigger and the given limits, and what these tests read."""
 
     def __init__(self, *, max_body_reads: int | None = None, keepalive_timeout: float = KEEPALIVE_SECONDS) -> None:
-        self.cluster = MemoryCluster([trigger("fix", "issue_comment.created", phrase="@pi")])
-        self.receiver = Receiver(self.cluster, WebhookSecret(SECRET), max_body=DEFAULT_MAX_BODY,
-                                 max_body_reads=max_body_reads)
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.hooks = Webhooks(f"{self.url}/webhook", SECRET)
-        self._loop = asyncio.new_event_loop()
-        self._stop = asyncio.Event()
-        self._failure: BaseException | None = None
-        listening = threading.Event()
-
-        async def main() -> None:
-            started = asyncio.Event()
-            server = asyncio.ensure_future(serve(build_app(self.receiver), "127.0.0.1", self.port, self._stop,
-                                                 started, keepalive_timeout=keepalive_timeout))
-            flag = asyncio.ensure_future(started.wait())
-            await asyncio.wait({server, flag}, return_when=asyncio.FIRST_COMPLETED)
-            listening.set()
-            flag.cancel()
-            await server
-
-        def run() -> None:
-            try:
-                self._loop.run_until_complete(main())
-            except BaseException as exc:  # noqa: BLE001 - reported to the test
-                self._failure = exc
-                listening.set()
-
-        self._thread = threading.Thread(target=run, daemon=True, name="receiver-limits")
-        self._thread.start()
-        if not listening.wait(WAIT) or self._failure is not None:
-            raise RuntimeError(f"the receiver did not start: {self._failure!r}")
-
-    def stop(self) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(WAIT)
+        super().__init__(MemoryCluster([trigger("fix", "issue_comment.created", phrase="@pi")]),
+                         max_body_reads=max_body_reads, keepalive_timeout=keepalive_timeout)
 
     def permits_taken(self) -> int:
         return self.receiver.body_reads.taken
 
     def busy_count(self) -> float:
         """``pidispatch_receiver_deliveries_total{result="busy"}``, as scraped from /metrics."""
-        text = self.hooks.session.get(f"{self.url}/metrics", timeout=5).text
-        found = re.search(r'^pidispatch_receiver_deliveries_total\{result="busy"\} (\S+)$', text, re.M)
-        assert found, "no busy series on /metrics"
-        return float(found.group(1))
+        return self.counts()["busy"]
 
 
 @pytest.fixture
