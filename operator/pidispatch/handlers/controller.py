@@ -512,13 +512,14 @@ class Controller:
         # A Pod can exist only if an operator process got as far as its create: after the host verdict
         # was journaled, or (a power cut losing a journal not yet synced) for a Job listed at start-up.
         # Otherwise this is a first start and the create goes ahead without a lookup.
+        host = jd.read(HOST) if jd.exists() else None
         pod = None
-        if uid in self._preexisting or (jd.exists() and jd.read(HOST) is not None):
+        if uid in self._preexisting or host is not None:
             pod = self.api.get_or_none(self._pod_path(pod_name(name)))
         if pod is not None and _owner_uid(pod) != uid:
             raise RuntimeError(f"Pod {pod_name(name)} belongs to an earlier Job of that name; waiting for "
                                "the garbage collector to remove it")
-        if pod is not None and jd.exists() and jd.read(HOST) is not None:
+        if pod is not None and host is not None:
             jd.sync(HOST)  # a restart after a kill between the create and the sync: the page cache still has it
         if pod is None:
             # Credentials first: a mint GitHub refuses (4xx: the App is not installed on the repository,
@@ -557,7 +558,6 @@ class Controller:
                 jd.sync(HOST)
                 self._in_flight[name] = str(host.get("key"))
                 self._guarded(self._ensure_sessionkey, host)
-        host = jd.read(HOST) if jd.exists() else None
         patch: dict[str, Any] = {
             "phase": "Running", "podName": pod["metadata"]["name"], "startedAt": now_rfc3339(),
             "session": _host_session(host),
@@ -787,11 +787,11 @@ class Controller:
         if uid:
             JobDir(self.s.staging_dir, uid).remove()
             self._preexisting.discard(uid)
-            if (self._bodies.get(name) or {}).get("metadata", {}).get("uid") == uid:
-                self._bodies.pop(name, None)
             held = self._uids.get(name)
-            self._retire(uid)
-            if held is not None and held != uid:
+            if held is not None and held != uid:  # the name is another Job's now: only this uid's traces go
+                self._retire(uid)
+                if (self._bodies.get(name) or {}).get("metadata", {}).get("uid") == uid:
+                    self._bodies.pop(name, None)
                 return
         self._forget_name(name, uid)
 
