@@ -63,8 +63,7 @@ class Observation:
         self.delivery = delivery
         self.now_ms = now_ms
         self.fd: int | None = None
-        self.fd_identity: fsio.Identity | None = None
-        self.fd_stat: os.stat_result | None = None
+        self.fd_stat: os.stat_result | None = None  # the open transcript's fstat (its version: scanmemo.py)
         self._read_body = read_body
 
     @cached_property
@@ -108,8 +107,7 @@ class Observation:
         except OSError:
             return False
         self.fd_stat = os.fstat(self.fd)
-        self.fd_identity = fsio.Identity.of(self.fd_stat)
-        return self.fd_identity == self.judged_identity
+        return fsio.Identity.of(self.fd_stat) == self.judged_identity
 
     def close(self) -> None:
         if self.fd is not None:
