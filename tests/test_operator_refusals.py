@@ -46,6 +46,32 @@ def test_a_refusal_logs_the_spec_s_event(tmp_path: Path, events, store: str | No
     assert logged == [{"event": event, **fields}]
 
 
+def _uid_seen_as(uid: int) -> int:
+    """``job_pod_uid()`` in a forked child running as ``uid`` (reported through a pipe)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(read_end)
+            if uid != os.getuid():
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            os.write(write_end, str(job_pod_uid()).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end) as answer:
+        seen = answer.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return int(seen)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switching uids needs root (CI runs as root)")
 def test_job_pods_run_as_the_operator_s_uid_unless_it_is_root() -> None:
-    expected = os.getuid() if os.getuid() != 0 else PodInputs.run_as_user
-    assert job_pod_uid() == expected and job_pod_uid() != 0
+    """The staged copy is 0600 in a 0700 directory of the operator's uid: the Pod must run as that uid."""
+    assert _uid_seen_as(1000) == 1000
+    assert _uid_seen_as(0) == PodInputs.run_as_user, "root keeps the restricted profile's non-root default"
