@@ -10,9 +10,13 @@ from typing import Any
 
 import pytest
 
-from pidispatch import flow
 from pidispatch.api.crds import TRIGGER_RULES
 from pidispatch.api.trigger import RESUME_NOT_BOOLEAN
+from pidispatch.jobflow.admit import refusal
+from pidispatch.jobflow.key import KeyRef, job_key
+from pidispatch.jobflow.pod import pod_env, pod_phase, termination_message
+from pidispatch.jobflow.sessionkey import sessionkey_status
+from pidispatch.jobflow.trigger import trigger_status
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.record import JobReason
 from pidispatch.settings import Settings
@@ -64,7 +68,7 @@ NOT_READY = [
 
 
 def test_missing_trigger_fails_the_job() -> None:
-    refused = flow.refusal("delivery-1", ISSUE_JOB, None, STORE)
+    refused = refusal("delivery-1", ISSUE_JOB, None, STORE)
     assert refused is not None
     assert (refused.phase, refused.reason, refused.condition_reason) == ("Failed", None, "TriggerNotFound")
     assert "fix-it" in refused.message and "delivery-1" in refused.message
@@ -74,7 +78,7 @@ def test_missing_trigger_fails_the_job() -> None:
 def test_unloadable_trigger_fails_the_job_with_the_cel_message(run: dict, event: str, message: str) -> None:
     # No store and the gh source on purpose: an unloadable Trigger is reported before either refusal.
     settings = Settings(sessions_dir=None, github_auth_source="gh")
-    refused = flow.refusal("delivery-1", ISSUE_JOB, trigger(run, event), settings)
+    refused = refusal("delivery-1", ISSUE_JOB, trigger(run, event), settings)
     assert refused is not None
     assert (refused.phase, refused.reason, refused.condition_reason) == ("Failed", None, "TriggerNotReady")
     assert refused.message.endswith(message) and "fix-it" in refused.message
@@ -85,7 +89,7 @@ def test_unloadable_trigger_fails_the_job_with_the_cel_message(run: dict, event:
 @pytest.mark.parametrize("job", [ISSUE_JOB, PR_JOB, {"trigger": "fix-it"}],
                          ids=["issue job", "pull-request job", "manual run"])
 def test_resume_without_a_store_is_refused_naming_both_ways_out(job: dict) -> None:
-    refused = flow.refusal("delivery-1", job, trigger(ARMED), NO_STORE)
+    refused = refusal("delivery-1", job, trigger(ARMED), NO_STORE)
     assert refused is not None
     assert (refused.phase, refused.reason, refused.condition_reason) == (
         "Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset")
@@ -97,7 +101,7 @@ def test_resume_without_a_store_is_refused_naming_both_ways_out(job: dict) -> No
 
 def test_missing_store_is_reported_before_the_gh_source() -> None:
     settings = Settings(sessions_dir=None, github_auth_source="gh")
-    refused = flow.refusal("delivery-1", ISSUE_JOB, trigger(ARMED), settings)
+    refused = refusal("delivery-1", ISSUE_JOB, trigger(ARMED), settings)
     assert refused is not None and refused.reason == JobReason.SESSIONS_DIR_UNSET
 
 
@@ -125,7 +129,7 @@ def test_gh_source_with_resume_is_config_refused(job_source: str | None, trigger
     job = {**ISSUE_JOB, **({"authSource": job_source} if job_source else {})}
     run = {**ARMED, **({"auth": trigger_source} if trigger_source else {})}
     settings = Settings(sessions_dir="/s", github_auth_source=settings_source)
-    result = flow.refusal("delivery-1", job, trigger(run), settings)
+    result = refusal("delivery-1", job, trigger(run), settings)
     if not refused:
         assert result is None
         return
@@ -144,7 +148,7 @@ def test_only_exactly_1_opens_the_gh_hatch(hatch: str | None, refused: bool) -> 
     env = {"PI_SESSIONS_DIR": "/s", "GITHUB_AUTH_SOURCE": "gh"}
     if hatch is not None:
         env["PI_SESSIONS_ALLOW_GH_SOURCE"] = hatch
-    result = flow.refusal("delivery-1", ISSUE_JOB, trigger(ARMED), Settings.from_env(env))
+    result = refusal("delivery-1", ISSUE_JOB, trigger(ARMED), Settings.from_env(env))
     assert (result is not None and result.reason == JobReason.CONFIG_REFUSED) is refused
 
 
@@ -161,11 +165,11 @@ RESUME_OFF = [
 @pytest.mark.parametrize("job", [ISSUE_JOB, {**PR_JOB, "authSource": "gh"}], ids=["issue", "pr with gh"])
 def test_a_job_without_resume_is_never_refused_for_the_store_or_gh(run: dict, event: str, job: dict) -> None:
     worst = Settings(sessions_dir=None, github_auth_source="gh", allow_gh_source=False)
-    assert flow.refusal("delivery-1", job, trigger(run, event), worst) is None
+    assert refusal("delivery-1", job, trigger(run, event), worst) is None
 
 
 def test_resume_with_store_and_app_source_runs() -> None:
-    assert flow.refusal("delivery-1", ISSUE_JOB, trigger(ARMED), STORE) is None
+    assert refusal("delivery-1", ISSUE_JOB, trigger(ARMED), STORE) is None
 
 
 # ---- job_key (§1.2, §1.3) -----------------------------------------------------------------------------
@@ -182,13 +186,13 @@ KEYS = [
 
 @pytest.mark.parametrize(("job", "run", "key", "branch"), [k[1:] for k in KEYS], ids=[k[0] for k in KEYS])
 def test_job_key(job: dict, run: dict, key: str, branch: str) -> None:
-    ref = flow.job_key(job, trigger(run)["spec"])
-    assert ref == flow.KeyRef(key=key, forge=job["forge"], repository="octo/repo", branch=branch)
+    ref = job_key(job, trigger(run)["spec"])
+    assert ref == KeyRef(key=key, forge=job["forge"], repository="octo/repo", branch=branch)
     assert len(ref.key) == 32
 
 
 def test_issue_key_is_the_spec_vector() -> None:
-    ref = flow.job_key(ISSUE_JOB, trigger(ARMED)["spec"])
+    ref = job_key(ISSUE_JOB, trigger(ARMED)["spec"])
     assert ref is not None and ref.key == KEY == "7a5b816df58a1c8345ced1323e654287"
 
 
@@ -215,7 +219,7 @@ NO_KEY = [
 
 @pytest.mark.parametrize(("job", "run"), [k[1:] for k in NO_KEY], ids=[k[0] for k in NO_KEY])
 def test_no_key(job: dict, run: dict) -> None:
-    assert flow.job_key(job, trigger(run)["spec"]) is None
+    assert job_key(job, trigger(run)["spec"]) is None
 
 
 # ---- pod_env and the Pod ------------------------------------------------------------------------------
@@ -223,15 +227,15 @@ def test_no_key(job: dict, run: dict) -> None:
 @pytest.mark.parametrize("job", [ISSUE_JOB, PR_JOB], ids=["issue", "pr"])
 def test_pod_env_is_the_same_with_and_without_a_session_key(job: dict) -> None:
     armed, off = trigger(ARMED)["spec"], trigger({"resume": False})["spec"]
-    ref = flow.job_key(job, armed)
-    assert ref is not None and flow.job_key(job, off) is None
-    env = flow.pod_env("delivery-1", job, armed)
-    assert env == flow.pod_env("delivery-1", job, off)
+    ref = job_key(job, armed)
+    assert ref is not None and job_key(job, off) is None
+    env = pod_env("delivery-1", job, armed)
+    assert env == pod_env("delivery-1", job, off)
     assert not any(ref.key in value for value in env.values()), "nothing derived from the key reaches the Pod"
 
 
 def test_pod_env_job_spec_excludes_the_resolved_head() -> None:
-    env = flow.pod_env("delivery-1", PR_JOB, trigger(ARMED)["spec"])
+    env = pod_env("delivery-1", PR_JOB, trigger(ARMED)["spec"])
     assert json.loads(env["PI_JOB_SPEC"]) == {k: v for k, v in PR_JOB.items() if k != "resolved"}
     assert "resolved" not in env["PI_JOB_SPEC"] and "headRepository" not in env["PI_JOB_SPEC"]
 
@@ -241,7 +245,7 @@ def test_pod_env_job_spec_excludes_the_resolved_head() -> None:
     (PR_JOB, {"PI_PULL_REQUEST": "12"}, "PI_ISSUE"),
 ], ids=["issue job", "pr job"])
 def test_pod_env_carries_the_event_and_run_facts(job: dict, present: dict, absent: str) -> None:
-    env = flow.pod_env("delivery-1", job, trigger(ARMED)["spec"])
+    env = pod_env("delivery-1", job, trigger(ARMED)["spec"])
     assert env.items() >= {"PI_JOB_NAME": "delivery-1", "PI_TRIGGER": "fix-it", "PI_FORGE": "github",
                            "PI_REPOSITORY": "octo/repo", "PI_MODEL": "fake/fake-model", "PI_VERSION": PI,
                            **present}.items()
@@ -251,10 +255,10 @@ def test_pod_env_carries_the_event_and_run_facts(job: dict, present: dict, absen
 def test_the_pod_of_a_keyed_job_never_names_the_key() -> None:
     """The Pod built from ``pod_env`` with a mounted session differs from the keyless one by the mount only."""
     spec = trigger(ARMED)["spec"]
-    ref = flow.job_key(PR_JOB, spec)
+    ref = job_key(PR_JOB, spec)
     assert ref is not None
     base = PodInputs(job_name="delivery-1", job_uid="uid-1", namespace="ns", image="pi-job", command=["runner"],
-                     env=flow.pod_env("delivery-1", PR_JOB, spec))
+                     env=pod_env("delivery-1", PR_JOB, spec))
     mounted = job_pod(PodInputs(**{**base.__dict__, "staging_claim": "staging", "session_subpath": "uid-1/session"}))
     plain = job_pod(base)
     text = json.dumps(mounted)
@@ -281,7 +285,7 @@ def pod(phase: str | None = None, statuses: list[dict] | None = None) -> dict[st
 ], ids=["vanished pod counts as failed", "pending", "running", "unknown", "no phase yet", "no status",
         "succeeded", "failed"])
 def test_pod_phase(p: dict | None, phase: str | None) -> None:
-    assert flow.pod_phase(p) == phase
+    assert pod_phase(p) == phase
 
 
 def terminated(name: str, message: str | None) -> dict[str, Any]:
@@ -303,7 +307,7 @@ def terminated(name: str, message: str | None) -> dict[str, Any]:
 ], ids=["pi's message", "another container's message is ignored", "pi's among several", "still running",
         "empty message", "no message", "no container statuses", "no pod"])
 def test_termination_message_only_from_the_pi_container(p: dict | None, message: str | None) -> None:
-    assert flow.termination_message(p) == message
+    assert termination_message(p) == message
 
 
 # ---- trigger_status -----------------------------------------------------------------------------------
@@ -335,7 +339,7 @@ TRIGGER_STATUS = [
 @pytest.mark.parametrize(("run", "settings", "expected"), [t[1:] for t in TRIGGER_STATUS],
                          ids=[t[0] for t in TRIGGER_STATUS])
 def test_trigger_conditions(run: dict, settings: Settings, expected: dict) -> None:
-    status = flow.trigger_status(trigger(run)["spec"], settings, 3, None)
+    status = trigger_status(trigger(run)["spec"], settings, 3, None)
     conditions = by_type(status["conditions"])
     assert [c["type"] for c in status["conditions"]] == ["Ready", "ResumeArmed", "SessionStore"]
     assert {t: (conditions[t]["status"], conditions[t]["reason"]) for t in expected} == expected
@@ -344,7 +348,7 @@ def test_trigger_conditions(run: dict, settings: Settings, expected: dict) -> No
 
 
 def test_not_ready_trigger_says_why_and_is_not_armed() -> None:
-    status = flow.trigger_status(trigger({"resume": True, "command": "x"})["spec"], STORE, 1, None)
+    status = trigger_status(trigger({"resume": True, "command": "x"})["spec"], STORE, 1, None)
     ready = by_type(status["conditions"])["Ready"]
     assert ready["message"] == TRIGGER_RULES[0]["message"]
     assert by_type(status["conditions"])["ResumeArmed"]["status"] == "False"
@@ -352,8 +356,8 @@ def test_not_ready_trigger_says_why_and_is_not_armed() -> None:
 
 def test_resume_armed_on_a_refused_trigger_does_not_read_as_armed() -> None:
     """A Trigger refused for a resume conflict does not resume: its ResumeArmed must not say it does."""
-    effective = by_type(flow.trigger_status(trigger(ARMED)["spec"], STORE, 1, None)["conditions"])["ResumeArmed"]
-    refused = by_type(flow.trigger_status(trigger({"resume": True, "secrets": ["s"]})["spec"], STORE, 1,
+    effective = by_type(trigger_status(trigger(ARMED)["spec"], STORE, 1, None)["conditions"])["ResumeArmed"]
+    refused = by_type(trigger_status(trigger({"resume": True, "secrets": ["s"]})["spec"], STORE, 1,
                                           None)["conditions"])["ResumeArmed"]
     assert refused["status"] == "False"
     assert (refused["reason"], refused["message"]) != (effective["reason"], effective["message"]), (
@@ -361,7 +365,7 @@ def test_resume_armed_on_a_refused_trigger_does_not_read_as_armed() -> None:
 
 
 def test_store_unset_condition_names_both_ways_out() -> None:
-    store = by_type(flow.trigger_status(trigger(ARMED)["spec"], NO_STORE, 1, None)["conditions"])["SessionStore"]
+    store = by_type(trigger_status(trigger(ARMED)["spec"], NO_STORE, 1, None)["conditions"])["SessionStore"]
     assert "sessions.enabled=true" in store["message"] and "run.resume" in store["message"]
     assert "sessions-dir-unset" in store["message"]
 
@@ -378,15 +382,15 @@ def aged(conditions: list[dict]) -> list[dict]:
                          ids=["armed with store", "off without store", "refused"])
 def test_unchanged_trigger_keeps_its_transition_times_and_its_status(run: dict, settings: Settings) -> None:
     spec = trigger(run)["spec"]
-    first = flow.trigger_status(spec, settings, 1, None)
+    first = trigger_status(spec, settings, 1, None)
     first = {**first, "conditions": aged(first["conditions"])}
-    again = flow.trigger_status(spec, settings, 1, first["conditions"])
+    again = trigger_status(spec, settings, 1, first["conditions"])
     assert again == first, "recomputing an unchanged Trigger must not produce a status patch"
 
 
 def test_a_changed_condition_moves_only_its_own_transition_time() -> None:
-    before = aged(flow.trigger_status(trigger({})["spec"], STORE, 1, None)["conditions"])
-    after = by_type(flow.trigger_status(trigger(ARMED)["spec"], STORE, 2, before)["conditions"])
+    before = aged(trigger_status(trigger({})["spec"], STORE, 1, None)["conditions"])
+    after = by_type(trigger_status(trigger(ARMED)["spec"], STORE, 2, before)["conditions"])
     assert after["ResumeArmed"]["status"] == "True" and after["ResumeArmed"]["lastTransitionTime"] != OLD
     assert after["Ready"]["lastTransitionTime"] == OLD and after["SessionStore"]["lastTransitionTime"] == OLD
     assert after["Ready"]["observedGeneration"] == 2
@@ -397,7 +401,7 @@ def test_a_changed_condition_moves_only_its_own_transition_time() -> None:
     Settings(),
 ], ids=["explicit bounds", "defaults"])
 def test_trigger_bounds_mirror_the_settings(settings: Settings) -> None:
-    bounds = flow.trigger_status(trigger(ARMED)["spec"], settings, None, None)["bounds"]
+    bounds = trigger_status(trigger(ARMED)["spec"], settings, None, None)["bounds"]
     assert bounds == {"ttlDays": settings.ttl_days, "maxBytes": settings.max_bytes,
                       "maxAgeDays": settings.max_age_days, "maxResumeChain": settings.max_resume_chain,
                       "maxContextPct": settings.max_context_pct}
@@ -437,7 +441,7 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
                                               locked: tuple, nxt: str) -> None:
     SHAPES[shape](store)
     view = inspect_key(store.settings, KEY, clock=NOW_MS)
-    status = flow.sessionkey_status(view, None)
+    status = sessionkey_status(view, None)
     conditions = by_type(status["conditions"])
     got = tuple((conditions[t]["status"], conditions[t]["reason"]) for t in ("Stored", "Resumable", "Locked"))
     assert got == (stored, resumable, locked)
@@ -447,7 +451,7 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
 
 def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
     transcript = store.put(chain="3", context="1000 200000 fake/fake-model")
-    status = flow.sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)
+    status = sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)
     assert {k: v for k, v in status.items() if k != "conditions"} == {
         "bytes": transcript.stat().st_size, "venue": "kubernetes", "piVersion": PI, "resumeChain": 3,
         "context": {"tokens": 1000, "window": 200000, "model": "fake/fake-model"}, "next": "resumed"}
@@ -458,33 +462,33 @@ def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
 def test_sessionkey_status_with_an_explicit_pi_version_does_not_claim_an_assumption(store: Store) -> None:
     store.put()
     view = inspect_key(store.settings, KEY, pi_version=PI, clock=NOW_MS)
-    assert "stamped" not in by_type(flow.sessionkey_status(view, None)["conditions"])["Resumable"]["message"]
+    assert "stamped" not in by_type(sessionkey_status(view, None)["conditions"])["Resumable"]["message"]
 
 
 def test_sessionkey_status_merges_the_last_job(store: Store) -> None:
     store.put()
     view = inspect_key(store.settings, KEY, clock=NOW_MS)
     last = {"lastJob": "delivery-9", "lastReason": "resumed", "lastPromotedAt": "2030-01-01T00:00:00Z"}
-    status = flow.sessionkey_status(view, None, last)
+    status = sessionkey_status(view, None, last)
     assert status.items() >= last.items()
-    assert "lastJob" not in flow.sessionkey_status(view, None)
+    assert "lastJob" not in sessionkey_status(view, None)
 
 
 def test_unchanged_sessionkey_keeps_its_status(store: Store) -> None:
     store.put()
     view = inspect_key(store.settings, KEY, clock=NOW_MS)
-    first = flow.sessionkey_status(view, None)
+    first = sessionkey_status(view, None)
     first = {**first, "conditions": aged(first["conditions"])}
-    assert flow.sessionkey_status(view, first["conditions"]) == first
+    assert sessionkey_status(view, first["conditions"]) == first
 
 
 def test_stale_lock_message_differs_from_a_live_one(store: Store) -> None:
     """A stale lock is taken over by the next promotion; its message must not say a promotion holds it."""
     store.put()
     lock(store, 1000)
-    live = by_type(flow.sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
+    live = by_type(sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
     lock(store, LOCK_STALE_MS + 1000)
-    stale = by_type(flow.sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
+    stale = by_type(sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
     live_words = live["Locked"]["message"].split("(")[0]
     assert live_words not in stale["Locked"]["message"], (
         f"Locked=False/StaleLock but the message reads {stale['Locked']['message']!r}")
@@ -496,5 +500,5 @@ def test_inspect_of_a_key_directory_path(tmp_path: Path) -> None:
     root.mkdir(mode=0o700)
     (root / KEY).write_bytes(b"not a directory")
     view = inspect_key(Settings(sessions_dir=str(root)), KEY, clock=NOW_MS)
-    conditions = by_type(flow.sessionkey_status(view, None)["conditions"])
+    conditions = by_type(sessionkey_status(view, None)["conditions"])
     assert (conditions["Stored"]["status"], conditions["Resumable"]["reason"]) == ("False", "KeyNotADirectory")

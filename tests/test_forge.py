@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from pidispatch import flow
 from pidispatch.forge.appauth import AppKeyError, InstallationToken, app_jwt, load_private_key
 from pidispatch.forge.comments import has_marker, marker, posts_comment, refusal_comment
 from pidispatch.forge.github import Forge, GitHubError, NoCredentials, _next_link
 from pidispatch.forge.head import Head, NoHead, head_from_pull, no_key_reason
-from pidispatch.handlers.controller import _comment_pending
+from pidispatch.jobflow.comment import comment_pending
+from pidispatch.jobflow.key import job_key, key_and_reason, needs_head_lookup
 from pidispatch.manifests.pod import PodInputs, job_pod, job_token_secret
 from pidispatch.record import JobReason
 from pidispatch.settings import GitHubSettings
@@ -255,28 +255,28 @@ PR = {"trigger": "t", "forge": "github", "repository": REPO, "pullRequest": 9}
 def test_the_api_head_wins_over_the_jobs_resolved_field() -> None:
     """``spec.resolved`` is what a cluster user wrote; with a GitHub client only the API counts."""
     job = {**PR, "resolved": {"headRef": "pi/issue-7", "headRepository": REPO}}
-    ref, why = flow.key_and_reason(job, ARMED, Head("pi/issue-7", "mallory/widgets"))
+    ref, why = key_and_reason(job, ARMED, Head("pi/issue-7", "mallory/widgets"))
     assert (ref, why) == (None, NoHead.FORK)
-    ref, why = flow.key_and_reason(job, ARMED, Head.failed(NoHead.LOOKUP_TIMEOUT))
+    ref, why = key_and_reason(job, ARMED, Head.failed(NoHead.LOOKUP_TIMEOUT))
     assert (ref, why) == (None, NoHead.LOOKUP_TIMEOUT)
 
 
 def test_a_same_repository_pr_from_the_issue_branch_converges_on_the_issue_key() -> None:
-    ref = flow.job_key(PR, ARMED, Head("pi/issue-7", REPO))
+    ref = job_key(PR, ARMED, Head("pi/issue-7", REPO))
     assert ref is not None and ref.key == issue_key("github", REPO, 7) == branch_key("github", REPO, "pi/issue-7")
     assert ref.branch == "pi/issue-7"
 
 
 def test_a_payload_fork_is_never_looked_up() -> None:
-    assert not flow.needs_head_lookup({**PR, "fork": True}, ARMED)
-    assert flow.key_and_reason({**PR, "fork": True}, ARMED, None) == (None, NoHead.FORK_BY_PAYLOAD)
-    assert flow.needs_head_lookup(PR, ARMED)
-    assert not flow.needs_head_lookup(PR, {"run": {}}), "resume off: no lookup at all"
-    assert not flow.needs_head_lookup({**PR, "pullRequest": None, "issue": 3}, ARMED)
+    assert not needs_head_lookup({**PR, "fork": True}, ARMED)
+    assert key_and_reason({**PR, "fork": True}, ARMED, None) == (None, NoHead.FORK_BY_PAYLOAD)
+    assert needs_head_lookup(PR, ARMED)
+    assert not needs_head_lookup(PR, {"run": {}}), "resume off: no lookup at all"
+    assert not needs_head_lookup({**PR, "pullRequest": None, "issue": 3}, ARMED)
 
 
 def test_without_a_client_and_without_resolved_the_reason_says_so() -> None:
-    assert flow.key_and_reason(PR, ARMED, None) == (None, NoHead.NO_CLIENT)
+    assert key_and_reason(PR, ARMED, None) == (None, NoHead.NO_CLIENT)
 
 
 # ---- comments ----------------------------------------------------------------------------------------------
@@ -395,7 +395,7 @@ def _refused(reason: str, commented: str | None = None, completed: str | None = 
         "no client", "GitHub refused: retried", "GitHub refused an hour ago: given up", "a Failed Job",
         "a finished Job"])
 def test_which_jobs_still_owe_a_comment(job: dict[str, Any], pending: bool) -> None:
-    assert _comment_pending(job) is pending
+    assert comment_pending(job) is pending
 
 
 def test_only_the_two_spec_refusals_post() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.handlers.controller import Controller
+from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import JOB_LABEL, job_label
 from pidispatch.settings import OperatorSettings, Settings
@@ -141,9 +141,9 @@ def clock() -> Clock:
     return Clock()
 
 
-def controller(api: MemoryApi, clock: Clock, tmp_path: Path, capacity: int = 1) -> Controller:
+def controller(api: MemoryApi, clock: Clock, tmp_path: Path, capacity: int = 1) -> Dispatcher:
     settings = OperatorSettings(store=Settings(), staging_dir=str(tmp_path), max_concurrent_jobs=capacity)
-    c = Controller(settings, api, NS)  # type: ignore[arg-type]
+    c = Dispatcher(settings, api, NS)  # type: ignore[arg-type]
     c.slots = Slots(capacity, clock=clock)
     return c
 
@@ -154,7 +154,7 @@ def new_job(api: MemoryApi, name: str, issue: int = 1) -> dict[str, Any]:
                                       "comment": "@pi go", "issue": issue}})
 
 
-def pump(c: Controller) -> None:
+def pump(c: Dispatcher) -> None:
     """One pump pass, as the pump thread runs it; fails (instead of hanging) if it never returns."""
     worker = threading.Thread(target=c._pump_once, daemon=True)
     worker.start()
@@ -173,7 +173,7 @@ def condition(api: MemoryApi, name: str, type_: str) -> dict[str, Any]:
     return next(c for c in api.job(name)["status"]["conditions"] if c["type"] == type_)
 
 
-def end_pod(api: MemoryApi, c: Controller, pod: dict[str, Any], outcome: str = "Succeeded") -> None:
+def end_pod(api: MemoryApi, c: Dispatcher, pod: dict[str, Any], outcome: str = "Succeeded") -> None:
     """The kubelet's part: the Pod ends, and its watch event reaches the controller."""
     path = f"{PODS}/{pod['metadata']['name']}"
     api.patch(path + "/status", {"status": {"phase": outcome}})
@@ -281,7 +281,7 @@ def recreate(api: MemoryApi, name: str, issue: int) -> tuple[dict[str, Any], dic
 
 
 @pytest.fixture
-def ended_job(api: MemoryApi, clock: Clock, tmp_path: Path) -> Iterator[Controller]:
+def ended_job(api: MemoryApi, clock: Clock, tmp_path: Path) -> Iterator[Dispatcher]:
     """A controller that ran Job ``reborn`` to Succeeded (its terminal status seen by the watch)."""
     c = controller(api, clock, tmp_path)
     c.on_job("ADDED", new_job(api, "reborn", issue=1))
@@ -292,7 +292,7 @@ def ended_job(api: MemoryApi, clock: Clock, tmp_path: Path) -> Iterator[Controll
     yield c
 
 
-def test_a_recreated_job_is_started_before_the_old_ones_deleted_arrives(api: MemoryApi, ended_job: Controller
+def test_a_recreated_job_is_started_before_the_old_ones_deleted_arrives(api: MemoryApi, ended_job: Dispatcher
                                                                         ) -> None:
     c = ended_job
     old, new = recreate(api, "reborn", issue=2)
@@ -300,10 +300,10 @@ def test_a_recreated_job_is_started_before_the_old_ones_deleted_arrives(api: Mem
     pump(c)
     assert phase(api, "reborn") == "Running", "the old Job's terminal phase made the new Job's ADDED be ignored"
     c.on_job("DELETED", old)
-    assert c.slots.running == 1 and c._phases.get("reborn") == "Running"
+    assert c.slots.running == 1 and c.table.phases.get("reborn") == "Running"
 
 
-def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: MemoryApi, ended_job: Controller
+def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: MemoryApi, ended_job: Dispatcher
                                                                        ) -> None:
     c = ended_job
     old, _ = recreate(api, "reborn", issue=2)
@@ -316,7 +316,7 @@ def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: Memo
     assert phase(api, "behind") is None, "the late DELETED freed the slot the new Job's Pod holds"
     assert (c.slots.running, c.slots.queued) == (1, 1)
     c.on_job("MODIFIED", old)  # any later event of the old uid is ignored too
-    assert c._phases.get("reborn") == "Running"
+    assert c.table.phases.get("reborn") == "Running"
     end_pod(api, c, api.pods()[0])
     pump(c)
     assert (phase(api, "reborn"), phase(api, "behind")) == ("Succeeded", "Running")

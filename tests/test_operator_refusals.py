@@ -9,7 +9,7 @@ import pytest
 from test_operator_queue import JOBS, NS, TRIGGERS, Clock, MemoryApi, pump
 
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.handlers.controller import job_pod_uid
+from pidispatch.jobflow.pod import job_pod_uid
 from pidispatch.manifests.pod import PodInputs
 from pidispatch.settings import OperatorSettings, Settings
 
@@ -33,10 +33,10 @@ def test_a_refusal_logs_the_spec_s_event(tmp_path: Path, events, store: str | No
         "on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": ARMED}})
     settings = OperatorSettings(store=Settings(sessions_dir=store, github_auth_source=source),
                                 staging_dir=str(tmp_path), max_concurrent_jobs=1)
-    from pidispatch.handlers.controller import Controller
+    from pidispatch.jobflow.dispatcher import Dispatcher
     from pidispatch.slots import Slots
 
-    c = Controller(settings, api, NS)  # type: ignore[arg-type]
+    c = Dispatcher(settings, api, NS)  # type: ignore[arg-type]
     c.slots = Slots(1, clock=Clock())
     c.on_job("ADDED", armed_job(api, "refused"))
     pump(c)

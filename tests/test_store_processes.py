@@ -31,6 +31,8 @@ DEADLINE_S = 60.0  # generous: a loaded CI machine; nothing here normally takes 
 WRITERS = 6
 LOCK_STALE_MS = 3_600_000
 TEMP_NAME = re.compile(r"current\.jsonl\.(\d+)\.(\d+)\.([0-9a-f]{12})\.incoming")
+# The lock's candidate (store/lock.py): while a lock is held, ``lock`` and it are one inode.
+CANDIDATE_NAME = re.compile(r"lock\.(\d+)\.(\d+)\.([0-9a-f]{12})\.incoming")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -377,8 +379,15 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
     if expected.context:
         assert (key_dir / "context").read_text() == f"1234 200000 {MODEL}"
     temps = [n for n in entries(key_dir) if TEMP_NAME.fullmatch(n)]
+    candidates = [n for n in entries(key_dir) if CANDIDATE_NAME.fullmatch(n)]
     leaked = BASE | ({"lock"} if expected.lock_leaked else set()) | ({"context"} if expected.context else set())
-    assert entries(key_dir) - set(temps) == leaked
+    assert entries(key_dir) - set(temps) - set(candidates) == leaked
+    if expected.lock_leaked:
+        # The dead writer's lock is provably its own: the same inode as its candidate.
+        assert len(candidates) == 1, candidates
+        assert (key_dir / "lock").lstat().st_ino == (key_dir / candidates[0]).lstat().st_ino
+    else:
+        assert candidates == []
     if expected.temp_leaked:
         # Spec §2.2 / §11 rule 11: a kill before the swap leaks the fsynced temp under its random name.
         assert len(temps) == 1, temps
@@ -420,9 +429,11 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
     assert (key_dir / "current.jsonl").read_bytes() == NEWER
     assert (key_dir / "venue").read_text() == "kubernetes"
     assert (key_dir / "resume-chain").read_text() == "0"
-    # The crashed writer's temp stays until the reaper removes the key (spec §11 rule 11).
+    # The crashed writer's temp (and its lock's candidate) stay until the reaper removes the key (spec §11
+    # rule 11); the operator's journal removes both itself (store/journal.py).
     assert [n for n in entries(key_dir) if TEMP_NAME.fullmatch(n)] == temps
-    assert entries(key_dir) - set(temps) == BASE
+    assert [n for n in entries(key_dir) if CANDIDATE_NAME.fullmatch(n)] == candidates
+    assert entries(key_dir) - set(temps) - set(candidates) == BASE
 
 
 @pytest.mark.parametrize("step", ["swapped", "stamped-pi-version", "stamped-resume-chain", "stamped-context",
@@ -468,7 +479,7 @@ def test_the_leaked_temp_is_named_for_the_killed_writer(store: Store):
     child.start()
     child.join(DEADLINE_S)
     assert child.exitcode == -signal.SIGKILL
-    (name,) = [n for n in entries(store.key_dir()) if n.endswith(".incoming")]
+    (name,) = [n for n in entries(store.key_dir()) if n.endswith(".incoming") and not CANDIDATE_NAME.fullmatch(n)]
     match = TEMP_NAME.fullmatch(name)
     assert match is not None, name
     assert (int(match[1]), int(match[2])) == (child.pid, 1)

@@ -75,11 +75,14 @@ class RunnerSession:
 
 @dataclass(frozen=True)
 class PromotionResult:
-    """What promotion did with the staged copy."""
+    """What promotion did with the staged copy. ``forgotten``: nothing was promoted because the key was
+    forgotten (``kubectl delete sessionkey``) while the job ran; ``reason`` is then ``absent``, what the
+    next delivery finds."""
 
     promoted: bool
     reason: str
     bytes: int | None = None
+    forgotten: bool = False
 
 
 def parse_runner_session(value: Any) -> RunnerSession | None:

@@ -1,4 +1,4 @@
-"""``pidispatch operator``: configure logging and metrics, build the controller, run kopf."""
+"""``pidispatch operator``: configure logging and metrics, build the job flow's dispatcher, run kopf."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
 
     from pidispatch import metrics
     from pidispatch.events import log_services_as_json
-    from pidispatch.handlers.controller import Controller
     from pidispatch.handlers.register import register
+    from pidispatch.jobflow.dispatcher import Dispatcher
     from pidispatch.kubeapi import Api
 
     log_services_as_json(logging.DEBUG if verbose else logging.INFO, quiet=("kopf.objects", "urllib3"))
@@ -30,9 +30,9 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
         return 2
     api = Api.from_environment()
     namespace = settings.namespace or api.namespace_default()
-    controller = Controller(settings, api, namespace, forge)
+    dispatcher = Dispatcher(settings, api, namespace, forge)
     registry = kopf.OperatorRegistry()
-    register(registry, controller)
+    register(registry, dispatcher)
     metrics.serve(settings.metrics_port)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     kopf.run(registry=registry, namespaces=[namespace], peering_name=settings.peering, standalone=False,

@@ -1,6 +1,6 @@
-"""kopf registrations: each handler forwards one watch event to the :class:`Controller`.
+"""kopf registrations: each handler forwards one watch event to the job flow's :class:`Dispatcher`.
 
-Watch-event handlers (not kopf's change-detecting ones) on purpose: the controller's steps are
+Watch-event handlers (not kopf's change-detecting ones) on purpose: the job flow's steps are
 idempotent and keep their own journal, so kopf's progress annotations would only add API writes
 per Job. Triggers are the exception only in spirit: they are few, and the handler still patches
 status only when it changes.
@@ -14,11 +14,11 @@ from typing import Any
 import kopf
 
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.handlers.controller import Controller
+from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.manifests.pod import JOB_LABEL
 
 
-def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher) -> None:
     """Add the operator's handlers to ``registry``."""
 
     @kopf.on.login(registry=registry)
@@ -33,31 +33,31 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.peering.mandatory = False
-        controller.start()
+        dispatcher.start()
 
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
-        controller.stop()
+        dispatcher.stop()
 
     @kopf.on.event(GROUP, VERSION, "jobs", registry=registry)
     def job_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller.on_job(event.get("type"), _plain(body))
+        dispatcher.on_job(event.get("type"), _plain(body))
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         if event.get("type") != "DELETED":
-            controller.on_pod(_plain(body))
+            dispatcher.on_pod(_plain(body))
 
     @kopf.on.event(GROUP, VERSION, "sessionkeys", registry=registry)
     def sessionkey_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        controller.on_sessionkey(event.get("type"), _plain(body))
+        dispatcher.on_sessionkey(event.get("type"), _plain(body))
 
     @kopf.on.event(GROUP, VERSION, "triggers", registry=registry)
     def trigger_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         if event.get("type") == "DELETED":
-            controller.on_trigger_deleted(body.metadata.name)
+            dispatcher.on_trigger_deleted(body.metadata.name)
         else:
-            controller.on_trigger(_plain(body))
+            dispatcher.on_trigger(_plain(body))
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

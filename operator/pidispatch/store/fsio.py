@@ -11,6 +11,7 @@ import errno
 import os
 import shutil
 import stat
+import time
 from typing import NamedTuple
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -29,6 +30,11 @@ class Identity(NamedTuple):
     @classmethod
     def of(cls, st: os.stat_result) -> Identity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def now_ms() -> float:
+    """The wall clock in milliseconds (float), the unit every store timestamp is compared in."""
+    return time.time_ns() / 1e6
 
 
 def mtime_ms(st: os.stat_result) -> float:

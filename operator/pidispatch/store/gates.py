@@ -34,6 +34,11 @@ class Delivery:
     model_id: str | None
 
 
+def make_delivery(venue: str | None, pi_version: str | None, model: str | None) -> Delivery:
+    """A delivery's venue, pi version and model as the gates and the stamps compare them."""
+    return Delivery(normalise_venue(venue), pi_version, sidecars.normalise_model_id(model))
+
+
 def normalise_venue(venue: str | None) -> str | None:
     """Only a non-empty string is a venue; parentheses are refused so nothing can equal ``(pending)``."""
     if not isinstance(venue, str) or not venue or "(" in venue or ")" in venue:

@@ -12,8 +12,10 @@ from typing import Any
 
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
+from pidispatch.store.fsio import now_ms
+from pidispatch.store.keys import is_key
 from pidispatch.store.lock import LOCK_STALE_MS
-from pidispatch.store.resolve import dry_run, now_ms
+from pidispatch.store.resolve import dry_run
 
 
 def inspect_key(
@@ -69,3 +71,21 @@ def inspect_store(settings: Settings, **kwargs: Any) -> Iterator[dict[str, Any]]
     assert settings.sessions_dir is not None
     names = sorted(os.listdir(settings.sessions_dir))
     return (inspect_key(settings, name, **kwargs) for name in names)
+
+
+def store_totals(settings: Settings) -> tuple[int, int]:
+    """Keys and transcript bytes in the store, for the gauges (links and strays are not counted)."""
+    keys = size = 0
+    try:
+        entries = os.scandir(settings.sessions_dir or "")
+    except OSError:
+        return 0, 0
+    with entries:
+        for entry in entries:
+            if not is_key(entry.name) or not entry.is_dir(follow_symlinks=False):
+                continue
+            keys += 1
+            st = fsio.lstat_or_none(os.path.join(entry.path, sidecars.TRANSCRIPT))
+            if fsio.is_regular(st):
+                size += st.st_size  # type: ignore[union-attr]
+    return keys, size

@@ -13,19 +13,36 @@ import itertools
 import os
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from pidispatch.events import emit
 from pidispatch.record import NO_KEY, PROMOTED, PromotionResult
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
-from pidispatch.store.gates import Delivery
-from pidispatch.store.lock import release_lock, take_lock
-from pidispatch.store.resolve import make_delivery, now_ms
+from pidispatch.store.fsio import now_ms
+from pidispatch.store.gates import Delivery, make_delivery
+from pidispatch.store.lock import candidate_name, release_lock, take_lock
 from pidispatch.store.seams import NO_SEAMS, Seams
 
 _sequence = itertools.count(1)
 COPY_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Names:
+    """The two names a promotion creates in the key directory, chosen before it starts.
+
+    Chosen up front so that a caller can journal them first (``store/journal.py``): after a crash,
+    the names prove which lock and which temp were this attempt's.
+    """
+
+    temp: str
+    lock: str
+
+    @classmethod
+    def fresh(cls) -> Names:
+        return cls(temp_name(), candidate_name())
 
 
 class _Skip(Exception):
@@ -53,15 +70,19 @@ def promote(
     context: tuple[int, int] | None = None,
     clock: Callable[[], float] = now_ms,
     seams: Seams = NO_SEAMS,
+    names: Names | None = None,
 ) -> PromotionResult:
-    """Promote ``stage_dir/current.jsonl`` for ``key``. Never raises: faults are ``promote-failed``."""
+    """Promote ``stage_dir/current.jsonl`` for ``key``. Never raises: faults are ``promote-failed``.
+
+    ``names`` are the temp and lock-candidate names to use (fresh ones when not given).
+    """
     if key is None:
         return PromotionResult(False, NO_KEY)
     try:
         if settings.sessions_dir is None:
             raise RuntimeError("no session store configured (PI_SESSIONS_DIR is unset)")
         return _promote(settings, settings.sessions_dir, key, stage_dir, host_resume,
-                        venue, pi_version, model, context, clock, seams)
+                        venue, pi_version, model, context, clock, seams, names or Names.fresh())
     except _Skip as skip:
         emit("session_promote_skipped", key=key, reason=skip.reason)
         return PromotionResult(False, skip.reason)
@@ -110,6 +131,7 @@ def _promote(
     context: tuple[int, int] | None,
     clock: Callable[[], float],
     seams: Seams,
+    names: Names,
 ) -> PromotionResult:
     delivery = make_delivery(venue, pi_version, model)
     staged_path = os.path.join(stage_dir, sidecars.TRANSCRIPT)
@@ -126,19 +148,19 @@ def _promote(
     try:
         if not fsio.same_dir(os.fstat(dir_fd), pinned):
             raise _Skip(R.KEY_NOT_A_DIRECTORY)
-        lock_fd = take_lock(dir_fd, key, clock)
+        lock_fd = take_lock(dir_fd, key, clock, names.lock)
         if lock_fd is None:
             raise _Skip(R.LOCKED)
         try:
             seams.at("locked")
             if not fsio.same_dir(fsio.lstat_or_none(key_dir), pinned):
                 raise _Skip(R.KEY_NOT_A_DIRECTORY)
-            size = _swap_in(settings, staged_path, dir_fd, key_dir, pinned, seams)
+            size = _swap_in(settings, staged_path, dir_fd, key_dir, pinned, seams, names.temp)
             if size is None:
                 raise _Skip(R.TRANSCRIPT_DIVERTED)
             _stamp(dir_fd, key_dir, key, delivery, host_resume, context, seams)
         finally:
-            release_lock(dir_fd, lock_fd, key)
+            release_lock(dir_fd, key, names.lock, lock_fd)
     finally:
         os.close(dir_fd)
     seams.at("unlocked")
@@ -147,7 +169,8 @@ def _promote(
 
 
 def _swap_in(
-    settings: Settings, staged_path: str, dir_fd: int, key_dir: str, pinned: tuple[int, int], seams: Seams
+    settings: Settings, staged_path: str, dir_fd: int, key_dir: str, pinned: tuple[int, int], seams: Seams,
+    temp: str,
 ) -> int | None:
     """Steps a–f. Returns the promoted size, or ``None`` when the swap landed somewhere else.
 
@@ -178,7 +201,6 @@ def _swap_in(
     2 does the work itself. The price: if fsync(temp) fails, the key is left ``(pending)`` and
     cold-starts once, instead of resuming the old transcript.
     """
-    temp = temp_name()
     fsio.clear_name(temp, dir_fd)
     try:
         size, temp_fd = _copy_staged(settings, staged_path, temp, dir_fd, seams)

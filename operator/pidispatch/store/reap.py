@@ -15,8 +15,8 @@ from typing import Any
 from pidispatch.events import emit
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
+from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import DAY_MS
-from pidispatch.store.resolve import now_ms
 
 
 def reap(settings: Settings, clock: Callable[[], float] = now_ms) -> Iterator[dict[str, Any]]:

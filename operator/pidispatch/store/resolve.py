@@ -10,7 +10,6 @@ import errno
 import os
 import shutil
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,13 +19,14 @@ from pidispatch.record import HostVerdict
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, scanmemo, sidecars
+from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import (
     CONTENT_GATES,
     METADATA_GATES,
     Delivery,
     Observation,
     first_refusal,
-    normalise_venue,
+    make_delivery,
 )
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript import compaction
@@ -48,14 +48,6 @@ class Resolution:
     key: str
     stage_dir: str
     delivery: Delivery
-
-
-def now_ms() -> float:
-    return time.time_ns() / 1e6
-
-
-def make_delivery(venue: str | None, pi_version: str | None, model: str | None) -> Delivery:
-    return Delivery(normalise_venue(venue), pi_version, sidecars.normalise_model_id(model))
 
 
 def resolve(

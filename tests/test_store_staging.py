@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.jobdir import HOST, MAX_RECORD, PROMOTION, SESSION, JobDir, file_digest, staged_uids
+from pidispatch.store.staging import HOST, MAX_RECORD, PROMOTION, SESSION, JobDir, file_digest, staged_uids
 
 UID = "0b6a2c3e-5f7d-4e8a-9c1b-2d3e4f5a6b7c"
 
@@ -114,7 +114,7 @@ def test_write_read_round_trip(jd: JobDir) -> None:
 def test_a_record_written_without_sync_is_read_by_another_process(jd: JobDir) -> None:
     # What a restarted operator relies on after a kill (not a power cut) before the sync: the page cache.
     jd.write(HOST, RECORD, durable=False)
-    code = ("import json, sys; from pidispatch.jobdir import JobDir; "
+    code = ("import json, sys; from pidispatch.store.staging import JobDir; "
             f"print(json.dumps(JobDir({str(Path(jd.path).parent)!r}, {UID!r}).read({HOST!r})))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == RECORD
@@ -291,7 +291,7 @@ def test_file_digest_of_a_fifo_returns_without_blocking(tmp_path: Path) -> None:
     """
     fifo = tmp_path / "current.jsonl"
     os.mkfifo(fifo)
-    code = f"from pidispatch.jobdir import file_digest; print(file_digest({str(fifo)!r}))"
+    code = f"from pidispatch.store.staging import file_digest; print(file_digest({str(fifo)!r}))"
     try:
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10,
                                 stdin=subprocess.DEVNULL)

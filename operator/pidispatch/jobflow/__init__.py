@@ -1,0 +1,19 @@
+"""The Job's story (ARCHITECTURE §4), as ordered steps, one file each. Read them in this order:
+
+1. ``admit.py``      may it run? refusals before any spend (no Trigger, a refused Trigger,
+                     ``sessions-dir-unset``, ``config-refused``) and their comment (``comment.py``);
+                     then it waits for a slot, first come first served (the dispatcher's queue);
+2. ``key.py``        which conversation it continues: an issue's branch, a PR's head from the forge API;
+3. ``stage.py``      the gates judge the key and stage the Job's own copy (the store does the work);
+4. ``pod.py``        the forge token and the job Pod; ``start.py`` runs 2–4 in a free slot, idempotently;
+5. ``complete.py``   the Pod ended: promote at most once (the store's journal), merge the record;
+6. ``sessionkey.py`` the SessionKey of the key: created with the Pod, status at the job's end, and
+                     forgetting the key when it is deleted;
+7. ``timers.py``     what time changes: ``Resumable`` refresh, the reaper, the staging sweep.
+
+``summarize.py`` is the one writer of a Job's phase and conditions: every step returns a typed change
+and ``summarize`` turns it into the status patch. ``table.py`` ties Job names to uids.
+``dispatcher.py`` owns the threads and the queue and calls the steps; ``handlers/`` only forward
+kopf's events to it. Nothing here builds a path inside the store or touches a store file: ``store/``
+keeps its own knowledge (staging, the promotion journal, forgetting).
+"""

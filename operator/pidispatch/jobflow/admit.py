@@ -1,0 +1,74 @@
+"""Step 1, admit: may this Job run at all? The refusals before any spend (ARCHITECTURE §4.1–2).
+
+A refused Job gets no Pod, no slot and no store access; a Job that passes waits for a slot in FIFO
+order (the dispatcher's queue). Pure: the dispatcher gathers the Job and its Trigger and acts on the
+answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.jobflow.summarize import Refused
+from pidispatch.record import JobReason
+from pidispatch.settings import Settings
+
+SESSIONS_DIR_UNSET_MESSAGE = (
+    "Trigger {trigger} asks to resume the previous conversation (run.resume: true), but this deployment has "
+    "no session store, so the job did not run: without a store it would lose its conversation yet look "
+    "successful. Either enable the store (Helm value sessions.enabled=true) or remove run.resume from the "
+    "Trigger."
+)
+GH_SOURCE_MESSAGE = (
+    "Trigger {trigger} arms run.resume while jobs get a long-lived full-scope gh token (auth source gh), so the "
+    "job did not run: a transcript that ever echoed that token would be replayed into every later job on the "
+    "branch. Switch the auth source to app or pat, or remove run.resume from the Trigger (or, knowingly, set "
+    "PI_SESSIONS_ALLOW_GH_SOURCE=1). Run `pidispatch doctor` in the operator Pod for details."
+)
+
+
+def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | None,
+            settings: Settings) -> Refused | None:
+    """The first reason this Job may not run, or ``None``: a missing or refused Trigger, then the spec's two."""
+    trigger_name = job_spec.get("trigger", "")
+    if trigger is None:
+        return Refused("Failed", None, "TriggerNotFound",
+                       f"Trigger {trigger_name} does not exist in this namespace; create it, then re-create "
+                       f"Job {job_name}.")
+    spec = trigger.get("spec") or {}
+    problem = first_refusal(spec)
+    if problem is not None:
+        return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {problem}")
+    if not resume_armed(spec):
+        return None
+    if settings.sessions_dir is None:
+        return Refused("Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset",
+                       SESSIONS_DIR_UNSET_MESSAGE.format(trigger=trigger_name))
+    if gets_gh_login(job_spec, spec, settings) and not settings.allow_gh_source:
+        return Refused("Refused", JobReason.CONFIG_REFUSED, "ConfigRefused",
+                       GH_SOURCE_MESSAGE.format(trigger=trigger_name))
+    return None
+
+
+def auth_source(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings: Settings) -> str:
+    """The job's GitHub credential source: the Job's, else the Trigger's ``run.auth``, else the deployment's."""
+    return str(job_spec.get("authSource") or (trigger_spec.get("run") or {}).get("auth")
+               or settings.github_auth_source)
+
+
+def gets_gh_login(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings: Settings) -> bool:
+    """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
+
+    ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
+    holds is the deployment's source: on a ``gh`` deployment, a Trigger or Job that says ``pat`` still
+    gets the gh login, so it is refused the same way (the name of the source is not what counts).
+    """
+    source = auth_source(job_spec, trigger_spec, settings)
+    return source == "gh" or (source == "pat" and settings.github_auth_source == "gh")
+
+
+def arrival(job: dict[str, Any]) -> tuple[str, str]:
+    """A Job's place in the FIFO: creation time, then name."""
+    md = job["metadata"]
+    return md.get("creationTimestamp") or "", md["name"]

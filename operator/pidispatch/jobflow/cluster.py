@@ -1,0 +1,83 @@
+"""The job flow's reach into the cluster: resource paths and the few writes every step shares.
+
+One namespace, the project's own API client (``kubeapi.Api``). Status is written through the status
+subresources only, as merge patches, and only when it changed (``summarize`` computes the patch).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pidispatch import metrics
+from pidispatch.api.conditions import now_rfc3339
+from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.jobflow.summarize import Change, summarize
+from pidispatch.kubeapi import Api, name_segment
+
+log = logging.getLogger("pidispatch.operator")
+COMPONENT = "pi-dispatch-operator"
+
+
+class Cluster:
+    """Paths and shared writes for one namespace. ``clock`` gives RFC 3339 stamps (a test passes its own)."""
+
+    def __init__(self, api: Api, namespace: str, clock: Callable[[], str] = now_rfc3339) -> None:
+        self.api = api
+        self.ns = namespace
+        self.clock = clock
+
+    def crd(self, plural: str, name: str | None = None, sub: str | None = None) -> str:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.ns}/{plural}"
+        if name is not None:
+            path += "/" + name_segment(name)
+        return path + (f"/{sub}" if sub else "")
+
+    def pods(self, name: str | None = None) -> str:
+        path = f"/api/v1/namespaces/{self.ns}/pods"
+        return path if name is None else f"{path}/{name_segment(name)}"
+
+    def secrets(self) -> str:
+        return f"/api/v1/namespaces/{self.ns}/secrets"
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        return self.api.get_or_none(self.crd("jobs", name))
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.api.list(self.crd("jobs"))
+
+    def record(self, job: dict[str, Any], change: Change, resource_version: str | None = None) -> dict[str, Any]:
+        """Write ``change`` to the Job's status if it changes anything; return the Job as it now is.
+
+        With ``resource_version``, the write happens only if the Job is still that version (409 otherwise).
+        """
+        md = job["metadata"]
+        patch = summarize(job.get("status"), change, md.get("generation"), self.clock())
+        if not patch:
+            return job
+        body: dict[str, Any] = {"status": patch}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        updated = self.api.patch(self.crd("jobs", md["name"], "status"), body)
+        if "phase" in patch:
+            metrics.JOB_TRANSITIONS.labels(patch["phase"]).inc()
+        return updated
+
+    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """A Kubernetes Event on ``obj`` (a Job, by default). Best effort: a failure is not the Job's."""
+        md = obj["metadata"]
+        stamp = self.clock()
+        body = {
+            "metadata": {"generateName": f"{md['name'][:200]}.", "namespace": self.ns},
+            "involvedObject": {"apiVersion": obj.get("apiVersion", f"{GROUP}/{VERSION}"),
+                               "kind": obj.get("kind", "Job"), "name": md["name"], "namespace": self.ns,
+                               "uid": md.get("uid")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self.api.create(f"/api/v1/namespaces/{self.ns}/events", body)
+        except Exception as exc:  # an Event is a courtesy: losing one must not fail the step that wrote it
+            log.warning("event %s on %s not written: %s: %s", reason, md["name"], type(exc).__name__, exc)

@@ -1,0 +1,76 @@
+"""Step 2, key: which conversation does this Job continue? (spec §1, ARCHITECTURE §4.3)
+
+An issue's key is its branch ``pi/issue-<n>``; a pull request's is its head, asked of the forge API
+(never taken from the payload). A fork, a failed lookup, a manual run or resume switched off give no
+key, and the job runs exactly as it would without the feature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pidispatch.api.trigger import resume_armed
+from pidispatch.forge.github import Forge
+from pidispatch.forge.head import Head, NoHead, no_key_reason
+from pidispatch.store.keys import issue_branch, issue_key, pull_request_key
+
+
+@dataclass(frozen=True)
+class KeyRef:
+    """A resolved session key and what it names. Branch and repository stay out of Job status."""
+
+    key: str
+    forge: str
+    repository: str
+    branch: str
+
+
+def needs_head_lookup(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> bool:
+    """Only a resume-armed pull-request job asks the forge for its head (§1.3); a payload fork never does."""
+    return (resume_armed(trigger_spec) and job_spec.get("pullRequest") is not None
+            and job_spec.get("fork") is not True)
+
+
+def lookup_head(forge: Forge | None, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> Head | None:
+    """A resume-armed PR job's head from the GitHub API; ``None`` (use ``spec.resolved``) without a client."""
+    if forge is None or not needs_head_lookup(job_spec, trigger_spec):
+        return None
+    return forge.pull_head(str(job_spec.get("repository")), int(job_spec["pullRequest"]))
+
+
+def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None) -> KeyRef | None:
+    """The session key of a Job (§1.2), or ``None``: resume off, a fork, a missing head, a manual run.
+
+    ``head`` is what the forge API said of a pull request's head (:func:`needs_head_lookup`); it is the
+    only source of a PR's branch when the operator has a GitHub client. Without one (``head`` is
+    ``None``) the head comes from the Job's ``spec.resolved``, which only a cluster user can write.
+    """
+    return key_and_reason(job_spec, trigger_spec, head)[0]
+
+
+def key_and_reason(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None
+                   ) -> tuple[KeyRef | None, NoHead | None]:
+    """:func:`job_key`, with the closed reason a pull-request job has no key (for the log)."""
+    if not resume_armed(trigger_spec):
+        return None, None
+    forge, repo = job_spec.get("forge"), job_spec.get("repository")
+    if not isinstance(forge, str) or not isinstance(repo, str):
+        return None, None
+    if job_spec.get("pullRequest") is not None:
+        if job_spec.get("fork") is True:
+            return None, NoHead.FORK_BY_PAYLOAD
+        if head is None:
+            resolved = job_spec.get("resolved")
+            head = Head(resolved.get("headRef"), resolved.get("headRepository")) if isinstance(
+                resolved, dict) else Head.failed(NoHead.NO_CLIENT)
+        why = no_key_reason(repo, head)
+        key = None if why is not None else pull_request_key(forge, repo, head.ref, head.repository)
+        if key is None or not isinstance(head.ref, str):
+            return None, why
+        return KeyRef(key, forge, repo, head.ref), None
+    number = job_spec.get("issue")
+    key = issue_key(forge, repo, number)
+    if key is None or not isinstance(number, int):
+        return None, None
+    return KeyRef(key, forge, repo, issue_branch(number)), None

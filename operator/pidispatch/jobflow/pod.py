@@ -1,0 +1,155 @@
+"""Step 4, pod: the job's forge token and its Pod (ARCHITECTURE §4.7).
+
+The Pod's name is deterministic (``pij-<job>``), so a second create after a restart is a 409 and finds
+the Pod, never a second one. The token reaches the Pod only by ``secretKeyRef``: an App installation
+token minted into a per-job Secret owned by the Job, or the deployment's pat/gh Secret by reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from pidispatch.events import emit
+from pidispatch.forge.credentials import Mint, SecretRef, job_credential, token_secret_name
+from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.jobflow.admit import auth_source
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.kubeapi import ApiError
+from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, job_pod, job_token_secret
+from pidispatch.settings import OperatorSettings
+from pidispatch.store.staging import HostRecord, session_subpath
+
+
+class PodOfEarlierJob(RuntimeError):
+    """The Pod's name is taken by the Pod of an earlier Job of the same name (the collector removes it)."""
+
+    def __init__(self, pod: str) -> None:
+        super().__init__(f"Pod {pod} belongs to an earlier Job of that name; waiting for the garbage collector "
+                         "to remove it")
+
+
+def job_pod_uid() -> int:
+    """The uid job Pods run as: the operator's own, so they can read and rewrite the staged copy it
+    creates 0600 in a 0700 directory (the chart's ``securityContext.runAsUser``). An operator running
+    as root (a development machine) keeps the restricted profile's non-root default instead."""
+    uid = os.getuid()
+    return uid if uid != 0 else PodInputs.run_as_user
+
+
+def pod_env(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:
+    """The event and run facts a runner needs; the same with or without a session (none derive from the key)."""
+    run = trigger_spec.get("run") or {}
+    env = {
+        "PI_JOB_NAME": job_name,
+        "PI_TRIGGER": str(job_spec.get("trigger", "")),
+        "PI_FORGE": str(job_spec.get("forge", "")),
+        "PI_REPOSITORY": str(job_spec.get("repository", "")),
+        "PI_JOB_SPEC": json.dumps({k: v for k, v in job_spec.items() if k != "resolved"}, sort_keys=True,
+                                  separators=(",", ":")),
+    }
+    for name, value in (("PI_ISSUE", job_spec.get("issue")), ("PI_PULL_REQUEST", job_spec.get("pullRequest")),
+                        ("PI_MODEL", run.get("model")), ("PI_VERSION", run.get("piVersion")),
+                        ("PI_FLOW", run.get("flow"))):
+        if value is not None:
+            env[name] = str(value)
+    return env
+
+
+def pod_phase(pod: dict[str, Any] | None) -> str | None:
+    """``Succeeded`` / ``Failed`` once the Pod has ended, else ``None``. A vanished Pod counts as failed."""
+    if pod is None:
+        return "Failed"
+    phase = (pod.get("status") or {}).get("phase")
+    return phase if phase in ("Succeeded", "Failed") else None
+
+
+def termination_message(pod: dict[str, Any] | None) -> str | None:
+    """The job container's termination message (the runner's report), if the Pod recorded one."""
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if status.get("name") == "pi" and terminated.get("message"):
+            return str(terminated["message"])
+    return None
+
+
+def pod_create_refused_for_good(status: int) -> bool:
+    """A Pod create the apiserver answered with a 4xx other than 409 (conflict) or 429 (throttled) is final.
+
+    422 (invalid), 403 (forbidden: RBAC, a ResourceQuota, an admission policy), 400 and the like come
+    back the same however often the create is repeated; retrying them would only hold a slot forever.
+    """
+    return 400 <= status < 500 and status not in (409, 429)
+
+
+def owner_uid(pod: dict[str, Any]) -> str | None:
+    return next((ref.get("uid") for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")),
+                None)
+
+
+def owner_name(pod: dict[str, Any]) -> str | None:
+    return next((ref.get("name") for ref in pod["metadata"].get("ownerReferences") or []
+                 if ref.get("controller") and ref.get("kind") == "Job"), None)
+
+
+def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
+              trigger: dict[str, Any]) -> tuple[str, str] | None:
+    """The Secret (name, key) the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app``.
+
+    The minted token goes only into the per-job Secret (owned by the Job). The operator may create
+    Secrets but not read them, so when the Secret is already there (a restart after creating it) the
+    token just minted is revoked and the Secret's own is used. Raises ``GitHubError`` when GitHub
+    refuses or cannot be reached (the caller tells a 4xx, final, from an outage, retried).
+    """
+    md, spec = job["metadata"], job["spec"]
+    source = auth_source(spec, trigger.get("spec") or {}, settings.store)
+    credential = job_credential(source, str(spec.get("repository", "")), settings.github)
+    if isinstance(credential, SecretRef):
+        return credential.name, credential.key
+    if not isinstance(credential, Mint):
+        return None
+    if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
+        raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
+    token = forge.mint_job_token(credential.repository)
+    name = token_secret_name(md["uid"])
+    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
+    try:
+        cluster.api.create(cluster.secrets(), job_token_secret(md["name"], md["uid"], cluster.ns, name, token.value,
+                                                               expires))
+    except ApiError as exc:
+        forge.revoke(token)  # not stored: a 409 means the Secret of an earlier attempt holds its own token
+        if exc.status != 409:
+            raise
+    emit("job_token_minted", job=md["name"], expiresAt=expires)
+    return name, TOKEN_SECRET_KEY
+
+
+def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
+               host: HostRecord | None, token: tuple[str, str] | None) -> dict[str, Any]:
+    """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise."""
+    md, spec = job["metadata"], job["spec"]
+    run = (trigger.get("spec") or {}).get("run") or {}
+    mounted = host is not None and host.mounted
+    manifest = job_pod(PodInputs(
+        job_name=md["name"], job_uid=md["uid"], namespace=cluster.ns,
+        image=run.get("image") or settings.job_image, command=list(settings.job_command),
+        env={**dict(settings.job_env), **pod_env(md["name"], spec, trigger.get("spec") or {})},
+        staging_claim=settings.staging_claim if mounted else None,
+        session_subpath=session_subpath(md["uid"]) if mounted else None,
+        host_resume=bool(host is not None and host.resume),
+        run_as_user=job_pod_uid(),
+        github_token=token,
+    ))
+    try:
+        return cluster.api.create(cluster.pods(), manifest)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        existing = cluster.api.get_or_none(cluster.pods(manifest["metadata"]["name"]))
+        if existing is None:
+            raise
+        if owner_uid(existing) != md["uid"]:
+            raise PodOfEarlierJob(manifest["metadata"]["name"]) from None
+        return existing

@@ -1,0 +1,112 @@
+"""Step 6, sessionkey: the ``SessionKey`` resource that shows one key of the store (ARCHITECTURE §2).
+
+Created with the first Pod on a key (its spec: forge, repository, branch); its status is written when
+a job on it ends, and refreshed by a timer as time makes ``Resumable`` stale (TTL, age). Deleting it
+forgets the conversation: the finalizer asks the store to forget the key (``store/forget.py``), which
+also stops any job in flight on it from bringing the conversation back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pidispatch.api.conditions import reason_to_camel, set_condition
+from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.kubeapi import ApiError
+from pidispatch.manifests.pod import MANAGED_BY
+from pidispatch.settings import OperatorSettings
+from pidispatch.store.forget import forget_key
+from pidispatch.store.inspect import inspect_key
+from pidispatch.store.keys import is_key
+from pidispatch.store.staging import HostRecord
+
+FINALIZER = "pi-dispatch.dev/forget-transcript"
+LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "judgedWith")
+
+
+def ensure(cluster: Cluster, host: HostRecord) -> None:
+    """Create the key's SessionKey if it is new. Its status is written once, when the job ends."""
+    if not is_key(host.key) or cluster.api.get_or_none(cluster.crd("sessionkeys", host.key)) is not None:
+        return
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SessionKey",
+            "metadata": {"name": host.key, "labels": MANAGED_BY, "finalizers": [FINALIZER]},
+            "spec": {"forge": host.forge, "repository": host.repository, "branch": host.branch}}
+    try:
+        cluster.api.create(cluster.crd("sessionkeys"), body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+
+def last_job_facts(job: str, host: HostRecord, session: dict[str, Any] | None, promoted_at: str | None
+                   ) -> dict[str, Any]:
+    """What a job's end tells its SessionKey: which job, its reason, and the pi and model it was judged with."""
+    facts: dict[str, Any] = {"lastJob": job, "lastReason": (session or {}).get("reason"),
+                             "judgedWith": {"piVersion": host.pi_version, "model": host.model}}
+    if promoted_at is not None:
+        facts["lastPromotedAt"] = promoted_at
+    return facts
+
+
+def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[str, Any] | None) -> None:
+    """Recompute a SessionKey's status from the store (and the last job's facts); write it if it changed."""
+    if settings.store.sessions_dir is None or not is_key(key):
+        return
+    current = cluster.api.get_or_none(cluster.crd("sessionkeys", key))
+    if current is None or current["metadata"].get("deletionTimestamp"):
+        return
+    old = current.get("status") or {}
+    facts = {**{k: old[k] for k in LAST_FACTS if k in old}, **(last or {})}
+    # Judge the next delivery as if it ran the last job's pi and model; unknown → the stamped pi version.
+    judged = facts.get("judgedWith") or {}
+    view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
+    status = sessionkey_status(view, old.get("conditions"), facts, current["metadata"].get("generation"))
+    if {k: old.get(k) for k in status} != status:
+        cluster.api.patch(cluster.crd("sessionkeys", key, "status"), {"status": status})
+
+
+def delete(cluster: Cluster, key: str) -> None:
+    try:
+        cluster.api.delete(cluster.crd("sessionkeys", key))
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+
+
+def finalize(settings: OperatorSettings, cluster: Cluster, sk: dict[str, Any]) -> None:
+    """``kubectl delete sessionkey <key>``: the store forgets the key, then the object may go."""
+    md = sk["metadata"]
+    forget_key(settings.store, settings.staging_dir, md["name"])
+    finalizers = [f for f in md.get("finalizers") or [] if f != FINALIZER]
+    cluster.api.patch(cluster.crd("sessionkeys", md["name"]),
+                      {"metadata": {"finalizers": finalizers, "resourceVersion": md["resourceVersion"]}})
+
+
+def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | None,
+                      last: dict[str, Any] | None = None, generation: int | None = None) -> dict[str, Any]:
+    """SessionKey status from ``store.inspect.inspect_key`` output plus the last job's facts."""
+    stored = bool(view.get("directory")) and bool(view.get("bytes"))
+    nxt = view.get("next") or "absent"
+    conditions = set_condition(conditions, "Stored", stored, "TranscriptStored" if stored else "NoTranscript",
+                               f"{view.get('bytes')} bytes stored." if stored else "No transcript is stored.",
+                               generation)
+    assumed = " (judged with the pi version stamped on the key)" if view.get("assumedPiVersion") else ""
+    conditions = set_condition(
+        conditions, "Resumable", nxt == "resumed", "Resumable" if nxt == "resumed" else reason_to_camel(nxt),
+        ("The next delivery would resume" + assumed + ".") if nxt == "resumed" else
+        f"The next delivery would start cold: {nxt}{assumed}.", generation)
+    lock: dict[str, Any] = view.get("lock") or {}
+    live = lock.get("state") == "live"
+    conditions = set_condition(
+        conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if lock else "Unlocked"),
+        f"A promotion holds the lock ({lock.get('ageMs')} ms old)." if live else
+        f"A stale lock ({lock.get('ageMs')} ms old) is left; the next promotion takes it over." if lock else
+        "No promotion is running.", generation)
+    status: dict[str, Any] = {
+        "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
+        "piVersion": view.get("piVersion"), "resumeChain": view.get("resumeChain") or 0,
+        "context": view.get("context"), "next": nxt,
+    }
+    status.update(last or {})
+    return status

@@ -1,0 +1,51 @@
+"""Step 3, stage: the gates judge the key, and the Job's own copy is staged (ARCHITECTURE §4.5).
+
+The store does the work (``store/staging.py``: the gate ladder, the descriptor-bounded copy, the host
+record on disk); this step says what the Job brings to the gates (its venue, pi version and model) and
+counts the verdict. Only before the Pod exists: nobody reads the staged copy yet, so judging and
+staging again after a restart is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from pidispatch import metrics
+from pidispatch.jobflow.key import KeyRef
+from pidispatch.settings import OperatorSettings
+from pidispatch.store.staging import HostRecord, JobDir, stage
+
+VENUE = "kubernetes"
+log = logging.getLogger("pidispatch.operator")
+
+
+def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: dict[str, Any], job: str) -> HostRecord:
+    """Stage ``ref``'s session for the Job and return its host record (written, not yet synced)."""
+    record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
+                        pi_version=run.get("piVersion"), model=run.get("model"))
+    if not settings.staging_claim:
+        log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job)
+    began = time.perf_counter()
+    record = stage(settings.store, jd, record, mount=bool(settings.staging_claim))
+    if record.mounted:
+        metrics.GATE_SECONDS.observe(time.perf_counter() - began)
+        metrics.RESOLUTIONS.labels(record.reason).inc()
+    return record
+
+
+def session_view(host: HostRecord | None) -> dict[str, Any] | None:
+    """The host verdict as a Job's ``status.session`` shows it while the Pod runs."""
+    verdict = host.verdict() if host is not None else None
+    return None if verdict is None else {"resumed": verdict.resume, "reason": verdict.reason, "bytes": verdict.bytes}
+
+
+def start_message(host: HostRecord | None) -> str:
+    if host is None:
+        return "Pod created; this job has no session key and runs as a fresh conversation."
+    if not host.mounted:
+        return "Pod created without a session: the store could not be read (see the operator log)."
+    if host.resume:
+        return f"Pod created; it continues the previous conversation ({host.bytes} bytes staged)."
+    return f"Pod created; it starts a fresh conversation: {host.reason}."

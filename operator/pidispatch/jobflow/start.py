@@ -1,0 +1,98 @@
+"""Steps 2–4 in a free slot: the token, the key, the staged session, the Pod — in that order.
+
+``launch`` is one Job's start, idempotent across restarts:
+
+1. a Pod can exist only if an operator process got as far as its create: after the host record was
+   written, or (a power cut losing a record not yet synced) for a Job listed at start-up. Only then is
+   the Pod looked up; otherwise this is a first start and the create goes ahead without a lookup;
+2. credentials first: a mint GitHub refuses (4xx) ends the Job before anything is staged; an outage
+   raises, and the dispatcher puts the Job back in line;
+3. the key (the PR head from the forge API) and the staged session (``stage.py``);
+4. the Pod (``pod.py``), then the host record made durable: off the path to the Pod, before the Job
+   reads ``Running``. What a power cut leaves at each point: before the create, no Pod, and staging
+   again is safe; between the create and the sync, a Pod and maybe no (or a torn) record: the Job was
+   listed at start-up, so the restarted operator looks the Pod up, finds it, and stages nothing; the
+   Job then ends without a promotion (no verdict to promote by), the store untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pidispatch import failpoints
+from pidispatch.events import emit
+from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.key import key_and_reason, lookup_head
+from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
+from pidispatch.jobflow.stage import stage_session
+from pidispatch.jobflow.summarize import Refused
+from pidispatch.kubeapi import ApiError
+from pidispatch.manifests.pod import pod_name
+from pidispatch.settings import OperatorSettings
+from pidispatch.store.staging import HOST, HostRecord, JobDir
+
+
+@dataclass(frozen=True)
+class Launched:
+    """The Job's Pod exists. ``created``: by this call (its key is now in flight, its SessionKey due)."""
+
+    pod: dict[str, Any]
+    host: HostRecord | None
+    created: bool
+
+
+@dataclass(frozen=True)
+class NotLaunched:
+    """The start was refused for good (``refused``); ``staging_used`` says the staging must be removed."""
+
+    refused: Refused
+    staging_used: bool
+
+
+def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
+           trigger: dict[str, Any], jd: JobDir, *, listed_at_start: bool) -> Launched | NotLaunched:
+    """Start ``job`` (its Trigger already admitted it). Raises for a passing failure (retried by the caller)."""
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    host = jd.read_host()
+    pod = None
+    if listed_at_start or host is not None:
+        pod = cluster.api.get_or_none(cluster.pods(pod_name(name)))
+    if pod is not None and owner_uid(pod) != uid:
+        raise PodOfEarlierJob(pod_name(name))
+    if pod is not None:
+        if host is not None:
+            jd.sync(HOST)  # a restart after a kill between the create and the sync: the page cache still has it
+        return Launched(pod, host, created=False)
+    try:
+        token = job_token(settings, cluster, forge, job, trigger)
+    except GitHubError as exc:
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        return NotLaunched(Refused("Failed", None, "GitHubTokenFailed",
+                                   f"The GitHub App could not mint an installation token for this job ({exc}); "
+                                   "nothing ran. Check the App's installation and permissions (pidispatch "
+                                   "doctor), then re-create the Job."), staging_used=False)
+    trigger_spec = trigger.get("spec") or {}
+    ref, no_head = key_and_reason(job["spec"], trigger_spec, lookup_head(forge, job["spec"], trigger_spec))
+    if no_head is not None:
+        # No refusal and no comment (spec rule 21): the job runs as it would without resume.
+        emit("pr_head_unresolved", job=name, reason=no_head.value)
+    host = None
+    if ref is not None:
+        host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name)
+        failpoints.at("staged", name)
+    try:
+        pod = create_pod(settings, cluster, job, trigger, host, token)
+    except ApiError as exc:
+        if not pod_create_refused_for_good(exc.status):
+            raise  # an outage or a conflict: retried after a back-off
+        return NotLaunched(Refused("Failed", None, "PodRefused",
+                                   f"The apiserver refused the job Pod ({exc.status}: {exc.message[:400]}); "
+                                   "nothing ran and it is not retried. Fix the cause (a ResourceQuota, an "
+                                   "admission policy, RBAC), then re-create the Job."), staging_used=True)
+    failpoints.at("pod-created", name)
+    if host is not None:
+        jd.sync(HOST)
+    return Launched(pod, host, created=True)

@@ -1,0 +1,119 @@
+"""The one writer of a Job's ``phase`` and conditions (flux's summarize, cert-manager's single writer).
+
+Every step of the flow says what it found as one of the typed changes below; :func:`summarize` turns
+a change into the status patch, from the Job's current status: the phase, the condition the change
+owns (``Started``, ``Completed`` or ``Commented``) and the fields that go with it. Nothing else in the
+operator sets a Job's phase or calls ``set_condition`` for a Job, so a reader finds every status a
+Job can show in this file.
+
+The patch holds only what differs from the current status, so a change that is already recorded
+costs no API write (:func:`summarize` returns ``{}``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pidispatch.api.conditions import set_condition
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Refused"})
+STARTED, COMPLETED, COMMENTED = "Started", "Completed", "Commented"
+
+
+@dataclass(frozen=True)
+class Queued:
+    """Waiting for a slot longer than the grace (``QUEUED_AFTER_SECONDS``)."""
+
+    since: str
+    capacity: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Ended before its Pod ran: a deliberate refusal (phase ``Refused``) or a failure for good (``Failed``).
+
+    ``reason`` is a JobReason for the spec's refusals, else ``None``.
+    """
+
+    phase: str
+    reason: str | None
+    condition_reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Retrying:
+    """A start failed for a passing reason; the Job waits out its back-off in line."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Running:
+    """Its Pod exists. ``session`` is the host verdict as the Job shows it (``None`` without a session)."""
+
+    pod_name: str
+    session: dict[str, Any] | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Its Pod ended (``outcome`` ``Succeeded`` or ``Failed``), promotion done, the record merged."""
+
+    outcome: str
+    session: dict[str, Any] | None
+    tokens: dict[str, float] | None
+    condition_reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Commented:
+    """The refusal comment: posted, found already posted, or why not."""
+
+    ok: bool
+    reason: str
+    message: str
+
+
+Change = Queued | Refused | Retrying | Running | Ended | Commented
+
+
+def summarize(status: dict[str, Any] | None, change: Change, generation: int | None, now: str) -> dict[str, Any]:
+    """The status patch that records ``change`` at ``now`` (RFC 3339): only the fields that differ from ``status``.
+
+    Conditions carry ``generation`` as their ``observedGeneration``; ``lastTransitionTime`` moves
+    only when a condition's status does.
+    """
+    status = status or {}
+    conditions = status.get("conditions")
+    wanted: dict[str, Any]
+    if isinstance(change, Queued):
+        wanted = {"phase": "Queued", "queuedAt": change.since, "conditions": set_condition(
+            conditions, STARTED, False, "WaitingForSlot",
+            f"Waiting for one of {change.capacity} job slots (maxConcurrentJobs).", generation, now)}
+    elif isinstance(change, Refused):
+        wanted = {"phase": change.phase, "reason": change.reason, "completedAt": now,
+                  "conditions": set_condition(conditions, STARTED, False, change.condition_reason, change.message,
+                                              generation, now)}
+    elif isinstance(change, Retrying):
+        wanted = {"conditions": set_condition(conditions, STARTED, False, "StartRetrying", change.message,
+                                              generation, now)}
+    elif isinstance(change, Running):
+        wanted = {"phase": "Running", "podName": change.pod_name, "startedAt": now, "session": change.session,
+                  "conditions": set_condition(conditions, STARTED, True, "PodCreated", change.message, generation,
+                                                  now)}
+    elif isinstance(change, Ended):
+        wanted = {"phase": change.outcome, "completedAt": now, "session": change.session,
+                  "tokens": change.tokens, "conditions": set_condition(
+                      conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
+                      generation, now)}
+    else:
+        wanted = {"conditions": set_condition(conditions, COMMENTED, change.ok, change.reason, change.message,
+                                              generation, now)}
+    patch = {k: v for k, v in wanted.items() if status.get(k) != v}
+    if patch and status.get("observedGeneration") != generation:
+        patch["observedGeneration"] = generation
+    return patch

@@ -1,0 +1,60 @@
+"""Step 7, timers: what time changes without an event (ARCHITECTURE §4.9).
+
+* the ``Resumable`` refresh: TTL and age make a SessionKey's answer stale, so every key is judged again;
+* the sweep: the store's TTL reaper (a reaped key's SessionKey goes too), orphaned staging directories,
+  and the store gauges.
+
+The resync of Jobs (a missed watch event) lives with the dispatcher, whose queue it feeds.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pidispatch import metrics
+from pidispatch.jobflow import sessionkey
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.summarize import TERMINAL_PHASES
+from pidispatch.settings import OperatorSettings
+from pidispatch.store.inspect import store_totals
+from pidispatch.store.keys import is_key
+from pidispatch.store.reap import reap
+from pidispatch.store.staging import sweep_orphans
+
+log = logging.getLogger("pidispatch.operator")
+
+
+def refresh_sessionkeys(settings: OperatorSettings, cluster: Cluster, busy: set[str]) -> None:
+    """Recompute ``Resumable`` (and the rest of the status) of every SessionKey; write only what changed.
+
+    Keys in ``busy`` (a job of this process in flight on them) are left alone: that job's end writes
+    their status with fresher facts anyway, and a refresh in between would be one more write that it
+    overwrites (for a new key, the SessionKey is created with the Pod and its first status is the job's end).
+    """
+    if settings.store.sessions_dir is None:
+        return
+    for sk in cluster.api.list(cluster.crd("sessionkeys")):
+        if sk["metadata"]["name"] in busy:
+            continue
+        try:
+            sessionkey.update(settings, cluster, sk["metadata"]["name"], None)
+        except Exception as exc:  # one key's failure must not stop the others; the next cycle retries
+            log.warning("refreshing SessionKey %s failed: %s: %s", sk["metadata"]["name"], type(exc).__name__, exc)
+
+
+def sweep(settings: OperatorSettings, cluster: Cluster) -> None:
+    """The reaper (store TTL), orphaned staging directories, and the store gauges."""
+    if settings.store.sessions_dir is not None:
+        for event in reap(settings.store):  # each event is logged by the reaper itself
+            if event["event"] == "reaped_session" and is_key(event.get("key", "")):
+                # The conversation is gone; its SessionKey would only say so forever.
+                try:
+                    sessionkey.delete(cluster, event["key"])
+                except Exception as exc:
+                    log.warning("deleting SessionKey %s failed: %s: %s", event["key"], type(exc).__name__, exc)
+        keys, size = store_totals(settings.store)
+        metrics.STORE_KEYS.set(keys)
+        metrics.STORE_BYTES.set(size)
+    live = {job["metadata"]["uid"] for job in cluster.jobs()
+            if (job.get("status") or {}).get("phase") not in TERMINAL_PHASES}
+    sweep_orphans(settings.staging_dir, live)

@@ -1,0 +1,183 @@
+"""Promotion at most once per Job, even across crashes: the journal ``promotion.json`` in the Job's directory.
+
+Spec §6.1 asks the operator for what upstream never needed (it promotes in-process): a Job whose
+promotion was interrupted by a kill must, after the restart, neither promote twice nor lose its
+transcript, leave no lock behind, and never let its older transcript replace a newer one. The journal
+has three states:
+
+``started``  written durably *before* the store is touched. It holds what recovery needs to judge the
+             attempt afterwards: the canonical transcript's identity before it (``before``), the staged
+             bytes' size and digest, and the two names the attempt will create in the key directory,
+             its transcript temp and its lock candidate (``promote.Names``), chosen now so that they
+             are on disk before either exists.
+``done``     the result, written once promotion returned; returned as is from then on.
+(missing)    no attempt yet.
+
+Recovery from ``started`` (a kill during the attempt) proves each thing instead of guessing:
+
+* the lock is released only when it is the attempt's own (the same inode as its journaled candidate,
+  see ``lock.py``); its candidate and its temp are removed (both names are the attempt's);
+* the swap landed when the canonical file has changed since ``before`` and holds the staged bytes
+  (compared through the key directory's no-follow descriptor, as every read of the store is):
+  then it is not promoted again (no second chain increment; a kill before the stamps leaves the key
+  ``(pending)``, so the next delivery starts cold once, as the spec says of an interrupted promotion);
+* the canonical file has changed since ``before`` and holds *other* bytes: another promotion on the key
+  came after this attempt began, so this Job's transcript is the older one and is discarded as spec
+  §6.2 step 5 discards the loser of two promotions (``locked``);
+* otherwise (unchanged, or no transcript at all) nothing landed, and the promotion runs again under
+  the same names.
+
+Staging, promotion and forgetting hold the key's in-process guard (``keyguard.py``), so a recovery
+never judges a key while another of this process's promotions changes it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pidispatch.events import emit
+from pidispatch.record import PromotionResult
+from pidispatch.record import SessionReason as R
+from pidispatch.settings import Settings
+from pidispatch.store import fsio, keyguard, lock, sidecars
+from pidispatch.store.fsio import now_ms
+from pidispatch.store.promote import Names, promote
+from pidispatch.store.seams import NO_SEAMS, Seams
+from pidispatch.store.staging import PROMOTION, HostRecord, JobDir, file_digest, staged_uids
+
+
+def promote_once(
+    settings: Settings,
+    jd: JobDir,
+    host: HostRecord,
+    context: tuple[int, int] | None,
+    *,
+    clock: Callable[[], float] = now_ms,
+    seams: Seams = NO_SEAMS,
+) -> PromotionResult:
+    """Promote the Job's staged copy for ``host.key`` at most once, whatever was interrupted before.
+
+    Seams (for the kill tests): ``journaled`` once the intent is durable, the store's own promotion
+    steps, then ``promoted`` before the result is journaled. Never raises for a store fault (those are
+    ``promote-failed``); a journal that cannot be written raises, and the caller retries later.
+    """
+    done = jd.read(PROMOTION)
+    if done and done.get("state") == "done":
+        return _result(done)
+    with keyguard.guard(host.key):
+        if jd.forgotten():
+            # The key was forgotten while the Job ran (kubectl delete sessionkey): promoting now would
+            # bring the deleted conversation back. Nothing is promoted; the next delivery finds no transcript.
+            return _finish(jd, PromotionResult(False, R.ABSENT, forgotten=True))
+        started = done if done and done.get("state") == "started" else None
+        if started is not None:
+            recovered = _recover(settings, host.key, started)
+            if recovered is not None:
+                return _finish(jd, recovered)
+        else:
+            started = _intent(settings, jd, host.key)
+            jd.write(PROMOTION, started)
+        seams.at("journaled")
+        names = Names(str(started["temp"]), str(started["lock"]))
+        result = promote(settings, host.key, jd.session, host_resume=host.resume, venue=host.venue,
+                         pi_version=host.pi_version, model=host.model, context=context, clock=clock, seams=seams,
+                         names=names)
+        seams.at("promoted")
+        return _finish(jd, result)
+
+
+def _intent(settings: Settings, jd: JobDir, key: str) -> dict[str, Any]:
+    # Capped: an oversized staged file is refused by ``promote`` without being read, so it is not hashed.
+    digest = file_digest(os.path.join(jd.session, sidecars.TRANSCRIPT), settings.max_bytes)
+    names = Names.fresh()
+    return {"state": "started", "size": digest[0] if digest else None, "sha256": digest[1] if digest else None,
+            "before": _canonical_identity(settings, key), "temp": names.temp, "lock": names.lock}
+
+
+def _canonical_identity(settings: Settings, key: str) -> list[int] | None:
+    with _key_dir(settings, key) as dir_fd:
+        st = fsio.lstat_or_none(sidecars.TRANSCRIPT, dir_fd) if dir_fd is not None else None
+    return list(fsio.Identity.of(st)) if st is not None else None
+
+
+@contextmanager
+def _key_dir(settings: Settings, key: str) -> Iterator[int | None]:
+    """The key directory's descriptor, opened without following a link; ``None`` when there is none."""
+    try:
+        dir_fd = os.open(os.path.join(settings.sessions_dir or "", key), fsio.DIR_FLAGS)
+    except OSError:
+        yield None  # never made, removed, or a link planted at the key's name: nothing of ours is there
+        return
+    try:
+        yield dir_fd
+    finally:
+        os.close(dir_fd)
+
+
+def _recover(settings: Settings, key: str, started: dict[str, Any]) -> PromotionResult | None:
+    """Judge an attempt a kill interrupted; ``None`` when nothing of it landed and it may run again."""
+    released = landed = superseded = False
+    with _key_dir(settings, key) as dir_fd:
+        if dir_fd is not None:
+            released = _release_names(dir_fd, key, started)
+            st = fsio.lstat_or_none(sidecars.TRANSCRIPT, dir_fd)
+            if st is not None and list(fsio.Identity.of(st)) != started.get("before"):
+                ours = [started.get("size"), started.get("sha256")]
+                landed = started.get("size") is not None and list(
+                    file_digest(sidecars.TRANSCRIPT, dir_fd=dir_fd) or ()) == ours
+                superseded = not landed
+    emit("session_promotion_recovered", key=key, landed=landed, superseded=superseded, lockReleased=released)
+    if landed:
+        return PromotionResult(True, "promoted", started.get("size"))
+    if superseded:
+        return PromotionResult(False, R.LOCKED)
+    return None
+
+
+def _release_names(dir_fd: int, key: str, started: dict[str, Any]) -> bool:
+    """Remove what an interrupted attempt left under its journaled names; True when that included the lock."""
+    held = lock.holds_lock(dir_fd, str(started.get("lock")))
+    lock.release_lock(dir_fd, key, str(started.get("lock")))
+    fsio.clear_name(str(started.get("temp")), dir_fd)
+    return held
+
+
+def release_interrupted(settings: Settings, staging_root: str) -> int:
+    """Release the locks that promotions interrupted by a crash left behind; the number released.
+
+    Run once when the operator starts, before any promotion: until each interrupted Job's completion
+    runs again (and judges whether its swap landed), its lock would otherwise refuse every other
+    promotion on the key as ``locked`` and lose those transcripts. Only a lock proven to be the
+    attempt's own (the inode of its journaled candidate) is removed, with the attempt's temp. This
+    relies on one operator process acting at a time (kopf peering, the Deployment's ``Recreate``):
+    a journal that says ``started`` is then always a dead process's.
+    """
+    released = 0
+    if settings.sessions_dir is None:
+        return 0
+    for uid in staged_uids(staging_root):
+        jd = JobDir(staging_root, uid)
+        started = jd.read(PROMOTION)
+        host = jd.read_host() if started and started.get("state") == "started" else None
+        if host is None or started is None:
+            continue
+        with keyguard.guard(host.key), _key_dir(settings, host.key) as dir_fd:
+            if dir_fd is not None and _release_names(dir_fd, host.key, started):
+                released += 1
+                emit("session_lock_released", key=host.key, job=uid)
+    return released
+
+
+def _finish(jd: JobDir, result: PromotionResult) -> PromotionResult:
+    jd.write(PROMOTION, {"state": "done", "promoted": result.promoted, "reason": result.reason,
+                         "bytes": result.bytes, "forgotten": result.forgotten})
+    return result
+
+
+def _result(done: dict[str, Any]) -> PromotionResult:
+    size = done.get("bytes")
+    return PromotionResult(done.get("promoted") is True, str(done.get("reason")),
+                           size if isinstance(size, int) else None, forgotten=done.get("forgotten") is True)
