@@ -7,7 +7,9 @@ and an assistant message in pi's v3 format, and write the runner's report to the
 message. Directives in the Job's comment script the odd cases, e.g. ``@pi exit=1``,
 ``@pi sleep=3``, ``@pi report=garbage``, ``@pi session=symlink``, ``@pi session=empty``;
 ``@pi token=log`` logs ``gh-token sha256:<hex>`` (or ``gh-token absent``): whether ``GH_TOKEN``
-arrived, and which one, without printing it.
+arrived, and which one, without printing it. ``@pi hold=<name>`` keeps the job running until a file
+``<name>`` appears beside the session file (the test creates it on the staging volume), so a test can
+act while the job is in flight without guessing at timings.
 """
 
 from __future__ import annotations
@@ -45,6 +47,14 @@ def main() -> int:
     script = directives(spec.get("comment", ""))
     if "sleep" in script:
         time.sleep(float(script["sleep"]))
+    if "hold" in script:
+        release = os.path.join(os.path.dirname(os.environ.get("PI_SESSION_FILE", "/session/x")), script["hold"])
+        deadline = time.monotonic() + 300
+        while not os.path.exists(release):
+            if time.monotonic() > deadline:
+                print("hold: never released", flush=True)
+                return 1
+            time.sleep(0.1)
     if script.get("token") == "log":
         token = os.environ.get("GH_TOKEN")
         print("gh-token", f"sha256:{hashlib.sha256(token.encode()).hexdigest()}" if token else "absent", flush=True)

@@ -2,7 +2,9 @@
 
 Each step is armed for one Job only (``PIDISPATCH_FAILPOINT=<step>@<job>``) and fires once (a mark on
 the staging volume). The Job is a *resumed* delivery, so a second promotion would show as a second
-resume-chain increment. After the restart every Job must end ``Succeeded`` with exactly one Pod, the
+resume-chain increment. (That an interrupted promotion never replaces a newer transcript needs a second
+job to promote in between, an order a cluster does not produce on demand: ``tests/test_store_journal.py``
+proves it with real processes killed at each step.) After the restart every Job must end ``Succeeded`` with exactly one Pod, the
 store must hold that Job's transcript, promoted once, and no lock may be left behind.
 """
 
@@ -25,16 +27,21 @@ MARKS = "/var/lib/pi-dispatch/jobs/.failpoints"
 # (step, what the store shows afterwards): "promoted" = a completed promotion (chain 1, venue stamped);
 # "interrupted" = the swap landed but the kill came before the stamps: the transcript is the new one,
 # counted once (chain still 0), and the (pending) venue makes the next delivery start cold.
+# The promotion's steps: the journal written (intent durable, store untouched), the lock taken (the kill that
+# used to leave the key locked for an hour and the transcript lost), the swap done, the sidecars written
+# (the venue stamp is the last), the lock released, the result not yet journaled, the status written.
 STEPS = [
     ("staged", "promoted"),
     ("pod-created", "promoted"),
-    ("promotion-started", "promoted"),
+    ("promote:journaled", "promoted"),
     ("promote:locked", "promoted"),
     ("promote:temp-written", "promoted"),
     ("promote:sentinel-written", "promoted"),
     ("promote:swapped", "interrupted"),
     ("promote:stamped-pi-version", "interrupted"),
-    ("promoted", "promoted"),
+    ("promote:stamped-venue", "promoted"),
+    ("promote:unlocked", "promoted"),
+    ("promote:promoted", "promoted"),
     ("status-written", "promoted"),
 ]
 
@@ -79,6 +86,7 @@ def test_killed_at_a_step_converges_without_duplicates(crashing: Release, step: 
     assert job["status"]["session"]["reason"] == "resumed"
     key_dir = r.key_dir(key)
     assert not (key_dir / "lock").exists(), "a lock was left behind"
+    assert not list(key_dir.glob("*.incoming")), "a temp or lock candidate of the killed attempt was left behind"
     transcript = (key_dir / "current.jsonl").read_bytes()
     assert transcript.count(b'"role":"user"') == 2, "the store does not hold the follow-up's transcript"
     chain = (key_dir / "resume-chain").read_text().strip() if (key_dir / "resume-chain").exists() else "0"

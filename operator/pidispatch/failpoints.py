@@ -9,9 +9,10 @@ double promotion, no lost Job). Tests prove it by setting this variable in the o
 * ``PIDISPATCH_FAILPOINT_ACTION=sleep:<seconds>``: pause there instead of dying (to make two
   promotions overlap).
 
-Steps of the job flow: ``staged``, ``pod-created``, ``promotion-started``, ``promoted``,
-``status-written``, ``commented``; and the store's promotion steps as ``promote:<step>`` (see
-``store/promote.py``'s seams). Unset, :func:`at` is one dictionary lookup and nothing more.
+Steps of the job flow: ``staged``, ``pod-created``, ``status-written``, ``commented``,
+``key-forgotten@<key>`` (a SessionKey's finalizer, after the store forgot the key); and the
+promotion's steps as ``promote:<step>``: the journal's ``journaled`` (intent durable, store untouched)
+and ``promoted`` (result not yet journaled), and the store's own (see ``store/promote.py``'s seams). Unset, :func:`at` is one dictionary lookup and nothing more.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pidispatch import failpoints
 from pidispatch.api.conditions import reason_to_camel, set_condition
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.jobflow.cluster import Cluster
@@ -78,6 +79,7 @@ def finalize(settings: OperatorSettings, cluster: Cluster, sk: dict[str, Any]) -
     """``kubectl delete sessionkey <key>``: the store forgets the key, then the object may go."""
     md = sk["metadata"]
     forget_key(settings.store, settings.staging_dir, md["name"])
+    failpoints.at("key-forgotten", md["name"])  # a kill here: the finalizer runs again after the restart
     finalizers = [f for f in md.get("finalizers") or [] if f != FINALIZER]
     cluster.api.patch(cluster.crd("sessionkeys", md["name"]),
                       {"metadata": {"finalizers": finalizers, "resourceVersion": md["resourceVersion"]}})
