@@ -60,7 +60,10 @@ cluster-down: venv
 cluster-status: venv
 	$(VPY) -m e2e.cluster status
 
+# The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
+# the container contract, ...), then every test.
 test: venv controlplane pi
+	$(VENV)/bin/lint-imports --no-cache
 	$(PYTEST)
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).

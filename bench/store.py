@@ -59,8 +59,9 @@ from pidispatch.store.gates import (  # noqa: E402
     METADATA_GATES,
     Observation,
     conversation_is_too_old,
-    first_refusal,
     header_is_unparseable,
+    judge,
+    transcript_was_replaced,
 )
 from pidispatch.store.promote import promote  # noqa: E402
 from pidispatch.store.resolve import CHUNK, dry_run, make_delivery, now_ms, resolve  # noqa: E402
@@ -489,12 +490,11 @@ class Bench:
             def run() -> object:
                 o = Observation(str(self.store), key, settings, delivery, now_ms())
                 try:
-                    reason = first_refusal(METADATA_GATES, o)
+                    reason = judge(o, gates=METADATA_GATES)
                     if reason is not None:
                         return reason
-                    if not o.open_transcript():
-                        return "transcript-replaced"
-                    return header_is_unparseable(o) or conversation_is_too_old(o)
+                    # the ladder without gate 12 (the body read that a resolve turns into the copy)
+                    return transcript_was_replaced(o) or header_is_unparseable(o) or conversation_is_too_old(o)
                 finally:
                     o.close()
 

@@ -4,8 +4,9 @@ Each step is armed for one Job only (``PIDISPATCH_FAILPOINT=<step>@<job>``) and 
 the staging volume). The Job is a *resumed* delivery, so a second promotion would show as a second
 resume-chain increment. (That an interrupted promotion never replaces a newer transcript needs a second
 job to promote in between, an order a cluster does not produce on demand: ``tests/test_store_journal.py``
-proves it with real processes killed at each step.) After the restart every Job must end ``Succeeded`` with exactly one Pod, the
-store must hold that Job's transcript, promoted once, and no lock may be left behind.
+proves it with real processes killed at each step.) After the restart every Job must end ``Succeeded``
+with exactly one Pod, the store must hold that Job's transcript, promoted once, and no lock may be left
+behind.
 """
 
 from __future__ import annotations

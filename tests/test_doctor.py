@@ -25,11 +25,10 @@ from pidispatch.doctor import (
     StoreFacts,
     diagnose,
     exit_code,
-    explicit_bounds,
-    inspect_store,
     render_json,
     render_text,
 )
+from pidispatch.doctor_edge import explicit_bounds, inspect_store
 from pidispatch.settings import OperatorSettings
 
 NS = "pi"

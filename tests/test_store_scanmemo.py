@@ -139,7 +139,7 @@ def test_both_copies_stage_the_same_bytes_of_real_pi_files(store: Store, name: s
 def test_a_staged_file_that_refuses_sendfile_gets_the_user_space_copy(store: Store, tmp_path) -> None:
     """``sendfile`` into a file opened ``O_APPEND`` fails with EINVAL (a real refusal by the kernel, as
     some filesystems refuse it): the remembered copy then falls back to reading through user space."""
-    from pidispatch.store.gates import METADATA_GATES, Observation, first_refusal
+    from pidispatch.store.gates import METADATA_GATES, Observation, judge
     from pidispatch.store.resolve import _StagedCopy, make_delivery
     from pidispatch.store.seams import NO_SEAMS
 
@@ -155,7 +155,7 @@ def test_a_staged_file_that_refuses_sendfile_gets_the_user_space_copy(store: Sto
     copy = _StagedCopy(staged, NO_SEAMS)
     o = Observation(str(store.root), KEY, store.settings, make_delivery("kubernetes", PI, MODEL), NOW_MS, copy.run)
     try:
-        assert first_refusal(METADATA_GATES, o) is None and o.open_transcript()
+        assert judge(o, gates=METADATA_GATES) is None and o.open_transcript()
         assert copy.run(o) is False, "no empty compaction"
         assert copy.complete
     finally:

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from pidispatch.contract import VENUE
+
 CONFIG_ERROR = 2
 _POSITIVE = re.compile(r"[1-9][0-9]*")
 
@@ -179,9 +181,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from pidispatch.doctor import main as doctor_main
+    from pidispatch.doctor_edge import main as doctor_main
+    from pidispatch.settings import ConfigError
 
-    return doctor_main(args)
+    try:
+        return doctor_main(args)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from exc
 
 
 def cmd_operator(args: argparse.Namespace) -> int:
@@ -224,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     store_commands = store.add_subparsers(dest="store_command", required=True, metavar="ACTION")
 
     def job_options(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--venue", default="kubernetes")
+        p.add_argument("--venue", default=VENUE)
         p.add_argument("--pi-version", default=None)
         p.add_argument("--model", default=None, metavar="PROVIDER/MODEL")
 

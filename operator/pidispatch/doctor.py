@@ -1,7 +1,7 @@
 """``pidispatch doctor``: the session checks of the spec (§8) and the Kubernetes ones, for this deployment.
 
 The checks are pure functions over plain data (settings, what the filesystem says about the store,
-Trigger/CRD/PVC objects as dicts, access-review answers); :func:`main` gathers that data at the edge
+Trigger/CRD/PVC objects as dicts, access-review answers); ``doctor_edge.main`` gathers that data
 and prints one short line per check, each failure followed by a fix that is a literal command. A
 failure makes the exit code 1; a malformed setting is a configuration error (exit 2, as for every
 command). ``helm test`` runs this inside the cluster with the operator's ServiceAccount and env.
@@ -13,21 +13,17 @@ store is then a warning rather than a failure, because nobody may be relying on 
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shlex
-import stat
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from pidispatch.api.crds import ALL as CRD_PLURALS
-from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.crds import GROUP
 from pidispatch.api.trigger import first_refusal, resume_armed
-from pidispatch.settings import ConfigError, OperatorSettings, Settings
+from pidispatch.settings import OperatorSettings, Settings
 
 
 class Status(StrEnum):
@@ -388,190 +384,3 @@ def render_text(checks: Sequence[Check]) -> str:
 
 def render_json(checks: Sequence[Check]) -> str:
     return "".join(json.dumps(c.as_json(), separators=(", ", ": ")) + "\n" for c in checks)
-
-
-# -- the edge: filesystem and cluster ------------------------------------------------------------------
-def explicit_bounds(env: Mapping[str, str]) -> frozenset[str]:
-    """The bound variables that are set (settings.py has already refused an empty or malformed value)."""
-    return frozenset(v for v in BOUND_VARIABLES if env.get(v) is not None)
-
-
-def inspect_store(path: str) -> StoreFacts:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return StoreFacts(path, exists=False)
-    except OSError as exc:
-        return StoreFacts(path, exists=False, error=exc.strerror or type(exc).__name__)
-    is_dir = stat.S_ISDIR(st.st_mode)
-    return StoreFacts(path, exists=True, is_dir=is_dir, mode=stat.S_IMODE(st.st_mode),
-                      writable=is_dir and os.access(path, os.W_OK | os.X_OK), uid=os.getuid())
-
-
-class ClusterUnreachable(Exception):
-    """No answer from the apiserver, or no way to ask one: the report says so in one line."""
-
-    def __init__(self, message: str, fix: str = "kubectl get --raw /readyz") -> None:
-        super().__init__(message)
-        self.fix = fix
-
-
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-
-def _connect(env: Mapping[str, str]) -> tuple[Any, str | None]:
-    """An ApiClient (in-cluster inside a Pod, else the kubeconfig) and the namespace that config names."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    configuration = client.Configuration()
-    try:
-        if env.get("KUBERNETES_SERVICE_HOST") and os.path.exists(f"{SERVICE_ACCOUNT_DIR}/token"):
-            config.load_incluster_config(client_configuration=configuration)
-            try:
-                with open(f"{SERVICE_ACCOUNT_DIR}/namespace") as f:
-                    namespace: str | None = f.read().strip() or None
-            except OSError:
-                namespace = None
-        else:
-            config.load_kube_config(client_configuration=configuration)
-            _, active = config.list_kube_config_contexts()
-            namespace = (active.get("context") or {}).get("namespace")
-    except (ConfigException, OSError, ValueError) as exc:
-        raise ClusterUnreachable(f"no cluster to ask: not in a Pod, and no usable kubeconfig ({exc})",
-                                 "pidispatch doctor --offline") from None
-    configuration.retries = 1
-    return client.ApiClient(configuration), namespace
-
-
-def _denial(exc: Any) -> str:
-    known = {401: "401 Unauthorized (credentials refused)", 403: "forbidden", 404: "not found"}
-    return known.get(exc.status, f"HTTP {exc.status} {exc.reason}")
-
-
-class _Reader:
-    """The few reads the checks need, each answering plain dicts; 403/404 are answers, not errors."""
-
-    timeout = 10
-
-    def __init__(self, api: Any) -> None:
-        from kubernetes import client
-
-        self.api, self.client = api, client
-
-    def user(self) -> str | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            review = self.client.AuthenticationV1Api(self.api).create_self_subject_review(
-                self.client.V1SelfSubjectReview(), _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status == 401:
-                raise
-            return None
-        info = review.status.user_info if review.status else None
-        return info.username if info else None
-
-    def crd(self, name: str) -> Mapping[str, Any] | None:
-        # list, not get: kopf's CRD scanning needs list and watch, so that is what a Role grants
-        items = self.client.ApiextensionsV1Api(self.api).list_custom_resource_definition(
-            field_selector=f"metadata.name={name}", _request_timeout=self.timeout).items
-        return self.api.sanitize_for_serialization(items[0]) if items else None
-
-    def served(self) -> frozenset[str]:
-        """Resource names of our group-version per API discovery (open to every identity)."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            resources = self.client.CustomObjectsApi(self.api).get_api_resources(GROUP, VERSION,
-                                                                                 _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return frozenset()
-        return frozenset(r.name for r in resources.resources or ())
-
-    def triggers(self, namespace: str) -> list[Mapping[str, Any]]:
-        listed: dict[str, Any] = self.client.CustomObjectsApi(self.api).list_namespaced_custom_object(
-            GROUP, VERSION, namespace, "triggers", _request_timeout=self.timeout)  # type: ignore[assignment]
-        return list(listed.get("items") or [])
-
-    def pvc(self, name: str, namespace: str) -> Mapping[str, Any]:
-        claim = self.client.CoreV1Api(self.api).read_namespaced_persistent_volume_claim(
-            name, namespace, _request_timeout=self.timeout)
-        return self.api.sanitize_for_serialization(claim)
-
-    def allowed(self, access: Access, namespace: str) -> bool:
-        c = self.client
-        review = c.AuthorizationV1Api(self.api).create_self_subject_access_review(c.V1SelfSubjectAccessReview(
-            spec=c.V1SelfSubjectAccessReviewSpec(resource_attributes=c.V1ResourceAttributes(
-                namespace=namespace, verb=access.verb, group=access.group, resource=access.resource,
-                subresource=access.subresource or None))), _request_timeout=self.timeout)
-        return bool(review.status and review.status.allowed)
-
-
-def gather_cluster(settings: OperatorSettings, env: Mapping[str, str]) -> ClusterFacts:
-    """Everything the Kubernetes checks read; raises :class:`ClusterUnreachable` when nothing answers."""
-    import urllib3
-    from kubernetes.client.exceptions import ApiException
-
-    api, context_namespace = _connect(env)
-    ns = settings.namespace or context_namespace or "default"
-    read = _Reader(api)
-    facts: dict[str, Any] = {"namespace": ns}
-    try:
-        with api:
-            facts["user"] = read.user()
-            try:
-                facts["crds"] = {name: read.crd(name) for name in CRD_NAMES}
-            except ApiException as exc:
-                if exc.status != 403:
-                    raise
-                facts["crds"], facts["served"] = None, read.served()
-            try:
-                facts["triggers"] = read.triggers(ns)
-            except ApiException as exc:
-                # 404: the CRD is missing, so no Trigger can exist (the crd line says so)
-                if exc.status != 404:
-                    facts["triggers"], facts["triggers_error"] = None, _denial(exc)
-            if settings.store.sessions_dir is not None and settings.staging_claim is not None:
-                try:
-                    facts["staging_pvc"] = read.pvc(settings.staging_claim, ns)
-                except ApiException as exc:
-                    if exc.status != 404:
-                        facts["staging_pvc_error"] = _denial(exc)
-            try:
-                facts["access"] = [(a, read.allowed(a, ns)) for a in REQUIRED_ACCESS]
-            except ApiException as exc:
-                if exc.status == 401:
-                    raise
-                facts["access_error"] = _denial(exc)
-    except ApiException as exc:
-        # Only the status: an ApiException's text carries the response headers, nobody's business here.
-        raise ClusterUnreachable(f"the apiserver at {api.configuration.host} answered {_denial(exc)}") from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        # urllib3 prefixes the connection object's repr ("<...HTTPSConnection object at 0x...>: Failed to ...")
-        reason = str(getattr(exc, "reason", None) or exc).rsplit(">: ", 1)[-1]
-        raise ClusterUnreachable(f"cannot reach the apiserver at {api.configuration.host}: {reason[:160]}") from None
-    return ClusterFacts(**facts)
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run the checks and print them; 1 when any fails, 0 otherwise (a malformed setting exits 2)."""
-    from pidispatch.cli import UsageError
-
-    env = os.environ
-    try:
-        settings = OperatorSettings.from_env(env)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from exc
-    store = inspect_store(settings.store.sessions_dir) if settings.store.sessions_dir else None
-    cluster: ClusterFacts | Check | None = None
-    if not args.offline:
-        try:
-            cluster = gather_cluster(settings, env)
-        except ClusterUnreachable as exc:
-            cluster = Check("cluster", Status.FAIL, str(exc), exc.fix)
-    checks = diagnose(settings, store, cluster, explicit_bounds(env))
-    sys.stdout.write(render_json(checks) if args.json else render_text(checks))
-    return exit_code(checks)

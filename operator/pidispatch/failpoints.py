@@ -12,7 +12,8 @@ double promotion, no lost Job). Tests prove it by setting this variable in the o
 Steps of the job flow: ``staged``, ``pod-created``, ``status-written``, ``commented``,
 ``key-forgotten@<key>`` (a SessionKey's finalizer, after the store forgot the key); and the
 promotion's steps as ``promote:<step>``: the journal's ``journaled`` (intent durable, store untouched)
-and ``promoted`` (result not yet journaled), and the store's own (see ``store/promote.py``'s seams). Unset, :func:`at` is one dictionary lookup and nothing more.
+and ``promoted`` (result not yet journaled), and the store's own (see ``store/promote.py``'s seams).
+Unset, :func:`at` is one dictionary lookup and nothing more.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ would only be converted back. Connection details come from the official client's
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
+log = logging.getLogger("pidispatch.kubeapi")
 MERGE_PATCH = "application/merge-patch+json"
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -35,44 +37,53 @@ class Api:
 
     def __init__(self, server: str, *, ca_file: str | None = None, cert_file: str | None = None,
                  key_file: str | None = None, token: str | None = None, token_file: str | None = None,
-                 timeout: float = 30.0, pool: int = 32) -> None:
+                 timeout: float = 30.0, pool: int = 32, verify: bool = True, namespace: str | None = None,
+                 retries: int = 3) -> None:
         self.server = server.rstrip("/")
+        # The namespace the configuration names (the Pod's own, or the kubeconfig context's), if any.
+        self.namespace = namespace
         self._token = token
         self._token_file = token_file
         self._token_read = 0.0
         self._token_lock = threading.Lock()
         self._timeout = urllib3.Timeout(connect=5.0, read=timeout)
+        if not verify:
+            # Only when the kubeconfig asks for it (insecure-skip-tls-verify), and never silently.
+            log.warning("TLS verification of the API server at %s is off (insecure-skip-tls-verify)", self.server)
+        # Verified against the configuration's CA, or the system's when it names none.
         self._http = urllib3.PoolManager(
-            num_pools=4, maxsize=pool, block=False, cert_reqs="CERT_REQUIRED" if ca_file else "CERT_NONE",
+            num_pools=4, maxsize=pool, block=False, cert_reqs="CERT_REQUIRED" if verify else "CERT_NONE",
             ca_certs=ca_file, cert_file=cert_file, key_file=key_file,
-            retries=urllib3.Retry(total=3, connect=3, read=0, status=0, backoff_factor=0.2,
+            retries=urllib3.Retry(total=retries, connect=retries, read=0, status=0, backoff_factor=0.2,
                                   allowed_methods=None),
         )
 
     @classmethod
-    def from_environment(cls) -> Api:
-        """In-cluster ServiceAccount when running in a Pod, else the current ``KUBECONFIG`` context."""
+    def from_environment(cls, **options: Any) -> Api:
+        """In-cluster ServiceAccount when running in a Pod, else the current ``KUBECONFIG`` context.
+
+        Raises the official loader's ``ConfigException`` (or ``OSError``) when there is neither.
+        """
         token_file = os.path.join(SA_DIR, "token")
         if os.environ.get("KUBERNETES_SERVICE_HOST") and os.path.exists(token_file):
             host = os.environ["KUBERNETES_SERVICE_HOST"]
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             host = f"[{host}]" if ":" in host else host
-            return cls(f"https://{host}:{port}", ca_file=os.path.join(SA_DIR, "ca.crt"), token_file=token_file)
+            return cls(f"https://{host}:{port}", ca_file=os.path.join(SA_DIR, "ca.crt"), token_file=token_file,
+                       namespace=_pod_namespace(), **options)
         from kubernetes import client, config
 
         cfg = client.Configuration()
         config.load_kube_config(client_configuration=cfg)
+        _, active = config.list_kube_config_contexts()
         token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
         if token and token.lower().startswith("bearer "):
             token = token[7:]
-        return cls(cfg.host, ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file, token=token)
+        return cls(cfg.host, ca_file=cfg.ssl_ca_cert, cert_file=cfg.cert_file, key_file=cfg.key_file, token=token,
+                   verify=bool(cfg.verify_ssl), namespace=(active.get("context") or {}).get("namespace"), **options)
 
     def namespace_default(self) -> str:
-        try:
-            with open(os.path.join(SA_DIR, "namespace")) as f:
-                return f.read().strip() or "default"
-        except OSError:
-            return "default"
+        return self.namespace or "default"
 
     def _bearer(self) -> str | None:
         if self._token_file is None:
@@ -138,6 +149,14 @@ class Api:
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
+
+
+def _pod_namespace() -> str | None:
+    try:
+        with open(os.path.join(SA_DIR, "namespace")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def json_body(data: bytes) -> Any:

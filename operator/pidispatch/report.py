@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pidispatch.api.crds import TOKEN_FIELDS
+from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
 from pidispatch.record import MAX_SAFE_INTEGER, RunnerSession, parse_context, parse_runner_session
 
-TERMINATION_MESSAGE_LIMIT = 4096
 OUTCOMES = ("completed", "failed", "refused", "aborted")
 _VERSION_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-+_")
 

@@ -14,8 +14,8 @@ from typing import Any
 import kopf
 
 from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.contract import JOB_LABEL
 from pidispatch.jobflow.dispatcher import Dispatcher
-from pidispatch.manifests.pod import JOB_LABEL
 
 
 def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from pidispatch import failpoints, metrics
 from pidispatch.api.conditions import now_rfc3339
+from pidispatch.contract import JOB_LABEL
 from pidispatch.events import emit
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import sessionkey, timers
@@ -37,7 +38,7 @@ from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retry
 from pidispatch.jobflow.table import JobTable
 from pidispatch.jobflow.trigger import trigger_status
 from pidispatch.kubeapi import Api, ApiError
-from pidispatch.manifests.pod import JOB_LABEL, pod_name
+from pidispatch.manifests.pod import pod_name
 from pidispatch.record import JobReason
 from pidispatch.settings import OperatorSettings
 from pidispatch.slots import Slots, backoff_seconds, waited_longer_than

@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any
 
+from pidispatch.contract import CONTAINER
 from pidispatch.events import emit
 from pidispatch.forge.credentials import Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
@@ -70,7 +71,7 @@ def termination_message(pod: dict[str, Any] | None) -> str | None:
     """The job container's termination message (the runner's report), if the Pod recorded one."""
     for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
         terminated = (status.get("state") or {}).get("terminated") or {}
-        if status.get("name") == "pi" and terminated.get("message"):
+        if status.get("name") == CONTAINER and terminated.get("message"):
             return str(terminated["message"])
     return None
 

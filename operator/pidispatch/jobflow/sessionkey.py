@@ -13,9 +13,9 @@ from typing import Any
 from pidispatch import failpoints
 from pidispatch.api.conditions import reason_to_camel, set_condition
 from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.contract import MANAGED_BY
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
-from pidispatch.manifests.pod import MANAGED_BY
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.forget import forget_key
 from pidispatch.store.inspect import inspect_key

@@ -13,11 +13,11 @@ import time
 from typing import Any
 
 from pidispatch import metrics
+from pidispatch.contract import VENUE
 from pidispatch.jobflow.key import KeyRef
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.staging import HostRecord, JobDir, stage
 
-VENUE = "kubernetes"
 log = logging.getLogger("pidispatch.operator")
 
 

@@ -15,14 +15,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-JOB_LABEL = "pi-dispatch.dev/job"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
+from pidispatch.contract import (
+    CONTAINER,
+    ENV_HOST_RESUME,
+    ENV_SESSION_FILE,
+    JOB_LABEL,
+    MANAGED_BY,
+    SESSION_FILE,
+    SESSION_MOUNT,
+    TERMINATION_LOG,
+    WORKSPACE,
+)
+
 GH_TOKEN = "GH_TOKEN"
 TOKEN_SECRET_KEY = "token"
-SESSION_MOUNT = "/session"
-SESSION_FILE = f"{SESSION_MOUNT}/current.jsonl"
-WORKSPACE = "/workspace"
-TERMINATION_LOG = "/dev/termination-log"
 MAX_NAME = 63
 MAX_LABEL_VALUE = 63
 # A Kubernetes label value: empty, or alphanumeric at both ends with [-_.A-Za-z0-9] between.
@@ -92,10 +98,10 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         raise ValueError("a session mount needs the staging claim")
     env = {k: v for k, v in p.env.items() if not (p.github_token and k == GH_TOKEN)}
     if mounted:
-        env["PI_SESSION_FILE"] = SESSION_FILE
-        env["PI_SESSION_HOST_RESUME"] = "true" if p.host_resume else "false"
+        env[ENV_SESSION_FILE] = SESSION_FILE
+        env[ENV_HOST_RESUME] = "true" if p.host_resume else "false"
     container: dict[str, Any] = {
-        "name": "pi",
+        "name": CONTAINER,
         "image": p.image,
         "command": list(p.command),
         "workingDir": WORKSPACE,

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from pidispatch.manifests.pod import TERMINATION_LOG, WORKSPACE
+from pidispatch.contract import ENV_HOST_RESUME, ENV_SESSION_FILE, TERMINATION_LOG, WORKSPACE
 
 
 class Env(StrEnum):
     """Every variable the runner reads, defined once."""
 
-    SESSION_FILE = "PI_SESSION_FILE"  # set by the operator only when /session is mounted
-    HOST_RESUME = "PI_SESSION_HOST_RESUME"  # "true" when the gates staged a transcript (spec §4.1)
+    SESSION_FILE = ENV_SESSION_FILE  # set by the operator only when /session is mounted
+    HOST_RESUME = ENV_HOST_RESUME  # "true" when the gates staged a transcript (spec §4.1)
     VERSION = "PI_VERSION"  # the pi version the Trigger declares (spec.run.piVersion)
     MODEL = "PI_MODEL"  # "provider/model", passed to pi as --model
     JOB_SPEC = "PI_JOB_SPEC"  # the Job CR's spec as JSON: the event facts the prompt is built from

@@ -21,8 +21,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from pidispatch.contract import TERMINATION_LOG
 from pidispatch.events import emit, log_to_stderr
-from pidispatch.manifests.pod import TERMINATION_LOG
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.report import TERMINATION_MESSAGE_LIMIT
+from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
 from pidispatch.transcript.context import DEFAULT_CONTEXT_WINDOW, context_usage
 
 

@@ -2,10 +2,11 @@
 
 Each gate is a predicate of failure over an :class:`Observation` of one key directory, returning a
 reason token or ``None``. The order of :data:`LADDER` *is* the order of the spec — read one against
-the other line by line. It is split in two only so the caller can open the transcript between them:
-:data:`METADATA_GATES` look at ``lstat`` results and sidecars, :data:`CONTENT_GATES` read the
-transcript through one descriptor (the header line, and the body once — in a resolve, that single
-read is the staged copy, so gate cost does not grow with the transcript).
+the other line by line — and :func:`judge` runs it, for a delivery (``resolve``) and for the
+``Resumable`` dry run alike. Gates 0–10 look at ``lstat`` results and sidecars; then the descriptor
+step opens the transcript once (spec §3.4 step 1), and gates 11–13 read only through it: the header
+line, and the body once. In a resolve, that single read of the body *is* the staged copy (the
+observation's body reader, see :data:`BodyReader`), so gate cost does not grow with the transcript.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from functools import cached_property
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
+from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
 
 DAY_MS = 86_400_000
@@ -60,7 +62,7 @@ class Observation:
         settings: Settings,
         delivery: Delivery,
         now_ms: float,
-        read_body: Callable[[Observation], bool | None] | None = None,
+        read_body: BodyReader | None = None,
     ) -> None:
         self.key_dir = os.path.join(store_root, key)
         self.transcript_path = os.path.join(self.key_dir, sidecars.TRANSCRIPT)
@@ -132,6 +134,11 @@ class Observation:
 
 
 Gate = Callable[[Observation], str | None]
+#: Gate 12's one read of the transcript body: answers whether it holds an empty compaction summary
+#: (``None``: the body could not be read as judged). ``resolve`` passes the reader that **writes the
+#: staged copy** as it scans (``resolve._StagedCopy.run``): the gate's read is the copy. ``dry_run``
+#: passes one that only scans.
+BodyReader = Callable[[Observation], bool | None]
 
 
 def key_is_not_a_directory(o: Observation) -> str | None:
@@ -195,12 +202,23 @@ def context_is_too_full(o: Observation) -> str | None:
     return R.CONTEXT_TOO_FULL if tokens * 100 / window >= pct else None
 
 
+def transcript_was_replaced(o: Observation) -> str | None:
+    """The descriptor step (spec §3.4 step 1): open the judged transcript once, never through a link.
+
+    What opens must be what gates 1–5 judged (same ``dev:ino:size:mtime``); every later gate reads
+    through this descriptor, and so does the staged copy.
+    """
+    return None if o.open_transcript() else R.TRANSCRIPT_REPLACED
+
+
 def header_is_unparseable(o: Observation) -> str | None:
     line = o.header_line
     return None if line is not None and is_session_header(line) else R.UNPARSEABLE
 
 
 def compaction_summary_is_empty(o: Observation) -> str | None:
+    """Reads the whole body, once, through the observation's :data:`BodyReader`: in a resolve this is
+    where the staged copy is written."""
     return R.COMPACTION_SUMMARY_EMPTY if o.body_has_empty_compaction else None
 
 
@@ -215,7 +233,7 @@ def conversation_is_too_old(o: Observation) -> str | None:
     return None
 
 
-METADATA_GATES: tuple[Gate, ...] = (
+LADDER: tuple[Gate, ...] = (
     key_is_not_a_directory,  # 0
     transcript_is_missing,  # 1
     transcript_is_not_a_regular_file,  # 2
@@ -227,19 +245,24 @@ METADATA_GATES: tuple[Gate, ...] = (
     pi_version_stamp_differs,  # 8
     resume_chain_is_too_long,  # 9  before the body: cheap, and about lineage, not content
     context_is_too_full,  # 10
-)
-CONTENT_GATES: tuple[Gate, ...] = (
+    transcript_was_replaced,  # §3.4 step 1: the one descriptor the gates below and the copy read through
     header_is_unparseable,  # 11
-    compaction_summary_is_empty,  # 12
+    compaction_summary_is_empty,  # 12 reads the body once; in a resolve, that read writes the staged copy
     conversation_is_too_old,  # 13 after 11, so a damaged file is not reported as aged out
 )
-LADDER: tuple[Gate, ...] = METADATA_GATES + CONTENT_GATES
+#: Gates 0–10: metadata only, nothing of the transcript opened (a slice of the ladder, not a second list).
+METADATA_GATES: tuple[Gate, ...] = LADDER[:LADDER.index(transcript_was_replaced)]
+#: Where a caller's seams may stop the ladder: after the named gate passed.
+SEAM_AFTER = {context_is_too_full: "gates-judged", transcript_was_replaced: "transcript-opened"}
 
 
-def first_refusal(gates: Sequence[Gate], observation: Observation) -> str | None:
-    """Evaluate ``gates`` in order; the first refusal wins."""
+def judge(o: Observation, seams: Seams = NO_SEAMS, gates: Sequence[Gate] = LADDER) -> str | None:
+    """Run ``gates`` (the ladder) over ``o`` in order; the first refusal names the reason, ``None`` when all pass."""
     for gate in gates:
-        reason = gate(observation)
+        reason = gate(o)
         if reason is not None:
             return reason
+        step = SEAM_AFTER.get(gate)
+        if step is not None:
+            seams.at(step)
     return None

@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+from pidispatch.contract import VENUE
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, sidecars
 from pidispatch.store.fsio import now_ms
@@ -22,7 +23,7 @@ def inspect_key(
     settings: Settings,
     key: str,
     *,
-    venue: str | None = "kubernetes",
+    venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
     clock: float | None = None,

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pidispatch.contract import VENUE
 from pidispatch.events import emit
 from pidispatch.record import NO_KEY, PROMOTED, PromotionResult
 from pidispatch.record import SessionReason as R
@@ -64,7 +65,7 @@ def promote(
     stage_dir: str,
     *,
     host_resume: bool,
-    venue: str | None = "kubernetes",
+    venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
     context: tuple[int, int] | None = None,

@@ -14,20 +14,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from pidispatch.contract import VENUE
 from pidispatch.events import emit
 from pidispatch.record import HostVerdict
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, scanmemo, sidecars
 from pidispatch.store.fsio import now_ms
-from pidispatch.store.gates import (
-    CONTENT_GATES,
-    METADATA_GATES,
-    Delivery,
-    Observation,
-    first_refusal,
-    make_delivery,
-)
+from pidispatch.store.gates import Delivery, Observation, judge, make_delivery
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript import compaction
 from pidispatch.transcript.compaction import EmptyCompactionScanner
@@ -55,7 +49,7 @@ def resolve(
     key: str | None,
     stage_dir: str,
     *,
-    venue: str | None = "kubernetes",
+    venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
     clock: float | None = None,
@@ -122,14 +116,8 @@ def _create_staged_file(stage_dir: str) -> int:
 
 
 def _judge_and_copy(o: Observation, copy: _StagedCopy, seams: Seams) -> str | None:
-    reason = first_refusal(METADATA_GATES, o)
-    if reason is not None:
-        return reason
-    seams.at("gates-judged")
-    if not o.open_transcript():
-        return R.TRANSCRIPT_REPLACED
-    seams.at("transcript-opened")
-    reason = first_refusal(CONTENT_GATES, o)
+    """The ladder (gate 12's read is ``copy``: it stages the body as it scans it), then the re-checks."""
+    reason = judge(o, seams)
     if reason is not None:
         return reason
     seams.at("copied")
@@ -283,7 +271,7 @@ def dry_run(
     settings: Settings,
     key: str,
     *,
-    venue: str | None = "kubernetes",
+    venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
     clock: float | None = None,
@@ -311,9 +299,6 @@ def dry_run(
 
     o = Observation(settings.sessions_dir, key, settings, delivery, now_ms() if clock is None else clock, scan)
     try:
-        reason = first_refusal(METADATA_GATES, o)
-        if reason is None:
-            reason = first_refusal(CONTENT_GATES, o) if o.open_transcript() else R.TRANSCRIPT_REPLACED
-        return reason or R.RESUMED, o
+        return judge(o) or R.RESUMED, o
     finally:
         o.close()
