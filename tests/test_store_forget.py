@@ -108,7 +108,7 @@ def test_a_forget_that_arrives_during_a_stage_waits_for_it_then_marks_the_job(st
     class ForgetMidStage:
         def at(self, step: str) -> None:
             if step == "gates-judged":
-                assert keyguard.guard(KEY).locked()
+                assert keyguard.held(KEY)
                 forgetting.start()
 
     host = stage(store.settings, jd, record(), seams=ForgetMidStage())
@@ -125,3 +125,22 @@ def test_a_forget_redone_after_a_kill_is_harmless(store: Store) -> None:
     forget_key(store.settings, str(store.stage_root), KEY)
     assert forget_key(store.settings, str(store.stage_root), KEY) == 1
     assert jd.read(FORGOTTEN) == {"key": KEY}
+
+
+def test_a_forget_that_arrives_during_a_promotion_waits_for_it_then_removes_what_it_wrote(store: Store) -> None:
+    store.put(OLD)
+    jd, host = staged(store, "job-a")
+    Path(jd.session, "current.jsonl").write_bytes(NEW)
+    forgetting = threading.Thread(target=forget_key, args=(store.settings, str(store.stage_root), KEY))
+
+    class ForgetMidPromotion:
+        def at(self, step: str) -> None:
+            if step == "locked":
+                forgetting.start()
+
+    result = promote_once(store.settings, jd, host, None, seams=ForgetMidPromotion())
+    forgetting.join(timeout=30)
+    assert not forgetting.is_alive()
+    assert result.promoted, "the promotion began before the forget and was not cut short"
+    assert not store.key_dir().exists(), "the forget ran after it and removed what it wrote"
+    assert jd.forgotten(), "so the job's completion leaves the SessionKey alone"

@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import re
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -197,14 +198,35 @@ def test_a_forgotten_job_promotes_nothing_and_does_not_recreate_the_key(store: S
 
 
 def test_promotion_holds_the_key_s_guard(seeded: Store) -> None:
-    """Staging, promotion and forgetting of one key never interleave in one process."""
+    """A forget cannot run in the middle of a promotion (``keyguard``)."""
     seen: list[bool] = []
 
     class Probe:
         def at(self, step: str) -> None:
             if step == "locked":
-                seen.append(keyguard.guard(KEY).locked())
+                seen.append(keyguard.held(KEY))
 
     promote_once(seeded.settings, job_dir(seeded.stage_root, "job-a", NEW), host(), CONTEXT, seams=Probe())
     assert seen == [True]
-    assert not keyguard.guard(KEY).locked()
+    assert not keyguard.held(KEY)
+
+
+def test_two_promotions_on_one_key_at_once_one_is_locked(seeded: Store) -> None:
+    """The guard is shared among promotions: they still meet at the on-disk lock, and the second is
+    ``locked`` (its turns are never interleaved with the first's), as spec §6.2 step 5 says."""
+    jd_a = job_dir(seeded.stage_root, "job-a", NEW)
+    jd_b = job_dir(seeded.stage_root, "job-b", NEWER)
+    second: list[object] = []
+
+    class AtLock:
+        def at(self, step: str) -> None:
+            if step == "locked" and not second:
+                done = threading.Event()
+                threading.Thread(target=lambda: (second.append(promote_once(seeded.settings, jd_b, host(),
+                                                                            CONTEXT)), done.set())).start()
+                assert done.wait(30), "the second promotion waited for the first instead of meeting its lock"
+
+    first = promote_once(seeded.settings, jd_a, host(), CONTEXT, seams=AtLock())
+    assert first.promoted
+    assert [(r.promoted, r.reason) for r in second] == [(False, "locked")]  # type: ignore[attr-defined]
+    assert (seeded.key_dir() / "current.jsonl").read_bytes() == NEW

@@ -89,24 +89,31 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
     """
     status = status or {}
     conditions = status.get("conditions")
+
+    def since(phase: str, field: str) -> str:
+        # A phase's timestamp is when the Job entered it: recording the same phase again keeps it.
+        return status[field] if status.get("phase") == phase and status.get(field) else now
+
     wanted: dict[str, Any]
     if isinstance(change, Queued):
         wanted = {"phase": "Queued", "queuedAt": change.since, "conditions": set_condition(
             conditions, STARTED, False, "WaitingForSlot",
             f"Waiting for one of {change.capacity} job slots (maxConcurrentJobs).", generation, now)}
     elif isinstance(change, Refused):
-        wanted = {"phase": change.phase, "reason": change.reason, "completedAt": now,
+        wanted = {"phase": change.phase, "reason": change.reason, "completedAt": since(change.phase, "completedAt"),
                   "conditions": set_condition(conditions, STARTED, False, change.condition_reason, change.message,
                                               generation, now)}
     elif isinstance(change, Retrying):
         wanted = {"conditions": set_condition(conditions, STARTED, False, "StartRetrying", change.message,
                                               generation, now)}
     elif isinstance(change, Running):
-        wanted = {"phase": "Running", "podName": change.pod_name, "startedAt": now, "session": change.session,
+        wanted = {"phase": "Running", "podName": change.pod_name, "startedAt": since("Running", "startedAt"),
+                  "session": change.session,
                   "conditions": set_condition(conditions, STARTED, True, "PodCreated", change.message, generation,
                                                   now)}
     elif isinstance(change, Ended):
-        wanted = {"phase": change.outcome, "completedAt": now, "session": change.session,
+        wanted = {"phase": change.outcome, "completedAt": since(change.outcome, "completedAt"),
+                  "session": change.session,
                   "tokens": change.tokens, "conditions": set_condition(
                       conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
                       generation, now)}

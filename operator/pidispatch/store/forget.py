@@ -32,7 +32,7 @@ def forget_key(settings: Settings, staging_root: str, key: str) -> int:
     """
     if settings.sessions_dir is None or not is_key(key):
         return 0
-    with keyguard.guard(key):
+    with keyguard.exclusive(key):
         marked = 0
         for uid in staged_uids(staging_root):
             jd = JobDir(staging_root, uid)

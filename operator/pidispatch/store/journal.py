@@ -27,8 +27,10 @@ Recovery from ``started`` (a kill during the attempt) proves each thing instead 
 * otherwise (unchanged, or no transcript at all) nothing landed, and the promotion runs again under
   the same names.
 
-Staging, promotion and forgetting hold the key's in-process guard (``keyguard.py``), so a recovery
-never judges a key while another of this process's promotions changes it.
+Promotion and recovery hold the key's guard shared (``keyguard.py``), so a forget never runs in the
+middle of one. Another promotion on the key may run meanwhile, and every recovery order is safe: a
+rival that swapped first makes this attempt ``locked`` (superseded), one that holds the on-disk lock
+makes its re-run ``locked``, and one that comes later replaces this transcript as any later promotion would.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def promote_once(
     done = jd.read(PROMOTION)
     if done and done.get("state") == "done":
         return _result(done)
-    with keyguard.guard(host.key):
+    with keyguard.shared(host.key):
         if jd.forgotten():
             # The key was forgotten while the Job ran (kubectl delete sessionkey): promoting now would
             # bring the deleted conversation back. Nothing is promoted; the next delivery finds no transcript.
@@ -164,7 +166,7 @@ def release_interrupted(settings: Settings, staging_root: str) -> int:
         host = jd.read_host() if started and started.get("state") == "started" else None
         if host is None or started is None:
             continue
-        with keyguard.guard(host.key), _key_dir(settings, host.key) as dir_fd:
+        with keyguard.shared(host.key), _key_dir(settings, host.key) as dir_fd:
             if dir_fd is not None and _release_names(dir_fd, host.key, started):
                 released += 1
                 emit("session_lock_released", key=host.key, job=uid)

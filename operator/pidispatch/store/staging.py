@@ -198,12 +198,12 @@ def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = T
     """Judge the record's key, stage the Job's copy and write its host record; return the record as written.
 
     With ``mount`` false (no staging claim to mount it from), nothing is judged and the record says
-    so. Under the key's guard, as forgetting is: a key is either forgotten before this stage (which
-    then sees no transcript) or after it (and then finds this Job's record and marks it).
+    so. Under the key's guard (shared; a forget holds it exclusive): a key is either forgotten before
+    this stage (which then sees no transcript) or after it (and then finds this Job's record and marks it).
     The record goes to the page cache only: the caller syncs it once the Pod exists (``JobDir.sync``).
     """
     jd.prepare()
-    with keyguard.guard(record.key):
+    with keyguard.shared(record.key):
         if mount:
             resolution = resolve(settings, record.key, jd.session, venue=record.venue,
                                  pi_version=record.pi_version, model=record.model, clock=clock, seams=seams)
