@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import signal
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pidispatch.settings import Settings
 
+SPAWN = multiprocessing.get_context("spawn")
+DEADLINE_S = 60.0  # generous: a loaded CI machine; nothing here normally takes more than a second
 DAY_MS = 86_400_000
 NOW_MS = 1_800_000_000_000.0  # a fixed "now" for every time-based gate
 PI = "0.73.1"
@@ -89,3 +97,29 @@ class Store:
         stage.mkdir(parents=True, mode=0o700)
         (stage / "current.jsonl").write_bytes(content)
         return stage
+
+
+class KillAt:
+    """Store seams that SIGKILL this process at ``step`` (run it in a child: :func:`run_to_death`)."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+
+    def at(self, step: str) -> None:
+        if step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def run_to_death(target: Callable[..., Any], *args: str, step: str | None = None) -> None:
+    """Run ``target`` in a fresh process and require that it died of SIGKILL (its seam fired)."""
+    child = SPAWN.Process(target=target, args=args)
+    child.start()
+    child.join(DEADLINE_S)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail(f"the child did not finish within {DEADLINE_S:.0f}s")
+    assert child.exitcode == -signal.SIGKILL, (
+        f"the child was to be killed at step {step or args[-1]!r} but exited with {child.exitcode}: "
+        "the step was never reached"
+    )

@@ -8,10 +8,7 @@ no lock, candidate or temp is left, and no older transcript replaced a newer one
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 import re
-import signal
 import threading
 from pathlib import Path
 
@@ -23,10 +20,8 @@ from pidispatch.store.journal import promote_once, release_interrupted
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
 from pidispatch.store.staging import FORGOTTEN, HOST, PROMOTION, HostRecord, JobDir
-from storekit import KEY, MODEL, PI, Store, sample
+from storekit import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
 
-SPAWN = multiprocessing.get_context("spawn")
-DEADLINE_S = 60.0
 OLD = sample("s1_after_turn1.jsonl")
 NEW = sample("s1_after_turn2.jsonl")
 NEWER = NEW + sample("s2_tool_call.jsonl").split(b"\n", 1)[1]  # another job's later turn
@@ -51,28 +46,12 @@ def job_dir(staging: Path, uid: str, content: bytes, record: HostRecord | None =
     return jd
 
 
-class _KillAt:
-    def __init__(self, step: str) -> None:
-        self.step = step
-
-    def at(self, step: str) -> None:
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _promote_once_then_die(root: str, staging: str, uid: str, step: str) -> None:
-    promote_once(Settings(sessions_dir=root), JobDir(staging, uid), host(), CONTEXT, seams=_KillAt(step))
+    promote_once(Settings(sessions_dir=root), JobDir(staging, uid), host(), CONTEXT, seams=KillAt(step))
 
 
 def killed_at(store: Store, uid: str, step: str) -> None:
-    child = SPAWN.Process(target=_promote_once_then_die, args=(str(store.root), str(store.stage_root), uid, step))
-    child.start()
-    child.join(DEADLINE_S)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        pytest.fail(f"the child did not finish within {DEADLINE_S:.0f}s")
-    assert child.exitcode == -signal.SIGKILL, f"step {step!r} was never reached (exit {child.exitcode})"
+    run_to_death(_promote_once_then_die, str(store.root), str(store.stage_root), uid, step)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ step of ``promote`` or ``resolve``, so no ``finally`` and no ``except`` gets to 
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import queue
 import re
@@ -24,10 +23,8 @@ import pytest
 from pidispatch.settings import Settings
 from pidispatch.store.promote import COPY_CHUNK, promote
 from pidispatch.store.resolve import CHUNK, resolve
-from storekit import KEY, MODEL, PI, Store, sample
+from storekit import DEADLINE_S, KEY, MODEL, PI, SPAWN, KillAt, Store, run_to_death, sample
 
-SPAWN = multiprocessing.get_context("spawn")
-DEADLINE_S = 60.0  # generous: a loaded CI machine; nothing here normally takes more than a second
 WRITERS = 6
 LOCK_STALE_MS = 3_600_000
 TEMP_NAME = re.compile(r"current\.jsonl\.(\d+)\.(\d+)\.([0-9a-f]{12})\.incoming")
@@ -120,15 +117,6 @@ def _resolver(root: str, stage_root: str, stop, results) -> None:
     results.put(("resolutions", dict(seen)))
 
 
-class _KillAt:
-    def __init__(self, step: str) -> None:
-        self.step = step
-
-    def at(self, step: str) -> None:
-        if step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _promote_then_die(root: str, stage: str, step: str, pi_version: str = PI) -> None:
     promote(
         Settings(sessions_dir=root),
@@ -138,26 +126,12 @@ def _promote_then_die(root: str, stage: str, step: str, pi_version: str = PI) ->
         pi_version=pi_version,
         model=MODEL,
         context=(1234, 200000),
-        seams=_KillAt(step),
+        seams=KillAt(step),
     )
 
 
 def _resolve_then_die(root: str, stage: str, step: str) -> None:
-    resolve(Settings(sessions_dir=root), KEY, stage, pi_version=PI, model=MODEL, seams=_KillAt(step))
-
-
-def run_to_death(target, *args: str, step: str | None = None) -> None:
-    """Run ``target`` in a fresh process and require that it died of SIGKILL (its seam fired)."""
-    child = SPAWN.Process(target=target, args=args)
-    child.start()
-    child.join(DEADLINE_S)
-    if child.is_alive():
-        child.kill()
-        child.join()
-        pytest.fail(f"the child did not finish within {DEADLINE_S:.0f}s")
-    assert child.exitcode == -signal.SIGKILL, (
-        f"the child was to be killed at step {args[-1]!r} but exited with {child.exitcode}: the step was never reached"
-    )
+    resolve(Settings(sessions_dir=root), KEY, stage, pi_version=PI, model=MODEL, seams=KillAt(step))
 
 
 # --------------------------------------------------------------------------------------------------
