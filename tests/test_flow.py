@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from pidispatch.api.crds import TRIGGER_RULES
+from pidispatch.api.models import SessionKeyStatus, TriggerStatus, problem
 from pidispatch.api.trigger import RESUME_NOT_BOOLEAN
 from pidispatch.jobflow.admit import refusal
 from pidispatch.jobflow.key import KeyRef, job_key
 from pidispatch.jobflow.pod import pod_env, pod_phase, termination_message
-from pidispatch.jobflow.sessionkey import sessionkey_status
+from pidispatch.jobflow.sessionkey import last_job_facts, sessionkey_status
 from pidispatch.jobflow.trigger import trigger_status
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.record import JobReason
@@ -23,6 +24,7 @@ from pidispatch.settings import Settings
 from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import branch_key, issue_key
 from pidispatch.store.lock import LOCK_STALE_MS
+from pidispatch.store.staging import HostRecord
 from storekit import DAY_MS, KEY, NOW_MS, PI, Store, set_mtime
 
 STORE = Settings(sessions_dir="/var/lib/pi-dispatch/sessions", github_auth_source="app")
@@ -84,9 +86,31 @@ def test_unloadable_trigger_fails_the_job_with_the_cel_message(run: dict, event:
     assert refused.message.endswith(message) and "fix-it" in refused.message
 
 
+INVALID_JOBS = [
+    ("no repository", {"trigger": "fix-it", "forge": "github"}, "repository: Field required"),
+    ("an unknown forge", {**ISSUE_JOB, "forge": "gitlab"}, "forge: Input should be 'github'"),
+    ("issue 0", {**ISSUE_JOB, "issue": 0}, "issue: Input should be greater than or equal to 1"),
+    ("a string for a number", {**ISSUE_JOB, "issue": "7"}, "issue: Input should be a valid integer"),
+    ("fork as a string", {**ISSUE_JOB, "fork": "false"}, "fork: Input should be a valid boolean"),
+]
+
+
+@pytest.mark.parametrize(("job", "named"), [c[1:] for c in INVALID_JOBS], ids=[c[0] for c in INVALID_JOBS])
+def test_a_job_spec_its_crd_would_refuse_fails_before_anything_else(job: dict, named: str) -> None:
+    """The Job CRD's schema is generated from ``models.JobSpec``; a Job stored without it (a CRD applied by
+    hand, an older schema) is refused by the same model, first, naming the field."""
+    refused = refusal("delivery-1", job, trigger(ARMED), NO_STORE)
+    assert refused is not None
+    assert (refused.phase, refused.reason, refused.condition_reason) == ("Failed", None, "InvalidSpec")
+    assert named in refused.message, refused.message
+
+
 # ---- refusal: sessions-dir-unset (§10.1) --------------------------------------------------------------
 
-@pytest.mark.parametrize("job", [ISSUE_JOB, PR_JOB, {"trigger": "fix-it"}],
+MANUAL_RUN = {"trigger": "fix-it", "forge": "github", "repository": "octo/repo"}
+
+
+@pytest.mark.parametrize("job", [ISSUE_JOB, PR_JOB, MANUAL_RUN],
                          ids=["issue job", "pull-request job", "manual run"])
 def test_resume_without_a_store_is_refused_naming_both_ways_out(job: dict) -> None:
     refused = refusal("delivery-1", job, trigger(ARMED), NO_STORE)
@@ -447,6 +471,17 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
     assert got == (stored, resumable, locked)
     assert status["next"] == nxt
     assert status["bytes"] == view["bytes"]
+    last = last_job_facts("job-1", HostRecord(key=KEY, forge="github", repository="octo/repo", branch="pi/issue-7",
+                                              venue="kubernetes", pi_version=PI), {"reason": nxt}, None)
+    assert problem(SessionKeyStatus, sessionkey_status(view, None, last, 2)) is None, \
+        "the operator writes a status its own CRD would refuse"
+
+
+@pytest.mark.parametrize("run", [{}, ARMED, {"resume": True, "command": "x"}, {"resume": "true"}],
+                         ids=["resume off", "armed", "refused", "not a boolean"])
+@pytest.mark.parametrize("settings", [STORE, NO_STORE], ids=["store", "no store"])
+def test_every_trigger_status_is_valid_for_its_model(run: dict, settings: Settings) -> None:
+    assert problem(TriggerStatus, trigger_status(trigger(run)["spec"], settings, 4, None)) is None
 
 
 def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:

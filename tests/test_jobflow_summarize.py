@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.models import JobStatus, problem
 from pidispatch.jobflow.summarize import Change, Commented, Ended, Queued, Refused, Retrying, Running, summarize
 
 T0, T1 = "2030-01-01T00:00:00Z", "2030-01-01T00:05:00Z"
@@ -37,6 +38,7 @@ def test_each_change_sets_its_phase_and_only_its_own_condition(change: Change, p
     c = condition(patch, owned)
     assert (c["status"], c["observedGeneration"], c["lastTransitionTime"]) == (str(status), 3, T0)
     assert patch["observedGeneration"] == 3
+    assert problem(JobStatus, patch) is None, "the operator writes a status its own CRD would refuse"
 
 
 @pytest.mark.parametrize("change", [c[1] for c in CASES], ids=[c[0] for c in CASES])

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pidispatch.api.crds import TOKEN_FIELDS
+from pidispatch.api.vocabulary import TOKEN_FIELDS
 from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
 from pidispatch.record import MAX_SAFE_INTEGER, RunnerSession, parse_context, parse_runner_session
 

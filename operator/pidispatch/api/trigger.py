@@ -2,15 +2,16 @@
 
 The CRD's CEL rules reject these at ``kubectl apply``; a CRD applied without CEL support, or an
 object stored before the rules existed, still reaches the operator, which refuses it with the very
-same messages (taken from :data:`pidispatch.api.crds.TRIGGER_RULES`, the one source) and sets
-``Ready=False``.
+same messages (taken from :data:`pidispatch.api.vocabulary.TRIGGER_RULES`, the one source) and sets
+``Ready=False``. So is a spec the CRD's schema would refuse (``models.TriggerSpec``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pidispatch.api.crds import TRIGGER_RULES
+from pidispatch.api.models import TriggerSpec, problem
+from pidispatch.api.vocabulary import TRIGGER_RULES
 
 RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it out to keep resume off)."
 
@@ -26,6 +27,9 @@ def first_refusal(spec: dict[str, Any]) -> str | None:
     on = spec.get("on") or {}
     if "resume" in run and run["resume"] is not None and not isinstance(run["resume"], bool):
         return RESUME_NOT_BOOLEAN
+    invalid = problem(TriggerSpec, spec)
+    if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
+        return f"its spec is not valid: {invalid}."
     if not resume_armed(spec):
         return None
     if "command" in run:

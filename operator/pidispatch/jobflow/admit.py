@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pidispatch.api.models import JobSpec, problem
 from pidispatch.api.trigger import first_refusal, resume_armed
 from pidispatch.jobflow.summarize import Refused
 from pidispatch.record import JobReason
@@ -30,16 +31,21 @@ GH_SOURCE_MESSAGE = (
 
 def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | None,
             settings: Settings) -> Refused | None:
-    """The first reason this Job may not run, or ``None``: a missing or refused Trigger, then the spec's two."""
+    """The first reason this Job may not run, or ``None``: a spec its CRD would refuse, a missing or refused
+    Trigger, then the spec's two refusals."""
     trigger_name = job_spec.get("trigger", "")
+    invalid = problem(JobSpec, job_spec)
+    if invalid is not None:  # what the Job CRD's schema refuses, for a Job stored without it
+        return Refused("Failed", None, "InvalidSpec",
+                       f"Job {job_name}'s spec is not valid ({invalid}); nothing ran. Fix it in a new Job.")
     if trigger is None:
         return Refused("Failed", None, "TriggerNotFound",
                        f"Trigger {trigger_name} does not exist in this namespace; create it, then re-create "
                        f"Job {job_name}.")
     spec = trigger.get("spec") or {}
-    problem = first_refusal(spec)
-    if problem is not None:
-        return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {problem}")
+    conflict = first_refusal(spec)
+    if conflict is not None:
+        return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {conflict}")
     if not resume_armed(spec):
         return None
     if settings.sessions_dir is None:

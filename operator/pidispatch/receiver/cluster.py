@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.vocabulary import GROUP, VERSION
 from pidispatch.kubeapi import Api, ApiError
 
 # GitHub gives a delivery 10 s; leave room to answer.

@@ -34,7 +34,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.api.crds import DEFAULT_AUTHOR_ASSOCIATIONS, GROUP, VERSION, job_crd
+from pidispatch.api.vocabulary import (
+    COMMENT_MAX,
+    DEFAULT_AUTHOR_ASSOCIATIONS,
+    DELIVERY_MAX,
+    GROUP,
+    REPOSITORY_MAX,
+    SENDER_MAX,
+    VERSION,
+)
 
 ISSUES_LABELED = "issues.labeled"
 ISSUE_COMMENT_CREATED = "issue_comment.created"
@@ -50,11 +58,6 @@ ACTIONS = {
 }
 TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
 
-_JOB_SPEC = job_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
-COMMENT_MAX = _JOB_SPEC["comment"]["maxLength"]
-REPOSITORY_MAX = _JOB_SPEC["repository"]["maxLength"]
-SENDER_MAX = _JOB_SPEC["sender"]["maxLength"]
-DELIVERY_MAX = _JOB_SPEC["deliveryId"]["maxLength"]
 
 _FULL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")

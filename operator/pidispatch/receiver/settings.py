@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from pidispatch.api.crds import AUTH_SOURCES
+from pidispatch.api.vocabulary import AUTH_SOURCES
 from pidispatch.settings import ConfigError, parse_strict_int
 
 NAMESPACE = "PI_DISPATCH_NAMESPACE"

@@ -1,0 +1,232 @@
+"""The Trigger, Job and SessionKey specs and statuses as pydantic models: the API's one source.
+
+The CRDs' OpenAPI schemas are generated from these (``crds.py``, through ``schema.py``), CEL rules
+included, and the operator validates what it reads with them (``jobflow/admit.py``,
+``jobflow/trigger.py``), so a field, a limit or an enum is written once.
+
+Conventions the schema generator relies on:
+
+* ``X | None = None`` is an *optional* field (it may be left out); the CRD does not accept ``null``
+  for it. :data:`NULLABLE` marks the fields whose value may be ``null`` (what the operator writes).
+* ``Field(json_schema_extra=...)`` carries what pydantic has no words for: ``format``,
+  ``x-kubernetes-*`` keys, a CRD ``description``.
+* Models allow extra fields (a newer operator's status is not an error to an older one); pruning of
+  unknown fields is the apiserver's job.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from pidispatch.api.vocabulary import (
+    AUTH_SOURCES,
+    AUTHOR_ASSOCIATIONS,
+    COMMENT_MAX,
+    DEFAULT_AUTHOR_ASSOCIATIONS,
+    DELIVERY_MAX,
+    JOB_FORGES,
+    JOB_PHASES,
+    REPOSITORY_MAX,
+    SENDER_MAX,
+    SESSIONKEY_FORGES,
+    TOKEN_FIELDS,
+    TRIGGER_EVENTS,
+    TRIGGER_RULES,
+)
+from pidispatch.record import SESSION_REASONS, JobReason
+
+NULLABLE: dict[str, Any] = {"nullable": True}
+DATE_TIME: dict[str, Any] = {"format": "date-time"}
+INT64: dict[str, Any] = {"format": "int64"}
+
+
+def _one_of(values: tuple[str, ...] | list[str]) -> Any:
+    return Literal.__getitem__(tuple(values))  # a Literal built from the vocabulary's tuple
+
+
+def Text(max_length: int = 253, **field: Any) -> Any:  # noqa: N802 (reads as a type)
+    return Annotated[str, Field(max_length=max_length, **field)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# ---- metav1.Condition -------------------------------------------------------------------------------
+
+CONDITION_TYPE = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Condition(_Model):
+    """``metav1.Condition`` as the Kubernetes API conventions define it."""
+
+    type: Text(316, pattern=CONDITION_TYPE)
+    status: Literal["True", "False", "Unknown"]
+    observedGeneration: Annotated[int | None, Field(ge=0, json_schema_extra=INT64)] = None
+    lastTransitionTime: Annotated[str, Field(json_schema_extra=DATE_TIME)]
+    reason: Text(1024, min_length=1, pattern=CONDITION_REASON)
+    message: Text(32768)
+
+
+Conditions = Annotated[list[Condition], Field(max_length=16, json_schema_extra={
+    "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})]
+SessionReason = Annotated[_one_of(SESSION_REASONS) | None, Field(json_schema_extra=NULLABLE)]
+
+
+# ---- Trigger ----------------------------------------------------------------------------------------
+
+class TriggerOn(_Model):
+    event: _one_of(TRIGGER_EVENTS)
+    label: Text() | None = None
+    phrase: Text(200) | None = None
+    repository: Text(200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$") | None = None
+    schedule: Text(100) | None = None
+    authorAssociations: Annotated[list[_one_of(AUTHOR_ASSOCIATIONS)] | None, Field(
+        max_length=len(AUTHOR_ASSOCIATIONS),
+        description="Who may start a job with a comment or a review, by their GitHub author association. "
+                    "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
+
+
+class TriggerRun(_Model):
+    kind: Literal["forge", "local"] | None = None
+    flow: Text() | None = None
+    # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
+    # apiserver's own type check ("spec.run.resume ... must be of type boolean").
+    resume: Annotated[bool | None, Field(
+        description="Continue the previous job's conversation on the same branch.")] = None
+    command: Text(4096) | None = None
+    replicas: Annotated[int | None, Field(ge=2, le=3)] = None
+    secrets: Annotated[list[Text()] | None, Field(max_length=32)] = None
+    model: Text(128) | None = None
+    image: Text(512) | None = None
+    piVersion: Text(64) | None = None
+    auth: _one_of(AUTH_SOURCES) | None = None
+
+
+class TriggerSpec(_Model):
+    """``spec`` of a Trigger. The load-time refusals (spec §10.3) are CEL rules on it."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": TRIGGER_RULES})
+
+    on: TriggerOn
+    run: TriggerRun
+
+
+class Bounds(_Model):
+    ttlDays: int | None = None
+    maxBytes: int | None = None
+    maxAgeDays: int | None = None
+    maxResumeChain: int | None = None
+    maxContextPct: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
+
+
+class TriggerStatus(_Model):
+    observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
+    conditions: Conditions | None = None
+    bounds: Bounds | None = None
+
+
+# ---- Job --------------------------------------------------------------------------------------------
+
+Number = Annotated[int, Field(ge=1)]
+
+
+class Resolved(_Model):
+    headRef: Text(255) | None = None
+    headRepository: Text(200) | None = None
+
+
+class JobSpec(_Model):
+    """``spec`` of a Job: the event facts of one delivery, fixed once the Job exists."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self == oldSelf", "message": "a Job's event facts cannot change once it exists"}]})
+
+    trigger: Text()
+    forge: _one_of(JOB_FORGES)
+    repository: Text(REPOSITORY_MAX)
+    issue: Number | None = None
+    pullRequest: Number | None = None
+    comment: Text(COMMENT_MAX) | None = None
+    sender: Text(SENDER_MAX) | None = None
+    fork: bool | None = None
+    authSource: _one_of(AUTH_SOURCES) | None = None
+    deliveryId: Text(DELIVERY_MAX) | None = None
+    resolved: Resolved | None = None
+
+
+class JobSession(_Model):
+    resumed: bool | None = None
+    reason: SessionReason = None
+    bytes: Annotated[int | None, Field(ge=0, json_schema_extra=NULLABLE)] = None
+
+
+JobTokens = create_model("JobTokens", __base__=_Model, **{  # type: ignore[call-overload]
+    name: (Annotated[float | None, Field(json_schema_extra=NULLABLE)], None) for name in TOKEN_FIELDS})
+
+
+class JobStatus(_Model):
+    observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
+    phase: _one_of(JOB_PHASES) | None = None
+    reason: Annotated[_one_of([r.value for r in JobReason]) | None, Field(json_schema_extra=NULLABLE)] = None
+    conditions: Conditions | None = None
+    podName: Text() | None = None
+    session: Annotated[JobSession | None, Field(json_schema_extra=NULLABLE)] = None
+    tokens: Annotated[JobTokens | None, Field(json_schema_extra=NULLABLE)] = None  # type: ignore[valid-type]
+    queuedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    startedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    completedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+
+
+# ---- SessionKey -------------------------------------------------------------------------------------
+
+class SessionKeySpec(_Model):
+    """``spec`` of a SessionKey: what the key names (its name is the key itself)."""
+
+    forge: _one_of(SESSIONKEY_FORGES)
+    repository: Text(200)
+    branch: Text(255)
+
+
+class ContextReading(_Model):
+    tokens: int | None = None
+    window: int | None = None
+    model: Annotated[Text(128) | None, Field(json_schema_extra=NULLABLE)] = None
+
+
+class JudgedWith(_Model):
+    piVersion: Annotated[Text(64) | None, Field(json_schema_extra=NULLABLE)] = None
+    model: Annotated[Text(128) | None, Field(json_schema_extra=NULLABLE)] = None
+
+
+class SessionKeyStatus(_Model):
+    observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
+    conditions: Conditions | None = None
+    bytes: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
+    venue: Annotated[Text() | None, Field(json_schema_extra=NULLABLE)] = None
+    piVersion: Annotated[Text(64) | None, Field(json_schema_extra=NULLABLE)] = None
+    resumeChain: Annotated[int | None, Field(ge=0)] = None
+    context: Annotated[ContextReading | None, Field(json_schema_extra=NULLABLE)] = None
+    next: SessionReason = None
+    lastJob: Text() | None = None
+    lastReason: SessionReason = None
+    lastPromotedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    judgedWith: Annotated[JudgedWith | None, Field(
+        description="The pi version and model of the last job on this key: Resumable judges the next delivery "
+                    "as if it ran the same.")] = None
+
+
+def problem(model: type[BaseModel], data: Any) -> str | None:
+    """The first way ``data`` breaks ``model`` (strictly: ``"true"`` is not a boolean, as for the
+    apiserver), as one line naming the field; ``None`` when it is valid."""
+    try:
+        model.model_validate(data, strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "spec"
+        return f"{where}: {first['msg']}"
+    return None

@@ -1,0 +1,78 @@
+"""The API's vocabulary: group and version, the closed lists the CRDs and the code share, the CEL rules.
+
+Plain constants, cheap to import (no pydantic): the receiver, the report reader and the command line
+use them; the models (``models.py``) and the CRDs (``crds.py``) are built from them.
+"""
+
+from __future__ import annotations
+
+GROUP = "pi-dispatch.dev"
+VERSION = "v1alpha1"
+CATEGORY = "pi"
+
+JOB_PHASES = ("Pending", "Refused", "Queued", "Running", "Succeeded", "Failed")
+TRIGGER_EVENTS = ("issues.labeled", "issue_comment.created", "pull_request_review.submitted",
+                  "pull_request_review_comment.created", "cron")
+AUTH_SOURCES = ("app", "pat", "gh")
+# GitHub's `author_association` of a comment or review. Who may start a job by writing one: by default
+# people with a role in the repository (a stranger's `@pi` on a public repository starts nothing).
+AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER",
+                       "MANNEQUIN", "NONE")
+DEFAULT_AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR")
+TOKEN_FIELDS = ("input", "output", "total", "cost", "metered", "rootTotal", "otherTotal", "looseTotal", "sessions",
+                "calls", "unresolved", "unpriced", "childTotal", "childProcesses", "unmeteredChildren",
+                "costUnreported", "costCapMicros", "costRefused", "boundExceeded", "longContext", "costUnjudged",
+                "costUnanswered", "modelRefused")
+
+# `resume` is typed boolean in the schema: CEL cannot see a field without a type, so a non-boolean
+# value is refused by the apiserver's own type check ("spec.run.resume ... must be of type boolean").
+_ARMED = "has(self.run.resume) && self.run.resume"
+_COMMAND = "has(self.run.command)"
+_CRON = "(self.on.event == 'cron' || (has(self.run.kind) && self.run.kind == 'local'))"
+_REPLICAS = "has(self.run.replicas)"
+
+# In the spec's order (§10.3). Each rule excuses the conflicts reported before it, so a Trigger
+# with several conflicts is told about the first one only.
+TRIGGER_RULES: list[dict[str, str]] = [
+    {
+        "rule": f"!({_ARMED} && {_COMMAND})",
+        "fieldPath": ".run.resume",
+        "reason": "FieldValueForbidden",
+        "message": "run.resume cannot be combined with run.command yet: there is no design for how a resumed "
+                   "conversation should treat a command dispatched again. This is a known gap that will be "
+                   "closed, not a permanent limit; drop run.resume or run.command for now.",
+    },
+    {
+        "rule": f"!({_ARMED} && {_CRON}) || {_COMMAND}",
+        "fieldPath": ".run.resume",
+        "reason": "FieldValueForbidden",
+        "message": "run.resume is not supported on cron triggers yet: sessions are wired into forge jobs only, "
+                   "so a cron job would run without a session while appearing to use one. This is a known gap "
+                   "that will be closed, not a permanent limit; drop run.resume from this trigger.",
+    },
+    {
+        "rule": f"!({_ARMED} && {_REPLICAS}) || {_COMMAND} || {_CRON}",
+        "fieldPath": ".run.resume",
+        "reason": "FieldValueForbidden",
+        "message": "run.resume cannot be combined with run.replicas: replicas exist to produce independent "
+                   "attempts while resume continues one conversation, and all replicas would share one key and "
+                   "overwrite one transcript. This is a lasting limit; choose one of the two.",
+    },
+    {
+        "rule": f"!({_ARMED} && has(self.run.secrets) && size(self.run.secrets) > 0) || {_COMMAND} || {_CRON} "
+                f"|| {_REPLICAS}",
+        "fieldPath": ".run.resume",
+        "reason": "FieldValueForbidden",
+        "message": "run.resume cannot be combined with run.secrets: transcripts are stored and replayed, so a "
+                   "secret that showed up in any command output would be kept and handed to every later job on "
+                   "that branch. This is a lasting limit with no escape hatch; drop one of the two.",
+    },
+]
+
+JOB_FORGES = ("github",)
+SESSIONKEY_FORGES = ("github", "gitlab", "forgejo", "azure")
+# Lengths the receiver must keep to when it writes a Job (the Job CRD refuses longer ones).
+COMMENT_MAX = 65536
+REPOSITORY_MAX = 200
+SENDER_MAX = 100
+DELIVERY_MAX = 100
