@@ -23,7 +23,13 @@ volume provisioner against the real kube-apiserver:
   ``state.terminated.exitCode``/``reason``/``message`` (termination message file, max 4096 bytes,
   ``FallbackToLogsOnError`` honoured), conditions, restart counts (restartPolicy honoured);
 * on graceful deletion it sends SIGTERM, SIGKILL after the grace period, and deletes the Pod with
-  grace period 0. Container stdout+stderr go to ``DATA/pods/<ns>_<pod>_<uid>/logs/<container>.log``
+  grace period 0;
+* as a real kubelet does: ``activeDeadlineSeconds`` stops the Pod (SIGTERM, then SIGKILL) and fails it
+  with ``reason: DeadlineExceeded``; a container whose env names a missing Secret or ConfigMap waits
+  (``CreateContainerConfigError``, the Pod stays Pending) until it appears; an image whose registry is
+  under the reserved ``.invalid`` domain cannot be pulled (``ErrImagePull``, then ``ImagePullBackOff``)
+  and its Pod stays Pending, so a nonexistent image can be tried without a registry. Container
+  stdout+stderr go to ``DATA/pods/<ns>_<pod>_<uid>/logs/<container>.log``
   (``kubectl logs`` does not work: there is no kubelet API server).
 
 Run standalone: ``python -m e2e.kubelet --kubeconfig K --data-dir D [--node-name N]``.
@@ -86,6 +92,20 @@ class PodFailed(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
+
+
+class _NotPulled(Exception):
+    """The image cannot be pulled (its registry is under ``.invalid``): ErrImagePull, then ImagePullBackOff."""
+
+    def __init__(self, image: str, again: bool) -> None:
+        self.reason = "ImagePullBackOff" if again else "ErrImagePull"
+        super().__init__(f'Back-off pulling image "{image}"' if again else
+                         f'failed to pull image "{image}": dial tcp: lookup {image.split("/", 1)[0]}: no such host')
+
+
+def _unpullable(image: str) -> bool:
+    host = image.split("/", 1)[0] if "/" in image else ""
+    return host.split(":", 1)[0].endswith(".invalid")
 
 
 class Waiting(Exception):
@@ -343,6 +363,8 @@ class PodRunner(threading.Thread):
         self.volume_ro: dict[str, bool] = {}
         self.phase = "Pending"
         self.status_lock = threading.Lock()  # containers report concurrently; keep updates ordered
+        self.finished = threading.Event()
+        self.deadline_exceeded = False
 
     # -- lifecycle from the kubelet ------------------------------------------------------------
     def request_delete(self, grace: float) -> None:
@@ -442,11 +464,23 @@ class PodRunner(threading.Thread):
             self.phase = "Failed"
             self._patch_status({"reason": "TestKubeletError", "message": str(e)[:1000]})
         finally:
+            self.finished.set()
             if self.deleting.is_set():
                 self._terminate_all()
                 if self.delete_when_halted:
                     self.kl._final_delete(self.kube, self.pod)
             self.kl.runner_done(self.uid)
+
+    def _enforce_deadline(self, seconds: float) -> None:
+        """``activeDeadlineSeconds``: past it, stop the containers; ``_run`` then fails the Pod."""
+        if self.finished.wait(seconds):
+            return
+        self.deadline_exceeded = True
+        log.info("pod %s/%s: active deadline of %.0f s exceeded", self.ns, self.name, seconds)
+        self._terminate_all()
+
+    def _stopping(self) -> bool:
+        return self.deleting.is_set() or self.deadline_exceeded
 
     def _run(self) -> None:
         spec = self.pod["spec"]
@@ -458,6 +492,9 @@ class PodRunner(threading.Thread):
             self.statuses[c["name"]] = self._base_status(c)
         self.start_time = now()
         self._patch_status()
+        if spec.get("activeDeadlineSeconds"):
+            threading.Thread(target=self._enforce_deadline, args=(float(spec["activeDeadlineSeconds"]),),
+                             daemon=True).start()
         # volumes (may wait for PVC binding, ConfigMaps, Secrets)
         while True:
             try:
@@ -486,8 +523,7 @@ class PodRunner(threading.Thread):
                     self._patch_status()
                     return
                 self._backoff(self.init_statuses[c["name"]])
-        # app containers, concurrently
-        self.phase = "Running"
+        # app containers, concurrently (the Pod is Running once one of them has started, as a kubelet says)
         threads = [threading.Thread(target=self._container_loop, args=(c, restart), daemon=True)
                    for c in spec["containers"]]
         for th in threads:
@@ -499,6 +535,11 @@ class PodRunner(threading.Thread):
                     self._terminate_all()
         if self.deleting.is_set():
             return
+        if self.deadline_exceeded:
+            self.phase = "Failed"
+            self._patch_status({"reason": "DeadlineExceeded",
+                                "message": "Pod was active on the node longer than the specified deadline"})
+            return
         codes = [s["state"].get("terminated", {}).get("exitCode", 1) for s in self.statuses.values()]
         self.phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
         self._patch_status()
@@ -507,12 +548,12 @@ class PodRunner(threading.Thread):
     def _container_loop(self, c: dict, restart: str) -> None:
         while True:
             code = self._run_container(c, self.statuses, init=False)
-            if self.deleting.is_set():
+            if self._stopping():
                 return
             if restart == "Never" or (restart == "OnFailure" and code == 0):
                 return
             self._backoff(self.statuses[c["name"]])
-            if self.deleting.is_set():
+            if self._stopping():
                 return
 
     def _backoff(self, st: dict) -> None:
@@ -532,13 +573,28 @@ class PodRunner(threading.Thread):
         term_file.write_bytes(b"")
         logf = self.dir / "logs" / f"{c['name']}.log"
         started = now()
-        try:
-            argv, env, mounts, wd = self._container_exec_spec(c, term_file)
-        except PodFailed as f:
-            st["state"] = {"terminated": {"exitCode": 128, "reason": f.reason, "message": f.message,
-                                          "startedAt": started, "finishedAt": now()}}
-            self._patch_status()
-            return 128
+        waiting: dict | None = None
+        while True:
+            try:
+                if _unpullable(c.get("image", "")):
+                    raise _NotPulled(c["image"], waiting is not None)
+                argv, env, mounts, wd = self._container_exec_spec(c, term_file)
+                break
+            except PodFailed as f:
+                st["state"] = {"terminated": {"exitCode": 128, "reason": f.reason, "message": f.message,
+                                              "startedAt": started, "finishedAt": now()}}
+                self._patch_status()
+                return 128
+            except (Waiting, _NotPulled) as w:
+                # As a real kubelet: the container waits (the Pod stays Pending) and the start is retried.
+                now_waiting = {"reason": w.reason if isinstance(w, _NotPulled) else "CreateContainerConfigError",
+                               "message": str(w)}
+                if now_waiting != waiting:
+                    waiting = now_waiting
+                    st["state"] = {"waiting": waiting}
+                    self._patch_status()
+                if self.deleting.wait(1) or self.deadline_exceeded:
+                    return 128
         with open(logf, "ab") as out:
             if self.kl.use_mount_namespace:
                 spec_file = cdir / f"exec.{st['restartCount']}.json"

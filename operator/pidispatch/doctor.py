@@ -84,8 +84,8 @@ class Access:
 
 
 #: What the operator does in its namespace: kopf lists and watches the kinds it handles, the job
-#: flow creates Pods and SessionKeys, writes status through the status subresources (a commonly
-#: forgotten rule), deletes SessionKeys the reaper removed, and posts Events.
+#: flow creates Pods (and deletes one that never started) and SessionKeys, writes status through the
+#: status subresources (a commonly forgotten rule), deletes SessionKeys the reaper removed, and posts Events.
 REQUIRED_ACCESS: tuple[Access, ...] = (
     Access("list", "triggers"), Access("watch", "triggers"),
     Access("list", "jobs"), Access("watch", "jobs"), Access("patch", "jobs", "status"),
@@ -95,6 +95,7 @@ REQUIRED_ACCESS: tuple[Access, ...] = (
     Access("patch", "triggers", "status"),
     Access("create", "pods", group=""), Access("get", "pods", group=""), Access("list", "pods", group=""),
     Access("watch", "pods", group=""),
+    Access("delete", "pods", group=""),  # a job Pod that never started, at its start timeout
     Access("create", "events", group=""),
     # per-job GitHub App token Secrets (create only: the operator never reads a Secret back)
     Access("create", "secrets", group=""),

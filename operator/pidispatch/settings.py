@@ -134,6 +134,27 @@ def _json_env(variable: str, raw: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(value.items()))
 
 
+def _json_resources(variable: str, raw: str | None) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    import json
+
+    if raw is None or raw.strip() == "":
+        return ()
+    accepted = ('a JSON object {"requests": {...}, "limits": {...}} of quantity strings, '
+                'e.g. {"limits":{"memory":"2Gi"}}')
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError(variable, raw, accepted) from None
+    def quantity(q: object) -> bool:  # "500m", "2Gi", or a whole number (Helm renders `cpu: 1` as 1)
+        return (isinstance(q, str) and q != "") or (isinstance(q, int) and not isinstance(q, bool) and q >= 0)
+
+    if not isinstance(value, dict) or not set(value) <= {"requests", "limits"} or not all(
+            isinstance(v, dict) and all(isinstance(k, str) and k and quantity(q) for k, q in v.items())
+            for v in value.values()):
+        raise ConfigError(variable, raw, accepted)
+    return tuple(sorted((part, tuple(sorted((k, str(q)) for k, q in v.items()))) for part, v in value.items()))
+
+
 AUTH_SOURCES = ("app", "pat", "gh")  # the CRD's enum (pidispatch.api.crds.AUTH_SOURCES; a test keeps them equal)
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 _API_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?")
@@ -231,6 +252,12 @@ class OperatorSettings:
     job_image: str = DEFAULT_JOB_IMAGE
     job_command: tuple[str, ...] = DEFAULT_JOB_COMMAND
     job_env: tuple[tuple[str, str], ...] = ()
+    # A job's run timeout (its Pod's activeDeadlineSeconds) unless its Trigger sets run.timeoutSeconds; 0: none.
+    job_timeout_seconds: int = 3600
+    # A job Pod that has not started its container this long after its creation fails its Job (and frees its slot).
+    job_start_timeout_seconds: int = 600
+    # The job container's resources (requests/limits), unless its Trigger sets run.resources.
+    job_resources: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "pi-dispatch"
@@ -267,6 +294,11 @@ class OperatorSettings:
             job_command=_json_command("PI_DISPATCH_JOB_COMMAND", env.get("PI_DISPATCH_JOB_COMMAND"),
                                       DEFAULT_JOB_COMMAND),
             job_env=_json_env("PI_DISPATCH_JOB_ENV", env.get("PI_DISPATCH_JOB_ENV")),
+            job_timeout_seconds=integer("PI_DISPATCH_JOB_TIMEOUT_SECONDS", 3600,
+                                        "a whole number of seconds from 0 (no timeout) to 604800", 0, 604800),
+            job_start_timeout_seconds=integer("PI_DISPATCH_JOB_START_TIMEOUT_SECONDS", 600,
+                                              "a whole number of seconds from 10 to 86400", 10, 86400),
+            job_resources=_json_resources("PI_DISPATCH_JOB_RESOURCES", env.get("PI_DISPATCH_JOB_RESOURCES")),
             metrics_port=integer("PI_DISPATCH_METRICS_PORT", 9090, "a TCP port, 0 to turn metrics off", 0, 65535),
             health_port=integer("PI_DISPATCH_HEALTH_PORT", 8080, "a TCP port, 0 to turn the probe off", 0, 65535),
             peering=env.get("PI_DISPATCH_PEERING") or "pi-dispatch",

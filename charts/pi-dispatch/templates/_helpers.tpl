@@ -91,6 +91,14 @@ app.kubernetes.io/component: operator
 - name: PI_DISPATCH_JOB_ENV
   value: {{ toJson . | quote }}
 {{- end }}
+- name: PI_DISPATCH_JOB_TIMEOUT_SECONDS
+  value: {{ .Values.job.timeoutSeconds | int64 | quote }}
+- name: PI_DISPATCH_JOB_START_TIMEOUT_SECONDS
+  value: {{ .Values.job.startTimeoutSeconds | int64 | quote }}
+{{- with .Values.job.resources }}
+- name: PI_DISPATCH_JOB_RESOURCES
+  value: {{ toJson . | quote }}
+{{- end }}
 - name: PI_DISPATCH_METRICS_PORT
   value: {{ .Values.metrics.port | int64 | quote }}
 - name: PI_DISPATCH_HEALTH_PORT

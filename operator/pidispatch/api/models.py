@@ -91,6 +91,16 @@ class TriggerOn(_Model):
                     "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
 
 
+Quantities = Annotated[dict[str, Text(64)] | None, Field(max_length=16)]
+
+
+class Resources(_Model):
+    """The job container's ``resources``, as Kubernetes takes them (quantities as strings: ``500m``, ``2Gi``)."""
+
+    requests: Quantities = None
+    limits: Quantities = None
+
+
 class TriggerRun(_Model):
     kind: Literal["forge", "local"] | None = None
     flow: Text() | None = None
@@ -105,6 +115,11 @@ class TriggerRun(_Model):
     image: Text(512) | None = None
     piVersion: Text(64) | None = None
     auth: _one_of(AUTH_SOURCES) | None = None
+    timeoutSeconds: Annotated[int | None, Field(ge=1, le=604800, description=(
+        "The job's run timeout (its Pod's activeDeadlineSeconds): past it the job is stopped, ends Failed "
+        "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None
+    resources: Annotated[Resources | None, Field(description=(
+        "The job container's resources. Unset: the deployment's job.resources."))] = None
 
 
 class TriggerSpec(_Model):

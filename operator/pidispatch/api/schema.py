@@ -3,9 +3,10 @@
 What changes on the way: ``$ref`` is inlined (a CRD schema has no ``$defs``); an optional field's
 ``null`` branch is dropped, unless the field is marked ``nullable`` (``models.NULLABLE``), which
 becomes ``nullable: true``; a single-value ``const`` becomes an ``enum``; pydantic's ``title``,
-``default`` (a CRD default would change what the apiserver stores) and ``additionalProperties``
-(extra fields are pruned by the apiserver, not refused) are left out, as are a model's own
-docstring descriptions. Everything else (``type``, ``enum``, ``maxLength``, ``pattern``,
+``default`` (a CRD default would change what the apiserver stores) and a model's
+``additionalProperties: true`` (extra fields are pruned by the apiserver, not refused) are left out,
+as are a model's own docstring descriptions; a map's ``additionalProperties`` (its values' schema)
+and its ``maxProperties`` stay. Everything else (``type``, ``enum``, ``maxLength``, ``pattern``,
 ``minimum``, ``maxItems``, ``format``, ``x-kubernetes-*``, a field's ``description``) passes through.
 """
 
@@ -15,11 +16,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-_DROPPED = {"title", "default", "additionalProperties", "$defs"}
+_DROPPED = {"title", "default", "$defs"}
 # The order a person reads a schema in (the YAML keeps it): what it is, its limits, then what it holds.
 _ORDER = ("type", "description", "enum", "format", "nullable", "minimum", "maximum", "minLength", "maxLength",
-          "pattern", "maxItems", "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "required", "properties",
-          "items", "x-kubernetes-validations")
+          "pattern", "maxItems", "maxProperties", "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "required",
+          "properties",
+          "additionalProperties", "items", "x-kubernetes-validations")
 
 
 def structural(model: type[BaseModel]) -> dict[str, Any]:
@@ -56,6 +58,9 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
             continue
         if key == "properties":
             out[key] = {name: _convert(prop, defs) for name, prop in value.items()}
+        elif key == "additionalProperties":
+            if isinstance(value, dict):
+                out[key] = _convert(value, defs)
         elif key in ("items",):
             out[key] = _convert(value, defs)
         else:

@@ -8,18 +8,23 @@ Then the three witnesses (the host's verdict, the runner's report, the promotion
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from pidispatch import failpoints, metrics
-from pidispatch.jobflow.pod import pod_phase, termination_message
+from pidispatch.jobflow import sessionkey
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.pod import deadline_exceeded, pod_phase, termination_message
 from pidispatch.jobflow.summarize import Ended
 from pidispatch.record import PromotionResult, merge_session
 from pidispatch.report import RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.journal import promote_once
 from pidispatch.store.staging import HostRecord, JobDir
+
+log = logging.getLogger("pidispatch.operator")
 
 
 @dataclass(frozen=True)
@@ -50,10 +55,55 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     forgotten = (promotion is not None and promotion.forgotten) or (host is not None and jd.forgotten())
     session = merge_session(verdict, report.session, promotion)
     succeeded = outcome == "Succeeded"
+    if deadline_exceeded(pod):
+        deadline = (pod or {}).get("spec", {}).get("activeDeadlineSeconds")
+        return Completion(Ended(outcome, session, report.tokens or None, "DeadlineExceeded",
+                                f"The job ran past its timeout ({deadline} s: run.timeoutSeconds, or the deployment's "
+                                "job.timeoutSeconds) and was stopped; nothing was promoted, the stored "
+                                "conversation is unchanged."), None, report, forgotten)
     reason = "KeyForgotten" if forgotten and succeeded else ("PodSucceeded" if succeeded else "PodFailed")
     return Completion(Ended(outcome, session, report.tokens or None, reason, end_message(outcome, pod, promotion,
                                                                                          forgotten)),
                       promotion, report, forgotten)
+
+
+def never_started(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: int) -> Completion:
+    """The end of a Job whose Pod did not start within the start timeout (the Pod is deleted; nothing ran)."""
+    verdict = host.verdict() if host is not None else None
+    return Completion(Ended("Failed", merge_session(verdict, None, None), None, "PodNeverStarted",
+                            f"The job Pod did not start within {timeout_seconds} s (job.startTimeoutSeconds): "
+                            f"{why[:600]}. It was deleted and its slot freed; nothing ran and the stored "
+                            "conversation is unchanged. Fix the cause, then re-create the Job."),
+                      None, RunnerReport(), host is not None and jd.forgotten())
+
+
+def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], host: HostRecord | None,
+               done: Completion) -> None:
+    """Write a Job's end: its SessionKey first, then its terminal status, the token metrics and an Event."""
+    name = job["metadata"]["name"]
+    if host is not None and not done.forgotten:
+        # Before the Job's terminal status: a Job that reads terminal never comes back here, and
+        # writing the same SessionKey facts twice after a kill is harmless.
+        promoted_at = cluster.clock() if done.promotion is not None and done.promotion.promoted else None
+        last = sessionkey.last_job_facts(name, host, done.ended.session, promoted_at)
+        try:
+            sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
+            sessionkey.update(settings, cluster, host.key, last)
+        except Exception as exc:  # the SessionKey is a view of the store: the refresh timer mends it
+            log.warning("SessionKey %s not written: %s: %s", host.key, type(exc).__name__, exc)
+    cluster.record(job, done.ended)
+    failpoints.at("status-written", name)
+    total = done.report.tokens.get("total")
+    if total is not None:
+        metrics.TOKENS.labels("resumed" if (done.ended.session or {}).get("resumed") else "cold").inc(total)
+    if done.promotion is not None:
+        promoted = done.promotion.promoted
+        cluster.event(job, "Normal" if promoted else "Warning", "Promoted" if promoted else "NotPromoted",
+                      f"Transcript promoted ({done.promotion.bytes} bytes)." if promoted else
+                      "Transcript not promoted: the conversation was forgotten while the job ran."
+                      if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
+    elif done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted"):
+        cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
 
 
 def result_label(promotion: PromotionResult) -> str:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pidispatch import failpoints, metrics
+from pidispatch import metrics
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.contract import JOB_LABEL
 from pidispatch.events import emit
@@ -30,20 +30,21 @@ from pidispatch.jobflow import sessionkey, timers
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
-from pidispatch.jobflow.complete import complete
-from pidispatch.jobflow.pod import owner_name, owner_uid, pod_phase
+from pidispatch.jobflow.complete import Completion, complete, record_end
+from pidispatch.jobflow.complete import never_started as never_started_end
+from pidispatch.jobflow.pod import never_started, owner_name, owner_uid, pod_phase
 from pidispatch.jobflow.stage import session_view, start_message
 from pidispatch.jobflow.start import Launched, launch
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retrying, Running
 from pidispatch.jobflow.table import JobTable
-from pidispatch.jobflow.trigger import trigger_status
+from pidispatch.jobflow.trigger import Triggers
 from pidispatch.kubeapi import Api, ApiError
 from pidispatch.manifests.pod import pod_name
 from pidispatch.record import JobReason
 from pidispatch.settings import OperatorSettings
 from pidispatch.slots import Slots, backoff_seconds, waited_longer_than
 from pidispatch.store.journal import release_interrupted
-from pidispatch.store.staging import JobDir
+from pidispatch.store.staging import HostRecord, JobDir
 
 log = logging.getLogger("pidispatch.operator")
 
@@ -58,11 +59,13 @@ class _StaleBody(Exception):
 class Dispatcher:
     """All operator behaviour for one namespace. Thread-safe: kopf calls it from its worker threads.
 
-    ``clock`` stamps status times (RFC 3339); ``monotonic`` measures waits (the Queued grace, back-offs).
+    ``clock`` stamps status times (RFC 3339); ``monotonic`` measures waits (the Queued grace, back-offs);
+    ``wall`` ages Pods against the start timeout (their creation time is the apiserver's wall clock).
     """
 
     def __init__(self, settings: OperatorSettings, api: Api, namespace: str, forge: Forge | None = None, *,
-                 clock: Callable[[], str] = now_rfc3339, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], str] = now_rfc3339, monotonic: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.s = settings
         self.store = settings.store
         self.api = api
@@ -72,12 +75,13 @@ class Dispatcher:
         # spec.resolved (as before the GitHub client existed) and refusals post no comment.
         self.forge = forge
         self._monotonic = monotonic
+        self._wall = wall
         self.slots = Slots(settings.max_concurrent_jobs, monotonic)
         self.table = JobTable(self._current_uid)
         self._order: dict[str, tuple[str, str]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
-        self._triggers: dict[str, dict[str, Any]] = {}
+        self.triggers = Triggers(self.cluster, self.store)
         # Waiting for a slot, not yet marked Queued: name → (monotonic time queued, wall-clock stamp).
         self._unmarked: dict[str, tuple[float, str]] = {}
         # Failed starts in a row, for the back-off of a Job whose start keeps failing for a passing reason.
@@ -178,8 +182,18 @@ class Dispatcher:
     def on_pod(self, pod: dict[str, Any]) -> None:
         # The Job's name from the owner reference: the label holds a short form when the name is long.
         job = owner_name(pod) or (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
-        if job and pod_phase(pod) is not None:
+        if not job:
+            return
+        if pod_phase(pod) is not None:
             self.complete(job, pod)
+        else:
+            self._check_started(job, pod)
+
+    def _check_started(self, name: str, pod: dict[str, Any]) -> None:
+        """A Pod still not started after the start timeout ends its Job (checked on its events and by the resync)."""
+        why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds)
+        if why is not None:
+            self.give_up(name, pod, why)
 
     def on_sessionkey(self, event_type: str | None, sk: dict[str, Any]) -> None:
         md = sk["metadata"]
@@ -189,25 +203,13 @@ class Dispatcher:
         sessionkey.finalize(self.s, self.cluster, sk)
 
     def on_trigger(self, trigger: dict[str, Any]) -> None:
-        md = trigger["metadata"]
-        self._triggers[md["name"]] = trigger
-        old = trigger.get("status") or {}
-        status = trigger_status(trigger.get("spec") or {}, self.store, md.get("generation"), old.get("conditions"))
-        if {k: old.get(k) for k in status} != status:
-            self.api.patch(self.cluster.crd("triggers", md["name"], "status"), {"status": status})
+        self.triggers.on_trigger(trigger)
 
     def on_trigger_deleted(self, name: str) -> None:
-        self._triggers.pop(name, None)
+        self.triggers.forget(name)
 
     def _trigger(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        """The Job's Trigger as the watch last delivered it (one GET the first time a name is asked for)."""
-        name = str(job["spec"].get("trigger", ""))
-        cached = self._triggers.get(name)
-        if cached is None:
-            cached = self.api.get_or_none(self.cluster.crd("triggers", name))
-            if cached is not None:
-                self._triggers[name] = cached
-        return cached
+        return self.triggers.of(job)
 
     # ---- 1. admit ----------------------------------------------------------------------------------
 
@@ -388,40 +390,49 @@ class Dispatcher:
 
     def complete(self, name: str, pod: dict[str, Any] | None) -> None:
         with self._lock(name):
-            job = self.cluster.job(name)
-            if job is None:
+            found = self._job_of(name, pod)
+            if found is None:
                 return
-            uid = job["metadata"]["uid"]
-            jd = JobDir(self.s.staging_dir, uid)
-            if _phase(job) in TERMINAL_PHASES:
-                self._release(name, jd)
-                return
-            if pod is not None and owner_uid(pod) != uid:
-                return  # a Pod of an earlier Job with the same name
+            job, jd = found
             host = jd.read_host()
             done = complete(self.s, jd, host, pod, name)
-            if done is None:
+            if done is not None:
+                self._finish(name, job, jd, host, done)
+
+    def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
+        """The Pod never started: delete it, then end the Job ``Failed`` (``PodNeverStarted``) and free its slot."""
+        with self._lock(name):
+            found = self._job_of(name, pod)
+            if found is None:
                 return
-            if host is not None and not done.forgotten:
-                # Before the Job's terminal status: a Job that reads terminal never comes back here, and
-                # writing the same SessionKey facts twice after a kill is harmless.
-                promoted_at = self.cluster.clock() if done.promotion is not None and done.promotion.promoted else None
-                last = sessionkey.last_job_facts(name, host, done.ended.session, promoted_at)
-                self._guarded(sessionkey.ensure, self.cluster, host)  # gone if a kill came between Pod and create
-                self._guarded(sessionkey.update, self.s, self.cluster, host.key, last)
-            self.cluster.record(job, done.ended)
-            failpoints.at("status-written", name)
-            self.table.track(name, done.ended.outcome)
-            total = done.report.tokens.get("total")
-            if total is not None:
-                metrics.TOKENS.labels("resumed" if (done.ended.session or {}).get("resumed") else "cold").inc(total)
-            if done.promotion is not None:
-                promoted = done.promotion.promoted
-                self.cluster.event(job, "Normal" if promoted else "Warning", "Promoted" if promoted else "NotPromoted",
-                                   f"Transcript promoted ({done.promotion.bytes} bytes)." if promoted else
-                                   "Transcript not promoted: the conversation was forgotten while the job ran."
-                                   if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
+            job, jd = found
+            try:
+                self.api.delete(self.cluster.pods(pod["metadata"]["name"]))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise  # the Pod might still start: the Job stays Running, and the resync tries again
+            emit("job_pod_never_started", job=name, reason=why.split(":", 1)[0])
+            host = jd.read_host()
+            self._finish(name, job, jd, host, never_started_end(jd, host, why, self.s.job_start_timeout_seconds))
+
+    def _job_of(self, name: str, pod: dict[str, Any] | None) -> tuple[dict[str, Any], JobDir] | None:
+        """The Job ``pod`` belongs to, if it has not ended yet (an ended one only gets its slot and staging freed)."""
+        job = self.cluster.job(name)
+        if job is None:
+            return None
+        uid = job["metadata"]["uid"]
+        jd = JobDir(self.s.staging_dir, uid)
+        if _phase(job) in TERMINAL_PHASES:
             self._release(name, jd)
+            return None
+        if pod is not None and owner_uid(pod) != uid:
+            return None  # a Pod of an earlier Job with the same name
+        return job, jd
+
+    def _finish(self, name: str, job: dict[str, Any], jd: JobDir, host: HostRecord | None, done: Completion) -> None:
+        record_end(self.s, self.cluster, job, host, done)
+        self.table.track(name, done.ended.outcome)
+        self._release(name, jd)
 
     def _release(self, name: str, jd: JobDir) -> None:
         self.table.in_flight.pop(name, None)
@@ -462,6 +473,8 @@ class Dispatcher:
                 pod = self.api.get_or_none(self.cluster.pods(pod_name(name)))
                 if pod_phase(pod) is not None:
                     self._guarded(self.complete, name, pod)
+                elif pod is not None:
+                    self._guarded(self._check_started, name, pod)
             elif _phase(job) not in TERMINAL_PHASES:
                 self._guarded(self.admit, job)
             elif comment_pending(job):

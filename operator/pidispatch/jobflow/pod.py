@@ -7,6 +7,7 @@ token minted into a per-job Secret owned by the Job, or the deployment's pat/gh 
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import time
@@ -76,6 +77,45 @@ def termination_message(pod: dict[str, Any] | None) -> str | None:
     return None
 
 
+def deadline_exceeded(pod: dict[str, Any] | None) -> bool:
+    """The kubelet stopped the Pod at its ``activeDeadlineSeconds`` (the job's run timeout)."""
+    return ((pod or {}).get("status") or {}).get("reason") == "DeadlineExceeded"
+
+
+def never_started(pod: dict[str, Any], now: float, timeout_seconds: int) -> str | None:
+    """Why a Pod that is still not running ``timeout_seconds`` after its creation has not started, or ``None``.
+
+    The Pod's own words: a container's waiting reason and message (``ImagePullBackOff``,
+    ``CreateContainerConfigError`` for a missing Secret or ConfigMap, ...), else why it is not
+    scheduled, else its phase. A Pod whose container ran, or that ended, has started.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") not in (None, "Pending"):
+        return None
+    created = _epoch(pod["metadata"].get("creationTimestamp"))
+    if created is None or now - created < timeout_seconds:
+        return None
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting.get("reason") != "ContainerCreating":
+            return f"{waiting['reason']}: {waiting.get('message') or 'no message'}"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason') or 'Unschedulable'}: {condition.get('message') or 'no message'}"
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting:
+            return f"{waiting.get('reason')}: {waiting.get('message') or 'no message'}"
+    return "Pending: the Pod was not scheduled or started"
+
+
+def _epoch(stamp: Any) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
 def pod_create_refused_for_good(status: int) -> bool:
     """A Pod create the apiserver answered with a 4xx other than 409 (conflict) or 429 (throttled) is final.
 
@@ -142,6 +182,8 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         host_resume=bool(host is not None and host.resume),
         run_as_user=job_pod_uid(),
         github_token=token,
+        active_deadline_seconds=run.get("timeoutSeconds") or settings.job_timeout_seconds or None,
+        resources=run.get("resources") or {part: dict(q) for part, q in settings.job_resources},
     ))
     try:
         return cluster.api.create(cluster.pods(), manifest)

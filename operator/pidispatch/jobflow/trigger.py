@@ -10,6 +10,7 @@ from typing import Any
 
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.jobflow.cluster import Cluster
 from pidispatch.settings import Settings
 
 
@@ -44,3 +45,34 @@ def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | N
     bounds = {"ttlDays": s.ttl_days, "maxBytes": s.max_bytes, "maxAgeDays": s.max_age_days,
               "maxResumeChain": s.max_resume_chain, "maxContextPct": s.max_context_pct}
     return {"observedGeneration": generation, "conditions": conditions, "bounds": bounds}
+
+
+class Triggers:
+    """The Triggers as the watch last delivered them, and the one writer of their status."""
+
+    def __init__(self, cluster: Cluster, settings: Settings) -> None:
+        self.cluster = cluster
+        self.settings = settings
+        self._known: dict[str, dict[str, Any]] = {}
+
+    def on_trigger(self, trigger: dict[str, Any]) -> None:
+        """Remember ``trigger`` and write its status if that changed."""
+        md = trigger["metadata"]
+        self._known[md["name"]] = trigger
+        old = trigger.get("status") or {}
+        status = trigger_status(trigger.get("spec") or {}, self.settings, md.get("generation"), old.get("conditions"))
+        if {k: old.get(k) for k in status} != status:
+            self.cluster.api.patch(self.cluster.crd("triggers", md["name"], "status"), {"status": status})
+
+    def forget(self, name: str) -> None:
+        self._known.pop(name, None)
+
+    def of(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        """The Job's Trigger (one GET the first time a name is asked for), or ``None`` when there is none."""
+        name = str(job["spec"].get("trigger", ""))
+        known = self._known.get(name)
+        if known is None:
+            known = self.cluster.api.get_or_none(self.cluster.crd("triggers", name))
+            if known is not None:
+                self._known[name] = known
+        return known

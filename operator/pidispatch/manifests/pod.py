@@ -53,6 +53,10 @@ class PodInputs:
     run_as_user: int = 65532
     # GH_TOKEN by secretKeyRef: (Secret name, key); None gives the Pod no forge token.
     github_token: tuple[str, str] | None = None
+    # The run timeout: the Pod's activeDeadlineSeconds (the kubelet stops it and fails it, DeadlineExceeded).
+    active_deadline_seconds: int | None = None
+    # The container's resources: {"requests": {...}, "limits": {...}} of quantity strings.
+    resources: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def pod_name(job_name: str) -> str:
@@ -111,11 +115,24 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
     }
+    if p.resources:
+        container["resources"] = {part: dict(quantities) for part, quantities in p.resources.items() if quantities}
     volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}]
     if mounted:
         container["volumeMounts"].append({"name": "session", "mountPath": SESSION_MOUNT,
                                           "subPath": p.session_subpath})
         volumes.append({"name": "session", "persistentVolumeClaim": {"claimName": p.staging_claim}})
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": p.run_as_user, "runAsGroup": p.run_as_user,
+                            "fsGroup": p.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if p.active_deadline_seconds:
+        spec["activeDeadlineSeconds"] = p.active_deadline_seconds
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -125,15 +142,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
             "labels": {JOB_LABEL: job_label(p.job_name), **MANAGED_BY},
             "ownerReferences": [_owner(p.job_name, p.job_uid)],
         },
-        "spec": {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "enableServiceLinks": False,
-            "securityContext": {"runAsNonRoot": True, "runAsUser": p.run_as_user, "runAsGroup": p.run_as_user,
-                                "fsGroup": p.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [container],
-            "volumes": volumes,
-        },
+        "spec": spec,
     }
 
 

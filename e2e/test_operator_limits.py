@@ -1,0 +1,60 @@
+"""Limits on the local control plane: the run timeout and a job Pod that never starts (issue 14 item 5).
+
+The test kubelet does what a real one does here: it stops a Pod at its ``activeDeadlineSeconds`` and
+fails it ``DeadlineExceeded``, and it keeps a Pod whose image cannot be pulled Pending
+(``ErrImagePull``, then ``ImagePullBackOff``; an image under ``.invalid`` is never found).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.cluster import Cluster
+from e2e.kube import Kube, wait_for
+from e2e.release import Release, base_values, installed, merge
+from pidispatch.store.keys import issue_key
+
+pytestmark = pytest.mark.e2e
+
+START_TIMEOUT = 10  # the chart's minimum; the resync (every 30 s) notices it
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
+    values = merge(base_values(), {"sessions": {"enabled": True}, "maxConcurrentJobs": 1,
+                                   "job": {"startTimeoutSeconds": START_TIMEOUT}})
+    with installed(cluster, kube, "limits", values) as r:
+        yield r
+
+
+def test_a_job_past_its_timeout_is_stopped_and_promotes_nothing(release: Release) -> None:
+    r = release
+    key = issue_key("github", "acme/widgets", 801)
+    assert r.run("seed-801", issue=801)["status"]["phase"] == "Succeeded"
+    before = r.digest(key)
+    r.trigger("hasty", timeoutSeconds=3)
+    job = r.run("late-801", trigger="hasty", issue=801, comment="@pi sleep=60")
+    assert job["status"]["phase"] == "Failed", json.dumps(job["status"])
+    done = r.condition(job, "Completed")
+    assert done is not None and done["reason"] == "DeadlineExceeded", done
+    [pod] = r.pods_of("late-801")
+    assert pod["spec"]["activeDeadlineSeconds"] == 3
+    assert r.digest(key) == before, "a job stopped at its deadline changed the store"
+
+
+def test_a_pod_that_never_starts_fails_its_job_and_the_next_one_runs(release: Release) -> None:
+    r = release
+    r.trigger("unpullable", image="registry.invalid/pi-dispatch/job:0")
+    r.job("stuck", trigger="unpullable", issue=802)
+    r.job("behind", issue=803)
+    stuck = r.wait_job("stuck", timeout=START_TIMEOUT + 90)
+    assert stuck["status"]["phase"] == "Failed", json.dumps(stuck["status"])
+    done = r.condition(stuck, "Completed")
+    assert done is not None and done["reason"] == "PodNeverStarted", done
+    assert "ImagePullBackOff" in done["message"] or "ErrImagePull" in done["message"], done["message"]
+    wait_for("the stuck Job's Pod deleted", lambda: not r.pods_of("stuck"), timeout=60)
+    behind = r.wait_job("behind")
+    assert behind["status"]["phase"] == "Succeeded", "the slot was not freed for the next queued Job"

@@ -1,0 +1,150 @@
+"""Limits (issue 14 item 5): the run timeout, the container's resources, and a Pod that never starts.
+
+The dispatcher against the in-memory apiserver of ``test_operator_queue``; the same on the local control
+plane with a kubelet that enforces ``activeDeadlineSeconds`` and keeps unpullable Pods Pending is in
+``e2e/test_operator_limits.py``.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_operator_queue import PODS, TRIGGERS, Clock, MemoryApi, api, clock, condition, new_job, phase, pump
+
+from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.pod import never_started
+from pidispatch.settings import ConfigError, OperatorSettings, Settings
+from pidispatch.slots import Slots
+
+__all__ = ["api", "clock"]  # fixtures, used by name
+CREATED = "2030-01-01T00:00:00Z"
+EPOCH = calendar.timegm(time.strptime(CREATED, "%Y-%m-%dT%H:%M:%SZ"))
+
+
+def dispatcher(api: MemoryApi, clock: Clock, tmp_path: Path, now: float, **settings: Any) -> Dispatcher:
+    s = OperatorSettings(store=Settings(), staging_dir=str(tmp_path), max_concurrent_jobs=1, **settings)
+    d = Dispatcher(s, api, "ns", wall=lambda: now)  # type: ignore[arg-type]
+    d.slots = Slots(1, clock=clock)
+    return d
+
+
+def pending(waiting: dict[str, str] | None = None, scheduled: dict[str, str] | None = None,
+            created: str = CREATED) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": "Pending"}
+    if waiting is not None:
+        status["containerStatuses"] = [{"name": "pi", "state": {"waiting": waiting}}]
+    if scheduled is not None:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", **scheduled}]
+    return {"metadata": {"creationTimestamp": created}, "status": status}
+
+
+NEVER_STARTED = [
+    ("image pull", pending({"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x"'}), 601,
+     'ImagePullBackOff: Back-off pulling image "x"'),
+    ("missing secret", pending({"reason": "CreateContainerConfigError", "message": 'secret "s" not found'}), 601,
+     'CreateContainerConfigError: secret "s" not found'),
+    ("unschedulable", pending(scheduled={"reason": "Unschedulable", "message": "0/1 nodes are available"}), 601,
+     "Unschedulable: 0/1 nodes are available"),
+    ("still creating", pending({"reason": "ContainerCreating"}), 601, "ContainerCreating: no message"),
+    ("within the timeout", pending({"reason": "ImagePullBackOff"}), 599, None),
+    ("running", {"metadata": {"creationTimestamp": CREATED}, "status": {"phase": "Running"}}, 9999, None),
+]
+
+
+@pytest.mark.parametrize(("pod", "age", "why"), [c[1:] for c in NEVER_STARTED], ids=[c[0] for c in NEVER_STARTED])
+def test_a_pod_that_never_started_is_named_by_its_own_reason(pod: dict, age: float, why: str | None) -> None:
+    assert never_started(pod, EPOCH + age, 600) == why
+
+
+def test_the_run_timeout_and_resources_reach_the_pod(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH, job_timeout_seconds=900,
+                   job_resources=(("limits", (("memory", "2Gi"),)),))
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    assert pod["spec"]["activeDeadlineSeconds"] == 900
+    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"memory": "2Gi"}}
+
+
+def test_a_trigger_s_own_timeout_and_resources_win(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    api.patch(f"{TRIGGERS}/fix", {"spec": {"run": {"timeoutSeconds": 120,
+                                                   "resources": {"requests": {"cpu": "500m"}}}}})
+    d = dispatcher(api, clock, tmp_path, EPOCH, job_timeout_seconds=900,
+                   job_resources=(("limits", (("memory", "2Gi"),)),))
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    assert pod["spec"]["activeDeadlineSeconds"] == 120
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
+
+
+def test_no_timeout_means_no_deadline(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH, job_timeout_seconds=0)
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    assert "activeDeadlineSeconds" not in api.pods()[0]["spec"]
+
+
+def test_a_job_past_its_deadline_fails_deadline_exceeded(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH)
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    path = f"{PODS}/{pod['metadata']['name']}"
+    api.patch(path + "/status", {"status": {"phase": "Failed", "reason": "DeadlineExceeded"}})
+    d.on_pod(api.get(path))
+    assert phase(api, "a") == "Failed"
+    done = condition(api, "a", "Completed")
+    assert (done["status"], done["reason"]) == ("False", "DeadlineExceeded")
+    assert "3600 s" in done["message"] and "nothing was promoted" in done["message"]
+
+
+def test_a_pod_that_never_starts_fails_its_job_and_frees_the_slot(api: MemoryApi, clock: Clock,
+                                                                  tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH + 700)  # the in-memory apiserver stamps creations at 00:00:NN
+    d.on_job("ADDED", new_job(api, "stuck"))
+    d.on_job("ADDED", new_job(api, "next", issue=2))
+    pump(d)
+    assert (phase(api, "stuck"), phase(api, "next")) == ("Running", None), "one slot: the second waits"
+    [pod] = api.pods()
+    path = f"{PODS}/{pod['metadata']['name']}"
+    api.patch(path + "/status", {"status": {"phase": "Pending", "containerStatuses": [
+        {"name": "pi", "state": {"waiting": {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}}}]}})
+    d.on_pod(api.get(path))
+    assert phase(api, "stuck") == "Failed"
+    done = condition(api, "stuck", "Completed")
+    assert done["reason"] == "PodNeverStarted" and "ImagePullBackOff" in done["message"], done
+    assert api.get_or_none(path) is None, "the Pod that might still start was deleted"
+    pump(d)
+    assert phase(api, "next") == "Running", "the slot went to the next queued Job"
+
+
+def test_a_pod_within_its_start_timeout_is_left_alone(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH + 30)
+    d.on_job("ADDED", new_job(api, "slow"))
+    pump(d)
+    [pod] = api.pods()
+    d.on_pod(pod)
+    assert phase(api, "slow") == "Running"
+    assert api.pods(), "not deleted"
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("PI_DISPATCH_JOB_TIMEOUT_SECONDS", "-1"), ("PI_DISPATCH_JOB_TIMEOUT_SECONDS", "1h"),
+    ("PI_DISPATCH_JOB_START_TIMEOUT_SECONDS", "5"),
+    ("PI_DISPATCH_JOB_RESOURCES", '{"limits": {"memory": ""}}'), ("PI_DISPATCH_JOB_RESOURCES", '{"cpu": "1"}'),
+    ("PI_DISPATCH_JOB_RESOURCES", "[]"),
+])
+def test_malformed_limit_settings_are_configuration_errors(variable: str, value: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        OperatorSettings.from_env({variable: value})
+    assert variable in str(refused.value)
+
+
+def test_resources_from_helm_may_hold_whole_numbers() -> None:
+    s = OperatorSettings.from_env({"PI_DISPATCH_JOB_RESOURCES": '{"requests": {"cpu": 1, "memory": "1Gi"}}'})
+    assert s.job_resources == (("requests", (("cpu", "1"), ("memory", "1Gi"))),)
