@@ -7,7 +7,8 @@ and an assistant message in pi's v3 format, and write the runner's report to the
 message. Directives in the Job's comment script the odd cases, e.g. ``@pi exit=1``,
 ``@pi sleep=3``, ``@pi report=garbage``, ``@pi session=symlink``, ``@pi session=empty``;
 ``@pi token=log`` logs ``gh-token sha256:<hex>`` (or ``gh-token absent``): whether ``GH_TOKEN``
-arrived, and which one, without printing it. ``@pi hold=<name>`` keeps the job running until a file
+arrived, and which one, without printing it; ``@pi env-sha=<VAR>`` does the same for any variable (a model
+credential). ``@pi hold=<name>`` keeps the job running until a file
 ``<name>`` appears beside the session file (the test creates it on the staging volume), so a test can
 act while the job is in flight without guessing at timings.
 """
@@ -55,6 +56,10 @@ def main() -> int:
                 print("hold: never released", flush=True)
                 return 1
             time.sleep(0.1)
+    if "env-sha" in script:  # whether a credential arrived, and which, without printing it
+        value = os.environ.get(script["env-sha"])
+        seen = f"sha256:{hashlib.sha256(value.encode()).hexdigest()}" if value else "absent"
+        print("env-sha", script["env-sha"], seen, flush=True)
     if script.get("token") == "log":
         token = os.environ.get("GH_TOKEN")
         print("gh-token", f"sha256:{hashlib.sha256(token.encode()).hexdigest()}" if token else "absent", flush=True)

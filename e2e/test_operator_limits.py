@@ -7,6 +7,7 @@ fails it ``DeadlineExceeded``, and it keeps a Pod whose image cannot be pulled P
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 
@@ -58,3 +59,31 @@ def test_a_pod_that_never_starts_fails_its_job_and_the_next_one_runs(release: Re
     wait_for("the stuck Job's Pod deleted", lambda: not r.pods_of("stuck"), timeout=60)
     behind = r.wait_job("behind")
     assert behind["status"]["phase"] == "Succeeded", "the slot was not freed for the next queued Job"
+
+
+def test_model_credentials_reach_the_job_by_reference_only(release: Release) -> None:
+    r = release
+    r.kube.create(f"/api/v1/namespaces/{r.ns}/secrets", {
+        "metadata": {"name": "model-keys"}, "stringData": {"openai": "sk-test-credential"}})
+    r.trigger("keyed", resume=False, credentials={"OPENAI_API_KEY": {"secretName": "model-keys", "key": "openai"}})
+    job = r.run("keyed-1", trigger="keyed", issue=804, comment="@pi env-sha=OPENAI_API_KEY")
+    assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
+    [pod] = r.pods_of("keyed-1")
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["OPENAI_API_KEY"] == {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "model-keys", "key": "openai"}}}
+    assert "sk-test-credential" not in json.dumps(pod), "the key's value is in the Pod spec"
+    expected = hashlib.sha256(b"sk-test-credential").hexdigest()
+    assert f"env-sha OPENAI_API_KEY sha256:{expected}" in r.pod_log(pod["metadata"]["name"])
+
+
+def test_a_missing_model_secret_fails_the_job_at_the_start_timeout(release: Release) -> None:
+    r = release
+    r.trigger("unkeyed", resume=False, credentials={"OPENAI_API_KEY": {"secretName": "no-such", "key": "openai"}})
+    r.job("unkeyed-1", trigger="unkeyed", issue=805)
+    r.job("after-unkeyed", issue=806)
+    job = r.wait_job("unkeyed-1", timeout=START_TIMEOUT + 90)
+    done = r.condition(job, "Completed")
+    assert done is not None and done["reason"] == "PodNeverStarted", done
+    assert "CreateContainerConfigError" in done["message"] and "no-such" in done["message"], done["message"]
+    assert r.wait_job("after-unkeyed")["status"]["phase"] == "Succeeded"

@@ -145,6 +145,9 @@ ALL_ON: dict[str, Any] = {
     "sessions.enabled": True, "sessions.maxContextPct": 80, "sessions.allowGhSource": True,
     "github.authSource": "app", "github.app.id": 1234, "github.app.installationId": 5678,
     "github.app.privateKeySecret.name": "gh-app",
+    "job.credentials.OPENAI_API_KEY.secretName": "model-keys", "job.credentials.OPENAI_API_KEY.key": "openai",
+    "job.modelsConfigMap": "pi-models", "job.resources.limits.memory": "2Gi", "job.resources.requests.cpu": 1,
+    "job.timeoutSeconds": 900, "job.startTimeoutSeconds": 120,
 }
 
 
@@ -189,6 +192,14 @@ def test_every_env_name_is_one_the_operator_reads(helm: Any, values: dict[str, A
     assert len(names) == len(set(names)), f"duplicate env names: {names}"
     unknown = set(names) - names_the_operator_reads()
     assert not unknown, f"the Deployment sets variables OperatorSettings never reads: {sorted(unknown)}"
+
+
+def test_job_limits_credentials_and_models_reach_the_operator_settings(helm: Any) -> None:
+    settings = OperatorSettings.from_env(env_values(operator_container(render(helm, ALL_ON))))
+    assert (settings.job_timeout_seconds, settings.job_start_timeout_seconds) == (900, 120)
+    assert settings.job_resources == (("limits", (("memory", "2Gi"),)), ("requests", (("cpu", "1"),)))
+    assert settings.job_credentials == (("OPENAI_API_KEY", "model-keys", "openai"),)
+    assert settings.job_models_configmap == "pi-models"
 
 
 def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
@@ -312,6 +323,13 @@ REJECTED = [
     ("root user", {"securityContext.runAsUser": 0}, "/securityContext/runAsUser"),
     ("a plain token in the job env", {"job.env": {"GH_TOKEN": "ghp_x"}}, "GH_TOKEN"),
     ("a store setting in the job env", {"job.env": {"PI_SESSION_FILE": "/x"}}, "PI_SESSION_FILE"),
+    ("a plain model key in the job env", {"job.env": {"OPENAI_API_KEY": "sk-x"}}, "OPENAI_API_KEY"),
+    ("a model credential named as the forge token", {"job.credentials": {"GH_TOKEN": {"secretName": "s", "key": "k"}}},
+     "GH_TOKEN"),
+    ("a model credential without its key", {"job.credentials": {"OPENAI_API_KEY": {"secretName": "s"}}},
+     "/job/credentials/OPENAI_API_KEY"),
+    ("a negative run timeout", {"job.timeoutSeconds": -1}, "/job/timeoutSeconds"),
+    ("a start timeout below 10 s", {"job.startTimeoutSeconds": 5}, "/job/startTimeoutSeconds"),
     ("extraEnv overriding the store", {"extraEnv": [{"name": "PI_SESSIONS_DIR", "value": "/x"}]}, "/extraEnv/0/name"),
     ("extraEnv overriding the auth source", {"extraEnv": [{"name": "GITHUB_AUTH_SOURCE", "value": "app"}]},
      "/extraEnv/0/name"),

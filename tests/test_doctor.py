@@ -469,3 +469,31 @@ def test_no_kubeconfig_at_all_points_at_offline(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stdout.startswith("FAIL  cluster    no cluster to ask: not in a Pod, and no usable kubeconfig")
     assert "                 fix: pidispatch doctor --offline\n" in result.stdout
+
+
+# -- model credentials (issue 14 item 4) ---------------------------------------------------------------------
+KEYED = '{"OPENAI_API_KEY": {"secretName": "model-keys", "key": "openai"}}'
+MODELS = [
+    ("a known provider whose key is configured", trigger("t", {"model": "openai/gpt-4.1"}),
+     {"PI_DISPATCH_JOB_CREDENTIALS": KEYED}, Status.OK, "every Trigger's model"),
+    ("a known provider without its key", trigger("t", {"model": "anthropic/claude-sonnet-4"}),
+     {"PI_DISPATCH_JOB_CREDENTIALS": KEYED}, Status.WARN, "ANTHROPIC_OAUTH_TOKEN or ANTHROPIC_API_KEY"),
+    ("the Trigger's own credential counts", trigger("t", {"model": "groq/llama", "credentials": {
+        "GROQ_API_KEY": {"secretName": "s", "key": "k"}}}), {}, Status.OK, "every Trigger's model"),
+    ("a provider pi does not know, without models.json", trigger("t", {"model": "fake/fake-model"}), {},
+     Status.WARN, "not a provider pi knows"),
+    ("a provider pi does not know, with models.json", trigger("t", {"model": "fake/fake-model"}),
+     {"PI_DISPATCH_JOB_MODELS_CONFIGMAP": "pi-models"}, Status.OK, "every Trigger's model"),
+]
+
+
+@pytest.mark.parametrize(("t", "env", "status", "says"), [m[1:] for m in MODELS], ids=[m[0] for m in MODELS])
+def test_a_trigger_whose_model_has_no_credentials_is_named(t: dict, env: dict, status: Status, says: str) -> None:
+    [check] = named(run_checks(env, facts=cluster(triggers=[t])), "models")
+    assert check.status is status and says in check.message, check
+    if status is Status.WARN:
+        assert "Trigger t" in check.message and check.fix and "job.credentials" in check.fix
+
+
+def test_offline_there_is_no_model_line() -> None:
+    assert named(run_checks(offline=True), "models") == []

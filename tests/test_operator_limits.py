@@ -148,3 +148,53 @@ def test_malformed_limit_settings_are_configuration_errors(variable: str, value:
 def test_resources_from_helm_may_hold_whole_numbers() -> None:
     s = OperatorSettings.from_env({"PI_DISPATCH_JOB_RESOURCES": '{"requests": {"cpu": 1, "memory": "1Gi"}}'})
     assert s.job_resources == (("requests", (("cpu", "1"), ("memory", "1Gi"))),)
+
+
+# ---- model credentials and models.json (issue 14 item 4) --------------------------------------------------
+
+def test_credentials_reach_the_pod_by_secret_reference_the_trigger_s_over_the_deployment_s(
+        api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    api.patch(f"{TRIGGERS}/fix", {"spec": {"run": {"credentials": {
+        "OPENAI_API_KEY": {"secretName": "team-keys", "key": "openai"}}}}})
+    d = dispatcher(api, clock, tmp_path, EPOCH, job_credentials=(
+        ("ANTHROPIC_API_KEY", "org-keys", "anthropic"), ("OPENAI_API_KEY", "org-keys", "openai")),
+        job_env=(("OPENAI_API_KEY", "a plain value that must not win"),))
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["OPENAI_API_KEY"] == {"name": "OPENAI_API_KEY",
+                                     "valueFrom": {"secretKeyRef": {"name": "team-keys", "key": "openai"}}}
+    assert env["ANTHROPIC_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "org-keys", "key": "anthropic"}
+    assert "a plain value" not in str(pod)
+
+
+def test_models_json_is_mounted_read_only_into_a_writable_agent_dir(api: MemoryApi, clock: Clock,
+                                                                    tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH, job_models_configmap="pi-models")
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    container = pod["spec"]["containers"][0]
+    assert {e["name"]: e.get("value") for e in container["env"]}["PI_CODING_AGENT_DIR"] == "/pi-agent"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/pi-agent/models.json"] == {"name": "models", "mountPath": "/pi-agent/models.json",
+                                              "subPath": "models.json", "readOnly": True}
+    assert mounts["/pi-agent"]["name"] == "agent" and not mounts["/pi-agent"].get("readOnly")
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["agent"] == {"name": "agent", "emptyDir": {}}
+    assert volumes["models"]["configMap"] == {"name": "pi-models",
+                                              "items": [{"key": "models.json", "path": "models.json"}]}
+
+
+@pytest.mark.parametrize(("raw", "named"), [
+    ('{"GH_TOKEN": {"secretName": "s", "key": "k"}}', "forge token"),
+    ('{"PI_SESSION_FILE": {"secretName": "s", "key": "k"}}', "set by the operator"),
+    ('{"OPENAI_API_KEY": {"secretName": "S_bad", "key": "k"}}', "secretName"),
+    ('{"OPENAI_API_KEY": "sk-plain"}', "secretName"),
+    ('{"1X": {"secretName": "s", "key": "k"}}', "not an environment variable name"),
+])
+def test_malformed_credentials_are_configuration_errors(raw: str, named: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        OperatorSettings.from_env({"PI_DISPATCH_JOB_CREDENTIALS": raw})
+    assert "PI_DISPATCH_JOB_CREDENTIALS" in str(refused.value) and named in str(refused.value)

@@ -16,10 +16,29 @@ WORKSPACE = "/workspace"  # always the same path: pi refuses a session whose hea
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet's cap on a termination message, in bytes
 
+AGENT_DIR = "/pi-agent"  # pi's agent directory (writable) when models.json comes from a ConfigMap
+MODELS_JSON = "models.json"
+
 # Environment the operator sets on the job container.
 ENV_SESSION_FILE = "PI_SESSION_FILE"  # only when /session is mounted
 ENV_HOST_RESUME = "PI_SESSION_HOST_RESUME"  # "true" when the gates staged a transcript (spec §4.1)
+ENV_AGENT_DIR = "PI_CODING_AGENT_DIR"  # pi's own: where it reads models.json
+# Names a model credential may not take: the forge token reaches the Pod only one way (GH_TOKEN, by
+# the operator's own secretKeyRef), and the session and agent settings are the operator's.
+FORGE_TOKEN_NAMES = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")
 
 # Labels on what the operator creates.
 JOB_LABEL = "pi-dispatch.dev/job"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
+
+
+def credential_name_problem(name: str) -> str | None:
+    """Why ``name`` may not be the environment variable of a model credential, or ``None``."""
+    if not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name) \
+            or not name.isascii():
+        return f"{name!r} is not an environment variable name"
+    if name in FORGE_TOKEN_NAMES:
+        return f"{name} is the forge token, which reaches the job only from the github.* values"
+    if name.startswith("PI_SESSION") or name == ENV_AGENT_DIR:
+        return f"{name} is set by the operator"
+    return None

@@ -23,6 +23,7 @@ from typing import Any
 from pidispatch.api.crds import ALL as CRD_PLURALS
 from pidispatch.api.crds import GROUP
 from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
 
 
@@ -346,6 +347,31 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
     return checks
 
 
+def model_checks(settings: OperatorSettings, triggers: Sequence[Mapping[str, Any]], namespace: str | None = None
+                 ) -> list[Check]:
+    """Each Trigger's model has its API key configured (job.credentials or its run.credentials), by the
+    variable pi reads for that provider; a provider pi does not know needs a models.json."""
+    deployment = {name for name, _, _ in settings.job_credentials}
+    problems = []
+    for t in triggers:
+        run = (t.get("spec") or {}).get("run") or {}
+        model, name = run.get("model"), (t.get("metadata") or {}).get("name")
+        if not model:
+            continue
+        wanted = key_variables(str(model))
+        configured = deployment | set(run.get("credentials") or {})
+        if wanted is None and settings.job_models_configmap is None:
+            problems.append(f"Trigger {name}: {model} is not a provider pi knows, and no models.json is configured "
+                            "(job.modelsConfigMap)")
+        elif wanted is not None and not configured & set(wanted):
+            problems.append(f"Trigger {name}: {model} reads its key from {' or '.join(wanted)}, which no credential "
+                            "sets (job.credentials, or the Trigger's run.credentials)")
+    if not problems:
+        return [Check("models", Status.OK, "every Trigger's model has its credentials configured")]
+    fix = _helm_fix(namespace, "job.credentials.<VARIABLE>.secretName=<secret>,job.credentials.<VARIABLE>.key=<key>")
+    return [Check("models", Status.WARN, problem, fix) for problem in problems]
+
+
 def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: ClusterFacts | Check | None,
              explicit: frozenset[str]) -> list[Check]:
     """Every check, in report order. ``cluster`` is ``None`` offline, or the failure that says why no
@@ -365,6 +391,8 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
     if cluster is not None:
         checks += staging_check(settings, cluster)
     checks += auth_checks(settings.store, triggers, namespace)
+    if triggers is not None:
+        checks += model_checks(settings, triggers, namespace)
     return checks
 
 

@@ -155,6 +155,41 @@ def _json_resources(variable: str, raw: str | None) -> tuple[tuple[str, tuple[tu
     return tuple(sorted((part, tuple(sorted((k, str(q)) for k, q in v.items()))) for part, v in value.items()))
 
 
+def _json_credentials(variable: str, raw: str | None) -> tuple[tuple[str, str, str], ...]:
+    import json
+
+    from pidispatch.contract import credential_name_problem
+
+    if raw is None or raw.strip() == "":
+        return ()
+    accepted = ('a JSON object of environment variable -> {"secretName": ..., "key": ...}, '
+                'e.g. {"OPENAI_API_KEY":{"secretName":"model-keys","key":"openai"}}')
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError(variable, raw, accepted) from None
+    if not isinstance(value, dict):
+        raise ConfigError(variable, raw, accepted)
+    out = []
+    for name, ref in value.items():
+        why = credential_name_problem(name) if isinstance(name, str) else "not a name"
+        if why is not None:
+            raise ConfigError(variable, raw, f"{accepted}; {why}")
+        if not isinstance(ref, dict) or set(ref) != {"secretName", "key"} \
+                or not _DNS_SUBDOMAIN.fullmatch(str(ref["secretName"])) or not _SECRET_KEY.fullmatch(str(ref["key"])):
+            raise ConfigError(variable, raw, accepted)
+        out.append((name, ref["secretName"], ref["key"]))
+    return tuple(sorted(out))
+
+
+def _dns_name(variable: str, raw: str | None) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if not _DNS_SUBDOMAIN.fullmatch(raw) or len(raw) > 253:
+        raise ConfigError(variable, raw, "a Kubernetes object name (DNS subdomain)")
+    return raw
+
+
 AUTH_SOURCES = ("app", "pat", "gh")  # the CRD's enum (pidispatch.api.crds.AUTH_SOURCES; a test keeps them equal)
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
 _API_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?")
@@ -258,6 +293,11 @@ class OperatorSettings:
     job_start_timeout_seconds: int = 600
     # The job container's resources (requests/limits), unless its Trigger sets run.resources.
     job_resources: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    # Model credentials of every job Pod: (env name, Secret name, key), by secretKeyRef; a Trigger's
+    # run.credentials are merged over them.
+    job_credentials: tuple[tuple[str, str, str], ...] = ()
+    # A ConfigMap whose key models.json becomes pi's models.json (read-only) in job Pods.
+    job_models_configmap: str | None = None
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "pi-dispatch"
@@ -299,6 +339,9 @@ class OperatorSettings:
             job_start_timeout_seconds=integer("PI_DISPATCH_JOB_START_TIMEOUT_SECONDS", 600,
                                               "a whole number of seconds from 10 to 86400", 10, 86400),
             job_resources=_json_resources("PI_DISPATCH_JOB_RESOURCES", env.get("PI_DISPATCH_JOB_RESOURCES")),
+            job_credentials=_json_credentials("PI_DISPATCH_JOB_CREDENTIALS", env.get("PI_DISPATCH_JOB_CREDENTIALS")),
+            job_models_configmap=_dns_name("PI_DISPATCH_JOB_MODELS_CONFIGMAP",
+                                           env.get("PI_DISPATCH_JOB_MODELS_CONFIGMAP")),
             metrics_port=integer("PI_DISPATCH_METRICS_PORT", 9090, "a TCP port, 0 to turn metrics off", 0, 65535),
             health_port=integer("PI_DISPATCH_HEALTH_PORT", 8080, "a TCP port, 0 to turn the probe off", 0, 65535),
             peering=env.get("PI_DISPATCH_PEERING") or "pi-dispatch",

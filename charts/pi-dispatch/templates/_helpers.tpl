@@ -99,6 +99,14 @@ app.kubernetes.io/component: operator
 - name: PI_DISPATCH_JOB_RESOURCES
   value: {{ toJson . | quote }}
 {{- end }}
+{{- with .Values.job.credentials }}
+- name: PI_DISPATCH_JOB_CREDENTIALS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.modelsConfigMap }}
+- name: PI_DISPATCH_JOB_MODELS_CONFIGMAP
+  value: {{ . | quote }}
+{{- end }}
 - name: PI_DISPATCH_METRICS_PORT
   value: {{ .Values.metrics.port | int64 | quote }}
 - name: PI_DISPATCH_HEALTH_PORT

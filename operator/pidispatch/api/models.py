@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from pidispatch.api.vocabulary import (
     AUTH_SOURCES,
@@ -35,6 +35,7 @@ from pidispatch.api.vocabulary import (
     TRIGGER_EVENTS,
     TRIGGER_RULES,
 )
+from pidispatch.contract import ENV_AGENT_DIR, FORGE_TOKEN_NAMES, credential_name_problem
 from pidispatch.record import SESSION_REASONS, JobReason
 
 NULLABLE: dict[str, Any] = {"nullable": True}
@@ -101,6 +102,30 @@ class Resources(_Model):
     limits: Quantities = None
 
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class SecretKey(_Model):
+    """One key of a Secret in the Trigger's namespace: the job container reads it by ``secretKeyRef``."""
+
+    secretName: Text(253, pattern=DNS_SUBDOMAIN)
+    key: Text(253, pattern=r"^[-._a-zA-Z0-9]+$")
+
+
+_CREDENTIAL_NAMES_RULE = (
+    "self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && !(k in " + str(list(FORGE_TOKEN_NAMES)).replace('"', "'")
+    + ") && !k.startsWith('PI_SESSION') && k != '" + ENV_AGENT_DIR + "')")
+Credentials = Annotated[dict[str, SecretKey] | None, Field(
+    max_length=32, json_schema_extra={"x-kubernetes-validations": [{
+        "rule": _CREDENTIAL_NAMES_RULE,
+        "message": "credentials are named by environment variable, and may not be the forge token "
+                   "(GH_TOKEN, GITHUB_TOKEN, ...: it comes from the github.* values) or the operator's "
+                   "PI_SESSION* and PI_CODING_AGENT_DIR"}]},
+    description="The model's credentials: environment variable name -> a Secret's key (e.g. OPENAI_API_KEY: "
+                "{secretName: model-keys, key: openai}), merged over the deployment's job.credentials. Never "
+                "a plain value.")]
+
+
 class TriggerRun(_Model):
     kind: Literal["forge", "local"] | None = None
     flow: Text() | None = None
@@ -120,6 +145,16 @@ class TriggerRun(_Model):
         "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None
     resources: Annotated[Resources | None, Field(description=(
         "The job container's resources. Unset: the deployment's job.resources."))] = None
+    credentials: Credentials = None
+
+    @field_validator("credentials")
+    @classmethod
+    def _credential_names(cls, value: dict[str, SecretKey] | None) -> dict[str, SecretKey] | None:
+        for name in value or {}:
+            why = credential_name_problem(name)
+            if why is not None:
+                raise ValueError(why)
+        return value
 
 
 class TriggerSpec(_Model):

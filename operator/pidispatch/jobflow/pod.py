@@ -167,6 +167,14 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     return name, TOKEN_SECRET_KEY
 
 
+def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The deployment's model credentials with the Trigger's ``run.credentials`` merged over them."""
+    merged = {name: (secret, key) for name, secret, key in settings.job_credentials}
+    for name, ref in (run.get("credentials") or {}).items():
+        merged[name] = (str(ref.get("secretName")), str(ref.get("key")))
+    return merged
+
+
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
                host: HostRecord | None, token: tuple[str, str] | None) -> dict[str, Any]:
     """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise."""
@@ -184,6 +192,8 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         github_token=token,
         active_deadline_seconds=run.get("timeoutSeconds") or settings.job_timeout_seconds or None,
         resources=run.get("resources") or {part: dict(q) for part, q in settings.job_resources},
+        credentials=job_credentials(settings, run),
+        models_configmap=settings.job_models_configmap,
     ))
     try:
         return cluster.api.create(cluster.pods(), manifest)

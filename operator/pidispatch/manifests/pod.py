@@ -16,15 +16,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pidispatch.contract import (
+    AGENT_DIR,
     CONTAINER,
+    ENV_AGENT_DIR,
     ENV_HOST_RESUME,
     ENV_SESSION_FILE,
     JOB_LABEL,
     MANAGED_BY,
+    MODELS_JSON,
     SESSION_FILE,
     SESSION_MOUNT,
     TERMINATION_LOG,
     WORKSPACE,
+    credential_name_problem,
 )
 
 GH_TOKEN = "GH_TOKEN"
@@ -57,6 +61,10 @@ class PodInputs:
     active_deadline_seconds: int | None = None
     # The container's resources: {"requests": {...}, "limits": {...}} of quantity strings.
     resources: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Model credentials: env name -> (Secret name, key), by secretKeyRef (never a value in the spec).
+    credentials: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # A ConfigMap whose models.json is mounted read-only into pi's (writable) agent directory.
+    models_configmap: str | None = None
 
 
 def pod_name(job_name: str) -> str:
@@ -100,7 +108,13 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     mounted = p.session_subpath is not None
     if mounted and not p.staging_claim:
         raise ValueError("a session mount needs the staging claim")
-    env = {k: v for k, v in p.env.items() if not (p.github_token and k == GH_TOKEN)}
+    for name in p.credentials:
+        why = credential_name_problem(name)
+        if why is not None:
+            raise ValueError(f"credential {why}")
+    env = {k: v for k, v in p.env.items() if not (p.github_token and k == GH_TOKEN) and k not in p.credentials}
+    if p.models_configmap:
+        env[ENV_AGENT_DIR] = AGENT_DIR
     if mounted:
         env[ENV_SESSION_FILE] = SESSION_FILE
         env[ENV_HOST_RESUME] = "true" if p.host_resume else "false"
@@ -109,15 +123,23 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "image": p.image,
         "command": list(p.command),
         "workingDir": WORKSPACE,
-        "env": _env_list(env, p.github_token),
+        "env": _env_list(env, p.github_token, p.credentials),
         "securityContext": restricted_security_context(p.run_as_user),
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
     }
+    if p.models_configmap:
+        container["volumeMounts"] += [
+            {"name": "agent", "mountPath": AGENT_DIR},
+            {"name": "models", "mountPath": f"{AGENT_DIR}/{MODELS_JSON}", "subPath": MODELS_JSON, "readOnly": True}]
     if p.resources:
         container["resources"] = {part: dict(quantities) for part, quantities in p.resources.items() if quantities}
     volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}]
+    if p.models_configmap:
+        volumes += [{"name": "agent", "emptyDir": {}},
+                    {"name": "models", "configMap": {"name": p.models_configmap,
+                                                     "items": [{"key": MODELS_JSON, "path": MODELS_JSON}]}}]
     if mounted:
         container["volumeMounts"].append({"name": "session", "mountPath": SESSION_MOUNT,
                                           "subPath": p.session_subpath})
@@ -151,8 +173,11 @@ def _owner(job_name: str, job_uid: str) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
-def _env_list(env: dict[str, str], github_token: tuple[str, str] | None) -> list[dict[str, Any]]:
+def _env_list(env: dict[str, str], github_token: tuple[str, str] | None,
+              credentials: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
+    entries += [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+                for name, (secret, key) in credentials.items()]
     if github_token is not None:
         name, key = github_token
         entries.append({"name": GH_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
