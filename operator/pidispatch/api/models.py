@@ -16,7 +16,7 @@ Conventions the schema generator relies on:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
@@ -47,8 +47,26 @@ def _one_of(values: tuple[str, ...] | list[str]) -> Any:
     return Literal.__getitem__(tuple(values))  # a Literal built from the vocabulary's tuple
 
 
-def Text(max_length: int = 253, **field: Any) -> Any:  # noqa: N802 (reads as a type)
-    return Annotated[str, Field(max_length=max_length, **field)]
+# The closed lists as Literal types, built from the vocabulary's tuples (one source). mypy cannot follow
+# a Literal built at run time, so it reads them as the strings they are.
+if TYPE_CHECKING:
+    TriggerEvent: TypeAlias = str
+    AuthorAssociation: TypeAlias = str
+    AuthSource: TypeAlias = str
+    JobForge: TypeAlias = str
+    JobPhase: TypeAlias = str
+    JobReasonValue: TypeAlias = str
+    SessionKeyForge: TypeAlias = str
+    SessionReasonValue: TypeAlias = str
+else:
+    TriggerEvent = _one_of(TRIGGER_EVENTS)
+    AuthorAssociation = _one_of(AUTHOR_ASSOCIATIONS)
+    AuthSource = _one_of(AUTH_SOURCES)
+    JobForge = _one_of(JOB_FORGES)
+    JobPhase = _one_of(JOB_PHASES)
+    JobReasonValue = _one_of([r.value for r in JobReason])
+    SessionKeyForge = _one_of(SESSIONKEY_FORGES)
+    SessionReasonValue = _one_of(SESSION_REASONS)
 
 
 class _Model(BaseModel):
@@ -65,34 +83,34 @@ CONDITION_REASON = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 class Condition(_Model):
     """``metav1.Condition`` as the Kubernetes API conventions define it."""
 
-    type: Text(316, pattern=CONDITION_TYPE)
+    type: Annotated[str, Field(max_length=316, pattern=CONDITION_TYPE)]
     status: Literal["True", "False", "Unknown"]
     observedGeneration: Annotated[int | None, Field(ge=0, json_schema_extra=INT64)] = None
     lastTransitionTime: Annotated[str, Field(json_schema_extra=DATE_TIME)]
-    reason: Text(1024, min_length=1, pattern=CONDITION_REASON)
-    message: Text(32768)
+    reason: Annotated[str, Field(max_length=1024, min_length=1, pattern=CONDITION_REASON)]
+    message: Annotated[str, Field(max_length=32768)]
 
 
 Conditions = Annotated[list[Condition], Field(max_length=16, json_schema_extra={
     "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})]
-SessionReason = Annotated[_one_of(SESSION_REASONS) | None, Field(json_schema_extra=NULLABLE)]
+SessionReason = Annotated[SessionReasonValue | None, Field(json_schema_extra=NULLABLE)]
 
 
 # ---- Trigger ----------------------------------------------------------------------------------------
 
 class TriggerOn(_Model):
-    event: _one_of(TRIGGER_EVENTS)
-    label: Text() | None = None
-    phrase: Text(200) | None = None
-    repository: Text(200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$") | None = None
-    schedule: Text(100) | None = None
-    authorAssociations: Annotated[list[_one_of(AUTHOR_ASSOCIATIONS)] | None, Field(
+    event: TriggerEvent
+    label: Annotated[str, Field(max_length=253)] | None = None
+    phrase: Annotated[str, Field(max_length=200)] | None = None
+    repository: Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
+    schedule: Annotated[str, Field(max_length=100)] | None = None
+    authorAssociations: Annotated[list[AuthorAssociation] | None, Field(
         max_length=len(AUTHOR_ASSOCIATIONS),
         description="Who may start a job with a comment or a review, by their GitHub author association. "
                     "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
 
 
-Quantities = Annotated[dict[str, Text(64)] | None, Field(max_length=16)]
+Quantities = Annotated[dict[str, Annotated[str, Field(max_length=64)]] | None, Field(max_length=16)]
 
 
 class Resources(_Model):
@@ -108,8 +126,8 @@ DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?
 class SecretKey(_Model):
     """One key of a Secret in the Trigger's namespace: the job container reads it by ``secretKeyRef``."""
 
-    secretName: Text(253, pattern=DNS_SUBDOMAIN)
-    key: Text(253, pattern=r"^[-._a-zA-Z0-9]+$")
+    secretName: Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN)]
+    key: Annotated[str, Field(max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
 
 
 _CREDENTIAL_NAMES_RULE = (
@@ -128,18 +146,18 @@ Credentials = Annotated[dict[str, SecretKey] | None, Field(
 
 class TriggerRun(_Model):
     kind: Literal["forge", "local"] | None = None
-    flow: Text() | None = None
+    flow: Annotated[str, Field(max_length=253)] | None = None
     # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
     # apiserver's own type check ("spec.run.resume ... must be of type boolean").
     resume: Annotated[bool | None, Field(
         description="Continue the previous job's conversation on the same branch.")] = None
-    command: Text(4096) | None = None
+    command: Annotated[str, Field(max_length=4096)] | None = None
     replicas: Annotated[int | None, Field(ge=2, le=3)] = None
-    secrets: Annotated[list[Text()] | None, Field(max_length=32)] = None
-    model: Text(128) | None = None
-    image: Text(512) | None = None
-    piVersion: Text(64) | None = None
-    auth: _one_of(AUTH_SOURCES) | None = None
+    secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32)] = None
+    model: Annotated[str, Field(max_length=128)] | None = None
+    image: Annotated[str, Field(max_length=512)] | None = None
+    piVersion: Annotated[str, Field(max_length=64)] | None = None
+    auth: AuthSource | None = None
     timeoutSeconds: Annotated[int | None, Field(ge=1, le=604800, description=(
         "The job's run timeout (its Pod's activeDeadlineSeconds): past it the job is stopped, ends Failed "
         "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None
@@ -160,7 +178,7 @@ class TriggerRun(_Model):
 class TriggerSpec(_Model):
     """``spec`` of a Trigger. The load-time refusals (spec §10.3) are CEL rules on it."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": TRIGGER_RULES})
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(TRIGGER_RULES)})  # type: ignore[arg-type]
 
     on: TriggerOn
     run: TriggerRun
@@ -186,8 +204,8 @@ Number = Annotated[int, Field(ge=1)]
 
 
 class Resolved(_Model):
-    headRef: Text(255) | None = None
-    headRepository: Text(200) | None = None
+    headRef: Annotated[str, Field(max_length=255)] | None = None
+    headRepository: Annotated[str, Field(max_length=200)] | None = None
 
 
 class JobSpec(_Model):
@@ -196,16 +214,16 @@ class JobSpec(_Model):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
         {"rule": "self == oldSelf", "message": "a Job's event facts cannot change once it exists"}]})
 
-    trigger: Text()
-    forge: _one_of(JOB_FORGES)
-    repository: Text(REPOSITORY_MAX)
+    trigger: Annotated[str, Field(max_length=253)]
+    forge: JobForge
+    repository: Annotated[str, Field(max_length=REPOSITORY_MAX)]
     issue: Number | None = None
     pullRequest: Number | None = None
-    comment: Text(COMMENT_MAX) | None = None
-    sender: Text(SENDER_MAX) | None = None
+    comment: Annotated[str, Field(max_length=COMMENT_MAX)] | None = None
+    sender: Annotated[str, Field(max_length=SENDER_MAX)] | None = None
     fork: bool | None = None
-    authSource: _one_of(AUTH_SOURCES) | None = None
-    deliveryId: Text(DELIVERY_MAX) | None = None
+    authSource: AuthSource | None = None
+    deliveryId: Annotated[str, Field(max_length=DELIVERY_MAX)] | None = None
     resolved: Resolved | None = None
 
 
@@ -221,10 +239,10 @@ JobTokens = create_model("JobTokens", __base__=_Model, **{  # type: ignore[call-
 
 class JobStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
-    phase: _one_of(JOB_PHASES) | None = None
-    reason: Annotated[_one_of([r.value for r in JobReason]) | None, Field(json_schema_extra=NULLABLE)] = None
+    phase: JobPhase | None = None
+    reason: Annotated[JobReasonValue | None, Field(json_schema_extra=NULLABLE)] = None
     conditions: Conditions | None = None
-    podName: Text() | None = None
+    podName: Annotated[str, Field(max_length=253)] | None = None
     session: Annotated[JobSession | None, Field(json_schema_extra=NULLABLE)] = None
     tokens: Annotated[JobTokens | None, Field(json_schema_extra=NULLABLE)] = None  # type: ignore[valid-type]
     queuedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
@@ -237,32 +255,32 @@ class JobStatus(_Model):
 class SessionKeySpec(_Model):
     """``spec`` of a SessionKey: what the key names (its name is the key itself)."""
 
-    forge: _one_of(SESSIONKEY_FORGES)
-    repository: Text(200)
-    branch: Text(255)
+    forge: SessionKeyForge
+    repository: Annotated[str, Field(max_length=200)]
+    branch: Annotated[str, Field(max_length=255)]
 
 
 class ContextReading(_Model):
     tokens: int | None = None
     window: int | None = None
-    model: Annotated[Text(128) | None, Field(json_schema_extra=NULLABLE)] = None
+    model: Annotated[Annotated[str, Field(max_length=128)] | None, Field(json_schema_extra=NULLABLE)] = None
 
 
 class JudgedWith(_Model):
-    piVersion: Annotated[Text(64) | None, Field(json_schema_extra=NULLABLE)] = None
-    model: Annotated[Text(128) | None, Field(json_schema_extra=NULLABLE)] = None
+    piVersion: Annotated[Annotated[str, Field(max_length=64)] | None, Field(json_schema_extra=NULLABLE)] = None
+    model: Annotated[Annotated[str, Field(max_length=128)] | None, Field(json_schema_extra=NULLABLE)] = None
 
 
 class SessionKeyStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
     bytes: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
-    venue: Annotated[Text() | None, Field(json_schema_extra=NULLABLE)] = None
-    piVersion: Annotated[Text(64) | None, Field(json_schema_extra=NULLABLE)] = None
+    venue: Annotated[Annotated[str, Field(max_length=253)] | None, Field(json_schema_extra=NULLABLE)] = None
+    piVersion: Annotated[Annotated[str, Field(max_length=64)] | None, Field(json_schema_extra=NULLABLE)] = None
     resumeChain: Annotated[int | None, Field(ge=0)] = None
     context: Annotated[ContextReading | None, Field(json_schema_extra=NULLABLE)] = None
     next: SessionReason = None
-    lastJob: Text() | None = None
+    lastJob: Annotated[str, Field(max_length=253)] | None = None
     lastReason: SessionReason = None
     lastPromotedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
     judgedWith: Annotated[JudgedWith | None, Field(

@@ -253,7 +253,7 @@ LADDER: tuple[Gate, ...] = (
 #: Gates 0–10: metadata only, nothing of the transcript opened (a slice of the ladder, not a second list).
 METADATA_GATES: tuple[Gate, ...] = LADDER[:LADDER.index(transcript_was_replaced)]
 #: Where a caller's seams may stop the ladder: after the named gate passed.
-SEAM_AFTER = {context_is_too_full: "gates-judged", transcript_was_replaced: "transcript-opened"}
+SEAM_AFTER: dict[Gate, str] = {context_is_too_full: "gates-judged", transcript_was_replaced: "transcript-opened"}
 
 
 def judge(o: Observation, seams: Seams = NO_SEAMS, gates: Sequence[Gate] = LADDER) -> str | None:
