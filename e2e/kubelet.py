@@ -26,9 +26,10 @@ volume provisioner against the real kube-apiserver:
   grace period 0;
 * as a real kubelet does: ``activeDeadlineSeconds`` stops the Pod (SIGTERM, then SIGKILL) and fails it
   with ``reason: DeadlineExceeded``; a container whose env names a missing Secret or ConfigMap waits
-  (``CreateContainerConfigError``, the Pod stays Pending) until it appears; an image whose registry is
-  under the reserved ``.invalid`` domain cannot be pulled (``ErrImagePull``, then ``ImagePullBackOff``)
-  and its Pod stays Pending, so a nonexistent image can be tried without a registry. Container
+  (``CreateContainerConfigError``, the Pod stays Pending) until it appears; an image from the registry
+  ``unpullable.invalid`` (a reserved domain) cannot be pulled (``ErrImagePull``, then
+  ``ImagePullBackOff``) and its Pod stays Pending, so a nonexistent image can be tried without a
+  registry (every other image is ignored, as before). Container
   stdout+stderr go to ``DATA/pods/<ns>_<pod>_<uid>/logs/<container>.log``
   (``kubectl logs`` does not work: there is no kubelet API server).
 
@@ -95,7 +96,7 @@ class PodFailed(Exception):
 
 
 class _NotPulled(Exception):
-    """The image cannot be pulled (its registry is under ``.invalid``): ErrImagePull, then ImagePullBackOff."""
+    """The image cannot be pulled (its registry is ``unpullable.invalid``): ErrImagePull, then ImagePullBackOff."""
 
     def __init__(self, image: str, again: bool) -> None:
         self.reason = "ImagePullBackOff" if again else "ErrImagePull"
@@ -103,9 +104,11 @@ class _NotPulled(Exception):
                          f'failed to pull image "{image}": dial tcp: lookup {image.split("/", 1)[0]}: no such host')
 
 
+UNPULLABLE_REGISTRY = "unpullable.invalid"
+
+
 def _unpullable(image: str) -> bool:
-    host = image.split("/", 1)[0] if "/" in image else ""
-    return host.split(":", 1)[0].endswith(".invalid")
+    return image.split("/", 1)[0].split(":", 1)[0] == UNPULLABLE_REGISTRY
 
 
 class Waiting(Exception):

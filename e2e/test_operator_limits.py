@@ -2,7 +2,7 @@
 
 The test kubelet does what a real one does here: it stops a Pod at its ``activeDeadlineSeconds`` and
 fails it ``DeadlineExceeded``, and it keeps a Pod whose image cannot be pulled Pending
-(``ErrImagePull``, then ``ImagePullBackOff``; an image under ``.invalid`` is never found).
+(``ErrImagePull``, then ``ImagePullBackOff``; an image from ``unpullable.invalid`` is never found).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_a_job_past_its_timeout_is_stopped_and_promotes_nothing(release: Release
 
 def test_a_pod_that_never_starts_fails_its_job_and_the_next_one_runs(release: Release) -> None:
     r = release
-    r.trigger("unpullable", image="registry.invalid/pi-dispatch/job:0")
+    r.trigger("unpullable", image="unpullable.invalid/pi-dispatch/job:0")
     r.job("stuck", trigger="unpullable", issue=802)
     r.job("behind", issue=803)
     stuck = r.wait_job("stuck", timeout=START_TIMEOUT + 90)

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 _CANONICAL_NON_NEGATIVE = re.compile(r"(?:0|[1-9][0-9]*)")
 
@@ -100,31 +101,33 @@ DEFAULT_JOB_IMAGE = "ghcr.io/pi-dispatch/job:latest"
 DEFAULT_JOB_COMMAND = ("pidispatch", "runner")
 
 
-def _json_command(variable: str, raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+def _json_value(variable: str, raw: str | None, accepted: str) -> Any:
+    """The JSON value of a setting, ``None`` when it is unset or blank; malformed JSON is a configuration error."""
     import json
 
     if raw is None or raw.strip() == "":
-        return default
-    accepted = 'a JSON array of non-empty strings, e.g. ["pidispatch","runner"]'
+        return None
     try:
-        value = json.loads(raw)
+        return json.loads(raw)
     except ValueError:
         raise ConfigError(variable, raw, accepted) from None
+
+
+def _json_command(variable: str, raw: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    accepted = 'a JSON array of non-empty strings, e.g. ["pidispatch","runner"]'
+    value = _json_value(variable, raw, accepted)
+    if value is None:
+        return default
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(variable, raw, accepted)
     return tuple(value)
 
 
 def _json_env(variable: str, raw: str | None) -> tuple[tuple[str, str], ...]:
-    import json
-
-    if raw is None or raw.strip() == "":
-        return ()
     accepted = 'a JSON object of string values, e.g. {"PI_OFFLINE":"1"}'
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ConfigError(variable, raw, accepted) from None
+    value = _json_value(variable, raw, accepted)
+    if value is None:
+        return ()
     if not isinstance(value, dict) or not all(isinstance(k, str) and k and isinstance(v, str)
                                               for k, v in value.items()):
         raise ConfigError(variable, raw, accepted)
@@ -135,16 +138,12 @@ def _json_env(variable: str, raw: str | None) -> tuple[tuple[str, str], ...]:
 
 
 def _json_resources(variable: str, raw: str | None) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
-    import json
-
-    if raw is None or raw.strip() == "":
-        return ()
     accepted = ('a JSON object {"requests": {...}, "limits": {...}} of quantity strings, '
                 'e.g. {"limits":{"memory":"2Gi"}}')
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ConfigError(variable, raw, accepted) from None
+    value = _json_value(variable, raw, accepted)
+    if value is None:
+        return ()
+
     def quantity(q: object) -> bool:  # "500m", "2Gi", or a whole number (Helm renders `cpu: 1` as 1)
         return (isinstance(q, str) and q != "") or (isinstance(q, int) and not isinstance(q, bool) and q >= 0)
 
@@ -156,18 +155,13 @@ def _json_resources(variable: str, raw: str | None) -> tuple[tuple[str, tuple[tu
 
 
 def _json_credentials(variable: str, raw: str | None) -> tuple[tuple[str, str, str], ...]:
-    import json
-
     from pidispatch.contract import credential_name_problem
 
-    if raw is None or raw.strip() == "":
-        return ()
     accepted = ('a JSON object of environment variable -> {"secretName": ..., "key": ...}, '
                 'e.g. {"OPENAI_API_KEY":{"secretName":"model-keys","key":"openai"}}')
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        raise ConfigError(variable, raw, accepted) from None
+    value = _json_value(variable, raw, accepted)
+    if value is None:
+        return ()
     if not isinstance(value, dict):
         raise ConfigError(variable, raw, accepted)
     out = []
