@@ -198,3 +198,16 @@ def test_malformed_credentials_are_configuration_errors(raw: str, named: str) ->
     with pytest.raises(ConfigError) as refused:
         OperatorSettings.from_env({"PI_DISPATCH_JOB_CREDENTIALS": raw})
     assert "PI_DISPATCH_JOB_CREDENTIALS" in str(refused.value) and named in str(refused.value)
+
+
+def test_a_pod_that_started_meanwhile_is_not_given_up(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    """The resync saw it Pending past the timeout; by the time the Job's lock is held it runs: left alone."""
+    d = dispatcher(api, clock, tmp_path, EPOCH + 700)
+    d.on_job("ADDED", new_job(api, "late-start"))
+    pump(d)
+    [pod] = api.pods()
+    stale = {**pod, "status": {"phase": "Pending"}}
+    api.patch(f"{PODS}/{pod['metadata']['name']}/status", {"status": {"phase": "Running"}})
+    d.give_up("late-start", stale, "ImagePullBackOff: seen a moment ago")
+    assert phase(api, "late-start") == "Running"
+    assert api.pods(), "a running Pod was deleted"

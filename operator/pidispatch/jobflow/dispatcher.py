@@ -287,13 +287,9 @@ class Dispatcher:
         self._gauges()
 
     def _retry_later(self, name: str, exc: Exception) -> None:
-        """A start that failed for a passing reason (GitHub or apiserver outage, an old Pod of the name
-        not yet collected): back in line at its old place, but not before its back-off ends.
-
-        A burst is never dropped and FIFO order among ready Jobs survives errors, yet the failing Job
-        does not hold the head of the queue: the Jobs behind it start meanwhile. The first failure in a
-        row is written on the Job (``Started`` False, ``StartRetrying``); later retries only log, so a
-        long outage costs one write, and a start that works costs none.
+        """A start that failed for a passing reason (GitHub or apiserver outage, an old Pod of the name not
+        yet collected): back in line at its place after a back-off, while the Jobs behind it start. Only
+        the first failure in a row is written (``StartRetrying``): a long outage costs one write.
         """
         failures = self._failures.get(name, 0) + 1
         self._failures[name] = failures
@@ -406,6 +402,11 @@ class Dispatcher:
             if found is None:
                 return
             job, jd = found
+            # Judged again on a fresh read, under the Job's lock: the Pod may have started since.
+            pod = self.api.get_or_none(self.cluster.pods(pod["metadata"]["name"])) or {}
+            why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds) if pod else None
+            if why is None or owner_uid(pod) != job["metadata"]["uid"]:
+                return  # started, gone (its end is the completion's), or another Job's
             try:
                 self.api.delete(self.cluster.pods(pod["metadata"]["name"]))
             except ApiError as exc:
