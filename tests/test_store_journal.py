@@ -8,14 +8,15 @@ no lock, candidate or temp is left, and no older transcript replaced a newer one
 
 from __future__ import annotations
 
-import re
+import hashlib
+import os
 import threading
 from pathlib import Path
 
 import pytest
 
 from pidispatch.settings import Settings
-from pidispatch.store import keyguard
+from pidispatch.store import fsio, keyguard
 from pidispatch.store.journal import promote_once, release_interrupted
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
@@ -26,7 +27,6 @@ OLD = sample("s1_after_turn1.jsonl")
 NEW = sample("s1_after_turn2.jsonl")
 NEWER = NEW + sample("s2_tool_call.jsonl").split(b"\n", 1)[1]  # another job's later turn
 BASE = {"current.jsonl", "pi-version", "venue", "resume-chain", "context"}
-STRAY = re.compile(r"(current\.jsonl|lock)\.\d+\.\d+\.[0-9a-f]{12}\.incoming")
 CONTEXT = (1234, 200000)
 
 
@@ -209,3 +209,18 @@ def test_two_promotions_on_one_key_at_once_one_is_locked(seeded: Store) -> None:
     assert first.promoted
     assert [(r.promoted, r.reason) for r in second] == [(False, "locked")]  # type: ignore[attr-defined]
     assert (seeded.key_dir() / "current.jsonl").read_bytes() == NEW
+
+
+def test_a_journal_an_older_operator_wrote_is_recovered_without_its_names(seeded: Store) -> None:
+    """Before the lock candidates, a started journal held the lock's identity, not names: after an upgrade
+    it is judged as before (the swap landed, or not) and touches nothing it cannot prove is its own."""
+    jd = job_dir(seeded.stage_root, "job-a", NEW)
+    digest = hashlib.sha256(NEW).hexdigest()
+    before = list(fsio.Identity.of(os.lstat(seeded.key_dir() / "current.jsonl")))
+    jd.write(PROMOTION, {"state": "started", "size": len(NEW), "sha256": digest, "before": before,
+                         "lock": [1, 2, 3, 4]})
+    (seeded.key_dir() / "None").write_bytes(b"a stray file an operator must not touch")
+    result = promote_once(seeded.settings, jd, host(), CONTEXT)
+    assert (result.promoted, result.reason) == (True, "promoted")
+    assert (seeded.key_dir() / "current.jsonl").read_bytes() == NEW
+    assert (seeded.key_dir() / "None").exists()

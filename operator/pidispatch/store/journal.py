@@ -83,10 +83,9 @@ def promote_once(
             started = _intent(settings, jd, host.key)
             jd.write(PROMOTION, started)
         seams.at("journaled")
-        names = Names(str(started["temp"]), str(started["lock"]))
         result = promote(settings, host.key, jd.session, host_resume=host.resume, venue=host.venue,
                          pi_version=host.pi_version, model=host.model, context=context, clock=clock, seams=seams,
-                         names=names)
+                         names=_names(started) or Names.fresh())
         seams.at("promoted")
         return _finish(jd, result)
 
@@ -139,11 +138,26 @@ def _recover(settings: Settings, key: str, started: dict[str, Any]) -> Promotion
     return None
 
 
+def _names(started: dict[str, Any]) -> Names | None:
+    """The attempt's journaled names; ``None`` for a journal an operator before them wrote (it named none)."""
+    temp, candidate = started.get("temp"), started.get("lock")
+    if isinstance(temp, str) and isinstance(candidate, str):
+        return Names(temp, candidate)
+    return None
+
+
 def _release_names(dir_fd: int, key: str, started: dict[str, Any]) -> bool:
-    """Remove what an interrupted attempt left under its journaled names; True when that included the lock."""
-    held = lock.holds_lock(dir_fd, str(started.get("lock")))
-    lock.release_lock(dir_fd, key, str(started.get("lock")))
-    fsio.clear_name(str(started.get("temp")), dir_fd)
+    """Remove what an interrupted attempt left under its journaled names; True when that included the lock.
+
+    A journal without names (an older operator's) proves nothing of its own: its lock, if any, is left
+    to the one-hour takeover rule, as it always was.
+    """
+    names = _names(started)
+    if names is None:
+        return False
+    held = lock.holds_lock(dir_fd, names.lock)
+    lock.release_lock(dir_fd, key, names.lock)
+    fsio.clear_name(names.temp, dir_fd)
     return held
 
 
