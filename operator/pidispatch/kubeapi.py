@@ -74,8 +74,10 @@ class Api:
         from kubernetes import client, config
 
         cfg = client.Configuration()
-        config.load_kube_config(client_configuration=cfg)
-        _, active = config.list_kube_config_contexts()
+        # KUBECONFIG as it is now: the loader's own default is read once, when the module is imported.
+        files = os.environ.get("KUBECONFIG") or None
+        config.load_kube_config(config_file=files, client_configuration=cfg)
+        _, active = config.list_kube_config_contexts(config_file=files)
         token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
         if token and token.lower().startswith("bearer "):
             token = token[7:]
