@@ -38,16 +38,16 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    branches = node.pop("anyOf", None)
+    if branches is not None:  # ``X | None``: the field's own keys sit beside the branches
+        kept = [b for b in branches if b != {"type": "null"}]
+        if len(kept) != 1:
+            raise ValueError(f"a CRD schema cannot say 'one of' {branches!r}")
+        node = {**kept[0], **node}
     ref = node.pop("$ref", None)
     if ref is not None:
         target = {k: v for k, v in defs[ref.rsplit("/", 1)[-1]].items() if k != "description"}
         node = {**target, **node}  # the field's own keys (its description) win over the model's
-    branches = node.pop("anyOf", None)
-    if branches is not None:
-        kept = [b for b in branches if b != {"type": "null"}]
-        if len(kept) != 1:
-            raise ValueError(f"a CRD schema cannot say 'one of' {branches!r}")
-        node = {**_convert(kept[0], defs), **{k: v for k, v in node.items()}}
     if "const" in node:
         node["enum"] = [node.pop("const")]
     if node.get("nullable") is not True:
@@ -61,7 +61,7 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
         elif key == "additionalProperties":
             if isinstance(value, dict):
                 out[key] = _convert(value, defs)
-        elif key in ("items",):
+        elif key == "items":
             out[key] = _convert(value, defs)
         else:
             out[key] = value

@@ -67,7 +67,7 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
                       promotion, report, forgotten)
 
 
-def never_started(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: int) -> Completion:
+def unstarted(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: int) -> Completion:
     """The end of a Job whose Pod did not start within the start timeout (the Pod is deleted; nothing ran)."""
     verdict = host.verdict() if host is not None else None
     return Completion(Ended("Failed", merge_session(verdict, None, None), None, "PodNeverStarted",

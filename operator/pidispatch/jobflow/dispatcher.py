@@ -30,8 +30,7 @@ from pidispatch.jobflow import sessionkey, timers
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
-from pidispatch.jobflow.complete import Completion, complete, record_end
-from pidispatch.jobflow.complete import never_started as never_started_end
+from pidispatch.jobflow.complete import Completion, complete, record_end, unstarted
 from pidispatch.jobflow.pod import never_started, owner_name, owner_uid, pod_phase
 from pidispatch.jobflow.stage import session_view, start_message
 from pidispatch.jobflow.start import Launched, launch
@@ -414,7 +413,7 @@ class Dispatcher:
                     raise  # the Pod might still start: the Job stays Running, and the resync tries again
             emit("job_pod_never_started", job=name, reason=why.split(":", 1)[0])
             host = jd.read_host()
-            self._finish(name, job, jd, host, never_started_end(jd, host, why, self.s.job_start_timeout_seconds))
+            self._finish(name, job, jd, host, unstarted(jd, host, why, self.s.job_start_timeout_seconds))
 
     def _job_of(self, name: str, pod: dict[str, Any] | None) -> tuple[dict[str, Any], JobDir] | None:
         """The Job ``pod`` belongs to, if it has not ended yet (an ended one only gets its slot and staging freed)."""

@@ -23,7 +23,7 @@ import shutil
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pidispatch.events import emit
@@ -209,8 +209,8 @@ def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = T
                                  pi_version=record.pi_version, model=record.model, clock=clock, seams=seams)
             if resolution is not None:
                 verdict = resolution.verdict
-                record = HostRecord(**{**asdict(record), "mounted": True, "resume": verdict.resume,
-                                       "reason": verdict.reason, "bytes": verdict.bytes})
+                record = replace(record, mounted=True, resume=verdict.resume, reason=verdict.reason,
+                                 bytes=verdict.bytes)
         jd.write(HOST, record.to_json(), durable=False)
     return record
 
