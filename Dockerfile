@@ -46,9 +46,13 @@ CMD ["operator"]
 FROM ${NODE_IMAGE} AS node
 
 FROM runtime AS job
+# git for the workspace (the runner's clone, the agent's commits and pushes) and the GitHub CLI, pinned:
+# Debian bookworm's gh, the version the e2e tests run against the local forge.
+ARG GH_VERSION=2.23.0+dfsg1-1
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates git \
- && rm -rf /var/lib/apt/lists/*
+ && apt-get install -y --no-install-recommends ca-certificates git "gh=${GH_VERSION}" \
+ && rm -rf /var/lib/apt/lists/* \
+ && gh --version
 COPY --from=node /usr/local/bin/node /usr/local/bin/node
 COPY --from=node /usr/local/lib/node_modules/npm /usr/local/lib/node_modules/npm
 RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \

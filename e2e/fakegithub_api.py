@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import secrets
 import threading
 import time
@@ -31,7 +32,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from e2e.gitforge import git_path, read_body, serve_git
 
 SAME = object()  # set_pull: the head repository is the base repository
 JWT_MAX_LIFETIME = 600
@@ -69,6 +72,9 @@ class Pull:
     head_repo: str | None
     status: int = 200
     delay: float = 0.0
+    title: str = ""
+    body: str = ""
+    base_ref: str = "main"
 
 
 @dataclass
@@ -105,6 +111,16 @@ class FakeGitHubAPI:
     requests: list[Request] = field(default_factory=list)
     tokens: dict[str, Issued] = field(default_factory=dict)
     pulls: dict[tuple[str, int], Pull] = field(default_factory=dict)
+    # The git forge behind the API (``e2e/gitforge.py``): branch tips, default branches, commits and
+    # ``/OWNER/NAME.git`` smart HTTP come from these real repositories. None: the API alone.
+    repos: Any = None
+    tls: tuple[str, str] | None = None  # (certificate, key): serve HTTPS (gh needs it for a non-github.com host)
+    prefix: str = ""  # "/api/v3": GitHub Enterprise's layout (REST under the prefix, git at the root)
+    issues: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (title, body)
+    graphql: list[dict[str, Any]] = field(default_factory=list)  # every GraphQL request body, in order
+    # A lagging answer: GET git/ref/<ref> names this commit whatever the repository says (a replica
+    # behind a force-push).
+    stale_refs: dict[tuple[str, str], str] = field(default_factory=dict)
     _comments: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _server: ThreadingHTTPServer | None = None
@@ -128,6 +144,11 @@ class FakeGitHubAPI:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if self.tls is not None:
+            import ssl
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls[0], self.tls[1])
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="fakegithub-api",
                          daemon=True).start()
         return self
@@ -145,18 +166,33 @@ class FakeGitHubAPI:
         self.stop()
 
     @property
-    def url(self) -> str:
+    def web_url(self) -> str:
+        """The forge's own address (clones: ``<web_url>/OWNER/NAME.git``)."""
         assert self._server is not None, "start() first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        """The REST API's base URL."""
+        return self.web_url + self.prefix
+
+    @property
+    def host(self) -> str:
+        """``GH_HOST`` for gh: host:port."""
+        return self.web_url.split("://", 1)[1]
+
+    def set_issue(self, repo: str, number: int, title: str, body: str = "") -> None:
+        with self._lock:
+            self.issues[(repo, number)] = (title, body)
 
     # ---- scripting -----------------------------------------------------------------------------------
 
     def set_pull(self, repo: str, number: int, *, head_ref: str = "feature", head_repo: Any = SAME,
-                 status: int = 200, delay: float = 0.0) -> None:
+                 status: int = 200, delay: float = 0.0, title: str = "", body: str = "") -> None:
         """Configure PR ``number`` of ``repo``: ``head_repo=None`` is a deleted fork."""
         with self._lock:
             self.pulls[(repo, number)] = Pull(repo, number, head_ref, repo if head_repo is SAME else head_repo,
-                                              status, delay)
+                                              status, delay, title or f"PR {number}", body)
 
     def comments(self, repo: str, number: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -204,19 +240,153 @@ class FakeGitHubAPI:
                 "owner": {"login": owner, "type": "User"}, "html_url": f"https://github.com/{full_name}",
                 "fork": False, "url": f"{self.url}/repos/{full_name}"}
 
+    def _tip(self, repo: str | None, branch: str) -> str | None:
+        if self.repos is None or repo is None or not self.repos.exists(repo):
+            return None
+        return self.repos.tip(repo, branch)
+
+    def _pull_sha(self, p: Pull) -> str:
+        """The head commit: the head branch's tip in the forge (a fork's: refs/pull/<n>/head of the base)."""
+        if self.repos is not None and self.repos.exists(p.base_repo):
+            if p.head_repo == p.base_repo:
+                return self._tip(p.base_repo, p.head_ref) or "a" * 40
+            return self.repos.resolve(p.base_repo, f"refs/pull/{p.number}/head") or "a" * 40
+        return "a" * 40
+
     def _pull_json(self, p: Pull) -> dict[str, Any]:
         head_repo = None if p.head_repo is None else {**self._repo_json(p.head_repo),
                                                        "fork": p.head_repo != p.base_repo}
         head_owner = p.head_repo.split("/", 1)[0] if p.head_repo else "unknown"
         return {
             "url": f"{self.url}/repos/{p.base_repo}/pulls/{p.number}", "id": 90000 + p.number, "number": p.number,
-            "state": "open", "locked": False, "title": f"PR {p.number}", "user": {"login": head_owner},
-            "head": {"label": f"{head_owner}:{p.head_ref}", "ref": p.head_ref, "sha": "a" * 40,
+            "state": "open", "locked": False, "title": p.title or f"PR {p.number}", "body": p.body,
+            "user": {"login": head_owner},
+            "head": {"label": f"{head_owner}:{p.head_ref}", "ref": p.head_ref, "sha": self._pull_sha(p),
                      "user": {"login": head_owner}, "repo": head_repo},
-            "base": {"label": f"{p.base_repo.split('/')[0]}:main", "ref": "main", "sha": "b" * 40,
+            "base": {"label": f"{p.base_repo.split('/')[0]}:{p.base_ref}", "ref": p.base_ref,
+                     "sha": self._tip(p.base_repo, p.base_ref) or "b" * 40,
                      "user": {"login": p.base_repo.split("/")[0]}, "repo": self._repo_json(p.base_repo)},
             "draft": False, "merged": False,
         }
+
+    def _forge_route(self, method: str, repo: str, rest: list[str], body: Any, kind: str
+                     ) -> tuple[int, Any, dict[str, str], float] | None:
+        """The routes the workspace checkout and ``gh`` use, answered from the real repositories."""
+        not_found = (404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}, 0.0)
+        forge = self.repos if self.repos is not None and self.repos.exists(repo) else None
+        if method == "GET" and not rest:  # GET /repos/{o}/{r}
+            default = forge.default_branch(repo) if forge else "main"
+            return 200, {**self._repo_json(repo), "default_branch": default,
+                         "permissions": {"admin": False, "push": True, "pull": True}}, {}, 0.0
+        if method == "GET" and len(rest) >= 4 and rest[:3] == ["git", "ref", "heads"]:
+            ref = "refs/heads/" + unquote("/".join(rest[3:]))
+            sha = self.stale_refs.get((repo, ref)) or (forge.resolve(repo, ref) if forge else None)
+            if sha is None:
+                return not_found
+            return 200, {"ref": ref, "node_id": "REF_x", "url": f"{self.url}/repos/{repo}/git/{ref}",
+                         "object": {"sha": sha, "type": "commit", "url": f"{self.url}/repos/{repo}/git/commits/{sha}"}
+                         }, {}, 0.0
+        if method == "GET" and len(rest) == 2 and rest[0] == "issues" and rest[1].isdigit():
+            with self._lock:
+                found = self.issues.get((repo, int(rest[1])))
+            if found is None:
+                return not_found
+            return 200, {"number": int(rest[1]), "title": found[0], "body": found[1], "state": "open",
+                         "user": {"login": "octocat", "type": "User"},
+                         "url": f"{self.url}/repos/{repo}/issues/{rest[1]}"}, {}, 0.0
+        if method == "GET" and len(rest) == 2 and rest[0] == "compare" and "..." in rest[1]:
+            base, _, head = unquote(rest[1]).partition("...")
+            counts = forge.count(repo, base, head) if forge else None
+            if counts is None:
+                return not_found
+            ahead, behind = counts
+            status = "identical" if not ahead and not behind else "ahead" if not behind else \
+                "behind" if not ahead else "diverged"
+            return 200, {"status": status, "ahead_by": ahead, "behind_by": behind, "total_commits": ahead}, {}, 0.0
+        if method == "POST" and rest == ["pulls"]:
+            if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in ("title", "head", "base")):
+                return 422, {"message": "Validation Failed"}, {}, 0.0
+            return self._create_pull(repo, body["title"], str(body.get("body") or ""), body["head"], body["base"])
+        return None
+
+    def _create_pull(self, repo: str, title: str, body: str, head: str, base: str
+                     ) -> tuple[int, Any, dict[str, str], float]:
+        head = head.split(":", 1)[-1]
+        if self.repos is None or self.repos.tip(repo, head) is None:
+            return 422, {"message": "Validation Failed", "errors": [{"field": "head", "code": "invalid"}]}, {}, 0.0
+        with self._lock:
+            if any(p.base_repo == repo and p.head_ref == head for p in self.pulls.values()):
+                return 422, {"message": f"A pull request already exists for {repo.split('/')[0]}:{head}."}, {}, 0.0
+            number = max([n for (r, n) in list(self.pulls) + list(self.issues) if r == repo] + [0]) + 1
+            pull = Pull(repo, number, head, repo, title=title, body=body, base_ref=base)
+            self.pulls[(repo, number)] = pull
+        return 201, self._pull_json(pull), {}, 0.0
+
+    def created_pulls(self, repo: str) -> list[Pull]:
+        with self._lock:
+            return [p for (r, _), p in self.pulls.items() if r == repo]
+
+    def _graphql(self, body: Any, kind: str, token: str | None, issued: Issued | None
+                 ) -> tuple[int, Any, dict[str, str], float]:
+        with self._lock:
+            self.graphql.append(body if isinstance(body, dict) else {"raw": body})
+        if kind not in ("installation", "pat"):
+            return 401, {"message": "Bad credentials"}, {}, 0.0
+        query = str((body or {}).get("query", "")) if isinstance(body, dict) else ""
+        variables = (body or {}).get("variables") or {} if isinstance(body, dict) else {}
+        named = re.search(r"\b(query|mutation)\s+(\w+)", query)
+        answer = self._graphql_answer(named.group(2) if named else "", variables, kind, issued)
+        if answer is None:
+            return 200, {"errors": [{"message": f"this fake does not answer {named.group(2) if named else query[:80]}"}]}, \
+                {}, 0.0
+        return 200, {"data": answer}, {}, 0.0
+
+    def _repository_node(self, owner: str, name: str) -> dict[str, Any]:
+        full = f"{owner}/{name}"
+        default = self.repos.default_branch(full) if self.repos is not None and self.repos.exists(full) else "main"
+        rid = self._repo_json(full)["node_id"]
+        return {"id": rid, "name": name, "owner": {"login": owner}, "hasIssuesEnabled": True, "description": "",
+                "hasWikiEnabled": False, "viewerPermission": "WRITE", "defaultBranchRef": {"name": default},
+                "parent": None, "mergeCommitAllowed": True, "rebaseMergeAllowed": True, "squashMergeAllowed": True}
+
+    def _graphql_answer(self, operation: str, v: dict[str, Any], kind: str, issued: Issued | None) -> Any:
+        """The few operations ``gh pr create`` sends (gh 2.23), answered from the fake's own state."""
+        login = "pi-dispatch[bot]" if kind == "installation" else "token-owner"
+        if operation == "RepositoryInfo":
+            return {"repository": self._repository_node(str(v.get("owner")), str(v.get("name")))}
+        if operation in ("UserCurrent", "CurrentUsername"):
+            return {"viewer": {"login": login}}
+        if operation == "PullRequestForBranch":
+            full = f"{v.get('owner')}/{v.get('repo')}"
+            with self._lock:
+                found = [p for p in self.pulls.values() if p.base_repo == full and p.head_ref == v.get("headRefName")]
+            return {"repository": {"pullRequests": {"nodes": [self._pull_node(p) for p in found]}}}
+        if operation == "PullRequestCreate":
+            given = v.get("input") or {}
+            repo = next((r for r in {p.base_repo for p in self.pulls.values()} | set(self.installation_repos)
+                         | set(self._known_repos()) if self._repo_json(r)["node_id"] == given.get("repositoryId")), None)
+            if repo is None:
+                return None
+            status, payload, _, _ = self._create_pull(repo, str(given.get("title", "")), str(given.get("body") or ""),
+                                                      str(given.get("headRefName", "")),
+                                                      str(given.get("baseRefName", "")))
+            if status != 201:
+                return None
+            return {"createPullRequest": {"pullRequest": {"id": f"PR_{payload['number']}",
+                                                          "url": f"{self.web_url}/{repo}/pull/{payload['number']}"}}}
+        return None
+
+    def _known_repos(self) -> list[str]:
+        if self.repos is None:
+            return []
+        return [f"{owner.name}/{repo.name[:-4]}" for owner in self.repos.root.iterdir() if owner.is_dir()
+                for repo in owner.iterdir() if repo.name.endswith(".git")]
+
+    def _pull_node(self, p: Pull) -> dict[str, Any]:
+        return {"id": f"PR_{p.number}", "number": p.number, "title": p.title, "state": "OPEN", "body": p.body,
+                "url": f"{self.web_url}/{p.base_repo}/pull/{p.number}", "headRefName": p.head_ref,
+                "baseRefName": p.base_ref, "isCrossRepository": p.head_repo != p.base_repo,
+                "headRepositoryOwner": {"login": (p.head_repo or "x/").split("/")[0]}}
 
     def _verify_jwt(self, jwt: str) -> str | None:
         """``None`` when the App's JWT is good, else why not."""
@@ -271,11 +441,49 @@ class FakeGitHubAPI:
             return "pat", token, None
         return "invalid", token, None
 
+    def _git_user(self, header: str | None, repo: str) -> tuple[str, str | None, str | None]:
+        """(kind, token, user) of a git request's Basic credentials: a live token that can see ``repo``."""
+        scheme, _, encoded = (header or "").partition(" ")
+        if scheme.lower() != "basic":
+            return "none", None, None
+        try:
+            user, _, token = base64.b64decode(encoded.strip()).decode().partition(":")
+        except ValueError:
+            return "invalid", None, None
+        kind, _, issued = self._credential(f"token {token}")
+        if kind == "installation" and issued is not None and repo not in issued.repositories:
+            kind = "invalid"
+        return kind, token, user if kind in ("installation", "pat") else None
+
+    def _serve_git(self, h: BaseHTTPRequestHandler, repo: str, rest: str, query: str) -> None:
+        body = read_body(h)
+        with self._lock:
+            kind, token, user = self._git_user(h.headers.get("Authorization"), repo)
+        status = 200 if user else 401
+        with self._lock:
+            self.requests.append(Request(h.command, urlsplit(h.path).path, f"git-{kind}",
+                                         fingerprint(token) if token else None, status))
+        if user is None or self.repos is None or not self.repos.exists(repo):
+            # As GitHub: ask for credentials (git then runs its askpass), and hide what the caller cannot see.
+            data = b"Authentication required\n" if user is None else b"Repository not found\n"
+            h.send_response(401 if user is None else 404)
+            if user is None:
+                h.send_header("WWW-Authenticate", 'Basic realm="GitHub"')
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+            return
+        serve_git(h, self.repos, repo, rest, query, body, user)
+
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
         split = urlsplit(h.path)
+        target = git_path(split.path) if self.repos is not None else None
+        if target is not None:
+            self._serve_git(h, target[0], target[1], split.query)
+            return
         query = parse_qs(split.query)
-        length = int(h.headers.get("Content-Length") or 0)
-        raw = h.rfile.read(length) if length else b""
+        raw = read_body(h)
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -283,7 +491,14 @@ class FakeGitHubAPI:
         auth_header = h.headers.get("Authorization")
         with self._lock:
             kind, token, issued = self._credential(auth_header)
-        status, payload, headers, delay = self._route(h.command, split.path, query, body, kind, token, issued)
+        path = split.path
+        if path == "/api/graphql":
+            status, payload, headers, delay = self._graphql(body, kind, token, issued)
+        elif self.prefix and not path.startswith(self.prefix + "/"):
+            status, payload, headers, delay = 404, {"message": "Not Found"}, {}, 0.0
+        else:
+            status, payload, headers, delay = self._route(h.command, path[len(self.prefix):], query, body, kind,
+                                                          token, issued)
         with self._lock:  # logged before any delay: a client that gave up was still asked
             self.requests.append(Request(h.command, split.path, kind, fingerprint(token) if token else None, status,
                                          body))
@@ -339,13 +554,16 @@ class FakeGitHubAPI:
             with self._lock:
                 issued.revoked = True
             return 204, None, {}, 0.0
-        if len(parts) < 5 or parts[0] != "repos":
+        if len(parts) < 3 or parts[0] != "repos":
             return not_found
         repo = f"{parts[1]}/{parts[2]}"
         if kind not in ("installation", "pat"):
             return bad_credentials
         if kind == "installation" and issued is not None and repo not in issued.repositories:
             return not_found  # GitHub does not say a repository exists to a token that cannot see it
+        answered = self._forge_route(method, repo, parts[3:], body, kind)
+        if answered is not None:
+            return answered
         # GET /repos/{o}/{r}/pulls/{n}
         if method == "GET" and len(parts) == 5 and parts[3] == "pulls" and parts[4].isdigit():
             with self._lock:

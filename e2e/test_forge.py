@@ -38,7 +38,9 @@ TIMEOUT_SECONDS = 2
 
 
 def app_values(api: FakeGitHubAPI, **env: str) -> dict[str, Any]:
-    return merge(base_values(**env), {"github": {
+    # The key and token path alone: this fake API has no repositories, so no workspace is checked out
+    # (e2e/test_workspace.py proves the checkout against a real git forge).
+    return merge(base_values(**env), {"job": {"checkout": False}, "github": {
         "authSource": "app", "apiUrl": api.url, "timeoutSeconds": TIMEOUT_SECONDS,
         "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}}})
 
@@ -354,7 +356,7 @@ def test_killed_right_after_posting_the_comment_is_not_posted_twice(no_store: Re
 
 def test_pat_source_uses_the_mounted_token_and_hands_the_secret_by_reference(
         cluster: Cluster, kube: Kube, kubelet: object, github: FakeGitHubAPI) -> None:
-    values = merge(base_values(), {"sessions": {"enabled": True}, "github": {
+    values = merge(base_values(), {"sessions": {"enabled": True}, "job": {"checkout": False}, "github": {
         "authSource": "pat", "apiUrl": github.url, "timeoutSeconds": TIMEOUT_SECONDS,
         "token": {"secretName": "gh-token", "key": "token"}}})
     r = installed(cluster, kube, "forge-pat", values, {"gh-token": {"token": PAT.encode() + b"\n"}})

@@ -358,9 +358,10 @@ def _expand(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 NAMESPACED_GRANTS = (
     _expand(["pi-dispatch.dev"], ["triggers", "jobs", "sessionkeys"], ["get", "list", "watch"])
     | _expand(["pi-dispatch.dev"], ["sessionkeys"], ["create", "delete", "patch"])
+    | _expand(["pi-dispatch.dev"], ["jobs"], ["delete"])
     | _expand(["pi-dispatch.dev"], ["triggers/status", "jobs/status", "sessionkeys/status"], ["patch"])
     | _expand([""], ["pods"], ["get", "list", "watch", "create", "delete"])
-    | _expand([""], ["secrets"], ["create"])
+    | _expand([""], ["secrets"], ["create", "delete"])
     | _expand([""], ["events"], ["create"])
     | _expand([""], ["persistentvolumeclaims"], ["get"])
     | _expand(["kopf.dev"], ["kopfpeerings"], ["get", "list", "watch", "patch"])
@@ -371,21 +372,21 @@ CLUSTER_GRANTS = (_expand(["apiextensions.k8s.io"], ["customresourcedefinitions"
 
 def test_rbac_is_least_privilege(helm: Any) -> None:
     docs = render(helm, ALL_ON)
-    role, cluster_role = one(docs, "Role"), one(docs, "ClusterRole")
+    role, cluster_role = one(docs, "Role", FULLNAME), one(docs, "ClusterRole")
     for r in (role, cluster_role):
         for rule in r["rules"]:
             assert set(rule) == {"apiGroups", "resources", "verbs"}, f"no resourceNames/nonResourceURLs: {rule}"
             assert "*" not in rule["apiGroups"] + rule["resources"] + rule["verbs"], f"wildcard in {rule}"
     granted = _rules(role)
     assert not {g for g in granted if g[1] in ("pods/log", "pods/exec", "deployments")}
-    # per-job token Secrets are created, never read: no get, list or watch of any Secret
-    assert {g for g in granted if g[1] == "secrets"} == {("", "secrets", "create")}
+    # per-job token Secrets are created (and deleted after the retention), never read: no get, list or watch
+    assert {g for g in granted if g[1] == "secrets"} == {("", "secrets", "create"), ("", "secrets", "delete")}
     assert granted == NAMESPACED_GRANTS
     assert _rules(cluster_role) == CLUSTER_GRANTS, "cluster-wide: only CRDs (kopf, doctor) and namespaces (kopf)"
     assert role["metadata"]["name"] == FULLNAME and cluster_role["metadata"]["name"] == f"{FULLNAME}-{NAMESPACE}"
-    sa = one(docs, "ServiceAccount")["metadata"]["name"]
+    sa = one(docs, "ServiceAccount", FULLNAME)["metadata"]["name"]
     subject = [{"kind": "ServiceAccount", "name": sa, "namespace": NAMESPACE}]
-    for binding, ref in ((one(docs, "RoleBinding"), role), (one(docs, "ClusterRoleBinding"), cluster_role)):
+    for binding, ref in ((one(docs, "RoleBinding", FULLNAME), role), (one(docs, "ClusterRoleBinding"), cluster_role)):
         assert binding["subjects"] == subject
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref["kind"],
                                       "name": ref["metadata"]["name"]}

@@ -23,7 +23,7 @@ from pidispatch.forge.github import Forge, GitHubError, NoCredentials, _next_lin
 from pidispatch.forge.head import Head, NoHead, head_from_pull, no_key_reason
 from pidispatch.jobflow.comment import comment_pending
 from pidispatch.jobflow.key import job_key, key_and_reason, needs_head_lookup
-from pidispatch.manifests.pod import PodInputs, job_pod, job_token_secret
+from pidispatch.manifests.pod import PodInputs, job_pod, job_token_secret, workspace_env
 from pidispatch.record import JobReason
 from pidispatch.settings import GitHubSettings
 from pidispatch.store.keys import branch_key, issue_key
@@ -365,13 +365,15 @@ def test_the_pod_gets_the_token_only_by_reference() -> None:
                        env={"GH_TOKEN": "from job.env, overridden", "A": "b"},
                        github_token=("pi-job-token-uid-1", "token"))
     pod = job_pod(inputs)
-    env = pod["spec"]["containers"][0]["env"]
+    fixed = set(workspace_env(inputs.workspace))  # git identity, no prompts: every job Pod has them
+    env = [e for e in pod["spec"]["containers"][0]["env"] if e["name"] not in fixed]
     assert [e["name"] for e in env] == ["A", "GH_TOKEN"]
     assert env[1] == {"name": "GH_TOKEN", "valueFrom": {"secretKeyRef": {"name": "pi-job-token-uid-1",
                                                                          "key": "token"}}}
     assert token.value not in json.dumps(pod)
     without = job_pod(PodInputs(**{**inputs.__dict__, "github_token": None, "env": {"A": "b"}}))
-    assert [e["name"] for e in without["spec"]["containers"][0]["env"]] == ["A"]
+    assert [e["name"] for e in without["spec"]["containers"][0]["env"] if e["name"] not in fixed] == ["A"]
+    assert not any("TOKEN" in name for name in fixed)
 
 
 def _refused(reason: str, commented: str | None = None, completed: str | None = None) -> dict[str, Any]:

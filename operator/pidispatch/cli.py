@@ -202,6 +202,18 @@ def cmd_operator(args: argparse.Namespace) -> int:
     return run_operator(settings, verbose=args.verbose)
 
 
+def cmd_stop_jobs(args: argparse.Namespace) -> int:
+    """The chart's pre-delete hook (not part of the stable interface of design/CLI.md)."""
+    import os
+
+    from pidispatch.jobflow.retention import stop_job_pods
+    from pidispatch.kubeapi import Api
+
+    api = Api.from_environment()
+    namespace = os.environ.get("PI_DISPATCH_NAMESPACE") or api.namespace_default()
+    return stop_job_pods(api, namespace, args.deployment, args.timeout)
+
+
 def cmd_runner(args: argparse.Namespace) -> int:
     from pidispatch.runner.main import main as runner_main
 
@@ -274,6 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
     runner.set_defaults(run=cmd_runner)
+
+    stop = commands.add_parser("stop-jobs", help="the chart's pre-delete hook: scale the operator to 0, delete "
+                                                 "every job Pod of the namespace (none then holds the staging claim)")
+    stop.add_argument("--deployment", default=None, metavar="NAME", help="the operator's Deployment")
+    stop.add_argument("--timeout", type=float, default=120, metavar="SECONDS", help="for each wait")
+    stop.set_defaults(run=cmd_stop_jobs)
 
     receiver = commands.add_parser("receiver", help="run the GitHub webhook receiver (creates Job CRs)")
     receiver.set_defaults(run=cmd_receiver)

@@ -42,3 +42,19 @@ def credential_name_problem(name: str) -> str | None:
     if name.startswith("PI_SESSION") or name == ENV_AGENT_DIR:
         return f"{name} is set by the operator"
     return None
+
+# The workspace checkout (issue 14): the operator resolves the commit from the forge API and hands
+# the runner these; the runner clones before pi starts and reports the final HEAD.
+ENV_CHECKOUT = "PI_CHECKOUT"  # JSON {"url", "ref", "sha", "branch"}: branch null is a read-only checkout
+ENV_SUBJECT = "PI_SUBJECT"  # JSON {"title", "body"} of the issue or pull request (untrusted text)
+ENV_PREVIOUS_COMMIT = "PI_PREVIOUS_COMMIT"  # JSON {"sha", "aheadBy", "behindBy", "status"}: the head moved
+GIT_USERNAME = "x-access-token"  # what git sends as the user name with a token (GitHub's convention)
+SUBJECT_TITLE_LIMIT = 256
+SUBJECT_BODY_LIMIT = 8192
+CA_BUNDLE_DIR = "/etc/pi-dispatch/ca"  # the CA bundle ConfigMap's mount in the job Pod (its key ca.crt)
+CA_BUNDLE_KEY = "ca.crt"
+
+
+def is_commit(value: object) -> bool:
+    """A full commit id (SHA-1 or SHA-256, lower-case hex): the only form a checkout's commit takes."""
+    return isinstance(value, str) and len(value) in (40, 64) and all(c in "0123456789abcdef" for c in value)

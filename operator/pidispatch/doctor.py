@@ -98,8 +98,10 @@ REQUIRED_ACCESS: tuple[Access, ...] = (
     Access("watch", "pods", group=""),
     Access("delete", "pods", group=""),  # a job Pod that never started, at its start timeout
     Access("create", "events", group=""),
-    # per-job GitHub App token Secrets (create only: the operator never reads a Secret back)
-    Access("create", "secrets", group=""),
+    # per-job GitHub App token Secrets (create, and delete after the retention: never read back)
+    Access("create", "secrets", group=""), Access("delete", "secrets", group=""),
+    Access("delete", "jobs"),  # a finished Job past job.ttlSecondsAfterFinished
+    Access("get", "persistentvolumeclaims", group=""),  # no job is staged into a claim being deleted
 )
 
 
@@ -133,6 +135,10 @@ class ClusterFacts:
     staging_pvc_error: str | None = None
     access: Sequence[tuple[Access, bool]] = ()
     access_error: str | None = None
+    #: the PVCs this deployment mounts (staging, and the store when its Pod says so), as read
+    claims: Sequence[Mapping[str, Any]] = ()
+    #: the namespace's Pods, read only when a claim is being deleted (to name the ones holding it)
+    claim_pods: Sequence[Mapping[str, Any]] = ()
 
 
 def _plural(n: int, word: str, verb: str | None = None) -> str:
@@ -245,6 +251,34 @@ def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check
         return [Check("staging", Status.FAIL, f"PVC {claim} is {phase}, not Bound",
                       f"kubectl describe pvc {claim} -n {ns}")]
     return [Check("staging", Status.OK, f"PVC {claim} Bound")]
+
+
+def claim_holders(claim: str, pods: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The Pods whose volumes name ``claim`` (ended ones too: the pvc-protection finalizer waits for them)."""
+    return sorted((p.get("metadata") or {}).get("name", "?") for p in pods
+                  if any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim
+                         for v in (p.get("spec") or {}).get("volumes") or []))
+
+
+def terminating_claims(pvcs: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]],
+                       namespace: str) -> list[Check]:
+    """A failure for each claim that is being deleted: staging into it, or mounting it in a new Pod, would
+    hand a job a volume about to vanish (and a real kubelet refuses to mount one). The operator refuses
+    to start on one of these, and ``pidispatch doctor`` says the same."""
+    checks = []
+    for pvc in pvcs:
+        md = pvc.get("metadata") or {}
+        if not md.get("deletionTimestamp"):
+            continue
+        name, holders = md.get("name", "?"), claim_holders(str(md.get("name")), pods)
+        waits = (f"it waits for {_plural(len(holders), 'Pod')} still using it ({', '.join(holders)})" if holders
+                 else f"it waits for its finalizers ({', '.join(md.get('finalizers') or ['none'])})")
+        wait = f"kubectl wait --for=delete pvc/{name} -n {namespace} --timeout=5m"
+        fix = f"kubectl delete pod {' '.join(holders)} -n {namespace} && {wait}" if holders else wait
+        checks.append(Check("claims", Status.FAIL, f"PVC {name} is being deleted (since {md['deletionTimestamp']}); "
+                                                   f"{waits}. No job is staged into it: once it is gone, "
+                                                   f"install (or upgrade) the release again for a new one", fix))
+    return checks
 
 
 # -- the session checks (spec §8) ----------------------------------------------------------------------
@@ -389,7 +423,8 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
     armed = None if triggers is None else len(armed_triggers(triggers))
     checks += session_checks(settings.store, armed, store, explicit, namespace)
     if cluster is not None:
-        checks += staging_check(settings, cluster)
+        checks += staging_check(settings, cluster) + terminating_claims(cluster.claims, cluster.claim_pods,
+                                                                        cluster.namespace)
     checks += auth_checks(settings.store, triggers, namespace)
     if triggers is not None:
         checks += model_checks(settings, triggers, namespace)

@@ -120,6 +120,22 @@ class _Reader:
         return bool((review.get("status") or {}).get("allowed"))
 
 
+def gather_claims(api: Any, settings: OperatorSettings, namespace: str
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The PVCs this deployment mounts (the staging claim, and every claim of this process's own Pod:
+    the operator's or the ``helm test`` Pod, which mount the same), and, when one of them is being
+    deleted, the namespace's Pods (to name those holding it). Missing objects are skipped."""
+    names = {settings.staging_claim} if settings.staging_claim else set()
+    if settings.pod_name:
+        own = api.get_or_none(f"/api/v1/namespaces/{namespace}/pods/{settings.pod_name}") or {}
+        names |= {str(v["persistentVolumeClaim"].get("claimName")) for v in (own.get("spec") or {}).get("volumes")
+                  or [] if v.get("persistentVolumeClaim")}
+    pvcs = [pvc for name in sorted(names)
+            if (pvc := api.get_or_none(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}"))]
+    terminating = any(pvc["metadata"].get("deletionTimestamp") for pvc in pvcs)
+    return pvcs, list(api.list(f"/api/v1/namespaces/{namespace}/pods")) if terminating else []
+
+
 def gather_cluster(settings: OperatorSettings, env: Mapping[str, str]) -> ClusterFacts:
     """Everything the Kubernetes checks read; raises :class:`ClusterUnreachable` when nothing answers."""
     from pidispatch.kubeapi import ApiError
@@ -152,6 +168,11 @@ def gather_cluster(settings: OperatorSettings, env: Mapping[str, str]) -> Cluste
                     raise
                 if exc.status != 404:
                     facts["staging_pvc_error"] = _denial(exc)
+        try:
+            facts["claims"], facts["claim_pods"] = gather_claims(api, settings, ns)
+        except ApiError as exc:
+            if exc.status in (0, 401):
+                raise  # 403: the staging line already says what cannot be read
         try:
             facts["access"] = [(a, read.allowed(a, ns)) for a in REQUIRED_ACCESS]
         except ApiError as exc:

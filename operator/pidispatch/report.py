@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pidispatch.api.vocabulary import TOKEN_FIELDS
-from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
+from pidispatch.contract import TERMINATION_MESSAGE_LIMIT, is_commit
 from pidispatch.record import MAX_SAFE_INTEGER, RunnerSession, parse_context, parse_runner_session
 
 OUTCOMES = ("completed", "failed", "refused", "aborted")
+# Why the runner could not check the workspace out (closed: the Job's condition reason is derived from it).
+CHECKOUT_FAILURES = {"commit-gone": "CheckoutCommitGone", "auth-failed": "CheckoutAuthFailed",
+                     "failed": "CheckoutFailed"}
+DETAIL_LIMIT = 300
 _VERSION_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-+_")
 
 
@@ -29,6 +33,32 @@ class RunnerReport:
     tokens: dict[str, float] = field(default_factory=dict)
     pi_version: str | None = None
     outcome: str | None = None
+    workspace: Workspace | None = None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """The workspace part of the report: the final ``HEAD``, what was pushed, or why the clone failed."""
+
+    head: str | None = None
+    pushed: str | None = None
+    failure: str | None = None  # a key of CHECKOUT_FAILURES
+    detail: str | None = None  # git's own words (no token: the clone never has one in a URL or argv)
+
+    def status(self) -> dict[str, Any] | None:
+        """``status.workspace`` of the Job (only when the clone happened)."""
+        return {"head": self.head, "pushed": self.pushed} if self.head is not None else None
+
+
+def parse_workspace(value: Any) -> Workspace | None:
+    if not isinstance(value, dict):
+        return None
+    head, pushed, failure, detail = (value.get(k) for k in ("head", "pushed", "failure", "detail"))
+    if isinstance(detail, str):
+        detail = "".join(c if c.isprintable() else " " for c in detail)[:DETAIL_LIMIT]
+    return Workspace(head=head if is_commit(head) else None, pushed=pushed if is_commit(pushed) else None,
+                     failure=failure if failure in CHECKOUT_FAILURES else None,
+                     detail=detail if isinstance(detail, str) else None)
 
 
 def _token_value(value: Any) -> float | None:
@@ -66,4 +96,5 @@ def parse_report(message: str | None) -> RunnerReport | None:
         tokens=tokens,
         pi_version=version,
         outcome=outcome if outcome in OUTCOMES else None,
+        workspace=parse_workspace(data.get("workspace")),
     )

@@ -186,6 +186,27 @@ def _dns_name(variable: str, raw: str | None) -> str | None:
 
 AUTH_SOURCES = ("app", "pat", "gh")  # the CRD's enum (pidispatch.api.crds.AUTH_SOURCES; a test keeps them equal)
 DEFAULT_GITHUB_API_URL = "https://api.github.com"
+DEFAULT_GITHUB_WEB_URL = "https://github.com"
+DEFAULT_GIT_NAME = "pi-dispatch[bot]"
+DEFAULT_GIT_EMAIL = "pi-dispatch[bot]@users.noreply.github.com"
+
+
+def _flag(name: str, raw: str | None, default: bool) -> bool:
+    """``true`` or ``false``; unset or empty: ``default``."""
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip() not in ("true", "false"):
+        raise ConfigError(name, raw, "true or false")
+    return raw.strip() == "true"
+
+
+def _one_line(name: str, raw: str | None, default: str) -> str:
+    """A short single-line text setting (a git identity); unset or empty: ``default``."""
+    if raw is None or raw.strip() == "":
+        return default
+    if len(raw) > 200 or any(c in raw for c in "\n\r\0<>"):
+        raise ConfigError(name, raw, "one line of at most 200 characters without < or >")
+    return raw.strip()
 _API_URL = re.compile(r"https?://[^\s/?#@]+(/[^\s?#]*)?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
@@ -210,6 +231,12 @@ class GitHubSettings:
     token_file: str | None = None
     token_secret: tuple[str, str] | None = None
     timeout_seconds: int = 10
+    # Where repositories are cloned from (``<web_url>/<owner>/<name>.git``); GitHub Enterprise: its own host.
+    web_url: str = DEFAULT_GITHUB_WEB_URL
+    # A PEM bundle (mounted from a ConfigMap) that the operator's calls trust instead of the system's CAs:
+    # a forge behind a private CA. Job Pods get the same ConfigMap (``ca_bundle_configmap``) for git and gh.
+    ca_bundle_file: str | None = None
+    ca_bundle_configmap: str | None = None
 
     @property
     def app_configured(self) -> bool:
@@ -257,11 +284,33 @@ class GitHubSettings:
             if value is not None and source == "app":
                 raise ConfigError(name, value, "unset while GITHUB_AUTH_SOURCE=app (a token Secret is used only "
                                                "with GITHUB_AUTH_SOURCE=pat or gh)")
+        web = text("GITHUB_WEB_URL") or DEFAULT_GITHUB_WEB_URL
+        if not _API_URL.fullmatch(web):
+            raise ConfigError("GITHUB_WEB_URL", web, "an http(s) URL without query or credentials, e.g. "
+                                                     "https://github.com or https://github.example.com")
+        ca_file = path("GITHUB_CA_BUNDLE_FILE")
+        ca_map = text("GITHUB_CA_BUNDLE_CONFIGMAP")
+        if ca_map is not None and not (_DNS_SUBDOMAIN.fullmatch(ca_map) and len(ca_map) <= 253):
+            raise ConfigError("GITHUB_CA_BUNDLE_CONFIGMAP", ca_map, "the name of a ConfigMap in the operator's "
+                                                                    "namespace with the key ca.crt")
         timeout_raw = text("GITHUB_API_TIMEOUT_SECONDS")
         timeout = 10 if timeout_raw is None else parse_strict_int(
             "GITHUB_API_TIMEOUT_SECONDS", timeout_raw, "a whole number of seconds from 1 to 120", 1, 120)
         return cls(api_url=url.rstrip("/"), app_id=app[0], app_installation_id=app[1], app_private_key_file=app[2],
-                   token_file=token_file, token_secret=token_secret, timeout_seconds=timeout)
+                   token_file=token_file, token_secret=token_secret, timeout_seconds=timeout,
+                   web_url=web.rstrip("/"), ca_bundle_file=ca_file, ca_bundle_configmap=ca_map)
+
+
+MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
+
+
+def _optional_seconds(env: Mapping[str, str], variable: str) -> int | None:
+    """A number of seconds, ``None`` when the variable is unset or blank (no bound)."""
+    raw = env.get(variable)
+    if raw is None or raw.strip() == "":
+        return None
+    return parse_strict_int(variable, raw, f"a whole number of seconds from 0 to {MAX_SECONDS}, or unset for never",
+                            0, MAX_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -292,6 +341,16 @@ class OperatorSettings:
     job_credentials: tuple[tuple[str, str, str], ...] = ()
     # A ConfigMap whose key models.json becomes pi's models.json (read-only) in job Pods.
     job_models_configmap: str | None = None
+    # Retention: a finished Job's Pod and per-job token Secret are deleted this long after its completedAt
+    # (0: as soon as its outcome is recorded); the Job itself, when set, this long after (None: kept).
+    job_pod_retention_seconds: int = 600
+    job_ttl_seconds_after_finished: int | None = None
+    # The git identity of the agent's commits (the App's bot identity, or the chart's job.git values).
+    job_git_name: str = DEFAULT_GIT_NAME
+    job_git_email: str = DEFAULT_GIT_EMAIL
+    # Clone the job's repository into /workspace at the commit resolved from the forge API (needs the
+    # operator's GitHub client; without one the workspace stays empty). Off: the head lookup alone.
+    job_checkout: bool = True
     metrics_port: int = 9090
     health_port: int = 8080
     peering: str = "pi-dispatch"
@@ -336,6 +395,13 @@ class OperatorSettings:
             job_credentials=_json_credentials("PI_DISPATCH_JOB_CREDENTIALS", env.get("PI_DISPATCH_JOB_CREDENTIALS")),
             job_models_configmap=_dns_name("PI_DISPATCH_JOB_MODELS_CONFIGMAP",
                                            env.get("PI_DISPATCH_JOB_MODELS_CONFIGMAP")),
+            job_pod_retention_seconds=integer("PI_DISPATCH_JOB_POD_RETENTION_SECONDS", 600,
+                                              f"a whole number of seconds from 0 to {MAX_SECONDS}", 0, MAX_SECONDS),
+            job_ttl_seconds_after_finished=_optional_seconds(env, "PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED"),
+            job_git_name=_one_line("PI_DISPATCH_JOB_GIT_NAME", env.get("PI_DISPATCH_JOB_GIT_NAME"), DEFAULT_GIT_NAME),
+            job_git_email=_one_line("PI_DISPATCH_JOB_GIT_EMAIL", env.get("PI_DISPATCH_JOB_GIT_EMAIL"),
+                                    DEFAULT_GIT_EMAIL),
+            job_checkout=_flag("PI_DISPATCH_JOB_CHECKOUT", env.get("PI_DISPATCH_JOB_CHECKOUT"), True),
             metrics_port=integer("PI_DISPATCH_METRICS_PORT", 9090, "a TCP port, 0 to turn metrics off", 0, 65535),
             health_port=integer("PI_DISPATCH_HEALTH_PORT", 8080, "a TCP port, 0 to turn the probe off", 0, 65535),
             peering=env.get("PI_DISPATCH_PEERING") or "pi-dispatch",

@@ -95,6 +95,12 @@ app.kubernetes.io/component: operator
   value: {{ .Values.job.timeoutSeconds | int64 | quote }}
 - name: PI_DISPATCH_JOB_START_TIMEOUT_SECONDS
   value: {{ .Values.job.startTimeoutSeconds | int64 | quote }}
+- name: PI_DISPATCH_JOB_POD_RETENTION_SECONDS
+  value: {{ .Values.job.podRetentionSeconds | int64 | quote }}
+{{- if not (kindIs "invalid" .Values.job.ttlSecondsAfterFinished) }}
+- name: PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED
+  value: {{ .Values.job.ttlSecondsAfterFinished | int64 | quote }}
+{{- end }}
 {{- with .Values.job.resources }}
 - name: PI_DISPATCH_JOB_RESOURCES
   value: {{ toJson . | quote }}
@@ -107,6 +113,12 @@ app.kubernetes.io/component: operator
 - name: PI_DISPATCH_JOB_MODELS_CONFIGMAP
   value: {{ . | quote }}
 {{- end }}
+- name: PI_DISPATCH_JOB_CHECKOUT
+  value: {{ ternary "true" "false" (ne .Values.job.checkout false) | quote }}
+- name: PI_DISPATCH_JOB_GIT_NAME
+  value: {{ .Values.job.git.name | quote }}
+- name: PI_DISPATCH_JOB_GIT_EMAIL
+  value: {{ .Values.job.git.email | quote }}
 - name: PI_DISPATCH_METRICS_PORT
   value: {{ .Values.metrics.port | int64 | quote }}
 - name: PI_DISPATCH_HEALTH_PORT
@@ -166,6 +178,11 @@ app.kubernetes.io/component: operator
   mountPath: {{ include "pi-dispatch.githubTokenDir" . }}
   readOnly: true
 {{- end }}
+{{- if .Values.github.caBundle.configMap }}
+- name: ca-bundle
+  mountPath: /etc/pi-dispatch/ca
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "pi-dispatch.volumes" -}}
@@ -198,6 +215,14 @@ app.kubernetes.io/component: operator
       - key: {{ .Values.github.token.key | quote }}
         path: token
 {{- end }}
+{{- with .Values.github.caBundle.configMap }}
+- name: ca-bundle
+  configMap:
+    name: {{ . | quote }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
 {{- end }}
 
 {{/* GitHub: the API, the App (its key mounted from a Secret) or a pat/gh token Secret --------- */}}
@@ -218,6 +243,14 @@ app.kubernetes.io/component: operator
   value: {{ $g.apiUrl | quote }}
 - name: GITHUB_API_TIMEOUT_SECONDS
   value: {{ $g.timeoutSeconds | int64 | quote }}
+- name: GITHUB_WEB_URL
+  value: {{ $g.webUrl | quote }}
+{{- with $g.caBundle.configMap }}
+- name: GITHUB_CA_BUNDLE_CONFIGMAP
+  value: {{ . | quote }}
+- name: GITHUB_CA_BUNDLE_FILE
+  value: /etc/pi-dispatch/ca/ca.crt
+{{- end }}
 {{- if $g.app.id }}
 {{- if ne $source "app" }}
 {{- fail (printf "github.app.id is set but github.authSource is %s: the App is used only with github.authSource=app" $source) }}

@@ -237,6 +237,25 @@ JobTokens = create_model("JobTokens", __base__=_Model, **{  # type: ignore[call-
     name: (Annotated[float | None, Field(json_schema_extra=NULLABLE)], None) for name in TOKEN_FIELDS})
 
 
+Commit = Annotated[str, Field(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
+
+
+class JobCheckout(_Model):
+    """The commit the job's workspace was cloned at, as the forge API gave it (never the webhook payload)."""
+
+    ref: Annotated[str, Field(max_length=300, description="Where the commit was read: refs/heads/<branch>, or "
+                                                          "refs/pull/<n>/head for a fork's pull request.")]
+    sha: Commit
+
+
+class JobWorkspace(_Model):
+    """Where the job left its workspace: the runner's report."""
+
+    head: Annotated[Commit | None, Field(json_schema_extra=NULLABLE)] = None
+    pushed: Annotated[Commit | None, Field(json_schema_extra=NULLABLE, description="The commit the job pushed to "
+                                                                                   "its branch; null: none.")] = None
+
+
 class JobStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     phase: JobPhase | None = None
@@ -248,6 +267,8 @@ class JobStatus(_Model):
     queuedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
     startedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
     completedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    checkout: JobCheckout | None = None
+    workspace: JobWorkspace | None = None
 
 
 # ---- SessionKey -------------------------------------------------------------------------------------
@@ -271,6 +292,11 @@ class JudgedWith(_Model):
     model: Annotated[Annotated[str, Field(max_length=128)] | None, Field(json_schema_extra=NULLABLE)] = None
 
 
+class LastCommit(_Model):
+    sha: Commit
+    pushed: bool | None = None
+
+
 class SessionKeyStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
@@ -283,6 +309,9 @@ class SessionKeyStatus(_Model):
     lastJob: Annotated[str, Field(max_length=253)] | None = None
     lastReason: SessionReason = None
     lastPromotedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    lastCommit: Annotated[LastCommit | None, Field(
+        description="The workspace's HEAD when the stored conversation last ended: a job that resumes on "
+                    "another commit is told how the branch moved.")] = None
     judgedWith: Annotated[JudgedWith | None, Field(
         description="The pi version and model of the last job on this key: Resumable judges the next delivery "
                     "as if it ran the same.")] = None

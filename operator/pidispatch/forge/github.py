@@ -18,11 +18,22 @@ from urllib.parse import quote, urlencode
 import urllib3
 
 from pidispatch.forge.appauth import InstallationToken, app_jwt, load_private_key, parse_expiry
+from pidispatch.forge.checkout import (
+    Checkout,
+    Moved,
+    Subject,
+    Unresolvable,
+    default_branch,
+    from_pull,
+    moved,
+    ref_commit,
+)
 from pidispatch.forge.comments import has_marker
 from pidispatch.forge.credentials import repository_name
 from pidispatch.forge.head import Head, NoHead, head_from_pull
 from pidispatch.kubeapi import json_body
 from pidispatch.settings import GitHubSettings, OperatorSettings
+from pidispatch.store.keys import issue_branch
 
 USER_AGENT = "pi-dispatch-operator"
 API_VERSION = "2022-11-28"
@@ -64,10 +75,12 @@ def _repo_path(repository: str) -> str:
 class GitHubClient:
     """The REST calls, each with an ``Authorization`` value given by the caller."""
 
-    def __init__(self, api_url: str, timeout: float = 10.0, pool: int = 8) -> None:
+    def __init__(self, api_url: str, timeout: float = 10.0, pool: int = 8, ca_file: str | None = None) -> None:
         self.api_url = api_url.rstrip("/")
+        # ``ca_file``: a private CA's bundle (GitHub Enterprise); verification is never turned off.
         self._http = urllib3.PoolManager(num_pools=2, maxsize=pool, block=False, retries=False,
-                                         timeout=urllib3.Timeout(connect=timeout, read=timeout))
+                                         timeout=urllib3.Timeout(connect=timeout, read=timeout),
+                                         cert_reqs="CERT_REQUIRED", ca_certs=ca_file)
 
     def request(self, method: str, endpoint: str, path_or_url: str, authorization: str, body: Any = None,
                 params: dict[str, Any] | None = None) -> tuple[int, Any, urllib3.BaseHTTPResponse]:
@@ -99,6 +112,23 @@ class GitHubClient:
     def pull(self, repository: str, number: int, authorization: str) -> Any:
         endpoint = "/repos/{owner}/{repo}/pulls/{n}"
         return self.request("GET", endpoint, f"{_repo_path(repository)}/pulls/{number}", authorization)[1]
+
+    def repository(self, repository: str, authorization: str) -> Any:
+        return self.request("GET", "/repos/{owner}/{repo}", _repo_path(repository), authorization)[1]
+
+    def git_ref(self, repository: str, ref: str, authorization: str) -> Any:
+        """``GET /repos/{o}/{r}/git/ref/{ref}`` (``ref`` without ``refs/``: ``heads/pi/issue-7``)."""
+        return self.request("GET", "/repos/{owner}/{repo}/git/ref/{ref}",
+                            f"{_repo_path(repository)}/git/ref/{quote(ref, safe='/')}", authorization)[1]
+
+    def issue(self, repository: str, number: int, authorization: str) -> Any:
+        return self.request("GET", "/repos/{owner}/{repo}/issues/{n}", f"{_repo_path(repository)}/issues/{number}",
+                            authorization)[1]
+
+    def compare(self, repository: str, base: str, head: str, authorization: str) -> Any:
+        return self.request("GET", "/repos/{owner}/{repo}/compare/{base}...{head}",
+                            f"{_repo_path(repository)}/compare/{quote(base, safe='')}...{quote(head, safe='')}",
+                            authorization)[1]
 
     def issue_comments(self, repository: str, number: int, authorization: str) -> list[Any]:
         """Every comment of an issue or pull request, following ``Link: rel="next"`` on this API's host only."""
@@ -202,7 +232,7 @@ class Forge:
     """GitHub as the controller uses it: head lookups, refusal comments, job tokens."""
 
     def __init__(self, github: GitHubSettings, source: str, *, clock: Callable[[], float] = time.time) -> None:
-        self.client = GitHubClient(github.api_url, github.timeout_seconds)
+        self.client = GitHubClient(github.api_url, github.timeout_seconds, ca_file=github.ca_bundle_file)
         self.source = source
         self.app: _AppAuth | None = None
         self.token_file: _TokenFile | None = None
@@ -231,6 +261,41 @@ class Forge:
         except GitHubError as exc:
             return Head.failed(exc.reason)
         return head_from_pull(payload)
+
+    def checkout(self, repository: str, issue: int | None, pull_request: int | None) -> Checkout:
+        """The commit a job's workspace holds (``forge/checkout.py``). Raises :class:`Unresolvable` when the
+        forge says what the job names is not there (a 404, a malformed answer), ``GitHubError`` otherwise."""
+        auth = self._authorization(repository)
+        try:
+            if pull_request is not None:
+                return from_pull(repository, pull_request, self.client.pull(repository, pull_request, auth))
+            if issue is None:
+                raise Unresolvable("the job names neither an issue nor a pull request")
+            subject = Subject.of(self.client.issue(repository, issue, auth))
+            branch = issue_branch(issue)
+            try:
+                sha = ref_commit(self.client.git_ref(repository, f"heads/{branch}", auth), f"refs/heads/{branch}")
+                return Checkout(f"refs/heads/{branch}", sha, branch, subject)
+            except GitHubError as exc:
+                if exc.status != 404:
+                    raise
+            default = default_branch(self.client.repository(repository, auth))
+            sha = ref_commit(self.client.git_ref(repository, f"heads/{default}", auth), f"refs/heads/{default}")
+            return Checkout(f"refs/heads/{default}", sha, branch, subject)
+        except GitHubError as exc:
+            if exc.status in (404, 410, 422):
+                raise Unresolvable(str(exc)) from None
+            raise
+
+    def moved(self, repository: str, previous: str, current: str) -> Moved:
+        """How ``current`` relates to ``previous``; a commit the forge does not know is ``unknown``."""
+        try:
+            return moved(previous, self.client.compare(repository, previous, current,
+                                                       self._authorization(repository)))
+        except GitHubError as exc:
+            if exc.status in (404, 422):
+                return Moved(previous, None, None, "unknown")
+            raise
 
     def comment_once(self, repository: str, number: int, body: str, job_uid: str) -> bool:
         """Post ``body`` unless a comment with this Job's marker is there already. ``True`` when posted now."""

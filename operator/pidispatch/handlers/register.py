@@ -16,10 +16,11 @@ import kopf
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import JOB_LABEL
 from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.retention import Retention
 
 
-def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher) -> None:
-    """Add the operator's handlers to ``registry``."""
+def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention: Retention | None = None) -> None:
+    """Add the operator's handlers to ``registry``; ``retention`` runs beside the dispatcher."""
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -34,9 +35,13 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher) -> None:
         settings.watching.client_timeout = 330
         settings.peering.mandatory = False
         dispatcher.start()
+        if retention is not None:
+            retention.start()
 
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
+        if retention is not None:
+            retention.stop()
         dispatcher.stop()
 
     @kopf.on.event(GROUP, VERSION, "jobs", registry=registry)

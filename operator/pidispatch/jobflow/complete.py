@@ -19,7 +19,7 @@ from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import deadline_exceeded, pod_phase, termination_message
 from pidispatch.jobflow.summarize import Ended
 from pidispatch.record import PromotionResult, merge_session
-from pidispatch.report import RunnerReport, parse_report
+from pidispatch.report import CHECKOUT_FAILURES, RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.journal import promote_once
 from pidispatch.store.staging import HostRecord, JobDir
@@ -61,10 +61,29 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
                                 f"The job ran past its timeout ({deadline} s: run.timeoutSeconds, or the deployment's "
                                 "job.timeoutSeconds) and was stopped; nothing was promoted, the stored "
                                 "conversation is unchanged."), None, report, forgotten)
+    workspace = report.workspace.status() if report.workspace is not None else None
+    if not succeeded and report.workspace is not None and report.workspace.failure is not None:
+        return Completion(Ended(outcome, session, report.tokens or None, CHECKOUT_FAILURES[report.workspace.failure],
+                                checkout_message(report.workspace.failure, report.workspace.detail), workspace),
+                          None, report, forgotten)
     reason = "KeyForgotten" if forgotten and succeeded else ("PodSucceeded" if succeeded else "PodFailed")
     return Completion(Ended(outcome, session, report.tokens or None, reason, end_message(outcome, pod, promotion,
-                                                                                         forgotten)),
+                                                                                         forgotten), workspace),
                       promotion, report, forgotten)
+
+
+def checkout_message(failure: str, detail: str | None) -> str:
+    """The condition message of a job whose workspace could not be checked out (pi never started)."""
+    said = f" (git: {detail})" if detail else ""
+    if failure == "commit-gone":
+        return (f"The commit resolved for this job is no longer on the forge{said}: the branch was force-pushed "
+                "between the resolution and the clone. Nothing ran and it is not retried; re-create the Job to "
+                "check out the branch as it is now.")
+    if failure == "auth-failed":
+        return (f"The forge refused the job's token for the clone{said}. Nothing ran; check the App's access to "
+                "the repository (pidispatch doctor), then re-create the Job.")
+    return (f"The workspace could not be cloned after retries{said}. Nothing ran; the stored conversation is "
+            "unchanged. Re-create the Job once the forge is reachable.")
 
 
 def unstarted(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: int) -> Completion:
@@ -85,7 +104,8 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         # Before the Job's terminal status: a Job that reads terminal never comes back here, and
         # writing the same SessionKey facts twice after a kill is harmless.
         promoted_at = cluster.clock() if done.promotion is not None and done.promotion.promoted else None
-        last = sessionkey.last_job_facts(name, host, done.ended.session, promoted_at)
+        last = sessionkey.last_job_facts(name, host, done.ended.session, promoted_at,
+                                         done.report.workspace if promoted_at is not None else None)
         try:
             sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
             sessionkey.update(settings, cluster, host.key, last)

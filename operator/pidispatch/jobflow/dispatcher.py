@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pidispatch import metrics
@@ -28,6 +29,7 @@ from pidispatch.events import emit
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import sessionkey, timers
 from pidispatch.jobflow.admit import arrival, refusal
+from pidispatch.jobflow.checkout import checkout_of
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
 from pidispatch.jobflow.complete import Completion, complete, record_end, unstarted
@@ -35,7 +37,7 @@ from pidispatch.jobflow.pod import never_started, owner_name, owner_uid, pod_pha
 from pidispatch.jobflow.stage import session_view, start_message
 from pidispatch.jobflow.start import Launched, launch
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retrying, Running
-from pidispatch.jobflow.table import JobTable
+from pidispatch.jobflow.table import JobTable, NameLocks
 from pidispatch.jobflow.trigger import Triggers
 from pidispatch.kubeapi import Api, ApiError
 from pidispatch.manifests.pod import pod_name
@@ -78,8 +80,7 @@ class Dispatcher:
         self.slots = Slots(settings.max_concurrent_jobs, monotonic)
         self.table = JobTable(self._current_uid)
         self._order: dict[str, tuple[str, str]] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._locks_guard = threading.Lock()
+        self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
         self.triggers = Triggers(self.cluster, self.store)
         # Waiting for a slot, not yet marked Queued: name → (monotonic time queued, wall-clock stamp).
         self._unmarked: dict[str, tuple[float, str]] = {}
@@ -94,9 +95,8 @@ class Dispatcher:
         current = self.cluster.job(name)
         return None if current is None else current["metadata"].get("uid")
 
-    def _lock(self, job: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._locks.setdefault(job, threading.Lock())
+    def _lock(self, job: str) -> AbstractContextManager[None]:
+        return self._locks.hold(job)
 
     # ---- life cycle --------------------------------------------------------------------------------
 
@@ -367,7 +367,8 @@ class Dispatcher:
         if launched.created and launched.host is not None:
             self.table.in_flight[name] = launched.host.key
             self._guarded(sessionkey.ensure, self.cluster, launched.host)
-        running = Running(launched.pod["metadata"]["name"], session_view(launched.host), start_message(launched.host))
+        running = Running(launched.pod["metadata"]["name"], session_view(launched.host), start_message(launched.host),
+                          checkout_of(launched.pod))
         try:
             self.cluster.record(job, running, resource_version=job["metadata"].get("resourceVersion") if watched
                                 else None)

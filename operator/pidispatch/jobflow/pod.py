@@ -20,7 +20,9 @@ from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.admit import auth_source
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
-from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, job_pod, job_token_secret
+from pidispatch.forge.checkout import Checkout, Moved
+from pidispatch.jobflow.checkout import clone_url
+from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.staging import HostRecord, session_subpath
 
@@ -167,6 +169,18 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     return name, TOKEN_SECRET_KEY
 
 
+def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Checkout | None,
+                     moved: Moved | None) -> WorkspaceInputs:
+    """The checkout, git identity, forge host and CA bundle of a job Pod."""
+    return WorkspaceInputs(
+        checkout=checkout.env(clone_url(settings, repository)) if checkout is not None else None,
+        subject=checkout.subject.as_json() if checkout is not None else None,
+        previous=moved.as_json() if moved is not None else None,
+        git_name=settings.job_git_name, git_email=settings.job_git_email,
+        gh_host=gh_host(settings.github.web_url),
+        ca_bundle_configmap=settings.github.ca_bundle_configmap)
+
+
 def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """The deployment's model credentials with the Trigger's ``run.credentials`` merged over them."""
     merged = {name: (secret, key) for name, secret, key in settings.job_credentials}
@@ -176,7 +190,8 @@ def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str
 
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
-               host: HostRecord | None, token: tuple[str, str] | None) -> dict[str, Any]:
+               host: HostRecord | None, token: tuple[str, str] | None, checkout: Checkout | None = None,
+               moved: Moved | None = None) -> dict[str, Any]:
     """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise."""
     md, spec = job["metadata"], job["spec"]
     run = (trigger.get("spec") or {}).get("run") or {}
@@ -194,6 +209,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         resources=run.get("resources") or {part: dict(q) for part, q in settings.job_resources},
         credentials=job_credentials(settings, run),
         models_configmap=settings.job_models_configmap,
+        workspace=workspace_inputs(settings, str(spec.get("repository", "")), checkout, moved),
     ))
     try:
         return cluster.api.create(cluster.pods(), manifest)

@@ -16,6 +16,7 @@ from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import MANAGED_BY
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
+from pidispatch.report import Workspace
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.forget import forget_key
 from pidispatch.store.inspect import inspect_key
@@ -23,7 +24,7 @@ from pidispatch.store.keys import is_key
 from pidispatch.store.staging import HostRecord
 
 FINALIZER = "pi-dispatch.dev/forget-transcript"
-LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "judgedWith")
+LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith")
 
 
 def ensure(cluster: Cluster, host: HostRecord) -> None:
@@ -40,13 +41,16 @@ def ensure(cluster: Cluster, host: HostRecord) -> None:
             raise
 
 
-def last_job_facts(job: str, host: HostRecord, session: dict[str, Any] | None, promoted_at: str | None
-                   ) -> dict[str, Any]:
-    """What a job's end tells its SessionKey: which job, its reason, and the pi and model it was judged with."""
+def last_job_facts(job: str, host: HostRecord, session: dict[str, Any] | None, promoted_at: str | None,
+                   workspace: Workspace | None = None) -> dict[str, Any]:
+    """What a job's end tells its SessionKey: which job, its reason, the pi and model it was judged with,
+    and (for a promoted conversation) the commit its workspace ended on."""
     facts: dict[str, Any] = {"lastJob": job, "lastReason": (session or {}).get("reason"),
                              "judgedWith": {"piVersion": host.pi_version, "model": host.model}}
     if promoted_at is not None:
         facts["lastPromotedAt"] = promoted_at
+        if workspace is not None and workspace.head is not None:
+            facts["lastCommit"] = {"sha": workspace.head, "pushed": workspace.pushed == workspace.head}
     return facts
 
 

@@ -1,12 +1,14 @@
-"""Steps 2–4 in a free slot: the token, the key, the staged session, the Pod — in that order.
+"""Steps 2–4 in a free slot: the checkout, the token, the key, the staged session, the Pod — in that order.
 
 ``launch`` is one Job's start, idempotent across restarts:
 
 1. a Pod can exist only if an operator process got as far as its create: after the host record was
    written, or (a power cut losing a record not yet synced) for a Job listed at start-up. Only then is
    the Pod looked up; otherwise this is a first start and the create goes ahead without a lookup;
-2. credentials first: a mint GitHub refuses (4xx) ends the Job before anything is staged; an outage
-   raises, and the dispatcher puts the Job back in line;
+2. the checkout (``checkout.py``: the commit the workspace will hold, from the forge API) and the
+   credentials: a repository, issue or pull request the forge says is not there, or a mint GitHub
+   refuses (4xx), ends the Job before anything is staged; an outage raises, and the dispatcher puts
+   the Job back in line;
 3. the key (the PR head from the forge API) and the staged session (``stage.py``);
 4. the Pod (``pod.py``), then the host record made durable: off the path to the Pod, before the Job
    reads ``Running``. What a power cut leaves at each point: before the create, no Pod, and staging
@@ -24,7 +26,9 @@ from pidispatch import failpoints
 from pidispatch.events import emit
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.key import key_and_reason, lookup_head
+from pidispatch.forge.checkout import Unresolvable
+from pidispatch.jobflow import checkout as checkout_step
+from pidispatch.jobflow.key import key_and_reason, lookup_head, needs_head_lookup
 from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
 from pidispatch.jobflow.stage import stage_session
 from pidispatch.jobflow.summarize import Refused
@@ -65,6 +69,17 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         if host is not None:
             jd.sync(HOST)  # a restart after a kill between the create and the sync: the page cache still has it
         return Launched(pod, host, created=False)
+    trigger_spec = trigger.get("spec") or {}
+    checkout = None
+    if forge is not None and checkout_step.wanted(settings, forge):
+        try:
+            checkout = checkout_step.resolve(forge, job["spec"])  # an outage raises: the Job is retried
+        except Unresolvable as exc:
+            return NotLaunched(Refused("Failed", None, "CheckoutUnresolved",
+                                       f"The forge has no commit for this job ({str(exc)[:300]}); nothing ran and "
+                                       "it is not retried. Check that the repository, issue or pull request "
+                                       "exists and the App can read it, then re-create the Job."),
+                               staging_used=False)
     try:
         token = job_token(settings, cluster, forge, job, trigger)
     except GitHubError as exc:
@@ -74,8 +89,9 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
                                    f"The GitHub App could not mint an installation token for this job ({exc}); "
                                    "nothing ran. Check the App's installation and permissions (pidispatch "
                                    "doctor), then re-create the Job."), staging_used=False)
-    trigger_spec = trigger.get("spec") or {}
-    ref, no_head = key_and_reason(job["spec"], trigger_spec, lookup_head(forge, job["spec"], trigger_spec))
+    head = checkout.head if checkout is not None and checkout.head is not None and needs_head_lookup(
+        job["spec"], trigger_spec) else lookup_head(forge, job["spec"], trigger_spec)
+    ref, no_head = key_and_reason(job["spec"], trigger_spec, head)
     if no_head is not None:
         # No refusal and no comment (spec rule 21): the job runs as it would without resume.
         emit("pr_head_unresolved", job=name, reason=no_head.value)
@@ -83,8 +99,11 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     if ref is not None:
         host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name)
         failpoints.at("staged", name)
+    moved = None
+    if checkout is not None and forge is not None:
+        moved = checkout_step.previous_commit(cluster, forge, host, checkout)
     try:
-        pod = create_pod(settings, cluster, job, trigger, host, token)
+        pod = create_pod(settings, cluster, job, trigger, host, token, checkout, moved)
     except ApiError as exc:
         if not pod_create_refused_for_good(exc.status):
             raise  # an outage or a conflict: retried after a back-off

@@ -56,6 +56,7 @@ class Running:
     pod_name: str
     session: dict[str, Any] | None
     message: str
+    checkout: dict[str, str] | None = None  # {ref, sha}: the commit the workspace holds (None: no checkout)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Ended:
     tokens: dict[str, float] | None
     condition_reason: str
     message: str
+    workspace: dict[str, Any] | None = None  # {head, pushed}: where the job left its workspace (the runner's word)
 
 
 @dataclass(frozen=True)
@@ -109,11 +111,13 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
     elif isinstance(change, Running):
         wanted = {"phase": "Running", "podName": change.pod_name, "startedAt": since("Running", "startedAt"),
                   "session": change.session,
+                  **({"checkout": change.checkout} if change.checkout is not None else {}),
                   "conditions": set_condition(conditions, STARTED, True, "PodCreated", change.message, generation,
                                                   now)}
     elif isinstance(change, Ended):
         wanted = {"phase": change.outcome, "completedAt": since(change.outcome, "completedAt"),
                   "session": change.session,
+                  **({"workspace": change.workspace} if change.workspace is not None else {}),
                   "tokens": change.tokens, "conditions": set_condition(
                       conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
                       generation, now)}

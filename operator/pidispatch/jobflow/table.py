@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
@@ -141,3 +142,36 @@ class JobTable:
         for phase in list(self.phases.values()):
             counts[phase] = counts.get(phase, 0) + 1
         return counts
+
+
+class NameLocks:
+    """One lock per Job name, kept only while someone holds it or waits for it.
+
+    A lock carries no state of its own, so the map need not outlive its users: each :meth:`hold`
+    counts itself in under the guard before it waits and out after it releases, and the last one out
+    drops the entry. Two holders of one name always overlap in the map (the second counted itself
+    in while the first was still counted), so they share one lock; a name nobody uses costs nothing,
+    and the map stays as small as the set of Jobs being acted on, however many Jobs come and go.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}  # name -> (lock, [holders and waiters])
+
+    @contextmanager
+    def hold(self, name: str) -> Iterator[None]:
+        with self._guard:
+            lock, users = self._locks.setdefault(name, (threading.Lock(), [0]))
+            users[0] += 1
+        try:
+            with lock:
+                yield
+        finally:
+            with self._guard:
+                users[0] -= 1
+                if users[0] == 0:
+                    del self._locks[name]
+
+    def __len__(self) -> int:
+        with self._guard:
+            return len(self._locks)

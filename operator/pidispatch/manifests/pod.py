@@ -11,16 +11,24 @@ App installation token, or the deployment's pat/gh Secret): its value is never i
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from pidispatch.contract import (
     AGENT_DIR,
+    CA_BUNDLE_DIR,
+    CA_BUNDLE_KEY,
     CONTAINER,
     ENV_AGENT_DIR,
+    ENV_CHECKOUT,
     ENV_HOST_RESUME,
+    ENV_PREVIOUS_COMMIT,
     ENV_SESSION_FILE,
+    ENV_SUBJECT,
+    FORGE_TOKEN_NAMES,
     JOB_LABEL,
     MANAGED_BY,
     MODELS_JSON,
@@ -37,6 +45,41 @@ MAX_NAME = 63
 MAX_LABEL_VALUE = 63
 # A Kubernetes label value: empty, or alphanumeric at both ends with [-_.A-Za-z0-9] between.
 _LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?)?")
+
+
+@dataclass(frozen=True)
+class WorkspaceInputs:
+    """What the job needs to clone and push: the checkout (no token), the identity, the forge's host and CA."""
+
+    checkout: dict[str, Any] | None = None  # PI_CHECKOUT: {"url", "ref", "sha", "branch"}
+    subject: dict[str, str] | None = None  # PI_SUBJECT: the issue's or pull request's title and body
+    previous: dict[str, Any] | None = None  # PI_PREVIOUS_COMMIT: the head moved since the conversation
+    git_name: str = "pi-dispatch[bot]"
+    git_email: str = "pi-dispatch[bot]@users.noreply.github.com"
+    gh_host: str | None = None  # GitHub Enterprise's host[:port] (GH_HOST); None on github.com
+    ca_bundle_configmap: str | None = None  # a ConfigMap with ca.crt: trusted by git, gh and pi
+
+
+def gh_host(web_url: str) -> str | None:
+    """``GH_HOST`` for ``gh``: the web URL's host[:port] unless it is github.com (gh's default)."""
+    host = urlsplit(web_url).netloc
+    return None if host in ("github.com", "") else host
+
+
+def workspace_env(w: WorkspaceInputs) -> dict[str, str]:
+    """The workspace's environment: facts only, never a credential (the token comes by secretKeyRef)."""
+    env = {"GIT_AUTHOR_NAME": w.git_name, "GIT_AUTHOR_EMAIL": w.git_email,
+           "GIT_COMMITTER_NAME": w.git_name, "GIT_COMMITTER_EMAIL": w.git_email,
+           "GIT_TERMINAL_PROMPT": "0", "GH_PROMPT_DISABLED": "1", "GH_NO_UPDATE_NOTIFIER": "1"}
+    for name, value in ((ENV_CHECKOUT, w.checkout), (ENV_SUBJECT, w.subject), (ENV_PREVIOUS_COMMIT, w.previous)):
+        if value is not None:
+            env[name] = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    if w.gh_host:
+        env["GH_HOST"] = w.gh_host
+    if w.ca_bundle_configmap:
+        bundle = f"{CA_BUNDLE_DIR}/{CA_BUNDLE_KEY}"
+        env.update({"SSL_CERT_FILE": bundle, "GIT_SSL_CAINFO": bundle, "NODE_EXTRA_CA_CERTS": bundle})
+    return env
 
 
 @dataclass(frozen=True)
@@ -65,6 +108,7 @@ class PodInputs:
     credentials: dict[str, tuple[str, str]] = field(default_factory=dict)
     # A ConfigMap whose models.json is mounted read-only into pi's (writable) agent directory.
     models_configmap: str | None = None
+    workspace: WorkspaceInputs = field(default_factory=WorkspaceInputs)
 
 
 def pod_name(job_name: str) -> str:
@@ -112,7 +156,9 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         why = credential_name_problem(name)
         if why is not None:
             raise ValueError(f"credential {why}")
-    env = {k: v for k, v in p.env.items() if not (p.github_token and k == GH_TOKEN) and k not in p.credentials}
+    env = {k: v for k, v in p.env.items() if not (p.github_token and k in FORGE_TOKEN_NAMES)
+           and k not in p.credentials}
+    env.update(workspace_env(p.workspace))
     if p.models_configmap:
         env[ENV_AGENT_DIR] = AGENT_DIR
     if mounted:
@@ -123,7 +169,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "image": p.image,
         "command": list(p.command),
         "workingDir": WORKSPACE,
-        "env": _env_list(env, p.github_token, p.credentials),
+        "env": _env_list(env, p.github_token, p.credentials, enterprise=p.workspace.gh_host is not None),
         "securityContext": restricted_security_context(p.run_as_user),
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
@@ -136,6 +182,10 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     if p.resources:
         container["resources"] = {part: dict(quantities) for part, quantities in p.resources.items() if quantities}
     volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}]
+    if p.workspace.ca_bundle_configmap:
+        container["volumeMounts"].append({"name": "ca-bundle", "mountPath": CA_BUNDLE_DIR, "readOnly": True})
+        volumes.append({"name": "ca-bundle", "configMap": {"name": p.workspace.ca_bundle_configmap,
+                                                           "items": [{"key": CA_BUNDLE_KEY, "path": CA_BUNDLE_KEY}]}})
     if p.models_configmap:
         volumes += [{"name": "agent", "emptyDir": {}},
                     {"name": "models", "configMap": {"name": p.models_configmap,
@@ -174,13 +224,15 @@ def _owner(job_name: str, job_uid: str) -> dict[str, Any]:
 
 
 def _env_list(env: dict[str, str], github_token: tuple[str, str] | None,
-              credentials: dict[str, tuple[str, str]]) -> list[dict[str, Any]]:
+              credentials: dict[str, tuple[str, str]], *, enterprise: bool = False) -> list[dict[str, Any]]:
     entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     entries += [{"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
                 for name, (secret, key) in credentials.items()]
     if github_token is not None:
         name, key = github_token
         entries.append({"name": GH_TOKEN, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
+        if enterprise:  # gh sends only GH_ENTERPRISE_TOKEN to a host other than github.com
+            entries.append({"name": "GH_ENTERPRISE_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
     return sorted(entries, key=lambda e: e["name"])
 
 

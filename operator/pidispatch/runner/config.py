@@ -15,7 +15,19 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from pidispatch.contract import ENV_HOST_RESUME, ENV_SESSION_FILE, TERMINATION_LOG, WORKSPACE
+from pidispatch.contract import (
+    ENV_CHECKOUT,
+    ENV_HOST_RESUME,
+    ENV_PREVIOUS_COMMIT,
+    ENV_SESSION_FILE,
+    ENV_SUBJECT,
+    SUBJECT_BODY_LIMIT,
+    SUBJECT_TITLE_LIMIT,
+    TERMINATION_LOG,
+    WORKSPACE,
+    is_commit,
+)
+from pidispatch.runner.checkout import CheckoutSpec
 
 
 class Env(StrEnum):
@@ -35,6 +47,9 @@ class Env(StrEnum):
     WORKSPACE = "PI_WORKSPACE"  # pi's working directory (default /workspace; tests override it)
     TERMINATION_LOG = "PI_TERMINATION_LOG"  # where the report goes (default /dev/termination-log)
     AGENT_DIR = "PI_CODING_AGENT_DIR"  # pi's own: where models.json lives (else ~/.pi/agent)
+    CHECKOUT = ENV_CHECKOUT  # JSON {url, ref, sha, branch}: clone before pi starts (unset: no checkout)
+    SUBJECT = ENV_SUBJECT  # JSON {title, body} of the issue or pull request (untrusted text)
+    PREVIOUS_COMMIT = ENV_PREVIOUS_COMMIT  # JSON {sha, aheadBy, behindBy, status}: the branch moved
 
 
 class Exit(IntEnum):
@@ -63,6 +78,20 @@ class Event:
     pull_request: int | None = None
     comment: str | None = None
     sender: str | None = None
+    title: str | None = None  # the issue's or pull request's, from the forge API (untrusted)
+    body: str | None = None
+    checkout: CheckoutSpec | None = None  # what the workspace holds (None: no checkout)
+    previous: Previous | None = None  # the conversation's last commit, when the checkout is another
+
+
+@dataclass(frozen=True)
+class Previous:
+    """The commit a resumed conversation last saw, and how the checked-out one relates to it."""
+
+    sha: str
+    ahead_by: int | None = None
+    behind_by: int | None = None
+    status: str = "unknown"
 
 
 @dataclass(frozen=True)
@@ -79,6 +108,52 @@ class RunnerConfig:
     termination_log: str = TERMINATION_LOG
     agent_dir: str = ""
     job_name: str | None = None
+
+
+def _json_object(env: Mapping[str, str], name: Env) -> dict[str, Any] | None:
+    raw = _value(env, name)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{name.value} is not valid: expected a JSON object")
+    return data
+
+
+def _checkout(env: Mapping[str, str]) -> CheckoutSpec | None:
+    raw = _value(env, Env.CHECKOUT)
+    if raw is None:
+        return None
+    try:
+        return CheckoutSpec.parse(raw)
+    except ValueError as error:
+        raise ConfigError(f"{Env.CHECKOUT.value} is not valid: {error}") from None
+
+
+def _previous(env: Mapping[str, str]) -> Previous | None:
+    data = _json_object(env, Env.PREVIOUS_COMMIT)
+    if data is None:
+        return None
+    if not is_commit(data.get("sha")):
+        raise ConfigError(f"{Env.PREVIOUS_COMMIT.value} is not valid: expected sha, a full commit id")
+
+    def count(key: str) -> int | None:
+        value = data.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    status = data.get("status")
+    return Previous(str(data["sha"]), count("aheadBy"), count("behindBy"),
+                    status if status in ("ahead", "behind", "diverged", "identical") else "unknown")
+
+
+def _subject(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    data = _json_object(env, Env.SUBJECT) or {}
+    title, body = data.get("title"), data.get("body")
+    return (title[:SUBJECT_TITLE_LIMIT] if isinstance(title, str) and title.strip() else None,
+            body[:SUBJECT_BODY_LIMIT + 64] if isinstance(body, str) and body.strip() else None)
 
 
 def _value(env: Mapping[str, str], name: Env) -> str | None:
@@ -156,9 +231,11 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
     if issue is not None and pull_request is not None:
         raise ConfigError(f"the job names both an issue ({issue}) and a pull request ({pull_request}): "
                           f"expected at most one of {Env.ISSUE.value} / {Env.PULL_REQUEST.value}")
+    title, body = _subject(env)
     event = Event(repository=repository, issue=issue, pull_request=pull_request,
                   comment=spec.get("comment") if isinstance(spec.get("comment"), str) else None,
-                  sender=_text(spec, "sender"))
+                  sender=_text(spec, "sender"), title=title, body=body, checkout=_checkout(env),
+                  previous=_previous(env))
 
     model = _value(env, Env.MODEL)
     if model is not None and not _MODEL.fullmatch(model):

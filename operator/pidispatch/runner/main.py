@@ -4,9 +4,12 @@
 2. mount readiness, when `PI_SESSION_FILE` is set (`mount`);    → exit 2, pi never started
 3. the workspace exists (created when missing);                 → exit 2
 4. `pi --version` is the declared `PI_VERSION` (`version`);     → exit 2
-5. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
-6. run pi (`pi`);                                              pi's non-zero exit → exit 1
-7. measure context and this run's token use on the final file, write the report (`report`).
+5. the workspace is cloned at the operator's commit, when `PI_CHECKOUT` names one (`checkout`):
+   a commit that is gone or a refused token → exit 2, a fault after retries → exit 1;
+6. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
+7. run pi (`pi`);                                              pi's non-zero exit → exit 1
+8. measure context and this run's token use on the final file, note the workspace's HEAD and what was
+   pushed, write the report (`report`).
 
 Every path writes a report; the refusals of steps 1–4 write `{"outcome": "refused"}` (plus the pi
 version when it was read) and no `session`, so the operator's record falls back to the host's verdict.
@@ -17,12 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from pidispatch.contract import TERMINATION_LOG
 from pidispatch.events import emit, log_to_stderr
+from pidispatch.runner.checkout import CheckoutError, check_out, final_state
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
@@ -87,9 +93,33 @@ def prepare(config: RunnerConfig, env: Mapping[str, str]) -> str:
     return version
 
 
+def clone(config: RunnerConfig, env: Mapping[str, str]) -> None:
+    """Step 5: the workspace at the operator's commit (``checkout``), when the Pod names one."""
+    spec = config.event.checkout
+    if spec is None:
+        return
+    began = time.monotonic()
+    result = check_out(spec, config.workspace, env)
+    emit("workspace_checked_out", job=config.job_name, ref=spec.ref, sha=result.head,
+         seconds=round(time.monotonic() - began, 3))
+
+
+def workspace_report(config: RunnerConfig, env: Mapping[str, str]) -> dict[str, Any] | None:
+    """Where the run left the workspace: its HEAD and what it pushed (a checkout's jobs only)."""
+    spec = config.event.checkout
+    if spec is None:
+        return None
+    try:
+        head, pushed = final_state(config.workspace, spec.branch, env)
+    except (OSError, subprocess.SubprocessError) as error:
+        emit("workspace_unread", reason=f"{type(error).__name__}: {error}")
+        return None
+    return {"head": head, "pushed": pushed}
+
+
 def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
             opened: OpenedSession) -> tuple[dict[str, Any], int]:
-    """Steps 6–7: run pi on the prepared session and build the report; return it with the exit code."""
+    """Steps 7–8: run pi on the prepared session and build the report; return it with the exit code."""
     prompt = build_prompt(config.event, host_resume=config.host_resume)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None)
@@ -108,7 +138,7 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     else:
         outcome, code = "failed", Exit.INFRASTRUCTURE
     report = build_report(session=(opened.resumed, opened.reason.value), context=context, usage=usage,
-                          pi_version=version, outcome=outcome)
+                          pi_version=version, outcome=outcome, workspace=workspace_report(config, env))
     return report, int(code)
 
 
@@ -123,6 +153,10 @@ def run(env: Mapping[str, str]) -> int:
         version = prepare(config, pienv)
     except Refused as error:
         return refuse(str(error), config.termination_log, error.pi_version)
+    try:
+        clone(config, pienv)
+    except CheckoutError as error:
+        return refuse_checkout(error, config.termination_log, version)
     opened = disabled_session()
     try:
         if config.session_file is not None:
@@ -136,6 +170,18 @@ def run(env: Mapping[str, str]) -> int:
     deliver(report, config.termination_log)
     emit("exit", exitCode=code, **report)
     return code
+
+
+def refuse_checkout(error: CheckoutError, termination_log: str, pi_version: str) -> int:
+    """The workspace could not be cloned: pi never starts; the report names the closed failure."""
+    sys.stderr.write(f"pidispatch runner: the workspace could not be checked out ({error.failure}): "
+                     f"{error.detail}\n")
+    sys.stderr.flush()
+    emit("workspace_checkout_failed", failure=error.failure, detail=error.detail)
+    deliver(build_report(session=None, context=None, usage=None, pi_version=pi_version, outcome="failed",
+                         workspace={"failure": error.failure, "detail": error.detail}), termination_log)
+    # A commit that is gone or a refused token fails the same way again: configuration, not infrastructure.
+    return int(Exit.INFRASTRUCTURE if error.failure == "failed" else Exit.CONFIGURATION)
 
 
 def refuse(message: str, termination_log: str, pi_version: str | None) -> int:

@@ -122,9 +122,11 @@ def measure_context(final: bytes, model: str | None, models: Any) -> tuple[int, 
 
 
 def build_report(*, session: tuple[bool, str] | None, context: tuple[int, int] | None, usage: Usage | None,
-                 pi_version: str | None, outcome: str) -> dict[str, Any]:
+                 pi_version: str | None, outcome: str, workspace: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report object, with optional parts left out rather than sent as null."""
     report: dict[str, Any] = {}
+    if workspace is not None:
+        report["workspace"] = workspace
     if session is not None:
         report["session"] = {"resumed": session[0], "reason": session[1]}
     if context is not None:
@@ -144,7 +146,7 @@ def encode_report(report: dict[str, Any]) -> str:
     practice; if it ever would, the optional parts go first and `session` and `outcome` stay.
     """
     text = json.dumps(report, separators=(",", ":"), ensure_ascii=True)
-    for optional in ("tokens", "context", "piVersion"):
+    for optional in ("tokens", "context", "piVersion", "workspace"):
         if len(text.encode("utf-8")) < TERMINATION_MESSAGE_LIMIT:
             break
         report = {k: v for k, v in report.items() if k != optional}

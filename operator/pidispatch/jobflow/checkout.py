@@ -1,0 +1,79 @@
+"""Step 2b, checkout: the commit the job's workspace holds, and what changed since its conversation (issue 14).
+
+The operator resolves the commit from the forge API (``forge/checkout.py``), never from the webhook
+payload, and hands the runner the clone URL (no credentials in it), the ref, the commit and the branch
+to push to; the runner clones before pi starts. ``status.checkout`` records ``{ref, sha}``. When the
+job resumes a conversation whose last commit is not the one checked out (someone else pushed, a
+rebase), the runner is told how the two relate, so the envelope can say so.
+
+Without the operator's GitHub client (or with ``job.checkout`` off) there is no checkout: the
+workspace stays empty, as before this step existed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+from urllib.parse import quote
+
+from pidispatch.contract import CONTAINER, ENV_CHECKOUT, is_commit
+from pidispatch.forge.checkout import Checkout, Moved
+from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.settings import OperatorSettings
+from pidispatch.store.staging import HostRecord
+
+log = logging.getLogger("pidispatch.operator")
+
+
+def wanted(settings: OperatorSettings, forge: Forge | None) -> bool:
+    return forge is not None and settings.job_checkout
+
+
+def resolve(forge: Forge, job_spec: dict[str, Any]) -> Checkout:
+    """The job's checkout. Raises ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
+    issue, pull = job_spec.get("issue"), job_spec.get("pullRequest")
+    return forge.checkout(str(job_spec.get("repository", "")), issue if isinstance(issue, int) else None,
+                          pull if isinstance(pull, int) else None)
+
+
+def clone_url(settings: OperatorSettings, repository: str) -> str:
+    """``<web URL>/<owner>/<name>.git``: what git fetches from. It never carries a credential."""
+    owner, _, name = repository.partition("/")
+    return f"{settings.github.web_url}/{quote(owner, safe='')}/{quote(name, safe='')}.git"
+
+
+def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, checkout: Checkout) -> Moved | None:
+    """How the checkout relates to the last commit the staged conversation saw, when they differ.
+
+    Only for a job that resumes: a cold start has no memory of the files to correct. A lookup that
+    fails leaves the envelope without the counts (``unknown``), never the job without its run.
+    """
+    if host is None or not host.resume:
+        return None
+    sk = cluster.api.get_or_none(cluster.crd("sessionkeys", host.key))
+    last = (((sk or {}).get("status") or {}).get("lastCommit") or {}).get("sha")
+    if not is_commit(last) or last == checkout.sha:
+        return None
+    try:
+        return forge.moved(host.repository, str(last), checkout.sha)
+    except GitHubError as exc:
+        log.warning("comparing the last commit of SessionKey %s with the checkout failed: %s", host.key, exc)
+        return Moved(str(last), None, None, "unknown")
+
+
+def checkout_of(pod: dict[str, Any] | None) -> dict[str, str] | None:
+    """``status.checkout`` read back from a Pod's ``PI_CHECKOUT`` (a restarted operator finds its Pod)."""
+    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
+        if container.get("name") != CONTAINER:
+            continue
+        for env in container.get("env") or []:
+            if env.get("name") == ENV_CHECKOUT and isinstance(env.get("value"), str):
+                try:
+                    data = json.loads(env["value"])
+                except ValueError:
+                    return None
+                if isinstance(data, dict) and isinstance(data.get("ref"), str) and is_commit(data.get("sha")):
+                    return {"ref": data["ref"], "sha": data["sha"]}
+    return None

@@ -1,0 +1,223 @@
+"""The workspace: the job's repository cloned at the operator's commit, before pi starts (issue 14).
+
+The clone runs no repository code and the token never leaves the environment:
+
+* git's hooks are off (``core.hooksPath=/dev/null``), and so are fsmonitor, the ``ext::`` and ``file::``
+  transports and submodules; the system and global git configuration are not read for the fetch;
+* one commit is fetched, shallow (``--depth=1``), by its id: the commit the operator resolved from the
+  forge API, never a branch name that could have moved since;
+* the token reaches git only through ``GIT_ASKPASS`` (a script that prints ``$GH_TOKEN`` when git asks),
+  never in argv, the remote URL, ``.git/config``, a log line or the report; the same holds for the
+  agent's own ``git push`` (a credential helper in ``.git/config`` that reads the variable, not its value).
+
+A commit the forge no longer has (a force-push between the resolution and the fetch) is
+``commit-gone``: not retried. A refused token is ``auth-failed``. Anything else (a network fault, a 5xx)
+is retried with back-off, then ``failed`` with git's own last words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from pidispatch.contract import GIT_USERNAME, is_commit
+
+TOKEN_VARIABLE = "GH_TOKEN"
+ATTEMPTS = 4
+FIRST_BACKOFF_SECONDS = 2.0
+GIT_TIMEOUT_SECONDS = 300
+DETAIL_LIMIT = 300
+
+# Set on every git command of the clone (`-c`) and kept in the workspace's .git/config for the agent's.
+HARDENED = {
+    "core.hooksPath": "/dev/null",
+    "core.fsmonitor": "false",
+    "protocol.ext.allow": "never",
+    "protocol.file.allow": "never",
+    "submodule.recurse": "false",
+    "fetch.recurseSubmodules": "false",
+    "transfer.fsckObjects": "true",
+    "advice.detachedHead": "false",
+}
+# git's words for a commit the server does not have (upload-pack's "not our ref", a missing object).
+GONE = ("not our ref", "couldn't find remote ref", "unadvertised object", "no such remote ref",
+        "remote error: upload-pack: not our ref", "did not send all necessary objects")
+AUTH = ("authentication failed", "invalid username or password", "http basic: access denied",
+        "the requested url returned error: 401", "the requested url returned error: 403")
+# The agent's push reads the token when git asks, as the clone did: the helper names the variable only.
+CREDENTIAL_HELPER = ("!f() { test \"$1\" = get || exit 0; echo username=" + GIT_USERNAME +
+                     "; echo \"password=${" + TOKEN_VARIABLE + "}\"; }; f")
+ASKPASS = ("#!/bin/sh\n# pi-dispatch: git asks for the user name, then the password; the token stays in the "
+           "environment.\ncase \"$1\" in\n  Username*) echo " + GIT_USERNAME + " ;;\n  *) printf '%s\\n' \"${"
+           + TOKEN_VARIABLE + "}\" ;;\nesac\n")
+
+
+class CheckoutError(Exception):
+    """The clone did not happen. ``failure`` is the report's closed word; the message is git's own, cut."""
+
+    def __init__(self, failure: str, detail: str) -> None:
+        super().__init__(detail)
+        self.failure = failure
+        self.detail = detail[:DETAIL_LIMIT]
+
+
+@dataclass(frozen=True)
+class CheckoutSpec:
+    """``PI_CHECKOUT``: where to clone from, the ref it was read at, the commit, the branch to push to."""
+
+    url: str
+    ref: str
+    sha: str
+    branch: str | None  # None: read-only (a fork's pull request): the agent has nowhere to push
+
+    @classmethod
+    def parse(cls, raw: str) -> CheckoutSpec:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object with url, ref, sha and branch")
+        url, ref, sha, branch = (data.get(k) for k in ("url", "ref", "sha", "branch"))
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")) or "@" in url.split("/")[2]:
+            raise ValueError("url must be an http(s) URL without credentials")
+        if not isinstance(ref, str) or not ref.startswith("refs/"):
+            raise ValueError("ref must be a full ref (refs/...)")
+        if not is_commit(sha):
+            raise ValueError("sha must be a full commit id")
+        if branch is not None and not (isinstance(branch, str) and branch and _branch_ok(branch)):
+            raise ValueError("branch must be a branch name or null")
+        return cls(url, ref, sha, branch)
+
+
+def _branch_ok(name: str) -> bool:
+    return (not name.startswith(("-", "/")) and ".." not in name and not name.endswith((".lock", "/", "."))
+            and all(c.isprintable() and c not in " ~^:?*[\\" for c in name))
+
+
+@dataclass(frozen=True)
+class Result:
+    head: str
+    branch: str | None
+
+
+Run = Callable[[list[str], Mapping[str, str]], subprocess.CompletedProcess[str]]
+
+
+def _run(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, env=dict(env), capture_output=True, text=True, timeout=GIT_TIMEOUT_SECONDS,
+                          stdin=subprocess.DEVNULL, check=False)
+
+
+def git_env(env: Mapping[str, str], askpass: str | None) -> dict[str, str]:
+    """The environment of the clone's git commands: no prompts, no system or global configuration."""
+    out = {k: v for k, v in env.items() if not k.startswith("GIT_CONFIG")}
+    out.update({"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+                "GIT_PROTOCOL_FROM_USER": "0", "GIT_ALLOW_PROTOCOL": "https:http"})
+    if askpass is not None:
+        out["GIT_ASKPASS"] = askpass
+    return out
+
+
+def _hardened_args() -> list[str]:
+    args: list[str] = []
+    for key, value in HARDENED.items():
+        args += ["-c", f"{key}={value}"]
+    return args
+
+
+def _classify(stderr: str) -> str | None:
+    low = stderr.lower()
+    if any(word in low for word in GONE):
+        return "commit-gone"
+    if any(word in low for word in AUTH):
+        return "auth-failed"
+    return None
+
+
+def _last_words(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    return " / ".join(lines[-3:])[:DETAIL_LIMIT] if lines else "no message"
+
+
+def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run: Run = _run,
+              sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS) -> Result:
+    """Clone ``spec`` into ``workspace`` (empty or missing). Raises :class:`CheckoutError`."""
+    os.makedirs(workspace, exist_ok=True)
+    if os.listdir(workspace):
+        raise CheckoutError("failed", f"the workspace {workspace} is not empty")
+    with tempfile.TemporaryDirectory(prefix="pidispatch-git-") as private:
+        askpass = os.path.join(private, "askpass")
+        with open(askpass, "w", encoding="utf-8") as script:
+            script.write(ASKPASS)
+        os.chmod(askpass, stat.S_IRWXU)
+        genv = git_env(env, askpass)
+        git = ["git", *_hardened_args(), "-C", workspace]
+
+        def must(*args: str) -> str:
+            done = run([*git, *args], genv)
+            if done.returncode != 0:
+                raise CheckoutError("failed", f"git {args[0]}: {_last_words(done.stderr)}")
+            return done.stdout
+
+        must("init", "--quiet")
+        for key, value in _workspace_config(spec).items():
+            must("config", key, value)
+        delay = FIRST_BACKOFF_SECONDS
+        for attempt in range(1, attempts + 1):
+            done = run([*git, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--depth=1", "origin",
+                        spec.sha], genv)
+            if done.returncode == 0:
+                break
+            failure = _classify(done.stderr)
+            if failure is not None or attempt == attempts:
+                raise CheckoutError(failure or "failed", _last_words(done.stderr))
+            sleep(delay)
+            delay *= 2
+        if spec.branch is not None:
+            must("checkout", "--quiet", "-B", spec.branch, spec.sha)
+        else:
+            must("checkout", "--quiet", "--detach", spec.sha)
+        head = must("rev-parse", "HEAD").strip()
+    if head != spec.sha:
+        raise CheckoutError("failed", f"HEAD is {head}, not the resolved commit")
+    return Result(head, spec.branch)
+
+
+def _workspace_config(spec: CheckoutSpec) -> dict[str, str]:
+    """The workspace's .git/config: the hardening, the remote (no credentials), the branch's upstream."""
+    config = dict(HARDENED)
+    config["remote.origin.url"] = spec.url
+    config["credential.helper"] = CREDENTIAL_HELPER
+    config["credential.useHttpPath"] = "true"
+    if spec.branch is not None:
+        config["remote.origin.fetch"] = f"+refs/heads/{spec.branch}:refs/remotes/origin/{spec.branch}"
+        config[f"branch.{spec.branch}.remote"] = "origin"
+        config[f"branch.{spec.branch}.merge"] = f"refs/heads/{spec.branch}"
+        config["push.default"] = "upstream"
+    else:
+        # A fork's pull request: the token cannot push there, and nothing may be pushed to the base by mistake.
+        config["remote.origin.pushurl"] = "read-only:a-fork-pull-request-cannot-be-pushed-to"
+    return config
+
+
+def final_state(workspace: str, branch: str | None, env: Mapping[str, str], *, run: Run = _run
+                ) -> tuple[str | None, str | None]:
+    """(HEAD, the commit pushed to the branch during the run or None), read from the workspace only."""
+    genv = git_env(env, None)
+    git = ["git", *_hardened_args(), "-C", workspace]
+    done = run([*git, "rev-parse", "--verify", "--quiet", "HEAD"], genv)
+    head = done.stdout.strip() if done.returncode == 0 and is_commit(done.stdout.strip()) else None
+    pushed = None
+    if branch is not None:
+        # The remote-tracking ref is written only by a push (the clone fetched a commit id, not the branch).
+        done = run([*git, "rev-parse", "--verify", "--quiet", f"refs/remotes/origin/{branch}"], genv)
+        if done.returncode == 0 and is_commit(done.stdout.strip()):
+            pushed = done.stdout.strip()
+    return head, pushed
