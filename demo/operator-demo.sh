@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The operator's main job, end to end, on the local control plane (kube-apiserver + etcd +
 # kube-controller-manager + the test kubelet, started by `make cluster-up`):
-#   helm install the chart (sessions on) -> kubectl apply a resume Trigger -> two Jobs on one issue:
-#   the first starts cold and its transcript is promoted, the second resumes it.
+#   a local forge (e2e/forge_server.py: HTTPS, real git repositories, GitHub Enterprise's API layout) ->
+#   helm install the chart (sessions on, the forge's URLs, CA and token) -> kubectl apply resume Triggers ->
+#   two Jobs: issue 7 clones main, starts cold, commits on pi/issue-7, pushes and opens PR 8 with gh; a
+#   comment on PR 8 clones its head, resumes the conversation and pushes a second commit. The commit log
+#   of pi/issue-7 is shown after each.
 # Job Pods run `pidispatch runner` with the real pi 0.73.1 (`make pi`), talking to a scripted
 # OpenAI-compatible model on 127.0.0.1 (no LLM provider is reachable from here); everything else (CRDs,
 # operator, RBAC, PVCs, staging, promotion) is the real thing.
@@ -31,12 +34,29 @@ if kubectl get namespace "$NS" >/dev/null 2>&1; then
 fi
 run kubectl create namespace "$NS"
 
-say "0b. The scripted model pi will talk to (an OpenAI-compatible server on 127.0.0.1)"
+say "0b. A local forge on 127.0.0.1 (HTTPS with a throwaway CA; git smart HTTP + GitHub Enterprise's API layout)"
 DEMO_DIR="$STATE/demo"
+for pidfile in "$STATE/demo-model.pid" "$STATE/demo-forge.pid"; do
+    if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; fi
+done
 rm -rf "$DEMO_DIR" && mkdir -p "$DEMO_DIR/home"
-if [ -f "$STATE/demo-model.pid" ]; then kill "$(cat "$STATE/demo-model.pid")" 2>/dev/null || true; fi
+PAT="demo_pat_$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(12))')"
+nohup .venv/bin/python -m e2e.forge_server --dir "$DEMO_DIR/forge" --pat "$PAT" --repo octo/repo \
+    --issue "7=The cache test is flaky" >"$DEMO_DIR/forge.log" 2>&1 &
+echo $! > "$STATE/demo-forge.pid"
+for _ in $(seq 100); do [ -s "$DEMO_DIR/forge/forge.json" ] && break; sleep 0.1; done
+forge() { .venv/bin/python -c "import json,sys; print(json.load(open('$DEMO_DIR/forge/forge.json'))[sys.argv[1]])" "$1"; }
+WEB="$(forge web_url)"; API="$(forge api_url)"; CA="$(forge ca)"
+REPO_GIT="$DEMO_DIR/forge/repos/octo/repo.git"
+echo "forge at $WEB (API $API); octo/repo has one commit on main; issue 7 is open"
+
+say "0c. The scripted model pi will talk to: it drives pi's own bash tool (real git, real gh)"
 cat > "$DEMO_DIR/script.json" <<'JSON'
-[{"kind": "reply", "text": "Issue 7: the flaky test races on the cache. I made the cache per-test, pushed pi/issue-7 and opened PR 12."},
+[{"kind": "tool_call", "text": "", "usage": null, "delay": 0, "calls": [{"id": null, "name": "bash", "arguments":
+  "{\"command\": \"set -e; echo 'CACHE = {}  # one per test' > cache.py; git commit -qam 'Make the cache per-test'; git push -q; gh pr create --repo \\\"$GH_HOST/octo/repo\\\" --head pi/issue-7 --base main --title 'Fix the flaky cache test' --body 'Fixes #7'\"}"}]},
+ {"kind": "reply", "text": "Issue 7: the flaky test races on the cache. I made the cache per-test, pushed pi/issue-7 and opened PR 8."},
+ {"kind": "tool_call", "text": "", "usage": null, "delay": 0, "calls": [{"id": null, "name": "bash", "arguments":
+  "{\"command\": \"set -e; echo '- the cache is per-test (#7)' > CHANGELOG.md; git add CHANGELOG.md; git commit -qm 'Add a changelog entry'; git push -q\"}"}]},
  {"kind": "reply", "text": "Added a changelog entry for the cache fix I made earlier, pushed to pi/issue-7."}]
 JSON
 nohup .venv/bin/python -m e2e.scripted_model --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
@@ -46,12 +66,17 @@ for _ in $(seq 50); do [ -s "$DEMO_DIR/port" ] && break; sleep 0.1; done
 echo "scripted model on 127.0.0.1:$(cat "$DEMO_DIR/port"), pi's agent dir $DEMO_DIR/agent"
 PI_BIN="$ROOT/e2e/pi/node_modules/.bin/pi"
 
-say "1. helm install the chart with the session store enabled"
-# Helm installs crds/ only when absent and never upgrades them; apply them first, as an upgrade would.
+say "1. helm install the chart: the session store, the forge's URLs, its CA, a token Secret"
 kubectl apply --server-side --force-conflicts -f charts/pi-dispatch/crds/ >/dev/null
-echo "\$ helm install pi-dispatch charts/pi-dispatch -n $NS --set sessions.enabled=true --set github.authSource=app ..."
+kubectl create secret generic forge-token -n "$NS" --from-literal=token="$PAT" >/dev/null
+kubectl create configmap forge-ca -n "$NS" --from-file=ca.crt="$CA" >/dev/null
+echo "\$ helm install pi-dispatch charts/pi-dispatch -n $NS --set sessions.enabled=true --set github.authSource=pat \\"
+echo "    --set github.token.secretName=forge-token --set github.apiUrl=$API --set github.webUrl=$WEB \\"
+echo "    --set github.caBundle.configMap=forge-ca ..."
 helm install pi-dispatch charts/pi-dispatch -n "$NS" --set sessions.enabled=true \
-    --set github.authSource=app --set metrics.port="$(port)" --set health.port="$(port)" \
+    --set github.authSource=pat --set github.token.secretName=forge-token \
+    --set github.apiUrl="$API" --set github.webUrl="$WEB" --set github.caBundle.configMap=forge-ca \
+    --set metrics.port="$(port)" --set health.port="$(port)" \
     --set job.image=local/job --set-json "job.env={\"PI_BIN\":\"$PI_BIN\",\"PI_CODING_AGENT_DIR\":\"$DEMO_DIR/agent\",\"HOME\":\"$DEMO_DIR/home\"}" >/dev/null
 echo "(installed; waiting for the operator Pod)"
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
@@ -77,10 +102,14 @@ kubectl wait -n "$NS" --for=condition=ResumeArmed trigger/triage trigger/review 
 run kubectl get pitriggers -n "$NS"
 
 wait_job() {
-    kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Succeeded "pijob/$1" --timeout=120s >/dev/null
+    kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Succeeded "pijob/$1" --timeout=180s >/dev/null
+}
+commits() {
+    echo "\$ git log --oneline pi/issue-7   (on the forge)"
+    git --git-dir "$REPO_GIT" log --format='  %h %s  (%an)' pi/issue-7
 }
 
-say "3. Issue 7 is labelled 'pi': nothing is stored for pi/issue-7 yet, so the job starts cold; its transcript is promoted"
+say "3. Issue 7 is labelled 'pi': the job clones octo/repo at main's tip, starts cold, commits on pi/issue-7, pushes, opens a PR with gh"
 cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f - >/dev/null
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Job
@@ -88,26 +117,27 @@ metadata: {name: issue-7-labeled}
 spec: {trigger: triage, forge: github, repository: octo/repo, issue: 7, sender: alice}
 YAML
 wait_job issue-7-labeled
+run kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{"checkout:  "}{.status.checkout}{"\nworkspace: "}{.status.workspace}{"\n"}'
+commits
 run kubectl get pijobs,sessionkeys -n "$NS"
 
-say "4. A review comment on pull request 12, opened by the agent from pi/issue-7: same key, so the job resumes"
-echo "(the PR's head would come from the GitHub API; without one here, the Job carries it as resolved fields)"
+say "4. A review comment on pull request 8 (the agent's, from pi/issue-7): the head comes from the API, same key, so the job resumes"
 cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f - >/dev/null
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Job
-metadata: {name: pr-12-comment}
+metadata: {name: pr-8-comment}
 spec:
   trigger: review
   forge: github
   repository: octo/repo
-  pullRequest: 12
+  pullRequest: 8
   sender: bob
   comment: "@pi please also add a changelog entry"
-  resolved: {headRef: pi/issue-7, headRepository: octo/repo}
 YAML
-wait_job pr-12-comment
+wait_job pr-8-comment
+run kubectl get pijob pr-8-comment -n "$NS" -o jsonpath='{"checkout:  "}{.status.checkout}{"\nsession:   "}{.status.session}{"\n"}'
+commits
 run kubectl get pijobs,sessionkeys -n "$NS" -o wide
-run kubectl get pijob pr-12-comment -n "$NS" -o jsonpath='{.status.session}{"\n"}'
 KEY="$(kubectl get sessionkeys -n "$NS" -o jsonpath='{.items[0].metadata.name}')"
 echo "\$ kubectl get sessionkey $KEY -n $NS -o jsonpath='{range .status.conditions[*]}...'"
 kubectl get sessionkey "$KEY" -n "$NS" \
@@ -130,4 +160,4 @@ from e2e.cluster import Cluster; print(Cluster.load('$STATE').pvc_host_path('$NS
 PI_SESSIONS_DIR="$STORE" run .venv/bin/pidispatch store inspect 2>/dev/null
 
 say "Done. Look around with: export KUBECONFIG=$KUBECONFIG; kubectl get pijobs,sessionkeys -n $NS -w"
-echo "Stop the control plane with: make cluster-down (the scripted model: kill \$(cat $STATE/demo-model.pid))"
+echo "Stop the control plane with: make cluster-down (the scripted model and the forge: kill \$(cat $STATE/demo-model.pid) \$(cat $STATE/demo-forge.pid))"
