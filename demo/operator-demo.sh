@@ -148,8 +148,10 @@ say "4b. What the model received for the follow-up: the first delivery's turn is
 import json, sys
 requests = [json.loads(line) for line in open(sys.argv[1])]
 for message in requests[-1]["body"]["messages"]:
-    content = message["content"]
+    content = message.get("content") or ""
     text = content if isinstance(content, str) else " ".join(part.get("text", "") for part in content)
+    for call in message.get("tool_calls") or []:
+        text += f" [calls {call['function']['name']}: {call['function']['arguments']}]"
     if message["role"] != "system":
         print(f"  {message['role']:9} {' '.join(text.split())[:110]}")
 PY
