@@ -19,7 +19,7 @@ PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 .PHONY: help venv controlplane pi cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
 
 help:
-	@echo "targets: demo demo-store test venv controlplane pi cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test fuzz venv controlplane pi cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -79,11 +79,13 @@ bench: venv
 	$(VPY) bench/store.py
 	$(VPY) bench/cli.py
 
-# The transcript readers fuzzed with 1 000 000 seeded inputs (FUZZ_ARGS='-n 20000 --seed 7'); docs/reliability.md.
+# The transcript readers, then the webhook receiver (unsigned, malformed, hostile deliveries through the real
+# handler), each fuzzed with 1 000 000 seeded inputs (FUZZ_ARGS='-n 20000 --seed 7'); docs/reliability.md.
 .PHONY: fuzz
 FUZZ_ARGS ?=
 fuzz: venv
 	$(VPY) tests/fuzz_transcript.py $(FUZZ_ARGS)
+	$(VPY) tests/fuzz_webhook.py $(FUZZ_ARGS)
 
 # Operator benchmarks (not tests): a fresh local control plane, the chart, Pod latency, API writes
 # per job, a 500-Job burst; then the store reaper over 100 000 keys. Figures go to docs/benchmarks.md.

@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote_plus
 
 import requests
 
@@ -125,6 +126,11 @@ class Delivery:
     @property
     def body(self) -> bytes:
         return json.dumps(self.payload, separators=(",", ":")).encode()
+
+    @property
+    def form_body(self) -> bytes:
+        """The body of a webhook whose content type is ``application/x-www-form-urlencoded``."""
+        return b"payload=" + quote_plus(json.dumps(self.payload, separators=(",", ":"))).encode()
 
     def headers(self, secret: bytes | None, body: bytes | None = None) -> dict[str, str]:
         """The headers GitHub sends with it; no signature header when ``secret`` is ``None``."""
@@ -271,16 +277,21 @@ class Webhooks:
 
     # -- posting ---------------------------------------------------------------------------------------
     def send(self, delivery: Delivery, *, body: bytes | None = None, secret: bytes | None = _UNSET,
-             signature_header: str | None = _UNSET, headers: dict[str, str | None] | None = None) -> Sent:
+             signature_header: str | None = _UNSET, headers: dict[str, str | None] | None = None,
+             form: bool = False) -> Sent:
         """Sign and post ``delivery``.
 
         ``body`` replaces the payload's bytes (signed unless ``signature_header`` is given);
         ``secret=None`` sends no signature, another secret forges one; ``signature_header`` is sent
-        verbatim (``None`` drops it); ``headers`` overrides or (with ``None``) removes headers.
+        verbatim (``None`` drops it); ``headers`` overrides or (with ``None``) removes headers;
+        ``form=True`` sends it as a webhook set to ``application/x-www-form-urlencoded`` does
+        (``payload=<JSON>``, the signature over those bytes).
         """
-        raw = delivery.body if body is None else body
+        raw = (delivery.form_body if form else delivery.body) if body is None else body
         key = self.secret if secret is _UNSET else secret
         sent_headers: dict[str, str] = delivery.headers(key, raw)
+        if form:
+            sent_headers["Content-Type"] = "application/x-www-form-urlencoded"
         if signature_header is not _UNSET:
             sent_headers.pop("X-Hub-Signature-256", None)
             if signature_header is not None:

@@ -10,7 +10,9 @@
 * ``POST /app/installations/{id}/access_tokens``: checks the App's JWT (RS256 with the App's public key,
   ``iss`` = the App id, ``iat``/``exp`` sane and at most ten minutes apart) and returns
   ``{"token", "expires_at", "permissions", "repository_selection", "repositories"}`` scoped to the
-  repositories asked for (names of the installation's repositories; any other is a 422);
+  repositories asked for (names of the installation's repositories; any other is a 422) and, as GitHub
+  does, narrowed to the ``permissions`` asked for (a permission the installation lacks, or a level above
+  its own, is a 422); what was asked stays in :attr:`requests` (``body``);
 * ``DELETE /installation/token``: revokes the installation token it is called with.
 
 Repository endpoints take ``Authorization: Bearer <installation token>`` (scoped to that repository:
@@ -541,11 +543,22 @@ class FakeGitHubAPI:
                                         "accessible to the parent installation."}, {}, 0.0
             else:
                 scoped = tuple(by_name[a] for a in asked)
+            wanted = (body or {}).get("permissions") if isinstance(body, dict) else None
+            levels = {"read": 1, "write": 2, "admin": 3}
+            if wanted is None:
+                granted = dict(self.permissions)
+            elif not isinstance(wanted, dict) or not all(
+                    isinstance(v, str) and v in levels and levels[v] <= levels.get(self.permissions.get(k, ""), 0)
+                    for k, v in wanted.items()):
+                return 422, {"message": "The permissions requested are not granted to this installation.",
+                             "documentation_url": "https://docs.github.com/rest"}, {}, 0.0
+            else:
+                granted = dict(wanted)
             new = "ghs_" + secrets.token_urlsafe(27)[:36]
             with self._lock:
-                self.tokens[new] = Issued(int(parts[2]), scoped, time.time() + self.token_ttl, dict(self.permissions))
+                self.tokens[new] = Issued(int(parts[2]), scoped, time.time() + self.token_ttl, granted)
             return 201, {"token": new, "expires_at": _iso(time.time() + self.token_ttl),
-                         "permissions": dict(self.permissions), "repository_selection": "selected",
+                         "permissions": dict(granted), "repository_selection": "selected",
                          "repositories": [self._repo_json(r) for r in scoped]}, {}, 0.0
         # DELETE /installation/token
         if method == "DELETE" and parts == ["installation", "token"]:

@@ -3,7 +3,8 @@
 The test kubelet runs the receiver Pod as a local process (``pidispatch receiver`` from this venv)
 with the chart's env, its webhook Secret mounted as a file and a real projected token of the
 receiver's ServiceAccount; Pods share the host's network, so the receiver listens on
-``127.0.0.1:<receiver.port>`` and tests post to it there with :class:`e2e.fakegithub.Webhooks`.
+``127.0.0.1:<receiver.port>`` and tests post to it there with :class:`e2e.fakegithub.Webhooks`; its
+probes and metrics answer on ``127.0.0.1:<receiver.healthPort>``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ def create_webhook_secret(kube: Kube, namespace: str, secret: bytes) -> None:
 
 
 def receiver_values(*, port: int | None = None, max_body: int = 1024 * 1024) -> dict[str, Any]:
-    return {"receiver": {"enabled": True, "port": port or free_port(), "maxBodyBytes": max_body,
+    port = port or free_port()
+    health_port = free_port()
+    while health_port == port:
+        health_port = free_port()
+    return {"receiver": {"enabled": True, "port": port, "healthPort": health_port, "maxBodyBytes": max_body,
                          "webhookSecret": {"existingSecret": SECRET_NAME, "key": SECRET_KEY}}}
 
 
@@ -52,6 +57,11 @@ class Receiver:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def health_url(self) -> str:
+        """Where ``/healthz``, ``/readyz`` and ``/metrics`` answer (never on the webhook port)."""
+        return f"http://127.0.0.1:{int(self.release.values['receiver']['healthPort'])}"
+
     def hooks(self, **kw: Any) -> Webhooks:
         return Webhooks(f"{self.url}/webhook", self.secret, **kw)
 
@@ -59,10 +69,11 @@ class Receiver:
         return self.release.kube.list(f"/api/v1/namespaces/{self.release.ns}/pods",
                                       labelSelector="app.kubernetes.io/component=receiver")
 
-    def get(self, path: str, timeout: float = 5) -> requests.Response:
+    def get(self, path: str, timeout: float = 5, *, webhook_port: bool = False) -> requests.Response:
+        """``GET path`` on the health port (``webhook_port=True``: on the webhook port)."""
         with requests.Session() as s:
             s.trust_env = False
-            return s.get(f"{self.url}{path}", timeout=timeout)
+            return s.get(f"{self.url if webhook_port else self.health_url}{path}", timeout=timeout)
 
     def await_ready(self, timeout: float = 90) -> None:
         """The Pod Running and ``/readyz`` answering 200 (it can list Triggers as its ServiceAccount)."""
@@ -71,7 +82,7 @@ class Receiver:
 
         try:
             wait_for("the receiver Pod Running", running, timeout=timeout)
-            wait_for(f"the receiver's /readyz on {self.url}", lambda: self.get("/readyz").status_code == 200,
+            wait_for(f"the receiver's /readyz on {self.health_url}", lambda: self.get("/readyz").status_code == 200,
                      timeout=timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\nreceiver log:\n{self.log()[-4000:]}") from None

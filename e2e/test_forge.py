@@ -7,7 +7,8 @@ forks, forks that differ only by case, deleted forks and failed lookups (404, 50
 resume and get the Pod a job without resume gets; a same-repository PR from ``pi/issue-N`` resumes the
 issue job's transcript; each job's installation token is scoped to its repository, reaches the Pod as
 ``GH_TOKEN`` from a Secret the Job owns, and appears in no log, Event, status or metric; the two
-refusals post one comment per delivery, also when the operator is killed right after posting.
+refusals post one comment per delivery (also one for a delivery two Triggers refused), also when the
+operator is killed right after posting.
 """
 
 from __future__ import annotations
@@ -203,6 +204,14 @@ def test_the_installation_token_reaches_the_pod_and_nowhere_else(release: Releas
     assert token is not None, "the Pod's GH_TOKEN is a token the App minted"
     [issued] = [i for sha, i in github.issued() if sha == m.group(1)]
     assert issued.repositories == (REPO,), "scoped to the job's repository only"
+    assert issued.permissions == {"contents": "write", "issues": "write", "metadata": "read",
+                                  "pull_requests": "write"}, "the job permissions asked for, not all the App's"
+    # The token is not refreshed: the run (job.timeoutSeconds 3600) is cut to end before the token
+    # expires, counting the start timeout (600), in whole minutes; an Event says so.
+    assert pod["spec"]["activeDeadlineSeconds"] == 3600 - 300 - 600 - 60
+    capped = [e for e in r.kube.list(f"/api/v1/namespaces/{r.ns}/events")
+              if e["reason"] == "TimeoutCapped" and e["involvedObject"]["name"] == job["metadata"]["name"]]
+    assert capped and "not refreshed" in capped[0]["message"], "the Job's Events say the timeout was cut"
     secret_name = f"pi-job-token-{job['metadata']['uid']}"
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["GH_TOKEN"] == {"name": "GH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name,
@@ -314,6 +323,19 @@ def test_sessions_dir_unset_posts_one_comment_naming_both_ways_out(no_store: Rel
     assert body.rstrip().endswith(f"<!-- pi-dispatch:job={job['metadata']['uid']} -->")
     assert comment["user"]["login"] == "pi-dispatch[bot]", "posted with the App's installation token"
     assert r.pods_of("refused-once") == []
+
+
+def test_one_delivery_refused_by_two_triggers_posts_one_comment(no_store: Release, github: FakeGitHubAPI) -> None:
+    r = no_store
+    r.trigger("fix-too")
+    issue, delivery = number(), f"d-{number()}-72d3162e"
+    first = r.run("refused-twice-a", issue=issue, deliveryId=delivery)
+    second = r.run("refused-twice-b", trigger="fix-too", issue=issue, deliveryId=delivery)
+    assert {first["status"]["reason"], second["status"]["reason"]} == {"sessions-dir-unset"}
+    reasons = sorted(commented(r, name)["reason"] for name in ("refused-twice-a", "refused-twice-b"))
+    assert reasons == ["AlreadyPosted", "Posted"]
+    [comment] = github.comments(REPO, issue)
+    assert comment["body"].rstrip().endswith(f"<!-- pi-dispatch:delivery={delivery} -->")
 
 
 def test_a_refused_pr_is_commented_on_the_pr_without_a_head_lookup(no_store: Release,

@@ -2,8 +2,10 @@
 ServiceAccount (read Triggers, create Jobs) on the real kube-apiserver, fed signed GitHub-format
 deliveries by ``e2e/fakegithub.py``. A matching delivery becomes a Job CR that the operator runs to a
 terminal phase with the scripted job stand-in; forged, unsigned, replayed, oversized and malformed
-deliveries create nothing, a flood of them leaves the receiver up, and the ServiceAccount can do
-exactly what its Role says.
+deliveries create nothing (a signed body replayed under a new delivery id included: Job names come
+from the Trigger and the body's digest, and the API server refuses the second), a phrase quoted, in
+code or in an HTML comment starts nothing, a form-encoded webhook works, a flood of bad requests leaves
+the receiver up, and the ServiceAccount can do exactly what its Role says.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from e2e.kube import ApiError, Kube, wait_for
 from e2e.receiver_release import RECEIVER, Receiver, create_webhook_secret, receiver_values
 from e2e.release import PI_VERSION, Release, base_values, fresh_namespace, merge
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.receiver.delivery import job_name
+from pidispatch.receiver.delivery import body_digest, job_name
 
 pytestmark = pytest.mark.e2e
 
@@ -89,7 +91,7 @@ def test_a_signed_delivery_becomes_a_job_the_operator_runs(receiver: Receiver, t
                                                            expected: dict[str, Any]) -> None:
     number = next(_numbers)
     sent = receiver.hooks().send(build(receiver.hooks(), number))
-    name = job_name(sent.delivery.id, trigger)
+    name = job_name(body_digest(sent.delivery.body), trigger)
     assert sent.status == 202, sent.json
     assert sent.json == {"jobs": [name], "duplicates": []}
     job = receiver.release.get("jobs", name)
@@ -113,7 +115,7 @@ def test_one_delivery_to_no_matching_trigger_creates_nothing(receiver: Receiver)
 def test_the_repository_restriction_admits_its_own_repository(receiver: Receiver) -> None:
     hooks = receiver.hooks(repository="other/repo")
     sent = hooks.send(hooks.issue_comment(next(_numbers), "/elsewhere please"))
-    assert sent.json["jobs"] == [job_name(sent.delivery.id, "elsewhere")]
+    assert sent.json["jobs"] == [job_name(body_digest(sent.delivery.body), "elsewhere")]
     assert receiver.release.get("jobs", sent.json["jobs"][0])["spec"]["repository"] == "other/repo"
 
 
@@ -127,8 +129,23 @@ def test_a_replayed_delivery_creates_no_second_job(receiver: Receiver) -> None:
     for _ in range(3):
         again = hooks.send(first.delivery.redelivered())
         assert again.status == 202 and again.json == {"jobs": [], "duplicates": [name]}
+    for _ in range(3):  # the same signed body under a new delivery id: a replay, not GitHub
+        replay = Delivery(first.delivery.event, first.delivery.payload)
+        assert replay.id != first.delivery.id and replay.body == first.delivery.body
+        again = hooks.send(replay)
+        assert again.status == 202 and again.json == {"jobs": [], "duplicates": [name]}
     assert len(jobs(receiver)) == count
     assert receiver.release.get("jobs", name)["metadata"]["uid"] == created, "the first Job, untouched"
+    assert receiver.release.get("jobs", name)["spec"]["deliveryId"] == first.delivery.id
+
+
+def test_a_form_encoded_delivery_becomes_a_job(receiver: Receiver) -> None:
+    hooks = receiver.hooks()
+    sent = hooks.send(hooks.issue_comment(next(_numbers), "@pi fix 100% & more"), form=True)
+    assert sent.status == 202 and sent.json["jobs"] == [job_name(body_digest(sent.delivery.form_body), "fix")]
+    assert receiver.release.get("jobs", sent.json["jobs"][0])["spec"]["comment"] == "@pi fix 100% & more"
+    ping = hooks.send(hooks.event("ping", None, zen="Keep it logically awesome.", hook_id=1), form=True)
+    assert ping.status == 202 and "ping" in ping.json["ignored"]
 
 
 def _raw(port: int, request: bytes) -> int:
@@ -165,6 +182,11 @@ REFUSED: list[tuple[str, Callable[[Receiver, Webhooks], Any], int]] = [
     ("an event no Trigger can match", lambda r, h: h.send(h.event("push", None, ref="refs/heads/main")).status, 202),
     ("an action no Trigger can match", lambda r, h: h.send(h.issue_comment(1, "@pi x", action="edited")).status, 202),
     ("a bot's comment", lambda r, h: h.send(h.issue_comment(1, "@pi x", sender="pi[bot]", bot=True)).status, 202),
+    ("the phrase in a longer word", lambda r, h: h.send(h.issue_comment(1, "@pip install")).status, 202),
+    ("the phrase in an address", lambda r, h: h.send(h.issue_comment(1, "mail someone@pi.dev")).status, 202),
+    ("the phrase quoted", lambda r, h: h.send(h.issue_comment(1, "> @pi x\n\nno")).status, 202),
+    ("the phrase in code", lambda r, h: h.send(h.issue_comment(1, "`@pi x` and\n```\n@pi x\n```")).status, 202),
+    ("the phrase in an HTML comment", lambda r, h: h.send(h.issue_comment(1, "ok <!-- @pi x -->")).status, 202),
 ]
 
 

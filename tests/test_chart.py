@@ -600,28 +600,41 @@ def test_receiver_objects_and_the_operator_are_unchanged_by_it(helm: Any) -> Non
 
 
 def test_receiver_env_is_what_the_receiver_reads_with_its_defaults(helm: Any, tmp_path: Path) -> None:
-    from pidispatch.receiver.settings import DEFAULT_MAX_BODY, DEFAULT_PORT, ENV_NAMES
+    from pidispatch.receiver.settings import (
+        DEFAULT_HEALTH_PORT,
+        DEFAULT_MAX_BODY,
+        DEFAULT_MAX_CONNECTIONS,
+        DEFAULT_PORT,
+        ENV_NAMES,
+    )
 
     container = receiver_container(render(helm, RECEIVER_ON))
     names = [v["name"] for v in env_list(container)]
     assert len(names) == len(set(names)) and set(names) <= set(ENV_NAMES), names
     assert "GITHUB_WEBHOOK_SECRET" not in names, "the secret arrives as a mounted file, never as an env value"
     settings = receiver_settings(container, tmp_path)
-    assert (settings.namespace, settings.port, settings.max_body, settings.auth_source) == (
-        NAMESPACE, DEFAULT_PORT, DEFAULT_MAX_BODY, None), "the chart's defaults are the receiver's defaults"
+    assert (settings.namespace, settings.port, settings.max_body, settings.auth_source, settings.health_port,
+            settings.max_connections) == (NAMESPACE, DEFAULT_PORT, DEFAULT_MAX_BODY, None, DEFAULT_HEALTH_PORT,
+                                          DEFAULT_MAX_CONNECTIONS), "the chart's defaults are the receiver's defaults"
     assert settings.secret == b"from-the-secret"
     assert container["command"] == ["pidispatch", "receiver"]
     assert container["image"] == operator_container(render(helm))["image"], "the operator's image"
-    assert container["ports"] == [{"name": "http", "containerPort": DEFAULT_PORT, "protocol": "TCP"}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["ports"] == [{"name": "http", "containerPort": DEFAULT_PORT, "protocol": "TCP"},
+                                  {"name": "health", "containerPort": DEFAULT_HEALTH_PORT, "protocol": "TCP"}]
+    # The probes on the health port: the webhook port answers /webhook alone (tests/test_receiver_surface.py).
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
 
 
 def test_receiver_values_reach_it_as_given(helm: Any, tmp_path: Path) -> None:
     docs = render(helm, {**RECEIVER_ON, "receiver.port": 9443, "receiver.maxBodyBytes": 65536,
-                         "github.authSource": "app", "receiver.replicas": 3, "receiver.service.port": 8080})
-    settings = receiver_settings(receiver_container(docs), tmp_path)
-    assert (settings.port, settings.max_body, settings.auth_source) == (9443, 65536, "app")
+                         "github.authSource": "app", "receiver.replicas": 3, "receiver.service.port": 8080,
+                         "receiver.healthPort": 9444, "receiver.maxConnections": 32})
+    container = receiver_container(docs)
+    settings = receiver_settings(container, tmp_path)
+    assert (settings.port, settings.max_body, settings.auth_source, settings.health_port,
+            settings.max_connections) == (9443, 65536, "app", 9444, 32)
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [("http", 9443), ("health", 9444)]
     assert one(docs, "Deployment", RECEIVER)["spec"]["replicas"] == 3
     assert [(p["port"], p["targetPort"]) for p in one(docs, "Service", RECEIVER)["spec"]["ports"]] == [(8080, "http")]
 
@@ -692,7 +705,10 @@ def test_receiver_service_selects_receiver_pods_only(helm: Any) -> None:
     docs = render(helm, RECEIVER_ON)
     service = one(docs, "Service", RECEIVER)
     assert service["spec"]["type"] == "ClusterIP"
-    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP"}], \
+        "the webhook port alone: never the health port (probes, metrics)"
+    assert [s["metadata"]["name"] for s in kinds(docs, "Service") if s in receiver_objects(docs)] == [RECEIVER], \
+        "no other receiver Service without the ServiceMonitor"
     selector = service["spec"]["selector"].items()
     assert selector <= one(docs, "Deployment", RECEIVER)["spec"]["template"]["metadata"]["labels"].items()
     assert not selector <= one(docs, "Deployment", FULLNAME)["spec"]["template"]["metadata"]["labels"].items()
@@ -705,14 +721,24 @@ def test_receiver_service_monitor(helm: Any) -> None:
     docs = render(helm, {**RECEIVER_ON, "metrics.serviceMonitor.enabled": True}, "--api-versions",
                   SERVICE_MONITOR_API)
     monitor = one(docs, "ServiceMonitor", RECEIVER)
-    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", RECEIVER)["metadata"][
-        "labels"].items()
+    assert monitor["spec"]["endpoints"] == [{"port": "health", "path": "/metrics", "interval": "30s"}]
+    # /metrics answers on the health port only, which the webhook Service does not expose: the monitor
+    # scrapes a ClusterIP Service of its own, with that port alone.
+    metrics = one(docs, "Service", f"{RECEIVER}-metrics")
+    assert metrics["spec"]["type"] == "ClusterIP"
+    assert metrics["spec"]["ports"] == [{"name": "health", "port": 8001, "targetPort": "health", "protocol": "TCP"}]
+    selector = monitor["spec"]["selector"]["matchLabels"].items()
+    assert selector <= metrics["metadata"]["labels"].items()
+    assert not selector <= one(docs, "Service", RECEIVER)["metadata"]["labels"].items(), "not the webhook Service"
+    assert one(docs, "Service", RECEIVER)["spec"]["ports"][0]["targetPort"] == "http"
     assert sorted(m["metadata"]["name"] for m in kinds(docs, "ServiceMonitor")) == [FULLNAME, RECEIVER]
 
 
 RECEIVER_REJECTED = [
     ("port zero", {"receiver.port": 0}, "/receiver/port"),
+    ("health port zero", {"receiver.healthPort": 0}, "/receiver/healthPort"),
+    ("no connections", {"receiver.maxConnections": 0}, "/receiver/maxConnections"),
+    ("connections beyond the bound", {"receiver.maxConnections": 16385}, "/receiver/maxConnections"),
     ("cap below 1 KiB", {"receiver.maxBodyBytes": 10}, "/receiver/maxBodyBytes"),
     ("cap above GitHub's 25 MiB", {"receiver.maxBodyBytes": 26214401}, "/receiver/maxBodyBytes"),
     ("cap as a quantity", {"receiver.maxBodyBytes": "1Mi"}, "/receiver/maxBodyBytes"),
@@ -721,6 +747,11 @@ RECEIVER_REJECTED = [
     ("unknown webhookSecret key", {"receiver.webhookSecret.name": "x"}, "name"),
     ("service type", {"receiver.service.type": "ExternalName"}, "/receiver/service/type"),
 ]
+
+
+def test_the_health_port_must_differ_from_the_webhook_port(helm: Any) -> None:
+    result = template(helm, {**RECEIVER_ON, "receiver.port": 9000, "receiver.healthPort": 9000})
+    assert result.returncode != 0 and "receiver.healthPort must differ from receiver.port" in result.stderr
 
 
 @pytest.mark.parametrize(("values", "field"), [r[1:] for r in RECEIVER_REJECTED], ids=[r[0] for r in RECEIVER_REJECTED])

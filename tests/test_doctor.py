@@ -76,7 +76,7 @@ def private_store(path: str = "/var/lib/pi-dispatch/sessions") -> StoreFacts:
 
 def run_checks(env: dict[str, str] | None = None, *, store: StoreFacts | None = None,
                facts: ClusterFacts | Check | None = None, offline: bool = False) -> list[Check]:
-    env = {"GITHUB_AUTH_SOURCE": "app", **(env or {})}
+    env = {k: v for k, v in {"GITHUB_AUTH_SOURCE": "app", **(env or {})}.items() if v is not None}  # None: unset
     s = settings(**env)
     if store is None and s.store.sessions_dir:
         store = private_store(s.store.sessions_dir)
@@ -211,7 +211,7 @@ def test_context_bound_warns_that_it_needs_a_measuring_runner(pct: str | None, w
 
 # -- §8.6 and §10.2: the gh auth source -------------------------------------------------------------------
 AUTH = [
-    ("GITHUB_AUTH_SOURCE unset means gh: a warning", {"GITHUB_AUTH_SOURCE": ""}, [PLAIN], [Status.WARN]),
+    ("GITHUB_AUTH_SOURCE unset means gh: a warning", {"GITHUB_AUTH_SOURCE": None}, [PLAIN], [Status.WARN]),
     ("an App: ok", {"GITHUB_AUTH_SOURCE": "app"}, [PLAIN, ARMED], [Status.OK]),
     ("a Trigger's run.auth gh is warned about too", {"GITHUB_AUTH_SOURCE": "app"},
      [trigger("gh", {"auth": "gh"})], [Status.WARN]),

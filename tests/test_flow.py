@@ -166,8 +166,8 @@ def test_gh_source_with_resume_is_config_refused(job_source: str | None, trigger
 
 
 @pytest.mark.parametrize(("hatch", "refused"), [
-    ("1", False), ("true", True), ("yes", True), (" 1", True), ("1 ", True), ("0", True), ("", True), (None, True),
-], ids=["exactly 1 opens", "true", "yes", "leading space", "trailing space", "0", "empty", "unset"])
+    ("1", False), ("true", True), ("yes", True), (" 1", True), ("1 ", True), ("0", True), (None, True),
+], ids=["exactly 1 opens", "true", "yes", "leading space", "trailing space", "0", "unset"])
 def test_only_exactly_1_opens_the_gh_hatch(hatch: str | None, refused: bool) -> None:
     env = {"PI_SESSIONS_DIR": "/s", "GITHUB_AUTH_SOURCE": "gh"}
     if hatch is not None:

@@ -94,7 +94,8 @@ def test_a_job_token_is_scoped_to_the_jobs_repository(fake: FakeGitHubAPI, app_k
     assert sha == fingerprint(token.value)
     assert issued.repositories == (REPO,) and issued.installation_id == INSTALLATION
     [call] = fake.calls("POST", f"/app/installations/{INSTALLATION}/access_tokens")
-    assert (call.auth, call.status, call.body) == ("jwt", 201, {"repositories": ["widgets"]})
+    assert (call.auth, call.status, call.body) == ("jwt", 201, {"repositories": ["widgets"], "permissions": {
+        "contents": "write", "issues": "write", "metadata": "read", "pull_requests": "write"}})
     # the token reads its own repository and nothing else of the installation
     fake.set_pull(REPO, 1)
     assert forge.client.pull(REPO, 1, f"Bearer {token.value}")["number"] == 1

@@ -30,10 +30,12 @@ def test_defaults_configure_no_client() -> None:
         "https://api.github.com", 10, False, None, None)
 
 
-def test_empty_values_count_as_unset() -> None:
+def test_an_empty_value_is_refused_naming_it() -> None:
     names = ["GITHUB_API_URL", "GITHUB_AUTH_SOURCE", "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID",
              "GITHUB_APP_PRIVATE_KEY_FILE", "GITHUB_TOKEN_FILE", "GITHUB_TOKEN_SECRET", "GITHUB_API_TIMEOUT_SECONDS"]
-    assert OperatorSettings.from_env(dict.fromkeys(names, "")) == OperatorSettings.from_env({})
+    for name in names:
+        with pytest.raises(ConfigError, match=name):
+            OperatorSettings.from_env({name: " "})
 
 
 def test_app_settings_are_read() -> None:

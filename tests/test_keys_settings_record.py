@@ -91,9 +91,11 @@ def test_defaults_and_accepted_forms() -> None:
 
 
 @pytest.mark.parametrize(("value", "on"), [("1", True), ("true", False), ("yes", False), (" 1", False),
-                                           ("1 ", False), ("", False)])
+                                           ("1 ", False)])
 def test_gh_hatch_only_for_exact_one(value: str, on: bool) -> None:
     assert Settings.from_env({"PI_SESSIONS_ALLOW_GH_SOURCE": value}).allow_gh_source is on
+    with pytest.raises(ConfigError, match="PI_SESSIONS_ALLOW_GH_SOURCE"):
+        Settings.from_env({"PI_SESSIONS_ALLOW_GH_SOURCE": ""})
 
 
 def test_reason_enum_order() -> None:

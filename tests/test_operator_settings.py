@@ -36,9 +36,14 @@ def test_defaults() -> None:
         s.staging_dir, s.job_image, s.job_command)
 
 
-def test_empty_values_count_as_unset() -> None:
-    """Helm renders an absent value as "": that is not a typo and must not fail the start."""
-    assert OperatorSettings.from_env(dict.fromkeys(OPERATOR_VARIABLES, "")) == OperatorSettings.from_env({})
+def test_an_empty_value_is_refused_naming_it() -> None:
+    """An empty value is a configuration error, never the default (issue 15: an empty GITHUB_AUTH_SOURCE
+    once meant gh). The chart renders no empty value (tests/test_settings_strict.py covers every variable)."""
+    for name in OPERATOR_VARIABLES:
+        if name == "PI_SESSIONS_DIR":  # spec §2.1: empty string = unset
+            continue
+        with pytest.raises(ConfigError, match=name):
+            OperatorSettings.from_env({name: ""})
 
 
 def test_values_are_read() -> None:

@@ -99,8 +99,8 @@ def test_retention_settings_defaults_and_values() -> None:
     s = OperatorSettings.from_env({"PI_DISPATCH_JOB_POD_RETENTION_SECONDS": "0",
                                    "PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED": "86400"})
     assert (s.job_pod_retention_seconds, s.job_ttl_seconds_after_finished) == (0, 86400)
-    unset = OperatorSettings.from_env({"PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED": ""})
-    assert unset.job_ttl_seconds_after_finished is None
+    with pytest.raises(ConfigError, match="PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED"):
+        OperatorSettings.from_env({"PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED": ""})  # empty is not "never"
 
 
 @pytest.mark.parametrize("variable", ["PI_DISPATCH_JOB_POD_RETENTION_SECONDS",

@@ -132,10 +132,12 @@ def test_config_errors_name_the_variable(env: dict[str, str], names: str) -> Non
     assert names in message and "\n" not in message and "expected" in message
 
 
-@pytest.mark.parametrize(("value", "expected"), [("", False), ("false", False), ("true", True)])
-def test_host_resume_absent_or_empty_is_false(value: str, expected: bool) -> None:
+@pytest.mark.parametrize(("value", "expected"), [("false", False), ("true", True)])
+def test_host_resume_absent_is_false(value: str, expected: bool) -> None:
     assert load_config({**BASE_ENV, "PI_SESSION_HOST_RESUME": value}).host_resume is expected
     assert load_config(BASE_ENV).host_resume is False
+    with pytest.raises(ConfigError, match="PI_SESSION_HOST_RESUME is set but empty"):
+        load_config({**BASE_ENV, "PI_SESSION_HOST_RESUME": ""})  # an empty value is refused, not read as false
 
 
 # --- mount readiness: the chain as a table ----------------------------------------------------------

@@ -101,6 +101,7 @@ class Job:
         if host_resume is not None:
             env["PI_SESSION_HOST_RESUME"] = "true" if host_resume else "false"
         env.update(extra or {})
+        env = {k: v for k, v in env.items() if v is not None}  # extra={"X": None} unsets X
         return subprocess.Popen([sys.executable, "-m", "pidispatch", "runner"], stdin=stdin,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 env=pi_env(self.agent, self.tmp / "home", env), cwd=self.tmp)
@@ -303,7 +304,7 @@ def test_version_mismatch_exits_2_before_any_model_request(job: Job) -> None:
 
 def test_undeclared_version_runs_and_reports_what_pi_says(job: Job) -> None:
     job.stage(b"")
-    result = job.run(extra={"PI_VERSION": ""})
+    result = job.run(extra={"PI_VERSION": None})  # type: ignore[dict-item]
     assert result.code == 0, result.stderr
     assert result.report["piVersion"] == pinned_version()
 

@@ -41,6 +41,45 @@ def parse_strict_int(variable: str, raw: str, accepted: str, minimum: int = 0, m
     return value
 
 
+# Every variable each component reads, named once: an empty value of any of them is refused
+# (tests/test_settings_strict.py holds these lists to the names the code reads).
+STORE_VARIABLES = (
+    "PI_SESSIONS_DIR", "PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_BYTES", "PI_SESSION_MAX_AGE_DAYS",
+    "PI_SESSION_MAX_RESUME_CHAIN", "PI_SESSION_MAX_CONTEXT_PCT", "PI_SESSIONS_ALLOW_GH_SOURCE", "GITHUB_AUTH_SOURCE",
+)
+GITHUB_VARIABLES = (
+    "GITHUB_API_URL", "GITHUB_API_TIMEOUT_SECONDS", "GITHUB_WEB_URL", "GITHUB_CA_BUNDLE_FILE",
+    "GITHUB_CA_BUNDLE_CONFIGMAP", "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID", "GITHUB_APP_PRIVATE_KEY_FILE",
+    "GITHUB_TOKEN_FILE", "GITHUB_TOKEN_SECRET",
+)
+OPERATOR_VARIABLES = (
+    "PI_DISPATCH_NAMESPACE", "PI_DISPATCH_STAGING_DIR", "PI_DISPATCH_STAGING_CLAIM", "PI_DISPATCH_MAX_CONCURRENT_JOBS",
+    "PI_DISPATCH_JOB_IMAGE", "PI_DISPATCH_JOB_COMMAND", "PI_DISPATCH_JOB_ENV", "PI_DISPATCH_JOB_TIMEOUT_SECONDS",
+    "PI_DISPATCH_JOB_START_TIMEOUT_SECONDS", "PI_DISPATCH_JOB_RESOURCES", "PI_DISPATCH_JOB_CREDENTIALS",
+    "PI_DISPATCH_JOB_MODELS_CONFIGMAP", "PI_DISPATCH_JOB_POD_RETENTION_SECONDS",
+    "PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED", "PI_DISPATCH_JOB_GIT_NAME", "PI_DISPATCH_JOB_GIT_EMAIL",
+    "PI_DISPATCH_JOB_CHECKOUT", "PI_DISPATCH_JOB_TOKEN_PERMISSIONS", "PI_DISPATCH_METRICS_PORT", "PI_DISPATCH_HEALTH_PORT", "PI_DISPATCH_PEERING",
+    "PI_DISPATCH_POD_NAME", "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", "PI_DISPATCH_SWEEP_INTERVAL_SECONDS",
+    *STORE_VARIABLES, *GITHUB_VARIABLES,
+)
+
+# The one variable whose empty value has a documented meaning: spec §2.1, "Empty string = unset".
+EMPTY_MEANS_UNSET = frozenset({"PI_SESSIONS_DIR"})
+
+
+def refuse_empty(env: Mapping[str, str], names: Iterable[str]) -> None:
+    """An empty (or blank) value of any of ``names`` is a configuration error naming the variable.
+
+    A manifest that renders a missing value as ``""`` must say so, never quietly run with a default:
+    an empty ``GITHUB_AUTH_SOURCE`` once meant ``gh``, the full-scope credential. Unset the variable to
+    get its default. The exceptions are documented in :data:`EMPTY_MEANS_UNSET`.
+    """
+    for name in names:
+        raw = env.get(name)
+        if raw is not None and raw.strip() == "" and name not in EMPTY_MEANS_UNSET:
+            raise ConfigError(name, raw, "a value: an empty one is refused (unset the variable to get its default)")
+
+
 def _int_setting(env: Mapping[str, str], variable: str, default: int, accepted: str) -> int:
     raw = env.get(variable)
     # Only an absent variable takes the default. An empty value is malformed (spec §2.1's strict
@@ -68,7 +107,8 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and validate every setting; raise :class:`ConfigError` on the first malformed one."""
         env = os.environ if env is None else env
-        sessions_dir = env.get("PI_SESSIONS_DIR") or None
+        refuse_empty(env, STORE_VARIABLES)
+        sessions_dir = (env.get("PI_SESSIONS_DIR") or "").strip() or None  # spec §2.1: empty = unset
         pct_raw = env.get("PI_SESSION_MAX_CONTEXT_PCT")
         max_context_pct = None
         if pct_raw is not None:
@@ -212,6 +252,42 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 _SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _APP_VARIABLES = ("GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID", "GITHUB_APP_PRIVATE_KEY_FILE")
 
+# PI_DISPATCH_JOB_TOKEN_PERMISSIONS: what a job's App installation token may do, asked for at every
+# mint (GitHub narrows the token to it, and refuses with 422 a permission the installation lacks).
+# Without it a job token would carry everything the App was granted. Repository permissions only:
+# the token is scoped to one repository.
+DEFAULT_JOB_TOKEN_PERMISSIONS = (("contents", "write"), ("issues", "write"), ("metadata", "read"),
+                                 ("pull_requests", "write"))
+GITHUB_REPOSITORY_PERMISSIONS = frozenset({
+    "actions", "administration", "attestations", "checks", "codespaces", "contents", "dependabot_secrets",
+    "deployments", "environments", "issues", "merge_queues", "metadata", "packages", "pages", "pull_requests",
+    "repository_custom_properties", "repository_hooks", "repository_projects", "secret_scanning_alerts",
+    "secrets", "security_events", "single_file", "statuses", "vulnerability_alerts", "workflows"})
+
+
+def job_token_permissions(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """``PI_DISPATCH_JOB_TOKEN_PERMISSIONS``: unset is the default; anything but a JSON object of GitHub
+    repository permission names to ``read``/``write`` (``metadata``: ``read``) is a configuration error."""
+    import json
+
+    variable = "PI_DISPATCH_JOB_TOKEN_PERMISSIONS"
+    if raw is None:
+        return DEFAULT_JOB_TOKEN_PERMISSIONS
+    accepted = ('a JSON object of GitHub repository permissions to "read" or "write", e.g. '
+                '{"contents":"write","pull_requests":"write","issues":"write","metadata":"read"}')
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ConfigError(variable, raw, accepted) from None
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(variable, raw, accepted)
+    for name, level in value.items():
+        if name not in GITHUB_REPOSITORY_PERMISSIONS:
+            raise ConfigError(variable, raw, f"{accepted}; {name!r} is not a GitHub repository permission")
+        if level not in (("read",) if name == "metadata" else ("read", "write")):
+            raise ConfigError(variable, raw, f"{accepted}; {name} cannot be {level!r}")
+    return tuple(sorted(value.items()))
+
 
 @dataclass(frozen=True)
 class GitHubSettings:
@@ -237,6 +313,8 @@ class GitHubSettings:
     # a forge behind a private CA. Job Pods get the same ConfigMap (``ca_bundle_configmap``) for git and gh.
     ca_bundle_file: str | None = None
     ca_bundle_configmap: str | None = None
+    # What a job's App installation token may do (PI_DISPATCH_JOB_TOKEN_PERMISSIONS).
+    job_token_permissions: tuple[tuple[str, str], ...] = DEFAULT_JOB_TOKEN_PERMISSIONS
 
     @property
     def app_configured(self) -> bool:
@@ -244,6 +322,7 @@ class GitHubSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], source: str) -> GitHubSettings:
+        refuse_empty(env, GITHUB_VARIABLES)
         def text(name: str) -> str | None:
             raw = env.get(name)
             return None if raw is None or raw.strip() == "" else raw.strip()
@@ -298,7 +377,8 @@ class GitHubSettings:
             "GITHUB_API_TIMEOUT_SECONDS", timeout_raw, "a whole number of seconds from 1 to 120", 1, 120)
         return cls(api_url=url.rstrip("/"), app_id=app[0], app_installation_id=app[1], app_private_key_file=app[2],
                    token_file=token_file, token_secret=token_secret, timeout_seconds=timeout,
-                   web_url=web.rstrip("/"), ca_bundle_file=ca_file, ca_bundle_configmap=ca_map)
+                   web_url=web.rstrip("/"), ca_bundle_file=ca_file, ca_bundle_configmap=ca_map,
+                   job_token_permissions=job_token_permissions(env.get("PI_DISPATCH_JOB_TOKEN_PERMISSIONS")))
 
 
 MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
@@ -364,6 +444,7 @@ class OperatorSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
         env = os.environ if env is None else env
+        refuse_empty(env, OPERATOR_VARIABLES)
 
         def integer(name: str, default: int, accepted: str, minimum: int, maximum: int) -> int:
             raw = env.get(name)

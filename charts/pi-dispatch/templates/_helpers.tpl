@@ -267,6 +267,10 @@ app.kubernetes.io/component: operator
   value: {{ $g.app.installationId | int64 | quote }}
 - name: GITHUB_APP_PRIVATE_KEY_FILE
   value: {{ printf "%s/private-key.pem" (include "pi-dispatch.githubAppDir" .) | quote }}
+{{- with $g.app.jobPermissions }}
+- name: PI_DISPATCH_JOB_TOKEN_PERMISSIONS
+  value: {{ . | toJson | quote }}
+{{- end }}
 {{- end }}
 {{- if $g.token.secretName }}
 {{- if eq $source "app" }}

@@ -67,6 +67,8 @@ class InstallationToken:
     value: str = field(repr=False)
     expires_at: float  # epoch seconds
     repositories: tuple[str, ...] = ()
+    # What GitHub says the token may do (its answer's ``permissions``), sorted (name, level) pairs.
+    permissions: tuple[tuple[str, str], ...] = ()
 
     def fresh(self, margin: float = 300, now: float | None = None) -> bool:
         """Still valid for at least ``margin`` seconds."""
@@ -74,6 +76,16 @@ class InstallationToken:
 
     def __str__(self) -> str:
         return repr(self)
+
+
+LEVELS = {"read": 1, "write": 2, "admin": 3}
+
+
+def broader_than(granted: dict[str, str], asked: dict[str, str]) -> list[str]:
+    """The permissions of ``granted`` beyond ``asked`` (a name not asked for, or a higher level): a token
+    GitHub answered with more than was asked is not handed to a job."""
+    return sorted(name for name, level in granted.items()
+                  if LEVELS.get(str(level), 99) > LEVELS.get(asked.get(name, ""), 0))
 
 
 def parse_expiry(text: Any) -> float | None:

@@ -1,12 +1,16 @@
 """The issue comments of the two per-delivery refusals (spec §10.1, §10.2), in our words.
 
-One comment per delivery, even across operator restarts: each carries a hidden marker naming the Job's
-uid, and the operator lists the issue's comments for that marker before it posts (the Job's
-``Commented`` condition then spares a finished Job the listing).
+One comment per delivery, even across operator restarts and when one delivery matched several
+Triggers (one refused Job each): each comment carries a hidden marker naming the delivery (the Job's
+``spec.deliveryId``, set by the receiver; a Job created without one: its uid), and the operator lists
+the issue's comments for that marker before it posts (the Job's ``Commented`` condition then spares a
+finished Job the listing). Markers of earlier versions, which named the Job's uid, are still recognised.
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,20 +49,31 @@ def posts_comment(reason: object) -> bool:
     return isinstance(reason, str) and reason in TEXTS
 
 
-def marker(job_uid: str) -> str:
-    """The hidden line that makes a comment recognisable as this delivery's."""
-    return f"<!-- pi-dispatch:job={job_uid} -->"
+_PLAIN_ID = re.compile(r"[A-Za-z0-9._-]{1,100}")  # a GitHub delivery GUID; anything else is hashed
 
 
-def refusal_comment(reason: str, trigger: str, job_uid: str) -> str | None:
+def marker(job_uid: str, delivery_id: str | None = None) -> str:
+    """The hidden line that makes a comment recognisable as this delivery's: by its delivery id when the
+    Job has one (every Job of the delivery shares it), else by the Job's uid (the earlier form)."""
+    if not delivery_id:
+        return f"<!-- pi-dispatch:job={job_uid} -->"
+    # A hand-made Job's deliveryId could close the HTML comment ("-->") and show text on the issue.
+    key = delivery_id if _PLAIN_ID.fullmatch(delivery_id) else \
+        "sha256-" + hashlib.sha256(delivery_id.encode()).hexdigest()[:32]
+    return f"<!-- pi-dispatch:delivery={key} -->"
+
+
+def refusal_comment(reason: str, trigger: str, job_uid: str, delivery_id: str | None = None) -> str | None:
     """The comment for a refused Job, or ``None`` for a reason that posts none."""
     text = TEXTS.get(reason)
     if text is None:
         return None
-    return text.format(trigger=trigger) + "\n" + marker(job_uid) + "\n"
+    return text.format(trigger=trigger) + "\n" + marker(job_uid, delivery_id) + "\n"
 
 
-def has_marker(comments: Iterable[Any], job_uid: str) -> bool:
-    """Whether one of an issue's comments (GitHub's JSON) already carries this delivery's marker."""
-    needle = marker(job_uid)
-    return any(isinstance(c, dict) and isinstance(c.get("body"), str) and needle in c["body"] for c in comments)
+def has_marker(comments: Iterable[Any], job_uid: str, delivery_id: str | None = None) -> bool:
+    """Whether one of an issue's comments (GitHub's JSON) already carries this delivery's marker (or this
+    Job's, the form before delivery markers: a comment posted before an upgrade is not posted again)."""
+    needles = {marker(job_uid), marker(job_uid, delivery_id)}
+    return any(isinstance(c, dict) and isinstance(c.get("body"), str) and any(n in c["body"] for n in needles)
+               for c in comments)

@@ -35,6 +35,16 @@ class Mint:
 JobCredential = SecretRef | Mint
 
 
+@dataclass(frozen=True)
+class JobToken:
+    """The Secret key a job Pod's ``GH_TOKEN`` comes from; ``expires_at`` (epoch seconds) when the token is
+    an App installation token minted for this job (it bounds the run), ``None`` for a pat/gh Secret."""
+
+    secret: str
+    key: str
+    expires_at: float | None = None
+
+
 def job_credential(source: str, repository: str, github: GitHubSettings) -> JobCredential | None:
     """What the job Pod's ``GH_TOKEN`` comes from, or ``None`` when this deployment has no such credential."""
     if source == "app":

@@ -17,7 +17,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
-from pidispatch.forge.appauth import InstallationToken, app_jwt, load_private_key, parse_expiry
+from pidispatch.forge.appauth import InstallationToken, app_jwt, broader_than, load_private_key, parse_expiry
 from pidispatch.forge.checkout import (
     Checkout,
     Moved,
@@ -39,6 +39,11 @@ USER_AGENT = "pi-dispatch-operator"
 API_VERSION = "2022-11-28"
 MAX_COMMENT_PAGES = 50  # 5000 comments: a marker further down than that is not looked for
 TOKEN_FILE_REREAD_SECONDS = 60
+# The operator's own App token: reading pull requests, refs and commits (heads, the checkout, what moved)
+# and writing issue comments (the refusal comment, which on a pull request is an issue comment too).
+# Deliberately narrower than a job's token (settings.GitHubSettings.job_token_permissions): the
+# operator never pushes, merges or edits.
+OPERATOR_TOKEN_PERMISSIONS = {"contents": "read", "issues": "write", "metadata": "read", "pull_requests": "read"}
 
 
 class GitHubError(Exception):
@@ -151,11 +156,14 @@ class GitHubClient:
         return self.request("POST", endpoint, f"{_repo_path(repository)}/issues/{number}/comments", authorization,
                             body={"body": body})[1]
 
-    def installation_token(self, installation_id: int, jwt: str, repositories: list[str] | None
-                           ) -> InstallationToken:
-        """``POST /app/installations/{id}/access_tokens``, optionally scoped to ``repositories`` (names)."""
+    def installation_token(self, installation_id: int, jwt: str, repositories: list[str] | None,
+                           permissions: dict[str, str] | None = None) -> InstallationToken:
+        """``POST /app/installations/{id}/access_tokens``, optionally scoped to ``repositories`` (names) and
+        narrowed to ``permissions``. A token GitHub grants more than ``permissions`` is revoked, not returned."""
         endpoint = "/app/installations/{id}/access_tokens"
-        body = {"repositories": repositories} if repositories is not None else {}
+        body: dict[str, Any] = {"repositories": repositories} if repositories is not None else {}
+        if permissions is not None:
+            body["permissions"] = dict(permissions)
         _, payload, _ = self.request("POST", endpoint, f"/app/installations/{installation_id}/access_tokens",
                                      f"Bearer {jwt}", body=body)
         token = payload.get("token") if isinstance(payload, dict) else None
@@ -163,7 +171,16 @@ class GitHubClient:
         if not isinstance(token, str) or not token or expires is None:
             raise GitHubError("POST", endpoint, 201, "the answer carries no token and expiry")
         scoped = tuple(r.get("name", "") for r in payload.get("repositories") or [] if isinstance(r, dict))
-        return InstallationToken(token, expires, scoped)
+        granted = payload.get("permissions") if isinstance(payload.get("permissions"), dict) else {}
+        minted = InstallationToken(token, expires, scoped, tuple(sorted((str(k), str(v)) for k, v in granted.items())))
+        beyond = broader_than(granted, permissions) if permissions is not None else []
+        if beyond:
+            try:
+                self.revoke(minted)
+            except GitHubError:
+                pass  # it expires within the hour; it was never handed out
+            raise GitHubError("POST", endpoint, 201, "the token grants more than was asked for: " + ", ".join(beyond))
+        return minted
 
     def revoke(self, token: InstallationToken) -> None:
         """``DELETE /installation/token``: a token minted for nothing is withdrawn at once."""
@@ -189,16 +206,17 @@ class _AppAuth:
         self._cache: dict[str, InstallationToken] = {}
         self._lock = threading.Lock()
 
-    def mint(self, repository: str) -> InstallationToken:
+    def mint(self, repository: str, permissions: dict[str, str]) -> InstallationToken:
+        """A token for ``repository`` only, narrowed to ``permissions``."""
         jwt = app_jwt(self.app_id, self.key, self.clock())
-        return self.client.installation_token(self.installation_id, jwt, [repository_name(repository)])
+        return self.client.installation_token(self.installation_id, jwt, [repository_name(repository)], permissions)
 
     def authorization(self, repository: str) -> str:
         with self._lock:
             token = self._cache.get(repository)
             if token is None or not token.fresh(now=self.clock()):
                 try:
-                    token = self.mint(repository)
+                    token = self.mint(repository, OPERATOR_TOKEN_PERMISSIONS)
                 except GitHubError as exc:
                     raise NoCredentials(f"the App could not mint an installation token: {exc}", exc.status) from None
                 self._cache[repository] = token
@@ -234,6 +252,10 @@ class Forge:
     def __init__(self, github: GitHubSettings, source: str, *, clock: Callable[[], float] = time.time) -> None:
         self.client = GitHubClient(github.api_url, github.timeout_seconds, ca_file=github.ca_bundle_file)
         self.source = source
+        self.job_token_permissions = dict(github.job_token_permissions)
+        # The list-then-post of comment_once is one step: two refused Jobs of one delivery (two Triggers),
+        # handled side by side, would otherwise both find no marker and both post.
+        self._comment_lock = threading.Lock()
         self.app: _AppAuth | None = None
         self.token_file: _TokenFile | None = None
         if source == "app" and github.app_configured:
@@ -297,19 +319,24 @@ class Forge:
                 return Moved(previous, None, None, "unknown")
             raise
 
-    def comment_once(self, repository: str, number: int, body: str, job_uid: str) -> bool:
-        """Post ``body`` unless a comment with this Job's marker is there already. ``True`` when posted now."""
+    def comment_once(self, repository: str, number: int, body: str, job_uid: str,
+                     delivery_id: str | None = None) -> bool:
+        """Post ``body`` unless a comment with this delivery's (or this Job's) marker is there already.
+        ``True`` when posted now."""
         auth = self._authorization(repository)
-        if has_marker(self.client.issue_comments(repository, number, auth), job_uid):
-            return False
-        self.client.create_comment(repository, number, body, auth)
-        return True
+        with self._comment_lock:
+            if has_marker(self.client.issue_comments(repository, number, auth), job_uid, delivery_id):
+                return False
+            self.client.create_comment(repository, number, body, auth)
+            return True
 
     def mint_job_token(self, repository: str) -> InstallationToken:
-        """An installation token for a job Pod, scoped to ``repository`` only."""
+        """An installation token for a job Pod: ``repository`` only, the configured permissions only
+        (``PI_DISPATCH_JOB_TOKEN_PERMISSIONS``). It lives an hour and is not refreshed: the job's run
+        timeout is capped below its life instead (``jobflow/pod.py``, ``token_capped_deadline``)."""
         if self.app is None:
             raise NoCredentials("the GitHub App is not configured")
-        return self.app.mint(repository)
+        return self.app.mint(repository, self.job_token_permissions)
 
     def revoke(self, token: InstallationToken) -> None:
         try:

@@ -1,4 +1,5 @@
-"""The refusal comment: one per refused delivery, on the issue or pull request (spec §10).
+"""The refusal comment: one per refused delivery, on the issue or pull request (spec §10), also when the
+delivery matched several Triggers (the marker names the delivery, ``forge/comments.py``).
 
 Recorded by the Job's ``Commented`` condition; a kill right after the POST leaves the condition
 unwritten, and the next attempt finds the comment's hidden marker among the issue's comments and
@@ -41,7 +42,8 @@ def comment_refusal(forge: Forge | None, job: dict[str, Any]) -> Commented | Non
         return None
     spec, status, name = job["spec"], job.get("status") or {}, job["metadata"]["name"]
     number = spec.get("issue") or spec.get("pullRequest")
-    body = refusal_comment(str(status.get("reason")), str(spec.get("trigger", "")), job["metadata"]["uid"])
+    delivery = spec.get("deliveryId") if isinstance(spec.get("deliveryId"), str) else None
+    body = refusal_comment(str(status.get("reason")), str(spec.get("trigger", "")), job["metadata"]["uid"], delivery)
     if body is None:
         return None
     if forge is None:
@@ -50,7 +52,7 @@ def comment_refusal(forge: Forge | None, job: dict[str, Any]) -> Commented | Non
     if not isinstance(number, int):
         return Commented(False, "NotCommented", "The Job names no issue or pull request to comment on.")
     try:
-        posted = forge.comment_once(str(spec.get("repository")), number, body, job["metadata"]["uid"])
+        posted = forge.comment_once(str(spec.get("repository")), number, body, job["metadata"]["uid"], delivery)
     except GitHubError as exc:
         emit("refusal_comment_failed", job=name, status=exc.status)
         return Commented(False, "CommentFailed", f"Posting the refusal comment failed ({exc}); retried for an hour.")

@@ -59,8 +59,8 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         deadline = (pod or {}).get("spec", {}).get("activeDeadlineSeconds")
         return Completion(Ended(outcome, session, report.tokens or None, "DeadlineExceeded",
                                 f"The job ran past its timeout ({deadline} s: run.timeoutSeconds, or the deployment's "
-                                "job.timeoutSeconds) and was stopped; nothing was promoted, the stored "
-                                "conversation is unchanged."), None, report, forgotten)
+                                "job.timeoutSeconds, capped below a GitHub App token's life) and was stopped; "
+                                "nothing was promoted, the stored conversation is unchanged."), None, report, forgotten)
     workspace = report.workspace.status() if report.workspace is not None else None
     if not succeeded and report.workspace is not None and report.workspace.failure is not None:
         return Completion(Ended(outcome, session, report.tokens or None, CHECKOUT_FAILURES[report.workspace.failure],

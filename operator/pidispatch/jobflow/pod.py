@@ -3,6 +3,11 @@
 The Pod's name is deterministic (``pij-<job>``), so a second create after a restart is a 409 and finds
 the Pod, never a second one. The token reaches the Pod only by ``secretKeyRef``: an App installation
 token minted into a per-job Secret owned by the Job, or the deployment's pat/gh Secret by reference.
+
+An App installation token lives an hour and is not refreshed inside the Pod (git and gh read
+``GH_TOKEN`` once, from the environment). So the run of an App-token job is capped below the token's
+life (:func:`token_capped_deadline`): the kubelet stops it before git or gh would meet a 401, and an
+Event on the Job says the timeout was cut and why.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from pidispatch.contract import CONTAINER
 from pidispatch.events import emit
-from pidispatch.forge.credentials import Mint, SecretRef, job_credential, token_secret_name
+from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.admit import auth_source
 from pidispatch.jobflow.cluster import Cluster
@@ -33,6 +38,34 @@ class PodOfEarlierJob(RuntimeError):
     def __init__(self, pod: str) -> None:
         super().__init__(f"Pod {pod} belongs to an earlier Job of that name; waiting for the garbage collector "
                          "to remove it")
+
+
+TOKEN_MARGIN_SECONDS = 300  # the run ends this long before its App token expires (a push in flight, clock skew)
+
+
+def token_capped_deadline(requested: int | None, token_expires_at: float | None, now: float,
+                          start_allowance: int = 0, margin: int = TOKEN_MARGIN_SECONDS
+                          ) -> tuple[int | None, str | None]:
+    """The Pod's ``activeDeadlineSeconds`` and, when the run timeout had to be cut, the reason in our words.
+
+    ``requested``: ``run.timeoutSeconds`` or the deployment's ``job.timeoutSeconds`` (``None``: no
+    timeout). A job with an App token (``token_expires_at``) gets at most the token's remaining life
+    less ``margin`` and less ``start_allowance`` (``job.startTimeoutSeconds``: the kubelet counts the
+    deadline from the Pod's start, which may come that long after its creation, or the Pod is failed as
+    never started), in whole minutes, so the Pods of one deployment get the same deadline whatever the
+    second they were created in. Any other job keeps ``requested``.
+    """
+    if token_expires_at is None:
+        return requested, None
+    life = max(60, int(token_expires_at - now - margin - start_allowance) // 60 * 60)
+    if requested is not None and 0 < requested <= life:
+        return requested, None
+    asked = f"{requested} s" if requested else "no timeout"
+    return life, (f"The run timeout was capped at {life} s (asked for: {asked}): the job's GitHub App installation "
+                  f"token expires in {int(token_expires_at - now)} s and is not refreshed, so the run must end "
+                  f"{margin} s before it, counting up to {start_allowance} s for the Pod to start "
+                  "(job.startTimeoutSeconds). With the App source a run timeout above about 45 minutes (the "
+                  "default startTimeoutSeconds) is cut like this; use a pat or gh token for longer runs.")
 
 
 def job_pod_uid() -> int:
@@ -138,19 +171,21 @@ def owner_name(pod: dict[str, Any]) -> str | None:
 
 
 def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
-              trigger: dict[str, Any]) -> tuple[str, str] | None:
-    """The Secret (name, key) the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app``.
+              trigger: dict[str, Any]) -> JobToken | None:
+    """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app``.
 
-    The minted token goes only into the per-job Secret (owned by the Job). The operator may create
-    Secrets but not read them, so when the Secret is already there (a restart after creating it) the
-    token just minted is revoked and the Secret's own is used. Raises ``GitHubError`` when GitHub
-    refuses or cannot be reached (the caller tells a 4xx, final, from an outage, retried).
+    The minted token goes only into the per-job Secret (owned by the Job). The operator may create and
+    delete Secrets but not read them, so a Secret already there (a restart after creating it, before any
+    Pod: ``start.launch`` looks for the Pod first) is replaced by the token just minted: its own token's
+    age is unknown, and the run is capped by the expiry of the token the Pod will hold. Raises
+    ``GitHubError`` when GitHub refuses or cannot be reached (the caller tells a 4xx, final, from an
+    outage, retried).
     """
     md, spec = job["metadata"], job["spec"]
     source = auth_source(spec, trigger.get("spec") or {}, settings.store)
     credential = job_credential(source, str(spec.get("repository", "")), settings.github)
     if isinstance(credential, SecretRef):
-        return credential.name, credential.key
+        return JobToken(credential.name, credential.key)
     if not isinstance(credential, Mint):
         return None
     if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
@@ -158,15 +193,20 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     token = forge.mint_job_token(credential.repository)
     name = token_secret_name(md["uid"])
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
+    secret = job_token_secret(md["name"], md["uid"], cluster.ns, name, token.value, expires)
     try:
-        cluster.api.create(cluster.secrets(), job_token_secret(md["name"], md["uid"], cluster.ns, name, token.value,
-                                                               expires))
-    except ApiError as exc:
-        forge.revoke(token)  # not stored: a 409 means the Secret of an earlier attempt holds its own token
-        if exc.status != 409:
-            raise
+        try:
+            cluster.api.create(cluster.secrets(), secret)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            cluster.api.delete(f"{cluster.secrets()}/{name}")
+            cluster.api.create(cluster.secrets(), secret)
+    except ApiError:
+        forge.revoke(token)  # not stored
+        raise
     emit("job_token_minted", job=md["name"], expiresAt=expires)
-    return name, TOKEN_SECRET_KEY
+    return JobToken(name, TOKEN_SECRET_KEY, token.expires_at)
 
 
 def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Checkout | None,
@@ -190,12 +230,15 @@ def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str
 
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
-               host: HostRecord | None, token: tuple[str, str] | None, checkout: Checkout | None = None,
+               host: HostRecord | None, token: JobToken | None, checkout: Checkout | None = None,
                moved: Moved | None = None) -> dict[str, Any]:
     """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise."""
     md, spec = job["metadata"], job["spec"]
     run = (trigger.get("spec") or {}).get("run") or {}
     mounted = host is not None and host.mounted
+    deadline, capped = token_capped_deadline(run.get("timeoutSeconds") or settings.job_timeout_seconds or None,
+                                             token.expires_at if token is not None else None, time.time(),
+                                             settings.job_start_timeout_seconds)
     manifest = job_pod(PodInputs(
         job_name=md["name"], job_uid=md["uid"], namespace=cluster.ns,
         image=run.get("image") or settings.job_image, command=list(settings.job_command),
@@ -204,15 +247,15 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         session_subpath=session_subpath(md["uid"]) if mounted else None,
         host_resume=bool(host is not None and host.resume),
         run_as_user=job_pod_uid(),
-        github_token=token,
-        active_deadline_seconds=run.get("timeoutSeconds") or settings.job_timeout_seconds or None,
+        github_token=(token.secret, token.key) if token is not None else None,
+        active_deadline_seconds=deadline,
         resources=run.get("resources") or {part: dict(q) for part, q in settings.job_resources},
         credentials=job_credentials(settings, run),
         models_configmap=settings.job_models_configmap,
         workspace=workspace_inputs(settings, str(spec.get("repository", "")), checkout, moved),
     ))
     try:
-        return cluster.api.create(cluster.pods(), manifest)
+        created = cluster.api.create(cluster.pods(), manifest)
     except ApiError as exc:
         if exc.status != 409:
             raise
@@ -222,3 +265,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         if owner_uid(existing) != md["uid"]:
             raise PodOfEarlierJob(manifest["metadata"]["name"]) from None
         return existing
+    if capped is not None:
+        emit("job_timeout_capped", job=md["name"], activeDeadlineSeconds=deadline)
+        cluster.event(job, "Normal", "TimeoutCapped", capped)
+    return created

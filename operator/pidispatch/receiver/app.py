@@ -1,4 +1,11 @@
-"""The aiohttp shell: ``POST /webhook``, ``/healthz``, ``/readyz``, ``/metrics``.
+"""The aiohttp shell: ``POST /webhook`` on the webhook port; ``/healthz``, ``/readyz``, ``/metrics`` on another.
+
+Two listeners in one process. The webhook port is the one put on the internet (the chart's Service
+exposes it alone), so it answers ``/webhook`` and nothing else: the probes and the metrics (Trigger
+counts, delivery results) listen on the health port, which only the kubelet and Prometheus reach. The
+webhook port holds at most ``max_connections`` connections at once (:class:`ConnectionCap`): one more
+is answered 503 and closed, unread, so a flood of connections costs a file descriptor each for a moment
+and never starves the probes, which have their own listener.
 
 Order of the checks on a delivery (each answers at once; only the last one creates anything):
 
@@ -7,12 +14,15 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 3. a body-read permit free (``BODY_BUDGET`` / cap bodies read at once) else 503 + Retry-After (no body read)
 4. the body, read up to the cap + 1 byte, within the read deadline     else 413 / 408
 5. the HMAC of the raw body equals the header (constant time)          else 401
-6. ``X-GitHub-Delivery`` usable as a Job name part                     else 400
+6. ``X-GitHub-Delivery`` usable as the Job's ``deliveryId``            else 400
 7. ``X-GitHub-Event`` one a Trigger can match                          else 202 ``{"ignored": ...}``
-8. the body parses as JSON of that event's shape                       else 400
-9. the action one a Trigger can match, the sender not a bot commenting else 202 ``{"ignored": ...}``
+8. the body (JSON, or form-encoded ``payload=<JSON>``) of that event's shape else 400
+9. the action one a Trigger can match, the sender not a bot or one of the jobs' own logins
+   commenting                                                          else 202 ``{"ignored": ...}``
 10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
-    the API server unavailable → 503 (a redelivery completes the set: names are deterministic).
+    the API server unavailable → 503 (a redelivery completes the set: names are deterministic). Names
+    come from the Trigger and the body's SHA-256, so a replay of a body under a new delivery id is a
+    duplicate, never a second Job.
 
 Anyone can send a body, and it is held in memory until its HMAC is checked: the permits of step 3
 bound that memory (about ``BODY_BUDGET``, whatever the number of connections), and ``KEEPALIVE_SECONDS``
@@ -25,9 +35,8 @@ result and Job names.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,6 +47,7 @@ from pidispatch.events import emit
 from pidispatch.receiver import delivery as core
 from pidispatch.receiver.cluster import Cluster, ClusterUnavailable
 from pidispatch.receiver.metrics import ReceiverMetrics, Result
+from pidispatch.receiver.settings import DEFAULT_MAX_CONNECTIONS
 from pidispatch.receiver.signature import HEADER, WebhookSecret, header_problem, signature_matches
 
 WEBHOOK_PATH = "/webhook"
@@ -101,11 +111,12 @@ class Receiver:
 
     def __init__(self, cluster: Cluster, secret: WebhookSecret, *, max_body: int,
                  auth_source: str | None = None, metrics: ReceiverMetrics | None = None,
-                 max_body_reads: int | None = None) -> None:
+                 max_body_reads: int | None = None, ignore_logins: Collection[str] = ()) -> None:
         self.cluster = cluster
         self.secret = secret
         self.max_body = max_body
         self.auth_source = auth_source
+        self.ignore_logins = frozenset(login.casefold() for login in ignore_logins)
         self.metrics = metrics or ReceiverMetrics()
         if max_body_reads is None:
             max_body_reads = body_reads_within_budget(max_body)
@@ -234,19 +245,12 @@ class Receiver:
             return self._ignore(request, started, ignored.why)
         assert event_name is not None
         try:
-            payload = json.loads(body)
-        except (ValueError, RecursionError):
-            hint = ""
-            if request.content_type == "application/x-www-form-urlencoded":
-                hint = " (set the webhook's content type to application/json)"
-            return self._reject(request, started, 400, Result.MALFORMED, f"the body is not JSON{hint}")
-        try:
-            event = core.parse_delivery(event_name, payload)
+            event = core.parse_delivery(event_name, core.payload_of(body, request.content_type))
         except core.Malformed as exc:
             return self._reject(request, started, 400, Result.MALFORMED, f"not a {event_name} payload: {exc}")
         if isinstance(event, core.Ignored):
             return self._ignore(request, started, event.why)
-        ignored = core.sender_problem(event)
+        ignored = core.sender_problem(event, self.ignore_logins)
         if ignored is not None:
             return self._ignore(request, started, ignored.why)
 
@@ -254,7 +258,7 @@ class Receiver:
             triggers = await self.cluster.triggers()
         except ClusterUnavailable as exc:
             return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
-        planned = core.plan_jobs(triggers, event, delivery, self.auth_source)
+        planned = core.plan_jobs(triggers, event, delivery, self.auth_source, core.body_digest(body))
         if not planned:
             return self._ignore(request, started, f"no Trigger matches this {event.trigger_event} delivery",
                                 jobs=[], duplicates=[])
@@ -294,10 +298,17 @@ class Receiver:
 
 
 def build_app(receiver: Receiver) -> web.Application:
-    """The aiohttp application of ``receiver``."""
+    """The webhook application of ``receiver``: ``POST /webhook`` only (anything else is 404 or 405)."""
     app = web.Application()
     app[METRICS_KEY] = receiver.metrics
     app.router.add_post(WEBHOOK_PATH, receiver.webhook, expect_handler=receiver.expect)
+    return app
+
+
+def build_health_app(receiver: Receiver) -> web.Application:
+    """The internal application of ``receiver``: ``/healthz``, ``/readyz``, ``/metrics``, never ``/webhook``."""
+    app = web.Application()
+    app[METRICS_KEY] = receiver.metrics
     app.router.add_get("/healthz", receiver.healthz)
     app.router.add_get("/readyz", receiver.readyz)
     app.router.add_get("/metrics", receiver.metrics_endpoint)
@@ -307,20 +318,117 @@ def build_app(receiver: Receiver) -> web.Application:
 # After a refusal the client may still be sending: read and drop its bytes this long (so it sees the
 # answer instead of a reset), then close.
 LINGER_SECONDS = 1.0
+_OVER_CAP_BODY = b'{"error": "as many connections as this receiver holds at once are open; redeliver later"}'
+# A whole HTTP answer, written before anything is read: a client over the cap learns why (GitHub shows
+# it on the delivery) and when to try again.
+OVER_CAP_ANSWER = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                   b"Retry-After: %d\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                   % (BUSY_RETRY_AFTER, len(_OVER_CAP_BODY), _OVER_CAP_BODY))
+
+
+class _OverCap(asyncio.Protocol):
+    """A connection beyond the cap: answered 503 at once and closed, nothing of it read or parsed."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(OVER_CAP_ANSWER)
+        transport.close()
+
+
+class _Counted(asyncio.Protocol):
+    """aiohttp's protocol for one connection, counted out of the cap when the connection ends."""
+
+    def __init__(self, inner: asyncio.Protocol, cap: ConnectionCap) -> None:
+        self._inner = inner
+        self._cap = cap
+        self._open = True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._open:
+            self._open = False
+            self._cap.released()
+        self._inner.connection_lost(exc)
+
+
+class ConnectionCap:
+    """The webhook listener's protocol factory: aiohttp's handler for up to ``limit`` connections at once.
+
+    The count is taken when the connection is accepted (before aiohttp reads a byte of it) and given
+    back when it closes, however it ends; a connection accepted over the limit gets :class:`_OverCap`.
+    aiohttp itself has no such limit (``backlog`` only bounds connections not yet accepted).
+    """
+
+    def __init__(self, factory: Callable[[], asyncio.Protocol], limit: int, metrics: ReceiverMetrics) -> None:
+        if limit < 1:
+            raise ValueError(f"at least one connection must be allowed, not {limit}")
+        self._factory = factory
+        self.limit = limit
+        self.open = 0
+        self._metrics = metrics
+
+    def __call__(self) -> asyncio.Protocol:
+        if self.open >= self.limit:
+            self._metrics.connections_refused.inc()
+            return _OverCap()
+        self.open += 1
+        self._metrics.connections.set(self.open)
+        return _Counted(self._factory(), self)
+
+    def released(self) -> None:
+        self.open -= 1
+        self._metrics.connections.set(self.open)
 
 
 async def serve(app: web.Application, host: str | None, port: int, stop: asyncio.Event,
-                started: asyncio.Event | None = None, *, keepalive_timeout: float = KEEPALIVE_SECONDS) -> None:
-    """Serve ``app`` on ``host:port`` until ``stop`` is set (``host=None``: every interface)."""
+                started: asyncio.Event | None = None, *, keepalive_timeout: float = KEEPALIVE_SECONDS,
+                health: web.Application | None = None, health_port: int | None = None,
+                max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    """Serve ``app`` on ``host:port`` and ``health`` on ``host:health_port`` until ``stop`` is set.
+
+    ``host=None``: every interface. ``health=None`` serves the webhook listener alone. At most
+    ``max_connections`` connections are held on ``port`` at once; the health listener is not capped,
+    so the kubelet's probes are answered whatever a flood does to the webhook port.
+    """
+    if (health is None) != (health_port is None):
+        raise ValueError("the health app and the health port come together")
     runner = web.AppRunner(app, access_log=None, handle_signals=False, lingering_time=LINGER_SECONDS,
                            keepalive_timeout=keepalive_timeout, shutdown_timeout=5.0)
+    health_runner: web.AppRunner | None = None
+    listener: asyncio.Server | None = None
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        emit("receiver_listening", port=port)
+        assert runner.server is not None
+        cap = ConnectionCap(runner.server, max_connections, app[METRICS_KEY])
+        # Not a web.TCPSite: the site hands aiohttp's own factory to the loop, where the cap must sit.
+        listener = await asyncio.get_running_loop().create_server(cap, host, port, backlog=128)
+        if health is not None:
+            health_runner = web.AppRunner(health, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+            await health_runner.setup()
+            await web.TCPSite(health_runner, host, health_port).start()
+        emit("receiver_listening", port=port, healthPort=health_port, maxConnections=max_connections)
         if started is not None:
             started.set()
         await stop.wait()
     finally:
+        if listener is not None:
+            listener.close()  # accept nothing more; the runner then closes what is open
         await runner.cleanup()
+        if health_runner is not None:
+            await health_runner.cleanup()
+        if listener is not None:
+            await listener.wait_closed()

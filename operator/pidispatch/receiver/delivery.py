@@ -1,7 +1,8 @@
 """The receiver's pure core: a verified delivery → its event facts → the Triggers it matches → Job CRs.
 
 No I/O here. The shell (``app``) calls, in this order: :func:`event_problem` on the ``X-GitHub-Event``
-header, :func:`parse_delivery` on the JSON payload, :func:`plan_jobs` with the namespace's Triggers.
+header, :func:`payload_of` on the verified body (JSON, or GitHub's form encoding), :func:`parse_delivery`
+on the payload, :func:`sender_problem`, :func:`plan_jobs` with the namespace's Triggers.
 
 Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 
@@ -11,9 +12,11 @@ Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 * ``issues.labeled``: ``label`` is required and equals the added label's name, ignoring case (GitHub
   label names are unique regardless of case);
 * ``issue_comment.created`` and ``pull_request_review_comment.created``: ``phrase`` is required and
-  occurs in the comment's body (case-sensitive substring); a Trigger without a phrase matches no
-  comment, or every comment, the bot's own replies included, would start a job;
-* ``pull_request_review.submitted``: when ``phrase`` is set it occurs in the review's body.
+  occurs in the comment's body as a mention in visible prose (:func:`pidispatch.receiver.mention.mentions`:
+  case-sensitive, not inside a longer word, an address or a path, not in a quote, code or an HTML
+  comment); a Trigger without a phrase matches no comment, or every comment, the bot's own replies
+  included, would start a job;
+* ``pull_request_review.submitted``: when ``phrase`` is set it occurs in the review's body, as above.
 
 * comments and reviews: the author's ``author_association`` is one of the Trigger's
   ``authorAssociations`` (unset: ``OWNER``, ``MEMBER``, ``COLLABORATOR``). On a public repository
@@ -21,18 +24,29 @@ Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
   stranger's ``@pi`` starts nothing unless a Trigger says so. Adding a label needs triage rights on
   GitHub already, so labels are not checked.
 
-Comments and reviews written by a bot (``sender.type == "Bot"``), and the operator's own comments
-(they carry a ``<!-- pi-dispatch:`` marker, whoever posted them: under a ``pat`` or ``gh`` token that
-is a person's account), start nothing: a job's own comments must not be able to start the next job.
-Labels added by automation do start jobs.
+Comments and reviews written by a bot (``sender.type == "Bot"``: the App's own, under ``app`` auth),
+by one of the receiver's own logins (``PI_DISPATCH_RECEIVER_IGNORE_LOGINS``: the account a ``pat`` or
+``gh`` token acts as, which is what the agent comments as), and the operator's own comments (they carry
+a ``<!-- pi-dispatch:`` marker, whoever posted them), start nothing: a job's own comments must not be
+able to start the next job. Labels added by automation do start jobs.
+
+A Job's name is derived from its Trigger and the SHA-256 of the delivery's raw body, not from
+``X-GitHub-Delivery``: GitHub's redelivery (the same body under the same id) and a replay (the same
+signed body under a new id) both meet the Job the first delivery created (409), and a second comment
+of the same text (another comment id and timestamp: another body) is a new Job. The API server holds
+that memory, so it survives receiver restarts, holds across replicas, and costs the receiver nothing;
+it lasts as long as the Job (the chart's ``jobs.ttlSecondsAfterFinished``, unset by default: for good).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from pidispatch.api.vocabulary import (
     COMMENT_MAX,
@@ -43,6 +57,7 @@ from pidispatch.api.vocabulary import (
     SENDER_MAX,
     VERSION,
 )
+from pidispatch.receiver.mention import mentions
 
 ISSUES_LABELED = "issues.labeled"
 ISSUE_COMMENT_CREATED = "issue_comment.created"
@@ -61,10 +76,11 @@ TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
 
 _FULL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 NAME_MAX = 63
 _HASH_CHARS = 20
+_BODY_HASH_CHARS = 32  # 128 bits of the body's digest: no two bodies meet by chance
 
 CREATED_BY_LABEL = "app.kubernetes.io/created-by"
 CREATED_BY = "pi-dispatch-receiver"
@@ -117,6 +133,33 @@ def delivery_id_problem(delivery: str | None) -> str | None:
 
 
 # -- payload -------------------------------------------------------------------------------------------------
+FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
+FORM_FIELD = "payload"
+
+
+def payload_of(body: bytes, content_type: str) -> Any:
+    """The JSON payload of a verified body: the body itself, or, in GitHub's form encoding
+    (``application/x-www-form-urlencoded``), its one ``payload`` field. Raises :class:`Malformed`.
+
+    The signature covers the raw body in both encodings, so this runs only after it is checked.
+    """
+    if content_type == FORM_CONTENT_TYPE:
+        try:
+            fields = parse_qsl(body.decode("ascii"), keep_blank_values=True, strict_parsing=True,
+                               errors="strict", max_num_fields=1)
+        except (UnicodeDecodeError, ValueError):
+            raise Malformed(f"the form-encoded body is not one {FORM_FIELD}=<JSON> field") from None
+        if len(fields) != 1 or fields[0][0] != FORM_FIELD:
+            raise Malformed(f"the form-encoded body is not one {FORM_FIELD}=<JSON> field")
+        text: str | bytes = fields[0][1]
+    else:
+        text = body
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise Malformed("the payload is not JSON") from None
+
+
 def _object(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = parent.get(key)
     if not isinstance(value, dict):
@@ -243,7 +286,9 @@ def phrase_missing(on: dict[str, Any], event: Event) -> str | None:
     phrase = on.get("phrase")
     if not isinstance(phrase, str) or not phrase:
         return None if event.trigger_event == REVIEW_SUBMITTED else "the Trigger names no phrase"
-    return None if event.text is not None and phrase in event.text else "the phrase is not in the text"
+    if event.text is not None and mentions(event.text, phrase):
+        return None
+    return "the phrase is not mentioned in the text's visible prose"
 
 
 def author_not_allowed(on: dict[str, Any], event: Event) -> str | None:
@@ -275,32 +320,42 @@ def mismatch(trigger: dict[str, Any], event: Event) -> str | None:
 OWN_COMMENT_MARKER = "<!-- pi-dispatch:"  # forge/comments.py marks every comment the operator posts
 
 
-def sender_problem(event: Event) -> Ignored | None:
-    """Bots' comments and reviews, and the operator's own comments, start nothing (a job's own replies
-    must not start the next job; a refusal comment must not start the job it refuses again)."""
+def sender_problem(event: Event, own_logins: Collection[str] = ()) -> Ignored | None:
+    """Bots' comments and reviews, those of ``own_logins`` (casefolded: the accounts the jobs' own
+    tokens act as), and the operator's own comments start nothing (a job's own replies must not start
+    the next job; a refusal comment must not start the job it refuses again)."""
     if event.trigger_event not in TEXT_EVENTS:
         return None
     if event.sender_is_bot:
         return Ignored("comments and reviews by bots start no job")
+    if event.sender.casefold() in own_logins:
+        return Ignored("comments and reviews by the jobs' own login start no job")
     if event.text is not None and OWN_COMMENT_MARKER in event.text:
         return Ignored("the operator's own comments start no job")
     return None
 
 
 # -- Jobs ----------------------------------------------------------------------------------------------------
-def job_name(delivery: str, trigger: str) -> str:
-    """The Job's name for ``trigger`` and this delivery: the same for a redelivery, different otherwise.
+def body_digest(body: bytes) -> str:
+    """The SHA-256 of a delivery's raw body (hex): what a redelivery and a replay share."""
+    return hashlib.sha256(body).hexdigest()
 
-    ``<trigger>-<delivery>`` when that is a DNS-1123 label of at most 63 characters and the delivery is
-    a UUID (GitHub's form, fixed length, so the pair can be read back and no two pairs share a name);
-    otherwise ``<trigger prefix>-<20 hex of SHA-256 over trigger NUL delivery>``.
+
+def job_name(digest: str, trigger: str) -> str:
+    """The Job's name for ``trigger`` and a body of SHA-256 ``digest`` (:func:`body_digest`): the same
+    for a redelivery or a replay of that body, different for any other body or Trigger.
+
+    ``<trigger>-<first 32 hex of the digest>`` when that is a DNS-1123 label of at most 63 characters
+    (the digest part has a fixed length, so the pair can be read back and no two pairs share a name);
+    otherwise ``<trigger prefix>-<20 hex of SHA-256 over trigger NUL digest>``.
     """
-    readable = f"{trigger}-{delivery.lower()}"
-    if _UUID.fullmatch(delivery.lower()) and len(readable) <= NAME_MAX and _DNS_LABEL.fullmatch(trigger):
+    digest = digest.lower()
+    readable = f"{trigger}-{digest[:_BODY_HASH_CHARS]}"
+    if _SHA256.fullmatch(digest) and len(readable) <= NAME_MAX and _DNS_LABEL.fullmatch(trigger):
         return readable
-    digest = hashlib.sha256(f"{trigger}\0{delivery.lower()}".encode()).hexdigest()[:_HASH_CHARS]
+    hashed = hashlib.sha256(f"{trigger}\0{digest}".encode()).hexdigest()[:_HASH_CHARS]
     prefix = re.sub(r"[^a-z0-9-]+", "-", trigger.lower())[:NAME_MAX - _HASH_CHARS - 1].strip("-")
-    return f"{prefix or 'delivery'}-{digest}"
+    return f"{prefix or 'delivery'}-{hashed}"
 
 
 def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None) -> dict[str, Any]:
@@ -329,8 +384,9 @@ def job_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_jobs(triggers: list[dict[str, Any]], event: Event, delivery: str,
-              auth_source: str | None) -> list[dict[str, Any]]:
-    """One Job body per matching Trigger, in Trigger-name order (so a redelivery plans the same list)."""
+              auth_source: str | None, digest: str) -> list[dict[str, Any]]:
+    """One Job body per matching Trigger, in Trigger-name order (so a redelivery plans the same list),
+    named for the Trigger and the body's ``digest`` (a replay under a new delivery id meets the same names)."""
     matching = sorted((t for t in triggers if mismatch(t, event) is None), key=lambda t: t["metadata"]["name"])
-    return [job_body(job_name(delivery, t["metadata"]["name"]), job_spec(t, event, delivery, auth_source))
+    return [job_body(job_name(digest, t["metadata"]["name"]), job_spec(t, event, delivery, auth_source))
             for t in matching]

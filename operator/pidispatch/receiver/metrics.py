@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Result(StrEnum):
@@ -32,5 +32,11 @@ class ReceiverMetrics:
         self.seconds = Histogram("pidispatch_receiver_delivery_seconds", "Time to answer one delivery.",
                                  registry=self.registry,
                                  buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+        # The webhook listener's connection cap (app.ConnectionCap): what is open, and what was turned away.
+        self.connections = Gauge("pidispatch_receiver_connections", "Connections open on the webhook port.",
+                                 registry=self.registry)
+        self.connections_refused = Counter("pidispatch_receiver_connections_refused",
+                                           "Connections to the webhook port answered 503 and closed: the cap "
+                                           "was reached.", registry=self.registry)
         for result in Result:  # every series exists from the start, at 0
             self.deliveries.labels(result=result.value)

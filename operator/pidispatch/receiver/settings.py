@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pidispatch.api.vocabulary import AUTH_SOURCES
-from pidispatch.settings import ConfigError, parse_strict_int
+from pidispatch.settings import ConfigError, parse_strict_int, refuse_empty
 
 NAMESPACE = "PI_DISPATCH_NAMESPACE"
 SECRET = "GITHUB_WEBHOOK_SECRET"
@@ -20,15 +20,43 @@ SECRET_FILE = "GITHUB_WEBHOOK_SECRET_FILE"
 PORT = "PI_DISPATCH_RECEIVER_PORT"
 MAX_BODY = "PI_DISPATCH_RECEIVER_MAX_BODY"
 AUTH_SOURCE = "GITHUB_AUTH_SOURCE"
+HEALTH_PORT = "PI_DISPATCH_RECEIVER_HEALTH_PORT"
+MAX_CONNECTIONS = "PI_DISPATCH_RECEIVER_MAX_CONNECTIONS"
+IGNORE_LOGINS = "PI_DISPATCH_RECEIVER_IGNORE_LOGINS"
 
-ENV_NAMES = (NAMESPACE, SECRET, SECRET_FILE, PORT, MAX_BODY, AUTH_SOURCE)
+ENV_NAMES = (NAMESPACE, SECRET, SECRET_FILE, PORT, MAX_BODY, AUTH_SOURCE, HEALTH_PORT, MAX_CONNECTIONS,
+             IGNORE_LOGINS)
 
 DEFAULT_PORT = 8000
+# /healthz, /readyz and /metrics listen here, never on the webhook port: the webhook port is the one
+# put on the internet, and what the probes and metrics say (Trigger counts, delivery results) is not
+# anyone's business there.
+DEFAULT_HEALTH_PORT = 8001
+# Connections open at once on the webhook port; one more is answered 503 and closed unread. GitHub
+# opens one per delivery; 256 is far above one installation's rate, and far below the file descriptors
+# a container gets.
+DEFAULT_MAX_CONNECTIONS = 256
+MAX_MAX_CONNECTIONS = 16384
 DEFAULT_MAX_BODY = 1024 * 1024
 # GitHub caps webhook payloads at 25 MB; a larger cap can only ever admit something that is not GitHub.
 MAX_MAX_BODY = 25 * 1024 * 1024
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A GitHub login (letters, digits, hyphens; at most 39), or an App's bot account (``name[bot]``).
+_LOGIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,38}(\[bot\])?")
+
+
+def parse_logins(raw: str) -> tuple[str, ...]:
+    """``PI_DISPATCH_RECEIVER_IGNORE_LOGINS``: comma-separated GitHub logins, each checked; none may be empty.
+
+    These are the accounts the jobs' own tokens act as (a ``pat``'s or ``gh``'s user): their comments
+    start no job, so the agent quoting a Trigger's phrase cannot start the next one.
+    """
+    logins = tuple(part.strip() for part in raw.split(","))
+    if not all(_LOGIN.fullmatch(login) for login in logins):
+        raise ConfigError(IGNORE_LOGINS, raw, "comma-separated GitHub logins (letters, digits and '-', at most "
+                          "39 each, or an App's name[bot]), or unset for none")
+    return logins
 
 
 def read_secret_file(path: str) -> bytes:
@@ -54,11 +82,15 @@ class ReceiverSettings:
     port: int = DEFAULT_PORT
     max_body: int = DEFAULT_MAX_BODY
     auth_source: str | None = None
+    health_port: int = DEFAULT_HEALTH_PORT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    ignore_logins: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReceiverSettings:
         """Read and validate every setting; raise :class:`ConfigError` on the first unusable one."""
         env = os.environ if env is None else env
+        refuse_empty(env, ENV_NAMES)
 
         namespace = (env.get(NAMESPACE) or "").strip()
         if not _DNS_LABEL.fullmatch(namespace):
@@ -93,12 +125,23 @@ class ReceiverSettings:
         if auth is not None and auth not in AUTH_SOURCES:
             raise ConfigError(AUTH_SOURCE, auth, f"one of {', '.join(AUTH_SOURCES)}, or unset")
 
+        port = integer(PORT, DEFAULT_PORT, "a TCP port from 1 to 65535", 1, 65535)
+        health_port = integer(HEALTH_PORT, DEFAULT_HEALTH_PORT, "a TCP port from 1 to 65535", 1, 65535)
+        if health_port == port:
+            raise ConfigError(HEALTH_PORT, str(health_port), f"a TCP port other than {PORT} ({port}): the probes "
+                              f"and metrics must not be reachable where the webhooks arrive")
+
         return cls(
             namespace=namespace,
             secret=secret,
             secret_file=path or None,
-            port=integer(PORT, DEFAULT_PORT, "a TCP port from 1 to 65535", 1, 65535),
+            port=port,
             max_body=integer(MAX_BODY, DEFAULT_MAX_BODY, f"a whole number of bytes from 1024 to {MAX_MAX_BODY}",
                              1024, MAX_MAX_BODY),
             auth_source=auth,
+            health_port=health_port,
+            max_connections=integer(MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS,
+                                    f"a whole number of connections from 1 to {MAX_MAX_CONNECTIONS}",
+                                    1, MAX_MAX_CONNECTIONS),
+            ignore_logins=parse_logins(env[IGNORE_LOGINS]) if IGNORE_LOGINS in env else (),
         )

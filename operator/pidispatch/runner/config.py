@@ -157,9 +157,14 @@ def _subject(env: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 
 def _value(env: Mapping[str, str], name: Env) -> str | None:
-    """The variable's value, with an empty or blank value meaning unset (as Kubernetes renders `""`)."""
+    """The variable's value (trimmed); ``None`` when unset. An empty or blank value is a configuration
+    error, never a silent "unset": the operator never sets one, so a manifest rendered it by mistake."""
     raw = env.get(name.value)
-    return raw.strip() if raw is not None and raw.strip() else None
+    if raw is None:
+        return None
+    if not raw.strip():
+        raise ConfigError(f"{name.value} is set but empty: give it a value or unset it")
+    return raw.strip()
 
 
 def _number(env: Mapping[str, str], name: Env, spec_value: Any) -> int | None:
@@ -221,6 +226,8 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
     fill in what it lacks (the operator sets both, from the same spec). A job needs a repository: without
     one there is nothing to tell the agent to work on.
     """
+    for name in Env:  # an empty value of any of them is refused, whether or not this run needs it
+        _value(env, name)
     spec = _job_spec(env)
     repository = _text(spec, "repository") or _value(env, Env.REPOSITORY)
     if repository is None:

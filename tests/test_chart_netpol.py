@@ -1,0 +1,117 @@
+"""The job Pods' NetworkPolicy (issue 15, item 8), rendered offline with the pinned helm.
+
+Beside ``test_chart.py`` (whose helpers and ``helm`` fixture this uses). What is proven: off by default;
+when on, it selects exactly the Pods the operator creates (a real job Pod manifest's labels, not the
+operator's, the receiver's or the helm test Pod's), allows no ingress, and allows egress only to DNS
+(UDP and TCP 53) and the listed CIDRs on the listed ports; every egress rule names its peers (an empty
+``to`` would mean everywhere); values that would make it useless or quietly open fail the install.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from test_chart import ALL_ON, CHART, FULLNAME, RECEIVER_ON, helm, kinds, render, set_args, template
+
+from pidispatch.manifests.pod import PodInputs, job_pod
+
+__all__ = ["helm"]  # the fixture, used by name
+FORGE = {"name": "forge", "cidrs": ["140.82.112.0/20", "192.30.252.0/22"], "ports": [443]}
+MODEL = {"name": "model", "cidrs": ["203.0.113.10/32", "2001:db8::/32"], "ports": [443, 8443]}
+ON: dict[str, Any] = {"job.networkPolicy.enabled": True, "job.networkPolicy.egress": [FORGE, MODEL]}
+
+
+def policy(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    [np] = kinds(docs, "NetworkPolicy")
+    return np
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A LabelSelector's meaning (matchLabels and the Exists/DoesNotExist/In/NotIn expressions)."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        ok = {"Exists": key in labels, "DoesNotExist": key not in labels,
+              "In": labels.get(key) in values, "NotIn": labels.get(key) not in values}[op]
+        if not ok:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("values", [{}, {**ALL_ON, **RECEIVER_ON}], ids=["defaults", "every other option on"])
+def test_off_by_default(helm: Any, values: dict[str, Any]) -> None:
+    assert kinds(render(helm, values), "NetworkPolicy") == []
+
+
+def test_it_selects_the_job_pods_and_nothing_the_chart_runs(helm: Any) -> None:
+    docs = render(helm, {**ON, **RECEIVER_ON})
+    np = policy(docs)
+    assert np["metadata"]["name"] == f"{FULLNAME}-jobs"
+    selector = np["spec"]["podSelector"]
+    pod = job_pod(PodInputs(job_name="fix-7", job_uid="u-7", namespace="pi-ns", image="job:1",
+                            command=["pidispatch", "runner"], env={}))
+    assert selects(selector, pod["metadata"]["labels"]), "the operator's job Pods are selected"
+    chart_pods = [d["spec"]["template"]["metadata"]["labels"] for d in docs if d["kind"] == "Deployment"]
+    chart_pods += [d["metadata"]["labels"] for d in docs if d["kind"] == "Pod"]
+    assert len(chart_pods) >= 3 and not any(selects(selector, labels) for labels in chart_pods)
+    unlabelled = {k: v for k, v in pod["metadata"]["labels"].items() if k != "pi-dispatch.dev/job"}
+    assert not selects(selector, unlabelled), "managed-by alone is not enough"
+
+
+def test_no_ingress_and_egress_only_to_dns_and_the_listed_cidrs(helm: Any) -> None:
+    spec = policy(render(helm, ON))["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
+    dns, *rest = spec["egress"]
+    assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert dns["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                          "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
+    got = [([peer["ipBlock"]["cidr"] for peer in rule["to"]], [p["port"] for p in rule["ports"]]) for rule in rest]
+    assert got == [(FORGE["cidrs"], [443]), (MODEL["cidrs"], [443, 8443])]
+    for rule in spec["egress"]:
+        assert rule["to"] and rule["ports"], "a rule without peers or ports would allow everything"
+        assert all(set(peer) <= {"ipBlock", "namespaceSelector", "podSelector"} for peer in rule["to"])
+
+
+def test_dns_by_address_only(helm: Any) -> None:
+    values = {**ON, "job.networkPolicy.dns.namespaceSelector": None, "job.networkPolicy.dns.podSelector": None,
+              "job.networkPolicy.dns.cidrs": ["169.254.20.10/32"]}
+    dns = policy(render(helm, values))["spec"]["egress"][0]
+    assert dns["to"] == [{"ipBlock": {"cidr": "169.254.20.10/32"}}]
+
+
+def test_helm_lint_passes_with_the_policy_on(helm: Any) -> None:
+    result = helm("lint", "--strict", str(CHART), *set_args(ON))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("values", "words"), [
+    ({"job.networkPolicy.enabled": True}, "job.networkPolicy.egress"),
+    ({**ON, "job.networkPolicy.dns.namespaceSelector": None, "job.networkPolicy.dns.podSelector": None},
+     "job.networkPolicy.dns"),
+    ({**ON, "job.networkPolicy.egress": [{"cidrs": ["0.0.0.0/0"], "ports": [443]}]}, "allows every address"),
+    ({**ON, "job.networkPolicy.egress": [{"cidrs": ["::/0"], "ports": [443]}]}, "allows every address"),
+], ids=["on without egress", "on without DNS", "IPv4 everywhere", "IPv6 everywhere"])
+def test_a_useless_or_open_policy_fails_the_install(helm: Any, values: dict[str, Any], words: str) -> None:
+    result = template(helm, values)
+    assert result.returncode != 0, "rendered"
+    assert words in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("entry", "field"), [
+    ({"cidrs": ["140.82.112.0"], "ports": [443]}, "cidrs"),
+    ({"cidrs": ["github.com"], "ports": [443]}, "cidrs"),
+    ({"cidrs": ["140.82.112.0/33"], "ports": [443]}, "cidrs"),
+    ({"cidrs": [], "ports": [443]}, "cidrs"),
+    ({"cidrs": ["140.82.112.0/20"], "ports": []}, "ports"),
+    ({"cidrs": ["140.82.112.0/20"], "ports": [0]}, "ports"),
+    ({"cidrs": ["140.82.112.0/20"], "ports": [65536]}, "ports"),
+    ({"cidrs": ["140.82.112.0/20"], "ports": ["https"]}, "ports"),
+    ({"cidrs": ["140.82.112.0/20"]}, "ports"),
+    ({"cidrs": ["140.82.112.0/20"], "ports": [443], "to": [{}]}, "egress"),
+], ids=["no prefix length", "a host name", "prefix too long", "no CIDR", "no port", "port 0", "port 65536",
+        "a named port", "ports missing", "an unknown key"])
+def test_the_schema_refuses_bad_egress_entries(helm: Any, entry: dict[str, Any], field: str) -> None:
+    result = template(helm, {**ON, "job.networkPolicy.egress": [entry]})
+    assert result.returncode != 0 and "schema" in result.stderr and field in result.stderr, result.stderr
