@@ -37,14 +37,6 @@ REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77
 
 
-@pytest.fixture(scope="module")
-def app_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    pem, public = generate_app_key()
-    path = tmp_path_factory.mktemp("app") / "private-key.pem"
-    path.write_bytes(pem)
-    return path, public
-
-
 @pytest.fixture
 def fake(app_key: tuple[Path, Any]):
     with FakeGitHubAPI(app_id=APP_ID, public_key=app_key[1], installation_id=INSTALLATION,

@@ -37,21 +37,13 @@ from pidispatch.settings import (
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI, generate_app_key  # noqa: E402
+from e2e.fakegithub_api import FakeGitHubAPI  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77
 ACCESS_TOKENS = f"/app/installations/{INSTALLATION}/access_tokens"
 __all__ = ["helm"]  # the fixture (tests/test_chart.py), used by name
 JOB_DEFAULT = {"contents": "write", "issues": "write", "metadata": "read", "pull_requests": "write"}
-
-
-@pytest.fixture(scope="module")
-def app_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    pem, public = generate_app_key()
-    path = tmp_path_factory.mktemp("app") / "private-key.pem"
-    path.write_bytes(pem)
-    return path, public
 
 
 @pytest.fixture

@@ -110,7 +110,7 @@ class RunnerConfig:
     job_name: str | None = None
 
 
-def _json_object(env: Mapping[str, str], name: Env) -> dict[str, Any] | None:
+def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object") -> dict[str, Any] | None:
     raw = _value(env, name)
     if raw is None:
         return None
@@ -119,7 +119,7 @@ def _json_object(env: Mapping[str, str], name: Env) -> dict[str, Any] | None:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise ConfigError(f"{name.value} is not valid: expected a JSON object")
+        raise ConfigError(f"{name.value} is not valid: expected {what}")
     return data
 
 
@@ -202,16 +202,7 @@ def _agent_dir(env: Mapping[str, str]) -> str:
 
 
 def _job_spec(env: Mapping[str, str]) -> dict[str, Any]:
-    raw = _value(env, Env.JOB_SPEC)
-    if raw is None:
-        return {}
-    try:
-        spec = json.loads(raw)
-    except ValueError:
-        spec = None
-    if not isinstance(spec, dict):
-        raise ConfigError(f"{Env.JOB_SPEC.value} is not valid: expected the Job's spec as a JSON object")
-    return spec
+    return _json_object(env, Env.JOB_SPEC, "the Job's spec as a JSON object") or {}
 
 
 def _text(spec: Mapping[str, Any], name: str) -> str | None:
