@@ -11,9 +11,11 @@ ARG NODE_IMAGE=node:20-bookworm-slim
 # -- build: the pidispatch package into a self-contained virtualenv ------------------------------------------
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
-# A C compiler for the one C module (the compaction search, setup.py); only in this stage.
+# A C compiler for the one C module (the compaction search, setup.py); only in this stage. The official image
+# carries Python's headers; a base with Debian's python3 adds python3-dev here (e2e/images/build.sh does).
+ARG BUILD_PACKAGES="gcc libc6-dev"
 RUN apt-get update \
- && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && apt-get install -y --no-install-recommends ${BUILD_PACKAGES} \
  && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/pidispatch
 WORKDIR /src

@@ -3,6 +3,7 @@
 #   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
+#   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
 # See README.md, "Local control plane".
 
 SHELL := /bin/bash
@@ -16,10 +17,10 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
+.PHONY: help venv controlplane pi images cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
 
 help:
-	@echo "targets: demo demo-store test fuzz venv controlplane pi cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -51,6 +52,12 @@ $(PI_DIR)/node_modules/.installed: $(PI_DIR)/package.json $(PI_DIR)/package-lock
 
 pi: $(PI_DIR)/node_modules/.installed
 
+# The Dockerfile's operator and job images, built with no registry from local Debian and Node bases
+# (cached under ~/.cache/pidispatch/images; nothing is rebuilt when the inputs are unchanged). Needs root.
+# Checked by `pytest -m images` (e2e/test_images.py).
+images:
+	bash e2e/images/build.sh
+
 cluster-up: venv controlplane
 	$(VPY) -m e2e.cluster up
 
@@ -62,7 +69,7 @@ cluster-status: venv
 
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
 # the container contract, ...), then every test.
-test: venv controlplane pi
+test: venv controlplane pi images
 	$(VENV)/bin/lint-imports --no-cache
 	$(PYTEST)
 
