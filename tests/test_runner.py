@@ -524,8 +524,8 @@ def test_prompt_without_comment_says_so() -> None:
 
 def test_pi_command_shapes() -> None:
     assert pi_command("pi", "/session/current.jsonl", "fake/fake-model", "hi") == [
-        "pi", "-p", "--session", "/session/current.jsonl", "--model", "fake/fake-model", "hi"]
-    assert pi_command("/bin/pi", None, None, "hi") == ["/bin/pi", "-p", "--no-session", "hi"]
+        "pi", "-p", "--no-extensions", "--session", "/session/current.jsonl", "--model", "fake/fake-model", "hi"]
+    assert pi_command("/bin/pi", None, None, "hi") == ["/bin/pi", "-p", "--no-extensions", "--no-session", "hi"]
     assert pi_env({"A": "1"}) == {"A": "1", "PI_OFFLINE": "1"}
 
 

@@ -2,6 +2,9 @@
 
 The clone runs no repository code and the token never leaves the environment:
 
+* the repository's own ``.pi/`` is left out of the working tree (sparse checkout): pi would otherwise
+  load its project settings (``shellPath``, ``shellCommandPrefix``: a shell of the repository's
+  choosing for every command the agent runs) and its extensions (code pi runs at start);
 * git's hooks are off (``core.hooksPath=/dev/null``), and so are fsmonitor, the ``ext::`` and ``file::``
   transports and submodules; the system and global git configuration are not read for the fetch;
 * one commit is fetched, shallow (``--depth=1``), by its id: the commit the operator resolved from the
@@ -45,6 +48,8 @@ HARDENED = {
     "transfer.fsckObjects": "true",
     "advice.detachedHead": "false",
 }
+# What the workspace holds: everything but the repository's own pi configuration (see check_out).
+SPARSE = ("/*", "!/.pi/")
 # git's words for a commit the server does not have (upload-pack's "not our ref", a missing object).
 GONE = ("not our ref", "couldn't find remote ref", "unadvertised object", "no such remote ref",
         "remote error: upload-pack: not our ref", "did not send all necessary objects")
@@ -169,6 +174,10 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
         must("init", "--quiet")
         for key, value in _workspace_config(spec).items():
             must("config", key, value)
+        # pi reads a project's own .pi/ (settings that replace its shell, extensions it runs, skills):
+        # repository code. It is never checked out; git counts it as intentionally absent, so the
+        # agent's commits do not delete it.
+        must("sparse-checkout", "set", "--no-cone", *SPARSE)
         delay = FIRST_BACKOFF_SECONDS
         for attempt in range(1, attempts + 1):
             done = run([*git, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--depth=1", "origin",

@@ -22,12 +22,14 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str) -> list[str]:
-    """`pi -p (--session FILE | --no-session) [--model provider/model] PROMPT`.
+    """`pi -p --no-extensions (--session FILE | --no-session) [--model provider/model] PROMPT`.
 
     The prompt is the last argument, the message pi answers. The session path is absolute (pi reads
     a name without a slash as a session-id prefix).
     """
-    command = [pi_bin, "-p"]
+    # --no-extensions: pi would run extensions it discovers in the working directory's .pi/, which a
+    # repository provides (the checkout also leaves .pi/ out); explicit -e paths would still load.
+    command = [pi_bin, "-p", "--no-extensions"]
     command += ["--session", session_file] if session_file is not None else ["--no-session"]
     if model is not None:
         command += ["--model", model]
