@@ -526,6 +526,9 @@ def test_pi_command_shapes() -> None:
     assert pi_command("pi", "/session/current.jsonl", "fake/fake-model", "hi") == [
         "pi", "-p", "--no-extensions", "--session", "/session/current.jsonl", "--model", "fake/fake-model", "hi"]
     assert pi_command("/bin/pi", None, None, "hi") == ["/bin/pi", "-p", "--no-extensions", "--no-session", "hi"]
+    # a fork's checkout: its AGENTS.md is not read as trusted context
+    assert pi_command("pi", None, None, "hi", untrusted_workspace=True) == [
+        "pi", "-p", "--no-extensions", "--no-context-files", "--no-session", "hi"]
     assert pi_env({"A": "1"}) == {"A": "1", "PI_OFFLINE": "1"}
 
 

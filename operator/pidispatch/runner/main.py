@@ -123,7 +123,9 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     prompt = build_prompt(config.event, host_resume=config.host_resume)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None)
-    run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt), config.workspace, env)
+    fork = config.event.checkout is not None and config.event.checkout.branch is None
+    run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt, untrusted_workspace=fork),
+                 config.workspace, env)
     usage: Usage | None = None
     context = None
     if opened.session_file is not None:

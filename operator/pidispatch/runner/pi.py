@@ -21,7 +21,8 @@ VERSION_TIMEOUT_S = 60.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str) -> list[str]:
+def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str, *,
+               untrusted_workspace: bool = False) -> list[str]:
     """`pi -p --no-extensions (--session FILE | --no-session) [--model provider/model] PROMPT`.
 
     The prompt is the last argument, the message pi answers. The session path is absolute (pi reads
@@ -30,6 +31,10 @@ def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt:
     # --no-extensions: pi would run extensions it discovers in the working directory's .pi/, which a
     # repository provides (the checkout also leaves .pi/ out); explicit -e paths would still load.
     command = [pi_bin, "-p", "--no-extensions"]
+    if untrusted_workspace:
+        # A fork's pull request: its AGENTS.md/CLAUDE.md would enter pi's system prompt as trusted
+        # context, though anyone can write them; the prompt carries the fork's text fenced instead.
+        command.append("--no-context-files")
     command += ["--session", session_file] if session_file is not None else ["--no-session"]
     if model is not None:
         command += ["--model", model]
