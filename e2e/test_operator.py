@@ -289,8 +289,11 @@ def test_resume_without_a_store_is_refused_before_any_spend(cluster: Cluster, ku
         assert job["status"]["reason"] == "sessions-dir-unset"
         assert "sessions.enabled=true" in r.condition(job, "Started")["message"]
         assert r.pods_of("refused") == []
-        events = kube.list(f"/api/v1/namespaces/{r.ns}/events", fieldSelector="involvedObject.name=refused")
-        assert any(e["reason"] == "SessionsDirUnset" for e in events)
+        # The Event is written after the Job's status: wait for it, as a reader of `kubectl get events` would.
+        wait_for("the SessionsDirUnset Event", lambda: any(
+            e["reason"] == "SessionsDirUnset" for e in kube.list(f"/api/v1/namespaces/{r.ns}/events",
+                                                                  fieldSelector="involvedObject.name=refused")),
+                 timeout=30)
         r.trigger("plain", resume=False)
         assert r.run("plain", trigger="plain", issue=1)["status"]["phase"] == "Succeeded"
 
