@@ -4,6 +4,7 @@
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
 #   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
+#   make node           the Debian packages a real node needs (containerd, runc, CNI plugins, iptables)
 # See README.md, "Local control plane".
 
 SHELL := /bin/bash
@@ -17,7 +18,7 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi images cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
+.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
 
 help:
 	@echo "targets: demo demo-store test fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
@@ -58,8 +59,23 @@ pi: $(PI_DIR)/node_modules/.installed
 images:
 	bash e2e/images/build.sh
 
+# The packages of a real node (e2e/realnode.py): installed when missing and root; otherwise the real-node
+# tests say what is missing and are skipped (PIDISPATCH_REQUIRE_REAL_NODE=1 makes that a failure, as in CI).
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables gcc libc6-dev
+node:
+	@missing=""; for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
+	  grep -q '^install ok installed$$' || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "node packages: present"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "node packages: installing$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "node packages missing:$$missing (not root: the real-node tests will be skipped)"; fi
+
+# NODE=auto (default): a real node (containerd + runc, the images of `make images`) when this machine can run
+# one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose.
+NODE ?= auto
 cluster-up: venv controlplane
-	$(VPY) -m e2e.cluster up
+	@if [ "$(NODE)" != test ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory images node; fi
+	$(VPY) -m e2e.cluster up --node $(NODE)
 
 cluster-down: venv
 	$(VPY) -m e2e.cluster down
@@ -69,7 +85,7 @@ cluster-status: venv
 
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
 # the container contract, ...), then every test.
-test: venv controlplane pi images
+test: venv controlplane pi images node
 	$(VENV)/bin/lint-imports --no-cache
 	$(PYTEST)
 

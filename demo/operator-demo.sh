@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The operator's main job, end to end, on the local control plane (kube-apiserver + etcd +
-# kube-controller-manager + the test kubelet, started by `make cluster-up`):
+# kube-controller-manager, started by `make cluster-up`) with a real node where this machine allows it
+# (kubelet + containerd + runc running the chart's images, `make images`), else the test kubelet:
 #   a local forge (e2e/forge_server.py: HTTPS, real git repositories, GitHub Enterprise's API layout) ->
 #   helm install the chart (sessions on, the forge's URLs, CA and token) -> kubectl apply resume Triggers ->
 #   two Jobs: issue 7 clones main, starts cold, commits on pi/issue-7, pushes and opens PR 8 with gh; a
 #   comment on PR 8 clones its head, resumes the conversation and pushes a second commit. The commit log
 #   of pi/issue-7 is shown after each.
-# Job Pods run `pidispatch runner` with the real pi 0.73.1 (`make pi`), talking to a scripted
-# OpenAI-compatible model on 127.0.0.1 (no LLM provider is reachable from here); everything else (CRDs,
+# Job Pods run `pidispatch runner` with the real pi 0.73.1 (in the job image on a real node, `make pi`
+# otherwise), talking to a scripted OpenAI-compatible model on this machine (no LLM provider is reachable from here); everything else (CRDs,
 # operator, RBAC, PVCs, staging, promotion) is the real thing.
 # The cluster stays up afterwards so you can look around; `make cluster-down` stops it.
 set -euo pipefail
@@ -18,6 +19,15 @@ export KUBECONFIG="$STATE/kubeconfig"
 BIN="$(.venv/bin/python -c 'from e2e.cluster import bin_dir; print(bin_dir(build=False))')"
 export PATH="$BIN:$PATH"
 NS=pi-demo
+# What runs Pods: a real node (containerd + runc, the images of `make images`) or the test kubelet.
+NODE="$(.venv/bin/python -c "import json; print(json.load(open('$STATE/cluster.json')).get('node', 'test'))")"
+if [ "$NODE" = real ]; then
+    HOST="$(.venv/bin/python -c 'from e2e.realnode import NODE_IP; print(NODE_IP)')"
+    echo "Pods run in containers on a real node (kubelet + containerd + runc); Pods reach this machine at $HOST"
+else
+    HOST=127.0.0.1
+    echo "Pods run as local processes on the test kubelet (a real node needs root and containerd: see README)"
+fi
 
 say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
@@ -33,15 +43,16 @@ if kubectl get namespace "$NS" >/dev/null 2>&1; then
     kubectl delete namespace "$NS" --wait=true >/dev/null
 fi
 run kubectl create namespace "$NS"
+run kubectl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted
 
-say "0b. A local forge on 127.0.0.1 (HTTPS with a throwaway CA; git smart HTTP + GitHub Enterprise's API layout)"
+say "0b. A local forge on $HOST (HTTPS with a throwaway CA; git smart HTTP + GitHub Enterprise's API layout)"
 DEMO_DIR="$STATE/demo"
 for pidfile in "$STATE/demo-model.pid" "$STATE/demo-forge.pid"; do
     if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; fi
 done
 rm -rf "$DEMO_DIR" && mkdir -p "$DEMO_DIR/home"
 PAT="demo_pat_$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(12))')"
-nohup .venv/bin/python -m e2e.forge_server --dir "$DEMO_DIR/forge" --pat "$PAT" --repo octo/repo \
+nohup .venv/bin/python -m e2e.forge_server --dir "$DEMO_DIR/forge" --pat "$PAT" --repo octo/repo --host "$HOST" \
     --issue "7=The cache test is flaky" >"$DEMO_DIR/forge.log" 2>&1 &
 echo $! > "$STATE/demo-forge.pid"
 for _ in $(seq 100); do [ -s "$DEMO_DIR/forge/forge.json" ] && break; sleep 0.1; done
@@ -59,11 +70,11 @@ cat > "$DEMO_DIR/script.json" <<'JSON'
   "{\"command\": \"set -e; echo '- the cache is per-test (#7)' > CHANGELOG.md; git add CHANGELOG.md; git commit -qm 'Add a changelog entry'; git push -q\"}"}]},
  {"kind": "reply", "text": "Added a changelog entry for the cache fix I made earlier, pushed to pi/issue-7."}]
 JSON
-nohup .venv/bin/python -m e2e.scripted_model --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
+nohup .venv/bin/python -m e2e.scripted_model --host "$HOST" --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
     --script "$DEMO_DIR/script.json" --agent-dir "$DEMO_DIR/agent" >"$DEMO_DIR/model.log" 2>&1 &
 echo $! > "$STATE/demo-model.pid"
 for _ in $(seq 50); do [ -s "$DEMO_DIR/port" ] && break; sleep 0.1; done
-echo "scripted model on 127.0.0.1:$(cat "$DEMO_DIR/port"), pi's agent dir $DEMO_DIR/agent"
+echo "scripted model on $HOST:$(cat "$DEMO_DIR/port"), pi's agent dir $DEMO_DIR/agent"
 PI_BIN="$ROOT/e2e/pi/node_modules/.bin/pi"
 
 say "1. helm install the chart: the session store, the forge's URLs, its CA, a token Secret"
@@ -73,11 +84,21 @@ kubectl create configmap forge-ca -n "$NS" --from-file=ca.crt="$CA" >/dev/null
 echo "\$ helm install pi-dispatch charts/pi-dispatch -n $NS --set sessions.enabled=true --set github.authSource=pat \\"
 echo "    --set github.token.secretName=forge-token --set github.apiUrl=$API --set github.webUrl=$WEB \\"
 echo "    --set github.caBundle.configMap=forge-ca ..."
+if [ "$NODE" = real ]; then
+    # the images `make images` built, imported into the node's containerd; pi's models.json from a ConfigMap
+    kubectl create configmap pi-models -n "$NS" --from-file=models.json="$DEMO_DIR/agent/models.json" >/dev/null
+    echo "    --set image.repository=localhost/pi-dispatch/operator --set image.tag=dev --set image.pullPolicy=Never \\"
+    echo "    --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models"
+    images=(--set image.repository=localhost/pi-dispatch/operator --set image.tag=dev --set image.pullPolicy=Never
+            --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models)
+else
+    images=(--set metrics.port="$(port)" --set health.port="$(port)" --set job.image=local/job
+            --set-json "job.env={\"PI_BIN\":\"$PI_BIN\",\"PI_CODING_AGENT_DIR\":\"$DEMO_DIR/agent\",\"HOME\":\"$DEMO_DIR/home\"}")
+fi
 helm install pi-dispatch charts/pi-dispatch -n "$NS" --set sessions.enabled=true \
     --set github.authSource=pat --set github.token.secretName=forge-token \
     --set github.apiUrl="$API" --set github.webUrl="$WEB" --set github.caBundle.configMap=forge-ca \
-    --set metrics.port="$(port)" --set health.port="$(port)" \
-    --set job.image=local/job --set-json "job.env={\"PI_BIN\":\"$PI_BIN\",\"PI_CODING_AGENT_DIR\":\"$DEMO_DIR/agent\",\"HOME\":\"$DEMO_DIR/home\"}" >/dev/null
+    "${images[@]}" >/dev/null
 echo "(installed; waiting for the operator Pod)"
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null

@@ -45,6 +45,10 @@ DEFAULT_STATE_DIR = Path(
     or Path(os.environ.get("PIDISPATCH_CACHE") or Path.home() / ".cache" / "pidispatch") / "cluster"
 )
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
+# What a component's command line contains, when it is not the component's own name: a recorded pid is
+# signalled only while it still runs one of ours (never a process found by name).
+MARKERS = {"kubelet": "e2e.kubelet", "pv-provisioner": "--provision-only", "node-kubelet": "/bin/kubelet ",
+           "containerd": "containerd --config="}
 SERVICE_CIDR = "10.0.0.0/24"
 NODE_NAME = "pidispatch-node"
 
@@ -77,8 +81,13 @@ def tail(path: Path, n: int = 40) -> str:
 
 
 # -- certificates --------------------------------------------------------------------------------
-def _write_pki(pki: Path) -> None:
-    """CA, apiserver serving cert, admin and controller-manager client certs, SA signing key."""
+def _write_pki(pki: Path, *, clients: tuple[tuple[str, str, str | None], ...] = (),
+               server_ips: tuple[str, ...] = ()) -> None:
+    """CA, apiserver serving cert, admin and controller-manager client certs, SA signing key.
+
+    ``clients``: more client certificates as ``(file name, common name, organization)``;
+    ``server_ips``: more addresses in the apiserver's serving certificate.
+    """
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -132,6 +141,7 @@ def _write_pki(pki: Path) -> None:
                 x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
                 x509.DNSName("kubernetes.default.svc"), x509.DNSName("kubernetes.default.svc.cluster.local"),
                 x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
             ]), critical=False)
         save_key(k, f"{fname}.key")
         (pki / f"{fname}.crt").write_bytes(b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
@@ -139,6 +149,8 @@ def _write_pki(pki: Path) -> None:
     leaf("apiserver", name("kube-apiserver"), server=True)
     leaf("admin", name("admin", "system:masters"), server=False)
     leaf("kube-controller-manager", name("system:kube-controller-manager"), server=False)
+    for fname, cn, org in clients:
+        leaf(fname, name(cn, org), server=False)
 
     sa = key()
     save_key(sa, "sa.key")
@@ -180,6 +192,8 @@ class Cluster:
     pids: dict[str, int] = field(default_factory=dict)
     #: set for a cluster we did not start (e.g. kind): everything goes through this kubeconfig
     external_kubeconfig: Path | None = None
+    #: what runs Pods: "test" (e2e/kubelet.py, Pods as local processes) or "real" (e2e/realnode.py)
+    node: str = "test"
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -319,7 +333,7 @@ class Cluster:
 
     def _fail(self, component: str, why: str) -> ClusterError:
         msg = [f"{component}: {why}"]
-        for c in COMPONENTS:
+        for c in self.components:
             if (self.logs / f"{c}.log").exists() and (c == component or c in self._procs):
                 msg.append(f"---- last lines of {self.logs / f'{c}.log'} ----\n{tail(self.logs / f'{c}.log')}")
         return ClusterError("\n".join(msg))
@@ -338,6 +352,18 @@ class Cluster:
         except TimeoutError as e:
             raise self._fail(component, str(e)) from None
 
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The components in start order (stopped in reverse)."""
+        return COMPONENTS
+
+    def _pki_extras(self) -> dict[str, Any]:
+        """More certificates for ``_write_pki`` (a real node adds its own)."""
+        return {}
+
+    def _apiserver_extra_args(self) -> list[str]:
+        return []
+
     def start(self, *, kubelet: bool = True, timeout: float = 120) -> Cluster:
         """Fresh cluster: wipes ``state_dir`` data, generates certs, starts and waits for each component."""
         if self.is_running():
@@ -347,7 +373,7 @@ class Cluster:
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.pids = {}
-        _write_pki(self.pki)
+        _write_pki(self.pki, **self._pki_extras())
         self.etcd_port, self.etcd_peer_port, self.apiserver_port = free_port(), free_port(), free_port()
         t0 = time.monotonic()
         try:
@@ -396,6 +422,7 @@ class Cluster:
             # loopback addresses are not valid Endpoints for the `kubernetes` Service
             "--endpoint-reconciler-type=none",
             "--profiling=false", "-v=1",
+            *self._apiserver_extra_args(),
         ])
         k = self.kube()
         self._await("kube-apiserver", f"{self.server}/readyz", lambda: k.request("GET", "/readyz") == "ok", timeout)
@@ -464,7 +491,7 @@ class Cluster:
         p = self._procs.pop(component, None)
         if pid is None:
             return
-        if p is None and not _pid_is(pid, component):
+        if p is None and not _pid_is(pid, MARKERS.get(component, component)):
             return  # a stale pid from a state file, now reused by something else: leave it alone
         try:
             os.killpg(pid, signal.SIGTERM)
@@ -487,12 +514,12 @@ class Cluster:
                 p.wait(10)
 
     def stop(self) -> None:
-        for c in reversed(COMPONENTS):
+        for c in reversed(self.components):
             self._stop_component(c)
         self._save()
 
     def is_running(self) -> bool:
-        return any(_pid_is(pid, c) for c, pid in self.pids.items())
+        return any(_pid_is(pid, MARKERS.get(c, c)) for c, pid in self.pids.items())
 
     def _save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -500,14 +527,21 @@ class Cluster:
             "server": self.server, "kubeconfig": str(self.kubeconfig), "bin_dir": str(self.bin) if self.bin else None,
             "etcd_port": self.etcd_port, "etcd_peer_port": self.etcd_peer_port,
             "apiserver_port": self.apiserver_port, "pids": self.pids, "node_name": NODE_NAME,
-            "kubelet_dir": str(self.kubelet_dir),
+            "kubelet_dir": str(self.kubelet_dir), "node": self.node, **self._state_extras(),
         }, indent=2))
+
+    def _state_extras(self) -> dict[str, Any]:
+        return {}
 
     @classmethod
     def load(cls, state_dir: Path | str = DEFAULT_STATE_DIR) -> Cluster:
         """Attach to a cluster started by ``python -m e2e.cluster up`` (reads ``cluster.json``)."""
         state_dir = Path(state_dir)
         st = json.loads((state_dir / "cluster.json").read_text())
+        if st.get("node") == "real" and cls is Cluster:
+            from e2e.realnode import RealNodeCluster
+
+            return RealNodeCluster.load(state_dir)
         return cls(state_dir=state_dir, bin=Path(st["bin_dir"]) if st.get("bin_dir") else None,
                    etcd_port=st["etcd_port"], etcd_peer_port=st["etcd_peer_port"],
                    apiserver_port=st["apiserver_port"], pids={k: int(v) for k, v in st["pids"].items()})
@@ -524,15 +558,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _pid_is(pid: int, component: str) -> bool:
-    """Is ``pid`` alive and one of ours (by command line)?"""
+def _pid_is(pid: int, marker: str) -> bool:
+    """Is ``pid`` alive and one of ours (its command line contains ``marker``)?"""
     if not _alive(pid):
         return False
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return False
-    return ("e2e.kubelet" in cmd) if component == "kubelet" else (component in cmd)
+    return marker in cmd
 
 
 def pvc_host_path(kube: Kube, namespace: str, name: str, timeout: float = 30) -> Path:
@@ -550,11 +584,29 @@ def pvc_host_path(kube: Kube, namespace: str, name: str, timeout: float = 30) ->
     return Path(src["path"])
 
 
+def _new(state: Path, node: str) -> Cluster:
+    """A cluster of the kind asked for; ``auto`` takes a real node when this machine can run one."""
+    if node == "test":
+        return Cluster(state_dir=state)
+    from e2e.realnode import RealNodeCluster, unavailable
+
+    why = unavailable()
+    if why is None:
+        return RealNodeCluster(state_dir=state)
+    if node == "real":
+        raise ClusterError(f"no real node here: {why}")
+    print(f"[cluster] a real node cannot run here ({why}): starting the test kubelet", file=sys.stderr)
+    return Cluster(state_dir=state)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["up", "down", "status"])
     ap.add_argument("--dir", type=Path, default=DEFAULT_STATE_DIR, help="state dir (default %(default)s)")
     ap.add_argument("--no-kubelet", action="store_true", help="do not start the test kubelet")
+    ap.add_argument("--node", choices=["auto", "real", "test"], default=os.environ.get("PIDISPATCH_NODE", "test"),
+                    help="what runs Pods: a real kubelet with containerd and runc (e2e/realnode.py), the test "
+                         "kubelet (Pods as local processes), or auto: real when this machine can (default %(default)s)")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args(argv)
     state = a.dir.resolve()
@@ -564,11 +616,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"already running: {c.server}", file=sys.stderr)
         else:
             try:
-                c = Cluster(state_dir=state).start(kubelet=not a.no_kubelet, timeout=a.timeout)
+                c = _new(state, a.node).start(kubelet=not a.no_kubelet, timeout=a.timeout)
             except ClusterError as e:
                 print(f"cluster-up failed: {e}", file=sys.stderr)
                 return 1
-        print(f"\nkube-apiserver: {c.server}\nlogs:           {c.logs}/\n\n"
+        node = (f"real node {c.node_name} at {c.node_ip}: Pods run in containers (containerd + runc)"  # type: ignore[attr-defined]
+                if c.node == "real" else f"test kubelet {NODE_NAME}: Pods run as local processes")
+        print(f"\nkube-apiserver: {c.server}\nnode:           {node}\nlogs:           {c.logs}/\n\n"
               f"  export KUBECONFIG={c.kubeconfig}\n  export PATH={c.bin_dir}:$PATH\n  kubectl get nodes\n")
         return 0
     if not (state / "cluster.json").exists():
@@ -579,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
         c.stop()
         print(f"stopped cluster in {state}", file=sys.stderr)
         return 0
-    for comp in COMPONENTS:
+    print(f"node: {'real (containerd + runc)' if c.node == 'real' else 'test kubelet (local processes)'}")
+    for comp in c.components:
         pid = c.pids.get(comp)
         print(f"{comp:25} {'running' if pid and _pid_is(pid, comp) else 'stopped'} (pid {pid})")
     return 0 if c.is_running() else 1

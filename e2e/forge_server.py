@@ -25,13 +25,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pat", required=True, help="the token jobs and the operator use")
     parser.add_argument("--repo", action="append", default=[], help="OWNER/NAME, created with one commit")
     parser.add_argument("--issue", action="append", default=[], help="N=TITLE for the first --repo")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (a real node's, for its Pods)")
     args = parser.parse_args(argv)
-    ca, cert, key = make_tls(args.dir / "tls")
+    ca, cert, key = make_tls(args.dir / "tls", ips=tuple(dict.fromkeys(("127.0.0.1", args.host))))
     repos = Repos(args.dir / "repos")
     for full in args.repo:
         if not repos.exists(full):
             repos.create(full, {"README.md": f"# {full}\n", "cache.py": "CACHE = {}\n"})
-    api = FakeGitHubAPI(pats={args.pat}, repos=repos, tls=(str(cert), str(key)), prefix="/api/v3").start()
+    api = FakeGitHubAPI(pats={args.pat}, repos=repos, tls=(str(cert), str(key)), prefix="/api/v3",
+                         host=args.host).start()
     for spec in args.issue:
         number, _, title = spec.partition("=")
         api.set_issue(args.repo[0], int(number), title, "Reported by the demo.")

@@ -176,8 +176,8 @@ def read_body(h: BaseHTTPRequestHandler) -> bytes:
     return h.rfile.read(length) if length else b""
 
 
-def make_tls(directory: Path) -> tuple[Path, Path, Path]:
-    """(CA certificate, server certificate, server key) for 127.0.0.1 and localhost, valid for a day."""
+def make_tls(directory: Path, ips: tuple[str, ...] = ("127.0.0.1",)) -> tuple[Path, Path, Path]:
+    """(CA certificate, server certificate, server key) for ``ips`` and localhost, valid for a day."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -201,7 +201,7 @@ def make_tls(directory: Path) -> tuple[Path, Path, Path]:
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            .add_extension(x509.SubjectAlternativeName([*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips),
                                                         x509.DNSName("localhost")]), critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .sign(ca_key, hashes.SHA256()))

@@ -173,12 +173,16 @@ class TestKubelet:
         }})
 
     # -- main loops -------------------------------------------------------------------------
-    def run(self) -> None:
+    def run(self, *, provision_only: bool = False) -> None:
+        """Start the loops; ``provision_only`` runs only the PVC provisioner (beside a real kubelet)."""
         self._started = now()
         (self.data_dir / "pods").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "pv").mkdir(parents=True, exist_ok=True)
-        self.register_node()
-        for target, name in ((self._pod_loop, "pods"), (self._pvc_loop, "pvcs"), (self._heartbeat_loop, "hb")):
+        loops = [(self._pvc_loop, "pvcs")]
+        if not provision_only:
+            self.register_node()
+            loops += [(self._pod_loop, "pods"), (self._heartbeat_loop, "hb")]
+        for target, name in loops:
             th = threading.Thread(target=self._guard, args=(target,), name=name, daemon=True)
             th.start()
             self.threads.append(th)
@@ -865,6 +869,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--node-name", default="pidispatch-node")
     ap.add_argument("--no-mount-namespace", action="store_true",
                     help="run processes without a private mount namespace (paths are not remapped)")
+    ap.add_argument("--provision-only", action="store_true",
+                    help="only provision hostPath PVs for pending PVCs (no Node, no Pods): beside a real kubelet")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s: %(message)s")
     factory = lambda: Kube.from_kubeconfig(a.kubeconfig)  # noqa: E731
@@ -875,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    kl.run()
+    kl.run(provision_only=a.provision_only)
     stop.wait()
     log.info("stopping")
     kl.stop()

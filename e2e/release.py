@@ -194,6 +194,9 @@ class Release:
 
     def operator_log(self) -> str:
         logs = []
+        if self.cluster.node == "real":  # a real kubelet serves `kubectl logs`
+            return "\n".join(self.cluster.pod_log(self.ns, p["metadata"]["name"])  # type: ignore[attr-defined]
+                             for p in self.operator_pods())
         for pod in self.operator_pods():
             d = self.cluster.kubelet_dir / "pods" / f"{self.ns}_{pod['metadata']['name']}_{pod['metadata']['uid']}"
             for f in sorted((d / "logs").glob("*.log")) if d.exists() else []:
@@ -201,6 +204,8 @@ class Release:
         return "\n".join(logs)
 
     def pod_log(self, pod: str) -> str:
+        if self.cluster.node == "real":
+            return self.cluster.pod_log(self.ns, pod)  # type: ignore[attr-defined]
         p = self.kube.get(f"/api/v1/namespaces/{self.ns}/pods/{pod}")
         f = self.cluster.kubelet_dir / "pods" / f"{self.ns}_{pod}_{p['metadata']['uid']}" / "logs" / "pi.log"
         return f.read_text(errors="replace") if f.exists() else ""

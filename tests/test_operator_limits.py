@@ -211,3 +211,32 @@ def test_a_pod_that_started_meanwhile_is_not_given_up(api: MemoryApi, clock: Clo
     d.give_up("late-start", stale, "ImagePullBackOff: seen a moment ago")
     assert phase(api, "late-start") == "Running"
     assert api.pods(), "a running Pod was deleted"
+
+
+@pytest.mark.parametrize("exit_code", [137, 0], ids=["the container died", "pi carried on and exited 0"])
+def test_a_job_killed_for_memory_fails_oomkilled_with_its_limit_named(api: MemoryApi, clock: Clock, tmp_path: Path,
+                                                                      exit_code: int) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH, job_resources=(("limits", (("memory", "320Mi"),)),))
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    path = f"{PODS}/{pod['metadata']['name']}"
+    api.patch(path + "/status", {"status": {"phase": "Failed" if exit_code else "Succeeded", "containerStatuses": [
+        {"name": "pi", "state": {"terminated": {"exitCode": exit_code, "reason": "OOMKilled"}}}]}})
+    d.on_pod(api.get(path))
+    assert phase(api, "a") == "Failed"
+    done = condition(api, "a", "Completed")
+    assert done["reason"] == "OOMKilled", done
+    assert "320Mi" in done["message"] and "nothing was promoted" in done["message"]
+
+
+def test_a_job_that_ends_normally_is_not_taken_for_oomkilled(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    d = dispatcher(api, clock, tmp_path, EPOCH)
+    d.on_job("ADDED", new_job(api, "a"))
+    pump(d)
+    [pod] = api.pods()
+    path = f"{PODS}/{pod['metadata']['name']}"
+    api.patch(path + "/status", {"status": {"phase": "Failed", "containerStatuses": [
+        {"name": "pi", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}})
+    d.on_pod(api.get(path))
+    assert condition(api, "a", "Completed")["reason"] == "PodFailed"

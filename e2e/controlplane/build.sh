@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or reuse) the pinned control-plane binaries:
 #   kube-apiserver kube-controller-manager kubectl   (wrapper module k8s/)
+#   kubelet kube-scheduler                           (wrapper module k8s/: the real node)
 #   etcd                                             (wrapper module etcd/)
 #   helm                                             (wrapper module helm/)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
@@ -59,6 +60,9 @@ build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver k8s k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kube-controller-manager k8s k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build kubectl k8s k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+# the real node (e2e/realnode.py): the kubelet that runs Pods in containerd, and the scheduler
+build kubelet k8s k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
+build kube-scheduler k8s k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
 build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
 
 echo "[controlplane] $built binaries built, total $(( $(date +%s) - total_start ))s; bin dir:" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerate the wrapper Go modules that pin the control-plane binaries.
 #
-#   k8s/   requires k8s.io/kubernetes v$K8S_VERSION; the replace list is generated
+#   k8s/   requires k8s.io/kubernetes v$K8S_VERSION (apiserver, controller-manager, kubectl, and the
+#          real node's kubelet and kube-scheduler); the replace list is generated
 #          from that release's own go.mod: every `k8s.io/<m> => ./staging/...`
 #          line becomes `k8s.io/<m> => k8s.io/<m> v0.<minor>.<patch>`.
 #   etcd/  requires go.etcd.io/etcd/server/v3 v$ETCD_VERSION (its own go.mod has
@@ -47,7 +48,9 @@ staging=$(sed -n 's|^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\)[[:space:]]*=>[[:spa
     go get -tool \
         "k8s.io/kubernetes/cmd/kube-apiserver@v$K8S_VERSION" \
         "k8s.io/kubernetes/cmd/kube-controller-manager@v$K8S_VERSION" \
-        "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION"
+        "k8s.io/kubernetes/cmd/kubectl@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kubelet@v$K8S_VERSION" \
+        "k8s.io/kubernetes/cmd/kube-scheduler@v$K8S_VERSION"
     go mod tidy
 )
 echo "   $(echo "$staging" | wc -l) staging replaces"

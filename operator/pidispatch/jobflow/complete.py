@@ -16,7 +16,7 @@ from typing import Any
 from pidispatch import failpoints, metrics
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import deadline_exceeded, pod_phase, termination_message
+from pidispatch.jobflow.pod import deadline_exceeded, oom_killed, pod_phase, termination_message
 from pidispatch.jobflow.summarize import Ended
 from pidispatch.record import PromotionResult, merge_session
 from pidispatch.report import CHECKOUT_FAILURES, RunnerReport, parse_report
@@ -43,6 +43,11 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     outcome = pod_phase(pod)
     if outcome is None:
         return None
+    # A process killed for memory (pi, or a build pi ran) disturbed the run even when pi carried on and
+    # the container exited 0: the job failed, and what it wrote is not promoted.
+    limit = oom_killed(pod)
+    if limit is not None:
+        outcome = "Failed"
     report = parse_report(termination_message(pod)) or RunnerReport()
     verdict = host.verdict() if host is not None else None
     promotion = None
@@ -66,6 +71,12 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         return Completion(Ended(outcome, session, report.tokens or None, CHECKOUT_FAILURES[report.workspace.failure],
                                 checkout_message(report.workspace.failure, report.workspace.detail), workspace),
                           None, report, forgotten)
+    if limit is not None:
+        return Completion(Ended(outcome, session, report.tokens or None, "OOMKilled",
+                                f"The job ran out of memory (its limit: {limit}, run.resources or the deployment's "
+                                "job.resources) and the kernel killed it; nothing was promoted, the stored "
+                                "conversation is unchanged. Raise the memory limit, then re-create the Job.",
+                                workspace), None, report, forgotten)
     reason = "KeyForgotten" if forgotten and succeeded else ("PodSucceeded" if succeeded else "PodFailed")
     return Completion(Ended(outcome, session, report.tokens or None, reason, end_message(outcome, pod, promotion,
                                                                                          forgotten), workspace),
@@ -122,7 +133,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
                       f"Transcript promoted ({done.promotion.bytes} bytes)." if promoted else
                       "Transcript not promoted: the conversation was forgotten while the job ran."
                       if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
-    elif done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted"):
+    elif done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted", "OOMKilled"):
         cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
 
 

@@ -112,6 +112,22 @@ def termination_message(pod: dict[str, Any] | None) -> str | None:
     return None
 
 
+def oom_killed(pod: dict[str, Any] | None) -> str | None:
+    """The job container's memory limit when the kernel killed it for going past it (``OOMKilled``), else None.
+
+    Any process of the container counts (pi, or a command pi ran): containerd marks the container
+    ``OOMKilled`` once its cgroup hits the limit, whichever process the kernel chose, even if the
+    container then exits 0.
+    """
+    spec = {c.get("name"): c for c in ((pod or {}).get("spec") or {}).get("containers") or []}
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        if status.get("name") == CONTAINER and terminated.get("reason") == "OOMKilled":
+            limits = ((spec.get(CONTAINER) or {}).get("resources") or {}).get("limits") or {}
+            return str(limits.get("memory") or "the node's memory")
+    return None
+
+
 def deadline_exceeded(pod: dict[str, Any] | None) -> bool:
     """The kubelet stopped the Pod at its ``activeDeadlineSeconds`` (the job's run timeout)."""
     return ((pod or {}).get("status") or {}).get("reason") == "DeadlineExceeded"
