@@ -352,6 +352,13 @@ class Cluster:
         except TimeoutError as e:
             raise self._fail(component, str(e)) from None
 
+    #: a list flag: a real node's kubelet needs Node first
+    authorization_mode = "RBAC"
+    #: the test kubelet does not heartbeat like a kubelet would: no node lifecycle/taint eviction; no cloud,
+    #: no IPAM, no CSR signing (a real node's kubelet needs the node lifecycle: it lifts the not-ready taint)
+    controllers = ("*,-nodelifecycle,-taint-eviction-controller,-nodeipam,-cloud-node-lifecycle,"
+                   "-service-lb-controller,-node-route-controller,-csrsigning")
+
     @property
     def components(self) -> tuple[str, ...]:
         """The components in start order (stopped in reverse)."""
@@ -413,7 +420,7 @@ class Cluster:
             f"--cert-dir={self.state_dir / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=RBAC",
+            f"--authorization-mode={self.authorization_mode}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
@@ -443,10 +450,7 @@ class Cluster:
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--use-service-account-credentials=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            # the test kubelet does not heartbeat like a kubelet would: no node lifecycle/taint eviction;
-            # no cloud, no IPAM, no CSR signing
-            "--controllers=*,-nodelifecycle,-taint-eviction-controller,-nodeipam,-cloud-node-lifecycle,"
-            "-service-lb-controller,-node-route-controller,-csrsigning",
+            f"--controllers={self.controllers}",
             "--concurrent-gc-syncs=5", "-v=1",
         ])
         k = self.kube()

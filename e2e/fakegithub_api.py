@@ -117,7 +117,7 @@ class FakeGitHubAPI:
     # ``/OWNER/NAME.git`` smart HTTP come from these real repositories. None: the API alone.
     repos: Any = None
     tls: tuple[str, str] | None = None  # (certificate, key): serve HTTPS (gh needs it for a non-github.com host)
-    host: str = "127.0.0.1"  # where it listens: a real node's Pods reach this machine at the node's address
+    bind: str = "127.0.0.1"  # where it listens: a real node's Pods reach this machine at the node's address
     prefix: str = ""  # "/api/v3": GitHub Enterprise's layout (REST under the prefix, git at the root)
     issues: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (title, body)
     graphql: list[dict[str, Any]] = field(default_factory=list)  # every GraphQL request body, in order
@@ -145,7 +145,7 @@ class FakeGitHubAPI:
 
             do_GET = do_POST = do_DELETE = do_PATCH = _serve
 
-        self._server = ThreadingHTTPServer((self.host, 0), Handler)
+        self._server = ThreadingHTTPServer((self.bind, 0), Handler)
         self._server.daemon_threads = True
         if self.tls is not None:
             import ssl
@@ -172,7 +172,7 @@ class FakeGitHubAPI:
     def web_url(self) -> str:
         """The forge's own address (clones: ``<web_url>/OWNER/NAME.git``)."""
         assert self._server is not None, "start() first"
-        return f"{'https' if self.tls else 'http'}://{self.host}:{self._server.server_address[1]}"
+        return f"{'https' if self.tls else 'http'}://{self.bind}:{self._server.server_address[1]}"
 
     @property
     def url(self) -> str:

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         if not repos.exists(full):
             repos.create(full, {"README.md": f"# {full}\n", "cache.py": "CACHE = {}\n"})
     api = FakeGitHubAPI(pats={args.pat}, repos=repos, tls=(str(cert), str(key)), prefix="/api/v3",
-                         host=args.host).start()
+                         bind=args.host).start()
     for spec in args.issue:
         number, _, title = spec.partition("=")
         api.set_issue(args.repo[0], int(number), title, "Reported by the demo.")

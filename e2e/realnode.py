@@ -160,6 +160,8 @@ class RealNodeCluster(Cluster):
     """The local control plane with a real kubelet, containerd and runc (see the module docstring)."""
 
     node: str = "real"
+    authorization_mode = "Node,RBAC"
+    controllers = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-csrsigning"
     #: docker-archive tars imported into containerd at start (default: the two of `make images`)
     images: tuple[Path, ...] | None = None
     #: what this run created and must remove: {"bridge": name, "chain": iptables chain}
@@ -213,7 +215,7 @@ class RealNodeCluster(Cluster):
         return [
             # Pods reach the apiserver through the bridge (the DNAT rule), the admin through loopback
             "--bind-address=0.0.0.0",
-            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--enable-admission-plugins=NodeRestriction",
             f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
             f"--kubelet-client-key={pki / 'kubelet-client.key'}",
             "--kubelet-preferred-address-types=InternalIP",
@@ -282,6 +284,7 @@ class RealNodeCluster(Cluster):
             "plugins": [{"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
                          "hairpinMode": True,
                          "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET, "gateway": NODE_IP}]],
+                                  "routes": [{"dst": "0.0.0.0/0"}],
                                   "dataDir": str(self.node_dir / "cni" / "ipam")}}],
         }, indent=2))
         cri = 'plugins."io.containerd.grpc.v1.cri"'

@@ -120,6 +120,22 @@ def _run(argv: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess
                           stdin=subprocess.DEVNULL, check=False)
 
 
+def agent_git_env(env: Mapping[str, str], workspace: str) -> dict[str, str]:
+    """The agent's git (pi's bash tool) trusts the workspace the runner cloned, as the clone's commands do.
+
+    Environment configuration counts as command-line configuration for git, so ``safe.directory`` is
+    honoured; entries the Pod's own ``GIT_CONFIG_COUNT`` declares are kept, ours is added after them.
+    """
+    out = dict(env)
+    try:
+        n = max(0, int(out.get("GIT_CONFIG_COUNT") or 0))
+    except ValueError:
+        n = 0
+    out.update({"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "safe.directory",
+                f"GIT_CONFIG_VALUE_{n}": workspace})
+    return out
+
+
 def git_env(env: Mapping[str, str], askpass: str | None) -> dict[str, str]:
     """The environment of the clone's git commands: no prompts, no system or global configuration."""
     out = {k: v for k, v in env.items() if not k.startswith("GIT_CONFIG")}
@@ -130,8 +146,11 @@ def git_env(env: Mapping[str, str], askpass: str | None) -> dict[str, str]:
     return out
 
 
-def _hardened_args() -> list[str]:
-    args: list[str] = []
+def _hardened_args(workspace: str) -> list[str]:
+    # The workspace is an emptyDir the kubelet made (root-owned, the Pod's group), the .git in it ours:
+    # git's ownership check would ignore the repository ("not in a git directory") on a real node.
+    # safe.directory is honoured only from protected configuration, the command line among it.
+    args: list[str] = ["-c", f"safe.directory={workspace}"]
     for key, value in HARDENED.items():
         args += ["-c", f"{key}={value}"]
     return args
@@ -163,7 +182,7 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
             script.write(ASKPASS)
         os.chmod(askpass, stat.S_IRWXU)
         genv = git_env(env, askpass)
-        git = ["git", *_hardened_args(), "-C", workspace]
+        git = ["git", *_hardened_args(workspace), "-C", workspace]
 
         def must(*args: str) -> str:
             done = run([*git, *args], genv)
@@ -220,7 +239,7 @@ def final_state(workspace: str, branch: str | None, env: Mapping[str, str], *, r
                 ) -> tuple[str | None, str | None]:
     """(HEAD, the commit pushed to the branch during the run or None), read from the workspace only."""
     genv = git_env(env, None)
-    git = ["git", *_hardened_args(), "-C", workspace]
+    git = ["git", *_hardened_args(workspace), "-C", workspace]
     done = run([*git, "rev-parse", "--verify", "--quiet", "HEAD"], genv)
     head = done.stdout.strip() if done.returncode == 0 and is_commit(done.stdout.strip()) else None
     pushed = None

@@ -28,7 +28,7 @@ from typing import Any
 
 from pidispatch.contract import TERMINATION_LOG
 from pidispatch.events import emit, log_to_stderr
-from pidispatch.runner.checkout import CheckoutError, check_out, final_state
+from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
@@ -125,7 +125,7 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None)
     fork = config.event.checkout is not None and config.event.checkout.branch is None
     run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt, untrusted_workspace=fork),
-                 config.workspace, env)
+                 config.workspace, agent_git_env(env, config.workspace))
     usage: Usage | None = None
     context = None
     if opened.session_file is not None:
