@@ -465,13 +465,7 @@ class Cluster:
             f"--data-dir={self.kubelet_dir}", f"--node-name={NODE_NAME}",
         ], env=env)
         k = self.kube()
-
-        def node_ready():
-            n = k.get_or_none(f"/api/v1/nodes/{NODE_NAME}")
-            conds = (n or {}).get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-        self._await("kubelet", f"Node {NODE_NAME} Ready", node_ready, timeout)
+        self._await("kubelet", f"Node {NODE_NAME} Ready", lambda: node_ready(k, NODE_NAME), timeout)
 
     def stop_kubelet(self) -> None:
         self._stop_component("kubelet")
@@ -573,6 +567,13 @@ def _pid_is(pid: int, marker: str) -> bool:
     return marker in cmd
 
 
+def node_ready(kube: Kube, name: str) -> bool:
+    """Does Node ``name`` exist with condition Ready=True?"""
+    n = kube.get_or_none(f"/api/v1/nodes/{name}")
+    conds = (n or {}).get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+
 def pvc_host_path(kube: Kube, namespace: str, name: str, timeout: float = 30) -> Path:
     """Host directory of a bound PVC: follows ``spec.volumeName`` to the PV's hostPath/local path."""
     def bound_pv():
@@ -640,7 +641,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"node: {'real (containerd + runc)' if c.node == 'real' else 'test kubelet (local processes)'}")
     for comp in c.components:
         pid = c.pids.get(comp)
-        print(f"{comp:25} {'running' if pid and _pid_is(pid, comp) else 'stopped'} (pid {pid})")
+        print(f"{comp:25} {'running' if pid and _pid_is(pid, MARKERS.get(comp, comp)) else 'stopped'} (pid {pid})")
     return 0 if c.is_running() else 1
 
 

@@ -49,6 +49,7 @@ from e2e.cluster import (
     ClusterError,
     Cluster,
     free_port,
+    node_ready,
     write_kubeconfig,
 )
 from e2e.kube import wait_for
@@ -409,13 +410,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
         self._await("node-kubelet", "/healthz", healthy, timeout)
         k = self.kube()
-
-        def node_ready():
-            n = k.get_or_none(f"/api/v1/nodes/{NODE_NAME}")
-            conds = (n or {}).get("status", {}).get("conditions") or []
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-        self._await("node-kubelet", f"Node {NODE_NAME} Ready", node_ready, timeout)
+        self._await("node-kubelet", f"Node {NODE_NAME} Ready", lambda: node_ready(k, NODE_NAME), timeout)
 
     def _start_provisioner(self, timeout: float) -> None:
         env = dict(os.environ)
