@@ -96,6 +96,8 @@ def release(node: RealNodeCluster, kube: Kube, forge: FakeGitHubAPI, model: Scri
     repository, tag = images["OPERATOR_IMAGE"].rsplit(":", 1)
     values = {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        # one slot: a job that follows a failed one runs only if the failed one gave its slot back
+        "maxConcurrentJobs": 1,
         "sessions": {"enabled": True},
         "job": {"image": images["JOB_IMAGE"], "modelsConfigMap": "pi-models", "startTimeoutSeconds": 20,
                 "git": {"name": "pi-node[bot]", "email": "pi-node[bot]@users.noreply.github.com"}},
@@ -242,7 +244,7 @@ def test_a_job_image_that_does_not_exist_names_the_pull_failure_and_the_next_job
     assert done and done["reason"] == "PodNeverStarted", job["status"]
     assert "ErrImagePull" in done["message"] or "ImagePullBackOff" in done["message"], done["message"]
     wait_for("the Pod deleted", lambda: not release.pods_of(job["metadata"]["name"]), timeout=60)
-    model.reply("after the missing image")
+    model.reply("after the missing image")  # the release has one slot: this runs only if it was freed
     following = next(_issues)
     forge.set_issue(REPO, following, "Next", "")
     after, _ = deliver(release, model, following, "@pi next")
