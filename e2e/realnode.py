@@ -250,6 +250,9 @@ class RealNodeCluster(Cluster):
             self._start_apiserver(bins, timeout)
             self._start_controller_manager(bins, timeout)
             self._start_scheduler(bins, timeout)
+            if not any((base / "kubepods").exists() for base in Path("/sys/fs/cgroup").iterdir()):
+                self.created["cgroups"] = "kubepods"  # another kubelet's hierarchy is never touched
+                self._save()
             self._start_node_kubelet(bins, timeout)
             self._start_provisioner(timeout)
         except BaseException:
@@ -506,7 +509,10 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             created.pop("bridge")
 
     def _remove_cgroups(self) -> None:
-        """The kubelet's ``kubepods`` hierarchy in each controller, when it is empty (rmdir, deepest first)."""
+        """The kubelet's ``kubepods`` hierarchy in each controller, when it is empty (rmdir, deepest first);
+        only when this run's kubelet made it."""
+        if not (self.created or {}).pop("cgroups", None):
+            return
         for base in Path("/sys/fs/cgroup").iterdir():
             top = base / "kubepods"
             if not top.is_dir():
