@@ -236,3 +236,14 @@ def test_a_forks_agents_file_does_not_reach_pis_system_prompt(forge: FakeGitHubA
                               capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert ("WORD-FROM-AGENTS-FILE" in json.dumps(model.requests[-1])) is not fork
+
+
+def test_the_agents_git_trusts_the_workspace_after_the_pods_own_git_configuration() -> None:
+    from pidispatch.runner.checkout import agent_git_env
+
+    assert agent_git_env({"HOME": "/h"}, "/workspace") == {
+        "HOME": "/h", "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "/workspace"}
+    theirs = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "color.ui", "GIT_CONFIG_VALUE_0": "never"}
+    env = agent_git_env(theirs, "/workspace")
+    assert (env["GIT_CONFIG_COUNT"], env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_KEY_1"]) == ("2", "color.ui",
+                                                                                           "safe.directory")
