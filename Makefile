@@ -98,9 +98,10 @@ demo-store: venv
 	bash demo/store-demo.sh
 
 # Store and command start-up benchmarks (not tests); results go to docs/benchmarks.md.
-bench: venv
+bench: venv pi
 	$(VPY) bench/store.py
 	$(VPY) bench/cli.py
+	$(VPY) bench/rethread.py
 
 # The transcript readers, then the webhook receiver (unsigned, malformed, hostile deliveries through the real
 # handler), each fuzzed with 1 000 000 seeded inputs (FUZZ_ARGS='-n 20000 --seed 7'); docs/reliability.md.

@@ -127,7 +127,7 @@ def test_inspect_table_and_json(store: Store) -> None:
     table = run("store", "inspect", env=env)
     assert table.returncode == 0
     assert table.stdout.splitlines()[0].split() == ["KEY", "SIZE", "IDLE", "VENUE", "PI", "CHAIN", "CONTEXT",
-                                                    "LOCK", "NEXT"]
+                                                    "LOCK", "LEDGER", "LETTER", "NEXT"]
     assert KEY in table.stdout and "kubernetes" in table.stdout and "659/32000" in table.stdout
     one = json.loads(run("store", "inspect", KEY, "--json", "--pi-version", "0.1.0", env=env).stdout)
     assert one["next"] == "pi-version-changed" and one["resumeChain"] == 2 and one["lock"]["state"] == "live"
@@ -171,3 +171,28 @@ def test_transcript_check_imports_no_pydantic(tmp_path: Path) -> None:
             "if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code, str(session)], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip().splitlines()[-1] == "0 []", (result.stdout, result.stderr)
+
+
+def test_ledger_prints_the_key_s_ledger_and_inspect_shows_the_letter(store: Store) -> None:
+    from pidispatch.store import handoff
+
+    store.put()
+    key_dir = store.key_dir()
+    h = handoff.parse_handoff({"writer": "agent", "status": "landed", "letter": {"whereWeAre": "here"},
+                               "entry": {"goal": "the goal"}})
+    import hashlib
+
+    digest = hashlib.sha256((key_dir / "current.jsonl").read_bytes()).hexdigest()
+    size = (key_dir / "current.jsonl").stat().st_size
+    (key_dir / "ledger.md").write_text(handoff.append_entry(None, h, job="j1", sha256=digest, now_s=0) or "")
+    (key_dir / "letter.md").write_text(handoff.render_letter(h, job="j1", sha256=digest, size=size, session=None,
+                                                             now_s=0))
+    env = {"PI_SESSIONS_DIR": str(store.root)}
+    printed = run("ledger", KEY, env=env)
+    assert printed.returncode == 0 and "## Entry 1" in printed.stdout and "the goal" in printed.stdout
+    row = json.loads(run("store", "inspect", KEY, "--json", env=env).stdout)
+    assert row["ledger"] == {"entries": 1, "letter": {"job": "j1", "writer": "agent", "written": "1970-01-01T00:00:00Z"}}
+    assert "waits (agent, j1)" in run("store", "inspect", env=env).stdout
+    (key_dir / "ledger.md").unlink()
+    missing = run("ledger", KEY, env=env)
+    assert missing.returncode == 1 and "has no ledger" in missing.stderr

@@ -289,7 +289,8 @@ def test_the_pod_of_a_keyed_job_never_names_the_key() -> None:
     assert ref.key not in text and "feature/x" not in text
     env = {e["name"]: e["value"] for e in mounted["spec"]["containers"][0]["env"]}
     plain_env = {e["name"]: e["value"] for e in plain["spec"]["containers"][0]["env"]}
-    assert env == {**plain_env, "PI_SESSION_FILE": "/session/current.jsonl", "PI_SESSION_HOST_RESUME": "false"}
+    assert env == {**plain_env, "PI_SESSION_FILE": "/session/current.jsonl", "PI_SESSION_HOST_RESUME": "false",
+                   "PI_SESSION_RETHREAD_PCT": "70"}
 
 
 # ---- pod_phase and termination_message ----------------------------------------------------------------
@@ -489,7 +490,9 @@ def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
     status = sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)
     assert {k: v for k, v in status.items() if k != "conditions"} == {
         "bytes": transcript.stat().st_size, "venue": "kubernetes", "piVersion": PI, "resumeChain": 3,
-        "context": {"tokens": 1000, "window": 200000, "model": "fake/fake-model"}, "next": "resumed"}
+        "context": {"tokens": 1000, "window": 200000, "model": "fake/fake-model"}, "next": "resumed",
+        "ledger": {"entries": 0, "letter": None}}
+    assert by_type(status["conditions"])["Rethreaded"]["status"] == "False"
     resumable = by_type(status["conditions"])["Resumable"]
     assert "stamped" in resumable["message"], "inspect assumed the stamped pi version; the message says so"
 

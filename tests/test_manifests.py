@@ -28,9 +28,12 @@ def test_pod_with_session_adds_only_the_mount_and_the_env() -> None:
     assert {"name": "session", "mountPath": "/session", "subPath": "u-1/session"} in c["volumeMounts"]
     assert {"name": "PI_SESSION_FILE", "value": "/session/current.jsonl"} in c["env"]
     assert {"name": "PI_SESSION_HOST_RESUME", "value": "false"} in c["env"]
+    assert {"name": "PI_SESSION_RETHREAD_PCT", "value": "70"} in c["env"]
+    assert "PI_SESSION_RETHREAD" not in {e["name"] for e in c["env"]}, "no letter staged: nothing to unpack"
     assert {"name": "session", "persistentVolumeClaim": {"claimName": "staging"}} in mounted["spec"]["volumes"]
     c["volumeMounts"] = [m for m in c["volumeMounts"] if m["name"] != "session"]
-    c["env"] = [e for e in c["env"] if e["name"] not in ("PI_SESSION_FILE", "PI_SESSION_HOST_RESUME")]
+    c["env"] = [e for e in c["env"] if e["name"] not in ("PI_SESSION_FILE", "PI_SESSION_HOST_RESUME",
+                                                          "PI_SESSION_RETHREAD_PCT")]
     mounted["spec"]["volumes"] = [v for v in mounted["spec"]["volumes"] if v["name"] != "session"]
     assert mounted == plain
 
@@ -102,3 +105,12 @@ def test_condition_transition_time_moves_only_on_status_change() -> None:
                                               ("pi-version-changed", "PiVersionChanged")])
 def test_reason_to_camel(token: str, camel: str) -> None:
     assert reason_to_camel(token) == camel
+
+
+def test_a_staged_letter_tells_the_runner_the_lineage_reason() -> None:
+    pod = job_pod(replace(BASE, session_subpath="u-1/session", rethread="context-too-full", rethread_pct=60))
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PI_SESSION_RETHREAD"] == "context-too-full" and env["PI_SESSION_RETHREAD_PCT"] == "60"
+    unmounted = job_pod(replace(BASE, rethread="context-too-full"))
+    assert not {"PI_SESSION_RETHREAD", "PI_SESSION_RETHREAD_PCT"} & {
+        e["name"] for e in unmounted["spec"]["containers"][0]["env"]}, "without /session there is nothing to rethread"

@@ -69,7 +69,7 @@ def test_the_table_shows_a_dash_for_a_stray_chain(store: Store) -> None:
     result = subprocess.run([sys.executable, "-m", "pidispatch", "store", "inspect"], capture_output=True,
                             text=True, env=env, stdin=subprocess.DEVNULL, timeout=60)
     (line,) = [row for row in result.stdout.splitlines() if row.startswith("stray.txt")]
-    assert line.split()[1:] == ["-"] * 7 + ["key-not-a-directory"]
+    assert line.split()[1:] == ["-"] * 9 + ["key-not-a-directory"]
     rows = [json.loads(r) for r in subprocess.run(
         [sys.executable, "-m", "pidispatch", "store", "inspect", "--json"], capture_output=True, text=True,
         env=env, stdin=subprocess.DEVNULL, timeout=60).stdout.splitlines()]

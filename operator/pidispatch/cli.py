@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -125,6 +126,36 @@ def _size(n: int | None) -> str:
     return f"{n}B"
 
 
+def _letter(letter: dict[str, Any] | None) -> str:
+    """A waiting letter as the table shows it: who wrote it, from which job."""
+    return f"waits ({letter['writer']}, {letter['job']})" if letter else "-"
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """``pidispatch ledger KEY``: print the key's ledger (read without following a link)."""
+    from pidispatch.store import fsio, handoff
+
+    settings = _settings()
+    assert settings.sessions_dir is not None
+    try:
+        dir_fd = os.open(os.path.join(settings.sessions_dir, args.key), fsio.DIR_FLAGS)
+    except OSError as exc:
+        sys.stderr.write(f"pidispatch: key {args.key} has no directory in the store: {exc.strerror or exc}\n")
+        return 1
+    try:
+        text = handoff.read_text(handoff.LEDGER, dir_fd, handoff.LEDGER_MAX_BYTES * 2)
+        present = fsio.lstat_or_none(handoff.LEDGER, dir_fd) is not None
+    finally:
+        os.close(dir_fd)
+    if text is None:
+        sys.stderr.write(f"pidispatch: key {args.key} has no ledger\n" if not present else
+                         f"pidispatch: the ledger of key {args.key} is not a regular UTF-8 file within "
+                         f"{handoff.LEDGER_MAX_BYTES * 2} bytes; not printed\n")
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from pidispatch.store.inspect import inspect_key, inspect_store
 
@@ -144,7 +175,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         for row in rows:
             _print_json(row)
         return 0
-    header = ("KEY", "SIZE", "IDLE", "VENUE", "PI", "CHAIN", "CONTEXT", "LOCK", "NEXT")
+    header = ("KEY", "SIZE", "IDLE", "VENUE", "PI", "CHAIN", "CONTEXT", "LOCK", "LEDGER", "LETTER", "NEXT")
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         ctx = r.get("context")
@@ -153,7 +184,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             r["key"], _size(r.get("bytes")), _age(r.get("idleMs")), r.get("venue") or "-",
             r.get("piVersion") or "-", "-" if r.get("resumeChain") is None else str(r["resumeChain"]),
             f"{ctx['tokens']}/{ctx['window']}" if ctx else "-",
-            f"{lock['state']} {_age(lock['ageMs'])}" if lock else "-", r["next"],
+            f"{lock['state']} {_age(lock['ageMs'])}" if lock else "-",
+            "-" if r.get("ledger") is None else str(r["ledger"]["entries"]),
+            _letter((r.get("ledger") or {}).get("letter")), r["next"],
         ))
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for line in table:
@@ -268,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--json", action="store_true", help="one JSON object per key")
     job_options(inspect)
     inspect.set_defaults(run=cmd_inspect)
+
+    ledger = commands.add_parser("ledger", help="print a key's ledger: the durable facts its handoffs carried")
+    ledger.add_argument("key", type=_key_arg)
+    ledger.set_defaults(run=cmd_ledger)
 
     transcript = commands.add_parser("transcript", help="pi session files")
     transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True, metavar="ACTION")

@@ -22,6 +22,8 @@ MODELS_JSON = "models.json"
 # Environment the operator sets on the job container.
 ENV_SESSION_FILE = "PI_SESSION_FILE"  # only when /session is mounted
 ENV_HOST_RESUME = "PI_SESSION_HOST_RESUME"  # "true" when the gates staged a transcript (spec §4.1)
+ENV_RETHREAD = "PI_SESSION_RETHREAD"  # "true" when a letter and the ledger are staged for an unpack
+ENV_RETHREAD_PCT = "PI_SESSION_RETHREAD_PCT"  # the context use (%) at which the job packs a handoff; 0 = never
 ENV_AGENT_DIR = "PI_CODING_AGENT_DIR"  # pi's own: where it reads models.json
 # Names a model credential may not take: the forge token reaches the Pod only one way (GH_TOKEN, by
 # the operator's own secretKeyRef), and the session and agent settings are the operator's.

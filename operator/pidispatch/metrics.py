@@ -17,6 +17,8 @@ QUEUE_DEPTH = Gauge("pidispatch_queue_depth", "Jobs waiting for a budget slot.",
 SLOTS_IN_USE = Gauge("pidispatch_slots_in_use", "Budget slots held by running jobs.", registry=REGISTRY)
 STORE_KEYS = Gauge("pidispatch_store_keys", "Keys in the session store at the last sweep.", registry=REGISTRY)
 STORE_BYTES = Gauge("pidispatch_store_bytes", "Transcript bytes in the store at the last sweep.", registry=REGISTRY)
+RETHREADS = Counter("pidispatch_rethreads", "Jobs that started a new session from a stored letter and ledger "
+                    "instead of a cold start, by the gate's refusal.", ["reason"], registry=REGISTRY)
 TOKENS = Counter("pidispatch_job_tokens", "Tokens used by finished jobs, by whether they resumed.", ["session"],
                  registry=REGISTRY)
 GATE_SECONDS = Histogram("pidispatch_gate_seconds", "Time to judge and stage one delivery.", registry=REGISTRY,

@@ -83,6 +83,7 @@ class PromotionResult:
     reason: str
     bytes: int | None = None
     forgotten: bool = False
+    handoff: Any = None  # store.handoff.Written: what the promotion did with the Job's handoff, if it had to
 
 
 def parse_runner_session(value: Any) -> RunnerSession | None:

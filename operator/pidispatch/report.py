@@ -34,6 +34,22 @@ class RunnerReport:
     pi_version: str | None = None
     outcome: str | None = None
     workspace: Workspace | None = None
+    rethread: Rethread | None = None
+
+
+@dataclass(frozen=True)
+class Rethread:
+    """The rethread part of the report: whether the job unpacked a handoff, and who packed one at its end."""
+
+    unpacked: bool = False
+    packed: str | None = None  # "agent" | "summary"; None: no handoff was written
+
+
+def parse_rethread(value: Any) -> Rethread | None:
+    if not isinstance(value, dict):
+        return None
+    packed = value.get("packed")
+    return Rethread(value.get("unpacked") is True, packed if packed in ("agent", "summary") else None)
 
 
 @dataclass(frozen=True)
@@ -97,4 +113,5 @@ def parse_report(message: str | None) -> RunnerReport | None:
         pi_version=version,
         outcome=outcome if outcome in OUTCOMES else None,
         workspace=parse_workspace(data.get("workspace")),
+        rethread=parse_rethread(data.get("rethread")),
     )

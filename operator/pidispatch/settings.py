@@ -46,6 +46,7 @@ def parse_strict_int(variable: str, raw: str, accepted: str, minimum: int = 0, m
 STORE_VARIABLES = (
     "PI_SESSIONS_DIR", "PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_BYTES", "PI_SESSION_MAX_AGE_DAYS",
     "PI_SESSION_MAX_RESUME_CHAIN", "PI_SESSION_MAX_CONTEXT_PCT", "PI_SESSIONS_ALLOW_GH_SOURCE", "GITHUB_AUTH_SOURCE",
+    "PI_SESSION_RETHREAD_PCT",
 )
 GITHUB_VARIABLES = (
     "GITHUB_API_URL", "GITHUB_API_TIMEOUT_SECONDS", "GITHUB_WEB_URL", "GITHUB_CA_BUNDLE_FILE",
@@ -90,6 +91,17 @@ def _int_setting(env: Mapping[str, str], variable: str, default: int, accepted: 
     return parse_strict_int(variable, raw, accepted)
 
 
+RETHREAD_PCT = "PI_SESSION_RETHREAD_PCT"
+DEFAULT_RETHREAD_PCT = 70
+
+
+def parse_rethread_pct(raw: str | None) -> int:
+    """``PI_SESSION_RETHREAD_PCT``: 0 (no handoff) to 100, default 70; the operator and the runner parse it alike."""
+    if raw is None:
+        return DEFAULT_RETHREAD_PCT
+    return parse_strict_int(RETHREAD_PCT, raw, "an integer from 0 (no handoff) to 100", 0, 100)
+
+
 @dataclass(frozen=True)
 class Settings:
     """The store's bounds and switches (spec §2.1). ``sessions_dir`` is ``None`` when no store is set."""
@@ -102,6 +114,7 @@ class Settings:
     max_context_pct: int | None = None
     allow_gh_source: bool = False
     github_auth_source: str = "gh"
+    rethread_pct: int = DEFAULT_RETHREAD_PCT  # pack a handoff at the end of a job at or above this context use
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -133,6 +146,7 @@ class Settings:
             # Only the exact string "1" opens the hatch: "true", "yes" or " 1" keep it shut.
             allow_gh_source=env.get("PI_SESSIONS_ALLOW_GH_SOURCE") == "1",
             github_auth_source=env.get("GITHUB_AUTH_SOURCE") or "gh",
+            rethread_pct=parse_rethread_pct(env.get(RETHREAD_PCT)),
         )
 
 

@@ -143,7 +143,8 @@ app.kubernetes.io/component: operator
       (list "PI_SESSION_MAX_BYTES" $s.maxBytes)
       (list "PI_SESSION_MAX_AGE_DAYS" $s.maxAgeDays)
       (list "PI_SESSION_MAX_RESUME_CHAIN" $s.maxResumeChain)
-      (list "PI_SESSION_MAX_CONTEXT_PCT" $s.maxContextPct) }}
+      (list "PI_SESSION_MAX_CONTEXT_PCT" $s.maxContextPct)
+      (list "PI_SESSION_RETHREAD_PCT" $s.rethreadPct) }}
 {{- range $bounds }}
 {{- if not (kindIs "invalid" (index . 1)) }}
 - name: {{ index . 0 }}

@@ -231,6 +231,23 @@ class JobSession(_Model):
     resumed: bool | None = None
     reason: SessionReason = None
     bytes: Annotated[int | None, Field(ge=0, json_schema_extra=NULLABLE)] = None
+    rethreaded: Annotated[bool | None, Field(
+        description="The gates refused the resume for a lineage reason (the reason above) and the job started a "
+                    "new session from the stored letter and ledger instead of a cold start.")] = None
+
+
+HandoffWriter = Literal["agent", "summary"]
+HandoffStatus = Literal["landed", "partial", "blocked"]
+
+
+class JobHandoff(_Model):
+    """The handoff this job packed at its end (its context use reached PI_SESSION_RETHREAD_PCT), as promoted."""
+
+    writer: Annotated[HandoffWriter | None, Field(
+        description="agent: the agent wrote it through its handoff tool; summary: the runner's side call wrote "
+                    "it from the transcript, because the agent did not.")] = None
+    status: HandoffStatus | None = None
+    entries: Annotated[int | None, Field(ge=0, description="The ledger's entries after this one.")] = None
 
 
 JobTokens = create_model("JobTokens", __base__=_Model, **{  # type: ignore[call-overload]
@@ -269,6 +286,7 @@ class JobStatus(_Model):
     completedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
     checkout: JobCheckout | None = None
     workspace: JobWorkspace | None = None
+    handoff: JobHandoff | None = None
 
 
 # ---- SessionKey -------------------------------------------------------------------------------------
@@ -297,6 +315,25 @@ class LastCommit(_Model):
     pushed: bool | None = None
 
 
+class WaitingLetter(_Model):
+    job: Annotated[str, Field(max_length=253)] | None = None
+    writer: HandoffWriter | None = None
+    written: Annotated[str, Field(max_length=40)] | None = None
+
+
+class LedgerView(_Model):
+    entries: Annotated[int | None, Field(ge=0, description="How many entries the ledger has held (folded ones "
+                                                           "included).")] = None
+    letter: Annotated[WaitingLetter | None, Field(
+        json_schema_extra=NULLABLE, description="The letter that waits for the next lineage refusal: written by "
+                                                "the last job, for the transcript stored now.")] = None
+
+
+class RethreadedBy(_Model):
+    job: Annotated[str, Field(max_length=253)] | None = None
+    reason: SessionReason = None
+
+
 class SessionKeyStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
@@ -315,6 +352,10 @@ class SessionKeyStatus(_Model):
     judgedWith: Annotated[JudgedWith | None, Field(
         description="The pi version and model of the last job on this key: Resumable judges the next delivery "
                     "as if it ran the same.")] = None
+    ledger: LedgerView | None = None
+    rethreadedBy: Annotated[RethreadedBy | None, Field(
+        json_schema_extra=NULLABLE, description="The job that started the stored conversation from a letter and "
+                                                "ledger, and the refusal it carried the work across.")] = None
 
 
 def problem(model: type[BaseModel], data: Any) -> str | None:

@@ -53,12 +53,14 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     promotion = None
     if host is not None and verdict is not None and outcome == "Succeeded":
         began = time.perf_counter()
-        promotion = promote_once(settings.store, jd, host, report.context,
+        promotion = promote_once(settings.store, jd, host, report.context, job=job,
                                  seams=failpoints.FailpointSeams(job))
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result_label(promotion)).inc()
     forgotten = (promotion is not None and promotion.forgotten) or (host is not None and jd.forgotten())
     session = merge_session(verdict, report.session, promotion)
+    if session is not None and rethreaded(host, report):
+        session["rethreaded"] = True
     succeeded = outcome == "Succeeded"
     if deadline_exceeded(pod):
         deadline = (pod or {}).get("spec", {}).get("activeDeadlineSeconds")
@@ -79,8 +81,22 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
                                 workspace), None, report, forgotten)
     reason = "KeyForgotten" if forgotten and succeeded else ("PodSucceeded" if succeeded else "PodFailed")
     return Completion(Ended(outcome, session, report.tokens or None, reason, end_message(outcome, pod, promotion,
-                                                                                         forgotten), workspace),
+                                                                                         forgotten), workspace,
+                            handoff_view(promotion)),
                       promotion, report, forgotten)
+
+
+def rethreaded(host: HostRecord | None, report: RunnerReport) -> bool:
+    """The host staged a letter for this job and the runner says it started the new session from it."""
+    return host is not None and host.rethread and report.rethread is not None and report.rethread.unpacked
+
+
+def handoff_view(promotion: PromotionResult | None) -> dict[str, Any] | None:
+    """``status.handoff``: the handoff this job packed, once promoted with its transcript."""
+    written = promotion.handoff if promotion is not None and promotion.promoted else None
+    if written is None or written.writer is None:
+        return None
+    return {"writer": written.writer, "status": written.status, "entries": written.entries}
 
 
 def checkout_message(failure: str, detail: str | None) -> str:
@@ -117,6 +133,8 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         promoted_at = cluster.clock() if done.promotion is not None and done.promotion.promoted else None
         last = sessionkey.last_job_facts(name, host, done.ended.session, promoted_at,
                                          done.report.workspace if promoted_at is not None else None)
+        if promoted_at is not None and not host.resume:  # a resumed job keeps the lineage it continued
+            last["rethreadedBy"] = rethread_fact(name, host, done)
         try:
             sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
             sessionkey.update(settings, cluster, host.key, last)
@@ -124,6 +142,11 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
             log.warning("SessionKey %s not written: %s: %s", host.key, type(exc).__name__, exc)
     cluster.record(job, done.ended)
     failpoints.at("status-written", name)
+    if (done.ended.session or {}).get("rethreaded") and host is not None:
+        metrics.RETHREADS.labels(str(host.reason)).inc()
+        cluster.event(job, "Normal", "Rethreaded",
+                      f"The resume was refused ({host.reason}); the job started a new session from the stored "
+                      "letter and ledger instead of a cold start.")
     total = done.report.tokens.get("total")
     if total is not None:
         metrics.TOKENS.labels("resumed" if (done.ended.session or {}).get("resumed") else "cold").inc(total)
@@ -135,6 +158,14 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
                       if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
     elif done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted", "OOMKilled"):
         cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
+
+
+def rethread_fact(name: str, host: HostRecord, done: Completion) -> dict[str, Any] | None:
+    """The SessionKey's ``rethreadedBy`` after a job that did not resume: the job and the refusal it carried the
+    work across, or ``None`` for a cold start without a letter (the stored conversation begins afresh)."""
+    if (done.ended.session or {}).get("rethreaded"):
+        return {"job": name, "reason": host.reason}
+    return None
 
 
 def result_label(promotion: PromotionResult) -> str:

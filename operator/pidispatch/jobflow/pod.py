@@ -262,6 +262,8 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         staging_claim=settings.staging_claim if mounted else None,
         session_subpath=session_subpath(md["uid"]) if mounted else None,
         host_resume=bool(host is not None and host.resume),
+        rethread=host.reason if host is not None and host.mounted and host.rethread else None,
+        rethread_pct=settings.store.rethread_pct,
         run_as_user=job_pod_uid(),
         github_token=(token.secret, token.key) if token is not None else None,
         active_deadline_seconds=deadline,

@@ -24,7 +24,7 @@ from pidispatch.store.keys import is_key
 from pidispatch.store.staging import HostRecord
 
 FINALIZER = "pi-dispatch.dev/forget-transcript"
-LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith")
+LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith", "rethreadedBy")
 
 
 def ensure(cluster: Cluster, host: HostRecord) -> None:
@@ -67,8 +67,17 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     judged = facts.get("judgedWith") or {}
     view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
     status = sessionkey_status(view, old.get("conditions"), facts, current["metadata"].get("generation"))
-    if {k: old.get(k) for k in status} != status:
+    # A null inside an object is a deletion in a merge patch: the stored status never holds one.
+    if {k: old.get(k) for k in status} != {k: without_nulls(v) for k, v in status.items()}:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"), {"status": status})
+
+
+def without_nulls(value: Any) -> Any:
+    """``value`` as the apiserver keeps it after a merge patch: object members that are null are gone (a list
+    is replaced whole, so it is kept as it is)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def delete(cluster: Cluster, key: str) -> None:
@@ -109,8 +118,16 @@ def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | N
         f"A promotion holds the lock ({lock.get('ageMs')} ms old)." if live else
         f"A stale lock ({lock.get('ageMs')} ms old) is left; the next promotion takes it over." if lock else
         "No promotion is running.", generation)
+    by = (last or {}).get("rethreadedBy")
+    conditions = set_condition(
+        conditions, "Rethreaded", bool(by), reason_to_camel(by["reason"]) if by else "NotRethreaded",
+        f"Job {by['job']} started this conversation from the stored letter and ledger after the resume was "
+        f"refused ({by['reason']})." if by else "The stored conversation did not start from a handoff.",
+        generation)
+    ledger = view.get("ledger") or {}
     status: dict[str, Any] = {
         "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
+        "ledger": {"entries": ledger.get("entries") or 0, "letter": ledger.get("letter")},
         "piVersion": view.get("piVersion"), "resumeChain": view.get("resumeChain") or 0,
         "context": view.get("context"), "next": nxt,
     }

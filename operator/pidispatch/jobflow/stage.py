@@ -48,4 +48,7 @@ def start_message(host: HostRecord | None) -> str:
         return "Pod created without a session: the store could not be read (see the operator log)."
     if host.resume:
         return f"Pod created; it continues the previous conversation ({host.bytes} bytes staged)."
+    if host.rethread:
+        return (f"Pod created; the resume was refused ({host.reason}), so it starts a new session from the stored "
+                "letter and ledger.")
     return f"Pod created; it starts a fresh conversation: {host.reason}."

@@ -69,6 +69,7 @@ class Ended:
     condition_reason: str
     message: str
     workspace: dict[str, Any] | None = None  # {head, pushed}: where the job left its workspace (the runner's word)
+    handoff: dict[str, Any] | None = None  # {writer, status, entries}: the handoff promoted with the transcript
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,7 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
         wanted = {"phase": change.outcome, "completedAt": since(change.outcome, "completedAt"),
                   "session": change.session,
                   **({"workspace": change.workspace} if change.workspace is not None else {}),
+                  **({"handoff": change.handoff} if change.handoff is not None else {}),
                   "tokens": change.tokens, "conditions": set_condition(
                       conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
                       generation, now)}

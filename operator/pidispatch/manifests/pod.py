@@ -26,6 +26,8 @@ from pidispatch.contract import (
     ENV_CHECKOUT,
     ENV_HOST_RESUME,
     ENV_PREVIOUS_COMMIT,
+    ENV_RETHREAD,
+    ENV_RETHREAD_PCT,
     ENV_SESSION_FILE,
     ENV_SUBJECT,
     FORGE_TOKEN_NAMES,
@@ -95,6 +97,8 @@ class PodInputs:
     staging_claim: str | None = None  # the staging PVC; only used when a session is mounted
     session_subpath: str | None = None  # "<job-uid>/session" when a key was resolved
     host_resume: bool = False  # the gates' verdict: the runner shapes the prompt by it (spec §4.1)
+    rethread: str | None = None  # the gate's lineage reason when a letter and the ledger are staged to unpack
+    rethread_pct: int = 70  # the context use at which the runner packs a handoff (0: never)
     # The operator's uid (the chart's securityContext.runAsUser): the staged copy is created 0600 in a
     # 0700 directory by the operator, so the job must run as the same uid to read and rewrite it.
     run_as_user: int = 65532
@@ -164,6 +168,9 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     if mounted:
         env[ENV_SESSION_FILE] = SESSION_FILE
         env[ENV_HOST_RESUME] = "true" if p.host_resume else "false"
+        env[ENV_RETHREAD_PCT] = str(p.rethread_pct)
+        if p.rethread:
+            env[ENV_RETHREAD] = p.rethread
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": p.image,

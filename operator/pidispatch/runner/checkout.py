@@ -156,6 +156,11 @@ def _hardened_args(workspace: str) -> list[str]:
     return args
 
 
+def git_argv(workspace: str) -> list[str]:
+    """``git`` with the clone's hardening, run in ``workspace`` (for reads of the checkout after the clone)."""
+    return ["git", *_hardened_args(workspace), "-C", workspace]
+
+
 def _classify(stderr: str) -> str | None:
     low = stderr.lower()
     if any(word in low for word in GONE):

@@ -19,6 +19,8 @@ from pidispatch.contract import (
     ENV_CHECKOUT,
     ENV_HOST_RESUME,
     ENV_PREVIOUS_COMMIT,
+    ENV_RETHREAD,
+    ENV_RETHREAD_PCT,
     ENV_SESSION_FILE,
     ENV_SUBJECT,
     SUBJECT_BODY_LIMIT,
@@ -28,6 +30,7 @@ from pidispatch.contract import (
     is_commit,
 )
 from pidispatch.runner.checkout import CheckoutSpec
+from pidispatch.store.handoff import LINEAGE_REASONS
 
 
 class Env(StrEnum):
@@ -50,6 +53,8 @@ class Env(StrEnum):
     CHECKOUT = ENV_CHECKOUT  # JSON {url, ref, sha, branch}: clone before pi starts (unset: no checkout)
     SUBJECT = ENV_SUBJECT  # JSON {title, body} of the issue or pull request (untrusted text)
     PREVIOUS_COMMIT = ENV_PREVIOUS_COMMIT  # JSON {sha, aheadBy, behindBy, status}: the branch moved
+    RETHREAD_PCT = ENV_RETHREAD_PCT  # pack a handoff at or above this context use (%); 0 = never
+    RETHREAD = ENV_RETHREAD  # the gate's lineage reason when a letter and the ledger are staged to unpack
 
 
 class Exit(IntEnum):
@@ -61,6 +66,7 @@ class Exit(IntEnum):
 
 
 DEFAULT_PI_BIN = "pi"
+DEFAULT_RETHREAD_PCT = 70  # as the operator's PI_SESSION_RETHREAD_PCT default (settings.DEFAULT_RETHREAD_PCT)
 _MODEL = re.compile(r"[^/\s]+/\S+")
 _NUMBER = re.compile(r"[1-9][0-9]{0,17}")
 
@@ -108,6 +114,8 @@ class RunnerConfig:
     termination_log: str = TERMINATION_LOG
     agent_dir: str = ""
     job_name: str | None = None
+    rethread_pct: int = 70
+    unpack_reason: str | None = None  # set: a letter waits beside the empty session file (a lineage refusal)
 
 
 def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object") -> dict[str, Any] | None:
@@ -181,6 +189,16 @@ def _number(env: Mapping[str, str], name: Env, spec_value: Any) -> int | None:
     return int(raw)
 
 
+def _percent(env: Mapping[str, str], name: Env, default: int) -> int:
+    """0..100 in canonical decimal (the operator's settings parse the same variable the same way)."""
+    raw = _value(env, name)
+    if raw is None:
+        return default
+    if not re.fullmatch(r"0|[1-9][0-9]?|100", raw):
+        raise ConfigError(f"{name.value}={raw!r} is not valid: expected an integer from 0 (no handoff) to 100")
+    return int(raw)
+
+
 def _flag(env: Mapping[str, str], name: Env) -> bool:
     raw = _value(env, name)
     if raw is None or raw == "false":
@@ -246,7 +264,14 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
     workspace = _value(env, Env.WORKSPACE) or WORKSPACE
     if not os.path.isabs(workspace):
         raise ConfigError(f"{Env.WORKSPACE.value}={workspace!r} is not valid: expected an absolute path")
+    rethread_pct = _percent(env, Env.RETHREAD_PCT, DEFAULT_RETHREAD_PCT)
+    unpack_reason = _value(env, Env.RETHREAD)
+    if unpack_reason is not None and unpack_reason not in LINEAGE_REASONS:
+        raise ConfigError(f"{Env.RETHREAD.value}={unpack_reason!r} is not valid: expected one of "
+                          f"{', '.join(sorted(LINEAGE_REASONS))}")
     return RunnerConfig(
+        rethread_pct=rethread_pct,
+        unpack_reason=unpack_reason,
         event=event,
         session_file=session_file,
         host_resume=_flag(env, Env.HOST_RESUME),

@@ -32,7 +32,8 @@ from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, 
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
-from pidispatch.runner.prompt import build_prompt
+from pidispatch.runner import rethread
+from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
 from pidispatch.runner.report import Usage, build_report, encode_report, measure_context, new_usage
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.version import VersionError, version_problem
@@ -117,22 +118,89 @@ def workspace_report(config: RunnerConfig, env: Mapping[str, str]) -> dict[str, 
     return {"head": head, "pushed": pushed}
 
 
+def _first_prompt(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession
+                  ) -> tuple[str, rethread.Unpack | None]:
+    """The prompt pi starts with: the unpack of a staged handoff, the resume envelope, or the full briefing."""
+    if config.unpack_reason is None or opened.session_file is None or opened.resumed:
+        return build_prompt(config.event, host_resume=config.host_resume), None
+    unpack = rethread.read_unpack(opened.session_file)
+    if unpack is None or not rethread.new_session_header(opened.session_file, config.workspace, unpack.parent):
+        emit("rethread_unpack_skipped", reason="no letter staged, or the session file was not empty")
+        return first_prompt(config.event), None
+    commit = config.event.checkout.sha if config.event.checkout is not None else None
+    text = rethread.template("unpack", config.workspace, commit, env)
+    emit("rethread_unpacked", job=config.job_name, reason=config.unpack_reason, parent=unpack.parent)
+    return rethread.unpack_prompt(unpack, target=target_of(config.event), reason=config.unpack_reason,
+                                  event_prompt=first_prompt(config.event), text=text), unpack
+
+
+def _measure(config: RunnerConfig, opened: OpenedSession) -> tuple[bytes | None, Usage | None, tuple[int, int] | None]:
+    if opened.session_file is None:
+        return None, None, None
+    final = read_final(opened.session_file)
+    if final is None:
+        return None, None, None
+    return final, new_usage(final, opened.entry_ids), measure_context(final, config.model, load_models(config.agent_dir))
+
+
+def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | None:
+    """The context right after the first assistant reply: an unpack's cost before any new work."""
+    end = 0
+    for line in final.split(b"\n"):
+        end += len(line) + 1
+        if b'"role":"assistant"' in line:
+            return measure_context(final[:end], config.model, load_models(config.agent_dir))
+    return None
+
+
+def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, final: bytes | None,
+          context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> dict[str, Any] | None:
+    """The pack turn when the conversation reached the bound; the report's ``rethread`` part, or None."""
+    fork = config.event.checkout is not None and config.event.checkout.branch is None
+    if opened.session_file is None or fork or not rethread.should_pack(config.rethread_pct, context):
+        return {"unpacked": True} if unpack is not None else None
+    if unpack is not None and final is not None and rethread.should_pack(config.rethread_pct,
+                                                                        _after_first_reply(final, config)):
+        # Over the bound already with the letter alone: packing would only copy the handoff forward.
+        emit("rethread_pack_skipped", reason="over the bound right after the unpack")
+        return {"unpacked": True, "packed": None, "detail": "over the bound right after the unpack"}
+    assert context is not None
+    pct = context[0] * 100 // context[1]
+    commit = config.event.checkout.sha if config.event.checkout is not None else None
+    began = time.monotonic()
+    packed = rethread.pack(pi_bin=config.pi_bin, session_file=opened.session_file, model=config.model,
+                           workspace=config.workspace, env=env, pct=pct, read_final=read_final,
+                           pack_text=rethread.template("pack", config.workspace, commit, env),
+                           summary_text=rethread.template("summary", config.workspace, commit, env))
+    emit("rethread_packed", job=config.job_name, writer=packed.writer, detail=packed.detail, contextPct=pct,
+         seconds=round(time.monotonic() - began, 3))
+    part: dict[str, Any] = {"unpacked": unpack is not None, "packed": packed.writer}
+    if packed.detail:
+        part["detail"] = packed.detail[:200]
+    return part
+
+
 def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
             opened: OpenedSession) -> tuple[dict[str, Any], int]:
-    """Steps 7–8: run pi on the prepared session and build the report; return it with the exit code."""
-    prompt = build_prompt(config.event, host_resume=config.host_resume)
+    """Steps 7–8: run pi on the prepared session (then the pack turn, at the bound) and build the report."""
+    prompt, unpack = _first_prompt(config, env, opened)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
-         reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None)
+         reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None,
+         rethread=unpack is not None)
     fork = config.event.checkout is not None and config.event.checkout.branch is None
+    agent_env = agent_git_env(env, config.workspace)
     run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt, untrusted_workspace=fork),
-                 config.workspace, agent_git_env(env, config.workspace))
-    usage: Usage | None = None
-    context = None
-    if opened.session_file is not None:
-        final = read_final(opened.session_file)
-        if final is not None:
-            usage = new_usage(final, opened.entry_ids)
-            context = measure_context(final, config.model, load_models(config.agent_dir))
+                 config.workspace, agent_env)
+    final, usage, context = _measure(config, opened)
+    part = None
+    if run.signalled is None and run.exit_code == 0:
+        part = _pack(config, agent_env, opened, final, context, unpack)
+        if part is not None and part.get("packed"):
+            final, usage, context = _measure(config, opened)  # the pack turn is part of the run and its cost
+    if opened.session_file is not None and not (part or {}).get("packed"):
+        rethread.discard_handoff(opened.session_file)  # only the runner's pack writes a handoff
+    elif unpack is not None:
+        part = {"unpacked": True}
     if run.signalled is not None:
         outcome, code = "aborted", 128 + run.signalled
     elif run.exit_code == 0:
@@ -140,7 +208,8 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     else:
         outcome, code = "failed", Exit.INFRASTRUCTURE
     report = build_report(session=(opened.resumed, opened.reason.value), context=context, usage=usage,
-                          pi_version=version, outcome=outcome, workspace=workspace_report(config, env))
+                          pi_version=version, outcome=outcome, workspace=workspace_report(config, env),
+                          rethread=part)
     return report, int(code)
 
 

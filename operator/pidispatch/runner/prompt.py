@@ -34,6 +34,11 @@ def _target(event: Event) -> tuple[str, str | None]:
     return f"the repository {repo}", None
 
 
+def target_of(event: Event) -> str:
+    """How the prompts name what the job is about: "issue #7 in acme/widgets", and the like."""
+    return _target(event)[0]
+
+
 def fence(text: str) -> str:
     """`text` inside a backtick fence that nothing in `text` can close."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)

@@ -6,6 +6,7 @@ One JSON object, written to the termination message and printed as the last stdo
      "context": {"tokens": int, "window": int},            # only when measured (finite, window > 0)
      "tokens": {"input", "output", "total", "cost", "calls"},  # only when a session file was kept
      "piVersion": "<what pi --version said>",
+     "rethread": {"unpacked": bool, "packed": "agent" | "summary" | null, "detail": str},  # when either ran
      "outcome": "completed" | "failed" | "aborted" | "refused"}
 
 The operator accepts it field by field (`pidispatch.report.parse_report`); everything written here is
@@ -122,9 +123,12 @@ def measure_context(final: bytes, model: str | None, models: Any) -> tuple[int, 
 
 
 def build_report(*, session: tuple[bool, str] | None, context: tuple[int, int] | None, usage: Usage | None,
-                 pi_version: str | None, outcome: str, workspace: dict[str, Any] | None = None) -> dict[str, Any]:
+                 pi_version: str | None, outcome: str, workspace: dict[str, Any] | None = None,
+                 rethread: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report object, with optional parts left out rather than sent as null."""
     report: dict[str, Any] = {}
+    if rethread is not None:
+        report["rethread"] = rethread
     if workspace is not None:
         report["workspace"] = workspace
     if session is not None:
@@ -146,7 +150,7 @@ def encode_report(report: dict[str, Any]) -> str:
     practice; if it ever would, the optional parts go first and `session` and `outcome` stay.
     """
     text = json.dumps(report, separators=(",", ":"), ensure_ascii=True)
-    for optional in ("tokens", "context", "piVersion", "workspace"):
+    for optional in ("tokens", "context", "piVersion", "workspace", "rethread"):
         if len(text.encode("utf-8")) < TERMINATION_MESSAGE_LIMIT:
             break
         report = {k: v for k, v in report.items() if k != optional}

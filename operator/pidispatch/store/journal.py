@@ -44,9 +44,9 @@ from pidispatch.events import emit
 from pidispatch.record import PromotionResult
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, keyguard, lock, sidecars
+from pidispatch.store import fsio, handoff, keyguard, lock, sidecars
 from pidispatch.store.fsio import now_ms
-from pidispatch.store.promote import Names, promote
+from pidispatch.store.promote import HandoffOf, Names, promote, write_handoff
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.store.staging import PROMOTION, HostRecord, JobDir, file_digest, staged_uids
 
@@ -57,10 +57,15 @@ def promote_once(
     host: HostRecord,
     context: tuple[int, int] | None,
     *,
+    job: str | None = None,
     clock: Callable[[], float] = now_ms,
     seams: Seams = NO_SEAMS,
 ) -> PromotionResult:
     """Promote the Job's staged copy for ``host.key`` at most once, whatever was interrupted before.
+
+    ``job``: the Job's name; with it the Job's handoff goes with its transcript (``store/handoff.py``), and
+    a recovery that finds the swap landed finishes the handoff too, so the files beside the transcript are
+    always this Job's.
 
     Seams (for the kill tests): ``journaled`` once the intent is durable, the store's own promotion
     steps, then ``promoted`` before the result is journaled. Never raises for a store fault (those are
@@ -76,7 +81,7 @@ def promote_once(
             return _finish(jd, PromotionResult(False, R.ABSENT, forgotten=True))
         started = done if done and done.get("state") == "started" else None
         if started is not None:
-            recovered = _recover(settings, host.key, started)
+            recovered = _recover(settings, host.key, started, jd.session, job, clock)
             if recovered is not None:
                 return _finish(jd, recovered)
         else:
@@ -85,7 +90,7 @@ def promote_once(
         seams.at("journaled")
         result = promote(settings, host.key, jd.session, host_resume=host.resume, venue=host.venue,
                          pi_version=host.pi_version, model=host.model, context=context, clock=clock, seams=seams,
-                         names=_names(started) or Names.fresh())
+                         names=_names(started) or Names.fresh(), handoff_of=_handoff_of(job, started))
         seams.at("promoted")
         return _finish(jd, result)
 
@@ -118,9 +123,16 @@ def _key_dir(settings: Settings, key: str) -> Iterator[int | None]:
         os.close(dir_fd)
 
 
-def _recover(settings: Settings, key: str, started: dict[str, Any]) -> PromotionResult | None:
+def _handoff_of(job: str | None, started: dict[str, Any]) -> HandoffOf | None:
+    sha = started.get("sha256")
+    return HandoffOf(job, sha) if job and isinstance(sha, str) else None
+
+
+def _recover(settings: Settings, key: str, started: dict[str, Any], stage_dir: str, job: str | None,
+             clock: Callable[[], float]) -> PromotionResult | None:
     """Judge an attempt a kill interrupted; ``None`` when nothing of it landed and it may run again."""
     released = landed = superseded = False
+    written = None
     with _key_dir(settings, key) as dir_fd:
         if dir_fd is not None:
             released = _release_names(dir_fd, key, started)
@@ -130,12 +142,32 @@ def _recover(settings: Settings, key: str, started: dict[str, Any]) -> Promotion
                 landed = started.get("size") is not None and list(
                     file_digest(sidecars.TRANSCRIPT, dir_fd=dir_fd) or ()) == ours
                 superseded = not landed
+            if landed:
+                written = _finish_handoff(dir_fd, key, stage_dir, _handoff_of(job, started), started, clock)
     emit("session_promotion_recovered", key=key, landed=landed, superseded=superseded, lockReleased=released)
     if landed:
-        return PromotionResult(True, "promoted", started.get("size"))
+        return PromotionResult(True, "promoted", started.get("size"), handoff=written)
     if superseded:
         return PromotionResult(False, R.LOCKED)
     return None
+
+
+def _finish_handoff(dir_fd: int, key: str, stage_dir: str, handoff_of: HandoffOf | None, started: dict[str, Any],
+                    clock: Callable[[], float]) -> handoff.Written | None:
+    """The handoff step a kill cut off after the swap, run again under a lock of its own (idempotent).
+
+    When another promotion holds the lock, it is replacing this transcript and writes its own handoff.
+    """
+    if handoff_of is None:
+        return None
+    candidate = lock.candidate_name()
+    lock_fd = lock.take_lock(dir_fd, key, clock, candidate)
+    if lock_fd is None:
+        return None
+    try:
+        return write_handoff(dir_fd, key, stage_dir, handoff_of, int(started.get("size") or 0))
+    finally:
+        lock.release_lock(dir_fd, key, candidate, lock_fd)
 
 
 def _names(started: dict[str, Any]) -> Names | None:
@@ -188,12 +220,21 @@ def release_interrupted(settings: Settings, staging_root: str) -> int:
 
 
 def _finish(jd: JobDir, result: PromotionResult) -> PromotionResult:
+    written = result.handoff
     jd.write(PROMOTION, {"state": "done", "promoted": result.promoted, "reason": result.reason,
-                         "bytes": result.bytes, "forgotten": result.forgotten})
+                         "bytes": result.bytes, "forgotten": result.forgotten,
+                         "handoff": None if written is None else {"writer": written.writer, "status": written.status,
+                                                                  "entries": written.entries}})
     return result
 
 
 def _result(done: dict[str, Any]) -> PromotionResult:
     size = done.get("bytes")
+    h = done.get("handoff")
+    written = None
+    if isinstance(h, dict) and isinstance(h.get("entries"), int):
+        written = handoff.Written(h.get("writer") if h.get("writer") in handoff.WRITERS else None,
+                                  h.get("status") if h.get("status") in handoff.STATUSES else None, h["entries"])
     return PromotionResult(done.get("promoted") is True, str(done.get("reason")),
-                           size if isinstance(size, int) else None, forgotten=done.get("forgotten") is True)
+                           size if isinstance(size, int) else None, forgotten=done.get("forgotten") is True,
+                           handoff=written)

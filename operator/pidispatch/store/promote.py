@@ -20,7 +20,7 @@ from pidispatch.events import emit
 from pidispatch.record import NO_KEY, PROMOTED, PromotionResult
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, sidecars
+from pidispatch.store import fsio, handoff, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import Delivery, make_delivery
 from pidispatch.store.lock import candidate_name, release_lock, take_lock
@@ -44,6 +44,14 @@ class Names:
     @classmethod
     def fresh(cls) -> Names:
         return cls(temp_name(), candidate_name())
+
+
+@dataclass(frozen=True)
+class HandoffOf:
+    """The Job a promotion's handoff belongs to: its name and the staged transcript's sha256 (from the journal)."""
+
+    job: str
+    sha256: str
 
 
 class _Skip(Exception):
@@ -72,10 +80,12 @@ def promote(
     clock: Callable[[], float] = now_ms,
     seams: Seams = NO_SEAMS,
     names: Names | None = None,
+    handoff_of: HandoffOf | None = None,
 ) -> PromotionResult:
     """Promote ``stage_dir/current.jsonl`` for ``key``. Never raises: faults are ``promote-failed``.
 
-    ``names`` are the temp and lock-candidate names to use (fresh ones when not given).
+    ``names`` are the temp and lock-candidate names to use (fresh ones when not given). With
+    ``handoff_of`` the Job's handoff (``store/handoff.py``) is written right after the swap, under the lock.
     """
     if key is None:
         return PromotionResult(False, NO_KEY)
@@ -83,7 +93,7 @@ def promote(
         if settings.sessions_dir is None:
             raise RuntimeError("no session store configured (PI_SESSIONS_DIR is unset)")
         return _promote(settings, settings.sessions_dir, key, stage_dir, host_resume,
-                        venue, pi_version, model, context, clock, seams, names or Names.fresh())
+                        venue, pi_version, model, context, clock, seams, names or Names.fresh(), handoff_of)
     except _Skip as skip:
         emit("session_promote_skipped", key=key, reason=skip.reason)
         return PromotionResult(False, skip.reason)
@@ -133,6 +143,7 @@ def _promote(
     clock: Callable[[], float],
     seams: Seams,
     names: Names,
+    handoff_of: HandoffOf | None = None,
 ) -> PromotionResult:
     delivery = make_delivery(venue, pi_version, model)
     staged_path = os.path.join(stage_dir, sidecars.TRANSCRIPT)
@@ -159,6 +170,7 @@ def _promote(
             size = _swap_in(settings, staged_path, dir_fd, key_dir, pinned, seams, names.temp)
             if size is None:
                 raise _Skip(R.TRANSCRIPT_DIVERTED)
+            written = write_handoff(dir_fd, key, stage_dir, handoff_of, size, seams)
             _stamp(dir_fd, key_dir, key, delivery, host_resume, context, seams)
         finally:
             release_lock(dir_fd, key, names.lock, lock_fd)
@@ -166,7 +178,26 @@ def _promote(
         os.close(dir_fd)
     seams.at("unlocked")
     emit("session_promoted", key=key, bytes=size)
-    return PromotionResult(True, PROMOTED, size)
+    return PromotionResult(True, PROMOTED, size, handoff=written)
+
+
+def write_handoff(dir_fd: int, key: str, stage_dir: str, handoff_of: HandoffOf | None, size: int,
+                  seams: Seams = NO_SEAMS) -> handoff.Written | None:
+    """The handoff step after the swap (``handoff.finish_handoff``). Never fatal: the transcript has landed."""
+    if handoff_of is None:
+        return None
+    try:
+        written = handoff.finish_handoff(dir_fd, stage_dir, job=handoff_of.job, sha256=handoff_of.sha256, size=size)
+    except Exception as exc:
+        emit("session_sidecar_failed", key=key, file=handoff.LETTER, reason=f"{type(exc).__name__}: {exc}")
+        return None
+    seams.at("handoff-written")
+    if written.writer is not None:
+        emit("session_handoff_written", key=key, writer=written.writer, status=written.status,
+             entries=written.entries)
+    elif written.removed_letter:
+        emit("session_letter_retired", key=key)
+    return written
 
 
 def _swap_in(

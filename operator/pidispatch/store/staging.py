@@ -29,7 +29,7 @@ from typing import Any
 from pidispatch.events import emit
 from pidispatch.record import HostVerdict
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, keyguard
+from pidispatch.store import fsio, handoff, keyguard
 from pidispatch.store.resolve import resolve
 from pidispatch.store.seams import NO_SEAMS, Seams
 
@@ -65,6 +65,10 @@ class HostRecord:
     resume: bool = False
     reason: str | None = None
     bytes: int | None = None
+    # The gates refused for a lineage reason and a letter waited: it and the ledger are staged beside the
+    # empty transcript, and the job starts a new session from them (``store/handoff.py``).
+    rethread: bool = False
+    parent_session: str | None = None
 
     def verdict(self) -> HostVerdict | None:
         """The gate verdict for the record merge, or ``None`` when no session was staged."""
@@ -74,6 +78,7 @@ class HostRecord:
         # The names host.json has always used, so a Job staged by an older operator completes under a newer one.
         fields = asdict(self)
         fields["piVersion"] = fields.pop("pi_version")
+        fields["parentSession"] = fields.pop("parent_session")
         return fields
 
     @classmethod
@@ -89,6 +94,7 @@ class HostRecord:
             mounted=record.get("mounted") is True, resume=record.get("resume") is True,
             reason=_text(record.get("reason")),
             bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
+            rethread=record.get("rethread") is True, parent_session=_text(record.get("parentSession")),
         )
 
 
@@ -211,8 +217,27 @@ def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = T
                 verdict = resolution.verdict
                 record = replace(record, mounted=True, resume=verdict.resume, reason=verdict.reason,
                                  bytes=verdict.bytes)
+                record = _stage_letter(settings, jd, record)
         jd.write(HOST, record.to_json(), durable=False)
     return record
+
+
+def _stage_letter(settings: Settings, jd: JobDir, record: HostRecord) -> HostRecord:
+    """After a lineage refusal, stage a waiting letter and the ledger for the unpack (else leave none)."""
+    handoff.clear_staged(jd.session)
+    if record.resume or record.reason not in handoff.LINEAGE_REASONS or settings.sessions_dir is None:
+        return replace(record, rethread=False, parent_session=None)
+    try:
+        staged = handoff.stage_handoff(os.path.join(settings.sessions_dir, record.key), jd.session)
+    except OSError as exc:  # the handoff is a bonus: without it the job starts cold, as it always did
+        emit("session_store_failed", phase="stage-handoff", reason=f"{type(exc).__name__}: {exc}")
+        handoff.clear_staged(jd.session)
+        staged = None
+    if staged is None:
+        return replace(record, rethread=False, parent_session=None)
+    emit("session_handoff_staged", key=record.key, reason=record.reason, writer=staged.letter.writer,
+         entries=staged.entries)
+    return replace(record, rethread=True, parent_session=staged.letter.session)
 
 
 def file_digest(path: str, max_bytes: int = 0, dir_fd: int | None = None) -> tuple[int, str] | None:
