@@ -180,7 +180,7 @@ def test_a_lineage_refusal_stages_the_letter_and_a_safety_refusal_does_not(store
     assert (staged / "letter.md").exists() is rethread
     if rethread:
         assert "one-whereWeAre" in (staged / "letter.md").read_text()
-        assert record.parent_session is not None
+        assert handoff.parse_letter_head((staged / "letter.md").read_text()).session is not None
         assert HostRecord.from_json(next_job.read(HOST)).rethread is True
 
 

@@ -68,7 +68,6 @@ class HostRecord:
     # The gates refused for a lineage reason and a letter waited: it and the ledger are staged beside the
     # empty transcript, and the job starts a new session from them (``store/handoff.py``).
     rethread: bool = False
-    parent_session: str | None = None
 
     def verdict(self) -> HostVerdict | None:
         """The gate verdict for the record merge, or ``None`` when no session was staged."""
@@ -78,7 +77,6 @@ class HostRecord:
         # The names host.json has always used, so a Job staged by an older operator completes under a newer one.
         fields = asdict(self)
         fields["piVersion"] = fields.pop("pi_version")
-        fields["parentSession"] = fields.pop("parent_session")
         return fields
 
     @classmethod
@@ -94,7 +92,7 @@ class HostRecord:
             mounted=record.get("mounted") is True, resume=record.get("resume") is True,
             reason=_text(record.get("reason")),
             bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
-            rethread=record.get("rethread") is True, parent_session=_text(record.get("parentSession")),
+            rethread=record.get("rethread") is True,
         )
 
 
@@ -226,7 +224,7 @@ def _stage_letter(settings: Settings, jd: JobDir, record: HostRecord) -> HostRec
     """After a lineage refusal, stage a waiting letter and the ledger for the unpack (else leave none)."""
     handoff.clear_staged(jd.session)
     if record.resume or record.reason not in handoff.LINEAGE_REASONS or settings.sessions_dir is None:
-        return replace(record, rethread=False, parent_session=None)
+        return replace(record, rethread=False)
     try:
         staged = handoff.stage_handoff(os.path.join(settings.sessions_dir, record.key), jd.session)
     except OSError as exc:  # the handoff is a bonus: without it the job starts cold, as it always did
@@ -234,10 +232,10 @@ def _stage_letter(settings: Settings, jd: JobDir, record: HostRecord) -> HostRec
         handoff.clear_staged(jd.session)
         staged = None
     if staged is None:
-        return replace(record, rethread=False, parent_session=None)
+        return replace(record, rethread=False)
     emit("session_handoff_staged", key=record.key, reason=record.reason, writer=staged.letter.writer,
          entries=staged.entries)
-    return replace(record, rethread=True, parent_session=staged.letter.session)
+    return replace(record, rethread=True)
 
 
 def file_digest(path: str, max_bytes: int = 0, dir_fd: int | None = None) -> tuple[int, str] | None:
