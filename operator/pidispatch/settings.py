@@ -19,6 +19,7 @@ _CANONICAL_NON_NEGATIVE = re.compile(r"(?:0|[1-9][0-9]*)")
 
 DEFAULT_TTL_DAYS = 14
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_RETHREAD_PCT = 70  # PI_SESSION_RETHREAD_PCT; the runner parses it alike (runner/config.py)
 
 
 class ConfigError(Exception):
@@ -91,17 +92,6 @@ def _int_setting(env: Mapping[str, str], variable: str, default: int, accepted: 
     return parse_strict_int(variable, raw, accepted)
 
 
-RETHREAD_PCT = "PI_SESSION_RETHREAD_PCT"
-DEFAULT_RETHREAD_PCT = 70
-
-
-def parse_rethread_pct(raw: str | None) -> int:
-    """``PI_SESSION_RETHREAD_PCT``: 0 (no handoff) to 100, default 70; the operator and the runner parse it alike."""
-    if raw is None:
-        return DEFAULT_RETHREAD_PCT
-    return parse_strict_int(RETHREAD_PCT, raw, "an integer from 0 (no handoff) to 100", 0, 100)
-
-
 @dataclass(frozen=True)
 class Settings:
     """The store's bounds and switches (spec §2.1). ``sessions_dir`` is ``None`` when no store is set."""
@@ -146,7 +136,8 @@ class Settings:
             # Only the exact string "1" opens the hatch: "true", "yes" or " 1" keep it shut.
             allow_gh_source=env.get("PI_SESSIONS_ALLOW_GH_SOURCE") == "1",
             github_auth_source=env.get("GITHUB_AUTH_SOURCE") or "gh",
-            rethread_pct=parse_rethread_pct(env.get(RETHREAD_PCT)),
+            rethread_pct=DEFAULT_RETHREAD_PCT if (pct := env.get("PI_SESSION_RETHREAD_PCT")) is None else
+            parse_strict_int("PI_SESSION_RETHREAD_PCT", pct, "an integer from 0 (no handoff) to 100", 0, 100),
         )
 
 
