@@ -46,6 +46,7 @@ from pidispatch.store.handoff import (
     TRUST_FIELDS,
     HandoffError,
     parse_handoff,
+    read_text,
 )
 
 TOOL = "rethread_handoff"
@@ -108,21 +109,15 @@ def fill(text: str, values: Mapping[str, str]) -> str:
 # -- unpack ------------------------------------------------------------------------------------------------
 
 def _read_staged(session_dir: str, name: str, limit: int = 256 * 1024) -> str | None:
+    """A file the operator staged beside the session file, read as the store reads (no link, regular, capped)."""
     try:
         dir_fd = os.open(session_dir, fsio.DIR_FLAGS)
     except OSError:
         return None
     try:
-        fd = os.open(name, fsio.READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        os.close(dir_fd)
-        return None
-    try:
-        data = os.read(fd, limit + 1)
+        return read_text(name, dir_fd, limit)
     finally:
-        os.close(fd)
         os.close(dir_fd)
-    return data[:limit].decode("utf-8", "replace")
 
 
 def _without_metadata(text: str) -> str:
