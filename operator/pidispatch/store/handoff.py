@@ -21,6 +21,7 @@ directory's no-follow descriptor, regular files only, size-capped, replaced by t
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import re
@@ -313,14 +314,21 @@ def remove(name: str, dir_fd: int) -> bool:
 
 
 def transcript_digest(dir_fd: int, name: str, expected_size: int) -> str | None:
-    """The sha256 of ``name`` when it is a regular file of ``expected_size`` bytes (the size checked first)."""
-    from pidispatch.store.staging import file_digest  # staging imports this module
-
-    st = fsio.lstat_or_none(name, dir_fd)
-    if not fsio.is_regular(st) or st.st_size != expected_size:  # type: ignore[union-attr]
+    """The sha256 of ``name`` when it is a regular file of ``expected_size`` bytes (checked before reading)."""
+    try:
+        fd = os.open(name, fsio.READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
         return None
-    found = file_digest(name, TRANSCRIPT_HASH_LIMIT, dir_fd)
-    return found[1] if found is not None and found[0] == expected_size else None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != expected_size or st.st_size > TRANSCRIPT_HASH_LIMIT:
+            return None
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+        return digest.hexdigest()
+    finally:
+        os.close(fd)
 
 
 def waiting_letter(dir_fd: int, transcript: str = "current.jsonl") -> tuple[Letter, str] | None:
