@@ -51,11 +51,12 @@ from _common import (  # noqa: E402
 sys.path.insert(0, str(REPO / "operator"))
 
 from pidispatch.store.keys import issue_key  # noqa: E402
+from pidispatch.store.reap import WORKERS  # noqa: E402
 
 DAY = 86400
 TTL_DAYS = 14
 EXPIRED_AGE = 30 * DAY
-TARGET_SECONDS = 10.0
+TARGET_RATIO = 1.0  # the reaper's time over find's, same store, same run
 TARGET_KEYS = 100_000
 
 
@@ -102,6 +103,9 @@ SIDECARS = {
 }
 
 
+REMOVED_PER_KEY = 1 + len(SIDECARS) + 1  # the transcript, the sidecars, the directory
+
+
 def key_name(i: int) -> str:
     key = issue_key("github", "acme/widgets", i + 1)
     assert key is not None
@@ -144,8 +148,9 @@ def check(store: Path, fresh: range, expired: range, who: str) -> None:
         )
 
 
-def run_reaper(store: Path) -> dict:
-    r = subprocess.run([sys.executable, __file__, "--worker", str(store)], capture_output=True, text=True)
+def run_reaper(store: Path, workers: int) -> dict:
+    cmd = [sys.executable, __file__, "--worker", str(store), "--workers", str(workers)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit(f"reaper worker failed ({r.returncode}):\n{r.stderr[-2000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -172,7 +177,7 @@ def run_find(store: Path) -> float:
     return time.perf_counter() - t0
 
 
-def worker(store: str) -> None:
+def worker(store: str, workers: int) -> None:
     """Child process: one sweep, then time, reaped count and VmHWM before/after as a JSON line."""
     from pidispatch.settings import Settings
     from pidispatch.store.reap import reap
@@ -181,7 +186,7 @@ def worker(store: str) -> None:
     hwm0, rss0 = proc_status("self", "VmHWM"), proc_status("self", "VmRSS")
     reaped = other = 0
     t0 = time.perf_counter()
-    for event in reap(settings):
+    for event in reap(settings, workers=workers):
         if event["event"] == "reaped_session":
             reaped += 1
         else:
@@ -201,113 +206,137 @@ def worker(store: str) -> None:
     )
 
 
-def bench_size(root: Path, n: int, pairs: int) -> dict:
+def bench_size(root: Path, n: int, reps: int, workers: list[int]) -> dict:
     store = root / f"store-{n}"
     store.mkdir(mode=0o700)
     fresh, expired = range(0, n // 2), range(n // 2, n)
     progress(f"  {n} keys: building the store ({len(fresh)} fresh, {len(expired)} expired)")
+    t0 = time.perf_counter()
     build(store, fresh, expired=False, what="fresh")
     build(store, expired, expired=True, what="expired")
-    reaper_s, find_s, ratios, growth, hwm = [], [], [], [], []
-    for p in range(pairs):
-        order = ("reaper", "find") if p % 2 == 0 else ("find", "reaper")
+    progress(f"  {n} keys: built in {fmt_seconds(time.perf_counter() - t0)}")
+    sides = [f"reaper×{w}" for w in workers] + ["find"]
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    ratios: dict[str, list[float]] = {side: [] for side in sides[:-1]}
+    growth: dict[str, list[int]] = {side: [] for side in sides[:-1]}
+    hwm: dict[str, list[int]] = {side: [] for side in sides[:-1]}
+    loads: list[str] = []
+    for p in range(reps):
+        order = sides[p % len(sides):] + sides[: p % len(sides)]  # rotate, so no side always goes first
+        loads.append(load_average())
         result: dict[str, float] = {}
         for side in order:
             if not (store / key_name(expired[0])).exists():
                 build(store, expired, expired=True, what=f"rebuilding the expired half for {side}")
             os.sync()
-            if side == "reaper":
-                out = run_reaper(store)
+            if side == "find":
+                result[side] = run_find(store)
+            else:
+                out = run_reaper(store, int(side.split("×")[1]))
                 if out["reaped"] != len(expired) or out["other"]:
                     raise SystemExit(
                         f"reaper reaped {out['reaped']} (want {len(expired)}), {out['other']} other events"
                     )
-                result["reaper"] = out["seconds"]
-                growth.append(out["hwm_after"] - out["hwm_before"])
-                hwm.append(out["hwm_after"])
-            else:
-                result["find"] = run_find(store)
+                result[side] = out["seconds"]
+                growth[side].append(out["hwm_after"] - out["hwm_before"])
+                hwm[side].append(out["hwm_after"])
             check(store, fresh, expired, side)
-        reaper_s.append(result["reaper"])
-        find_s.append(result["find"])
-        ratios.append(result["reaper"] / result["find"])
+        for side in sides:
+            times[side].append(result[side])
+        for side in ratios:
+            ratios[side].append(result[side] / result["find"])
         progress(
-            f"  {n} keys, pair {p + 1}/{pairs} ({' then '.join(order)}): reaper {fmt_seconds(result['reaper'])}, "
-            f"find {fmt_seconds(result['find'])}, ratio {ratios[-1]:.2f}×, "
-            f"reaper peak RSS {mib(hwm[-1])} (growth during the sweep {growth[-1] / 1024:.0f} KiB)"
+            f"  {n} keys, repetition {p + 1}/{reps} (load {loads[-1]}; {' then '.join(order)}): "
+            + ", ".join(f"{side} {fmt_seconds(result[side])}" for side in sides)
+            + "; "
+            + ", ".join(f"{side}/find {ratios[side][-1]:.2f}×" for side in ratios)
         )
     shutil.rmtree(store)
-    return {"n": n, "reaper": reaper_s, "find": find_s, "ratios": ratios, "growth": growth, "hwm": hwm}
+    return {"n": n, "times": times, "ratios": ratios, "growth": growth, "hwm": hwm, "loads": loads,
+            "removed": len(expired) * REMOVED_PER_KEY}
 
 
 def report(results: list[dict], info: dict[str, str], command: str, load_end: str) -> str:
     out = [f"Run: {info['date']} — `{command}`", "", machine_line(info) + f" At the end: {load_end}.", ""]
     out += [
-        "| Keys (half expired) | reaper min | **median** | max | `find … -exec rm -rf` median | "
-        "reaper / find min | **median** | max | pairs |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| Keys (half expired) | side | min | **median** | max | side / find min | **median** | max | "
+        "unlinks/s (median) | repetitions |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        lo, med, hi = spread(r["reaper"])
-        rlo, rmed, rhi = spread(r["ratios"])
-        out.append(
-            f"| {r['n']:,} | {fmt_seconds(lo)} | **{fmt_seconds(med)}** | {fmt_seconds(hi)} | "
-            f"{fmt_seconds(spread(r['find'])[1])} | {rlo:.2f}× | **{rmed:.2f}×** | {rhi:.2f}× | {len(r['ratios'])} |"
-        )
+        for side, values in r["times"].items():
+            lo, med, hi = spread(values)
+            rate = r["removed"] / med
+            if side == "find":
+                ratio = "— | — | —"
+                name = "`find … -exec rm -rf`"
+            else:
+                rlo, rmed, rhi = spread(r["ratios"][side])
+                ratio = f"{rlo:.2f}× | **{rmed:.2f}×** | {rhi:.2f}×"
+                name = f"reaper, {side.split('×')[1]} thread(s)"
+            out.append(
+                f"| {r['n']:,} | {name} | {fmt_seconds(lo)} | **{fmt_seconds(med)}** | {fmt_seconds(hi)} | "
+                f"{ratio} | {rate:,.0f} | {len(values)} |"
+            )
+    out += ["", "Load average at the start of each repetition: "
+            + "; ".join(f"{r['n']:,} keys: " + ", ".join(r["loads"]) for r in results) + "."]
     base = results[0]
-    b_hwm, b_growth = spread(base["hwm"])[1], spread(base["growth"])[1]
     out += [
         "",
-        f"| Keys | reaper peak RSS (VmHWM), median | vs {base['n']:,} keys | growth during the sweep, median "
-        f"| per reaped key |",
-        "|---|---|---|---|---|",
+        "| Keys | side | reaper peak RSS (VmHWM), median | vs the smallest size | growth during the sweep, "
+        "median | per reaped key |",
+        "|---|---|---|---|---|---|",
     ]
     for r in results:
-        hwm, growth = spread(r["hwm"])[1], spread(r["growth"])[1]
-        rel = "—" if b_growth <= 0 else f"{growth / b_growth:.2f}× the {base['n']:,}-key growth"
-        out.append(
-            f"| {r['n']:,} | {mib(hwm)} | {hwm / b_hwm:.2f}× | {growth / 1024:.0f} KiB ({rel}) | "
-            f"{growth / (r['n'] // 2):.1f} B |"
-        )
+        for side in r["hwm"]:
+            peak, grew = spread(r["hwm"][side])[1], spread(r["growth"][side])[1]
+            b_peak = spread(base["hwm"][side])[1]
+            out.append(
+                f"| {r['n']:,} | {side.split('×')[1]} thread(s) | {mib(peak)} | {peak / b_peak:.2f}× | "
+                f"{grew / 1024:.0f} KiB | {grew / (r['n'] // 2):.1f} B |"
+            )
     big = [r for r in results if r["n"] >= TARGET_KEYS]
     if big:
-        med = spread(big[0]["reaper"])[1]
-        verdict = "met" if med <= TARGET_SECONDS else f"missed by {med / TARGET_SECONDS:.2f}×"
-        out += [
-            "",
-            f"Target ≤ {TARGET_SECONDS:.0f} s over {TARGET_KEYS:,} keys: **{verdict}** "
-            f"(median {fmt_seconds(med)}, max {fmt_seconds(max(big[0]['reaper']))}).",
-        ]
+        for side, values in big[0]["ratios"].items():
+            med = spread(values)[1]
+            verdict = "met" if med <= TARGET_RATIO else f"missed by {med / TARGET_RATIO:.2f}×"
+            out += [
+                "",
+                f"Target ≤ {TARGET_RATIO:.1f}× `find … -exec rm -rf` over {TARGET_KEYS:,} keys, "
+                f"reaper with {side.split('×')[1]} thread(s): **{verdict}** (median {med:.2f}×, "
+                f"max {max(values):.2f}×; reaper median {fmt_seconds(spread(big[0]['times'][side])[1])}).",
+            ]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", help="directory to build the stores in (default: a temp dir under /tmp)")
-    parser.add_argument("--quick", action="store_true", help="smoke run: 1k, 5k, 10k keys, 2 pairs each")
-    parser.add_argument("--pairs", type=int, help="pairs per size (default 3, quick 2)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1k, 5k, 10k keys, 2 repetitions each")
+    parser.add_argument("--reps", type=int, help="repetitions per size (default 3, quick 2)")
     parser.add_argument("--sizes", help="comma-separated key counts (default 10000,50000,100000)")
+    parser.add_argument("--threads", default=f"1,{WORKERS}",
+                        help=f"reaper thread counts to run, comma-separated (default 1,{WORKERS})")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--workers", type=int, default=WORKERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.worker)
+        worker(args.worker, args.workers)
         return 0
     sizes = [1_000, 5_000, 10_000] if args.quick else [10_000, 50_000, 100_000]
     if args.sizes:
         sizes = [int(x) for x in args.sizes.split(",")]
-    pairs = args.pairs or (2 if args.quick else 3)
+    reps = args.reps or (2 if args.quick else 3)
+    threads = sorted({int(x) for x in args.threads.split(",")})
     root = Path(tempfile.mkdtemp(prefix="pidispatch-reaper-", dir=args.dir))
     info = machine(root)
-    progress(f"reaper benchmark in {root}; sizes {sizes}, {pairs} pairs each; load average {info['load']}")
+    progress(f"reaper benchmark in {root}; sizes {sizes}, {reps} repetitions each, reaper threads {threads}; "
+             f"load average {info['load']}")
     try:
-        results = sorted((bench_size(root, n, pairs) for n in sizes), key=lambda r: r["n"])
+        results = sorted((bench_size(root, n, reps, threads) for n in sizes), key=lambda r: r["n"])
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    command = (
-        ".venv/bin/python bench/reaper.py"
-        + (" --quick" if args.quick else "")
-        + (f" --pairs {args.pairs}" if args.pairs else "")
-    )
+    command = " ".join([".venv/bin/python bench/reaper.py", *(argv if argv is not None else sys.argv[1:])])
     print(report(results, info, command, load_average()))
     return 0
 

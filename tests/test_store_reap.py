@@ -160,3 +160,77 @@ def test_a_key_the_recursive_delete_cannot_finish_is_reported(open_store: Store)
     assert [(e["event"], e["key"]) for e in events] == [("session_reaper_skipped", K1)]
     assert events[0]["reason"] == "Permission denied"
     assert (key_dir / "kept" / "file").exists()
+
+
+def test_links_inside_an_idle_key_are_removed_not_followed(store: Store, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "file").write_text("keep me")
+    (outside / "deep" / "file").write_text("keep me too")
+    store.put(key=K1, idle_ms=OLD)
+    key_dir = store.key_dir(K1)
+    (key_dir / "to-a-dir").symlink_to(outside)
+    (key_dir / "to-a-file").symlink_to(outside / "file")
+    (key_dir / "sub" / "deeper").mkdir(parents=True)
+    (key_dir / "sub" / "deeper" / "to-deep").symlink_to(outside / "deep")
+    (key_dir / "sub" / "deeper" / "file").write_text("x")
+    assert sweep(store) == [{"event": "reaped_session", "key": K1}]
+    assert not key_dir.exists()
+    assert (outside / "file").read_text() == "keep me" and (outside / "deep" / "file").read_text() == "keep me too"
+
+
+def test_a_transcript_that_is_a_link_ages_by_the_link_itself(store: Store, tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.jsonl"
+    fresh.write_text("x")  # the link's target is fresh; the link (lstat) is old: the key is idle
+    key_dir = store.key_dir(K1)
+    key_dir.mkdir()
+    (key_dir / "current.jsonl").symlink_to(fresh)
+    os.utime(key_dir / "current.jsonl", ns=(int((NOW_MS - OLD) * 1e6),) * 2, follow_symlinks=False)
+    assert sweep(store) == [{"event": "reaped_session", "key": K1}]
+    assert fresh.exists()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4, 16])
+def test_any_number_of_workers_reaps_the_same_keys_and_reports_them_in_listing_order(
+        store: Store, tmp_path: Path, workers: int) -> None:
+    idle = {f"{i:032x}" for i in range(0, 60, 2)}
+    for i in range(60):
+        store.put(key=f"{i:032x}", idle_ms=OLD if f"{i:032x}" in idle else DAY_MS)
+    (store.root / "stray.txt").write_text("x")
+    (store.root / "a-link").symlink_to(tmp_path)
+    listing = [name for name in os.listdir(store.root)]
+    events = list(reap(store.settings, clock=lambda: NOW_MS, workers=workers))
+    reaped = [e["key"] for e in events if e["event"] == "reaped_session"]
+    assert set(reaped) == idle and len(reaped) == len(idle)
+    assert sorted(e["key"] for e in events if e["event"] == "session_not_reaped") == ["a-link", "stray.txt"]
+    assert [e["key"] for e in events] == [n for n in listing if n in idle or n in ("a-link", "stray.txt")]
+    assert set(os.listdir(store.root)) == set(listing) - idle
+
+
+def test_a_consumer_that_stops_early_leaves_no_thread_behind(store: Store) -> None:
+    import threading
+
+    for i in range(40):
+        store.put(key=f"{i:032x}", idle_ms=OLD)
+    sweep_gen = reap(store.settings, clock=lambda: NOW_MS, workers=4)
+    assert next(sweep_gen)["event"] == "reaped_session"
+    sweep_gen.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("reaper")]
+    assert 1 <= 40 - len(os.listdir(store.root)) <= 1 + 2 * 4, "only what was in flight was finished"
+
+
+def test_a_key_that_can_be_searched_but_not_listed_is_judged_by_its_transcript(open_store: Store) -> None:
+    """Mode 0711: the transcript's age can be looked up (a fresh key is left alone, silently), but the
+    directory cannot be listed, so an idle one cannot be emptied: skipped, kept, and said so."""
+    open_store.put(key=K1, idle_ms=DAY_MS)
+    open_store.put(key=K2, idle_ms=OLD)
+    for key in (K1, K2):
+        open_store.key_dir(key).chmod(0o711)
+    try:
+        events = sweep_unprivileged(open_store)
+    finally:
+        for key in (K1, K2):
+            open_store.key_dir(key).chmod(0o700)
+    assert [(e["event"], e["key"], e["reason"]) for e in events] == [
+        ("session_reaper_skipped", K2, "Permission denied")]
+    assert (open_store.key_dir(K2) / "current.jsonl").exists()
