@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -26,10 +27,11 @@ SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 class ApiError(Exception):
     """A non-2xx answer. ``status`` is the HTTP code (0 when the server could not be reached)."""
 
-    def __init__(self, status: int, method: str, path: str, message: str) -> None:
+    def __init__(self, status: int, method: str, path: str, message: str, body: Any = None) -> None:
         super().__init__(f"{method} {path}: {status} {message}")
         self.status = status
         self.message = message
+        self.body = body  # the answer's JSON (a ``Status``), when it had one
 
 
 class Api:
@@ -117,7 +119,7 @@ class Api:
         if response.status >= 300:
             message = payload.get("message", "") if isinstance(payload, dict) else response.data[:200].decode(
                 "utf-8", "replace")
-            raise ApiError(response.status, method, path, message)
+            raise ApiError(response.status, method, path, message, payload)
         return payload
 
     def get(self, path: str) -> dict[str, Any]:
@@ -133,14 +135,32 @@ class Api:
 
     def list(self, path: str, **params: Any) -> list[dict[str, Any]]:
         """Every item, following ``continue`` tokens in pages of 500."""
-        items: list[dict[str, Any]] = []
-        query: dict[str, Any] = {"limit": 500, **params}
+        return [item for page in self.pages(path, **params) for item in page]
+
+    def pages(self, path: str, *, limit: int = 500, **params: Any) -> Iterator[list[dict[str, Any]]]:
+        """The items a page at a time (``limit`` each), fetched as the caller asks for them.
+
+        Only one page is held, so a walk over 100 000 objects stays small. Each page is fetched when the
+        previous one is done with; a walk that outlasts the snapshot the first page was read at (the API
+        server keeps it until etcd compacts, about five minutes) gets 410 Gone, and carries on with the
+        token that answer offers: the rest of the list as it is now, not as it was at the first page.
+        """
+        query: dict[str, Any] = {"limit": limit, **params}
         while True:
-            page = self.request("GET", path, params=query)
-            items.extend(page.get("items") or [])
+            try:
+                page = self.request("GET", path, params=query)
+            except ApiError as exc:
+                status = exc.body if isinstance(exc.body, dict) else {}
+                token = (status.get("metadata") or {}).get("continue")
+                if exc.status != 410 or "continue" not in query or not token:
+                    raise
+                log.info("listing %s outlasted its snapshot; continuing with the list as it is now", path)
+                query["continue"] = token
+                continue
+            yield page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
-                return items
+                return
             query["continue"] = token
 
     def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -54,11 +54,18 @@ def last_job_facts(job: str, host: HostRecord, session: dict[str, Any] | None, p
     return facts
 
 
-def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[str, Any] | None) -> None:
-    """Recompute a SessionKey's status from the store (and the last job's facts); write it if it changed."""
+def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[str, Any] | None,
+           listed: dict[str, Any] | None = None) -> None:
+    """Recompute a SessionKey's status from the store (and the last job's facts); write it if it changed.
+
+    ``listed``: the SessionKey as a LIST just returned it (the refresh), read instead of a GET per key.
+    It may be older than the object (a job that ended meanwhile wrote its facts), so the write then
+    carries its ``resourceVersion``: a conflict means the object moved on, and it is read again and judged
+    once more, never overwritten with the older facts.
+    """
     if settings.store.sessions_dir is None or not is_key(key):
         return
-    current = cluster.api.get_or_none(cluster.crd("sessionkeys", key))
+    current = listed if listed is not None else cluster.api.get_or_none(cluster.crd("sessionkeys", key))
     if current is None or current["metadata"].get("deletionTimestamp"):
         return
     old = current.get("status") or {}
@@ -68,8 +75,18 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
     status = sessionkey_status(view, old.get("conditions"), facts, current["metadata"].get("generation"))
     # A null inside an object is a deletion in a merge patch: the stored status never holds one.
-    if {k: old.get(k) for k in status} != {k: without_nulls(v) for k, v in status.items()}:
+    if {k: old.get(k) for k in status} == {k: without_nulls(v) for k, v in status.items()}:
+        return
+    if listed is None:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"), {"status": status})
+        return
+    try:
+        cluster.api.patch(cluster.crd("sessionkeys", key, "status"),
+                          {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": status})
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        update(settings, cluster, key, last)  # the object moved on since the LIST: judge it as it is now
 
 
 def without_nulls(value: Any) -> Any:

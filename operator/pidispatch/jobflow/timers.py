@@ -30,16 +30,22 @@ def refresh_sessionkeys(settings: OperatorSettings, cluster: Cluster, busy: set[
     Keys in ``busy`` (a job of this process in flight on them) are left alone: that job's end writes
     their status with fresher facts anyway, and a refresh in between would be one more write that it
     overwrites (for a new key, the SessionKey is created with the Pod and its first status is the job's end).
+
+    The SessionKeys are read a page at a time and each is judged from its listed body (no GET per key),
+    so the operator holds one page, not the whole list, however many keys there are; unchanged
+    transcripts are not read again (store/scanmemo.py).
     """
     if settings.store.sessions_dir is None:
         return
-    for sk in cluster.api.list(cluster.crd("sessionkeys")):
-        if sk["metadata"]["name"] in busy:
-            continue
-        try:
-            sessionkey.update(settings, cluster, sk["metadata"]["name"], None)
-        except Exception as exc:  # one key's failure must not stop the others; the next cycle retries
-            log.warning("refreshing SessionKey %s failed: %s: %s", sk["metadata"]["name"], type(exc).__name__, exc)
+    for page in cluster.api.pages(cluster.crd("sessionkeys")):
+        for sk in page:
+            name = sk["metadata"]["name"]
+            if name in busy:
+                continue
+            try:
+                sessionkey.update(settings, cluster, name, None, listed=sk)
+            except Exception as exc:  # one key's failure must not stop the others; the next cycle retries
+                log.warning("refreshing SessionKey %s failed: %s: %s", name, type(exc).__name__, exc)
 
 
 def sweep(settings: OperatorSettings, cluster: Cluster) -> None:

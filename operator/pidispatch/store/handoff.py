@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.record import SessionReason as R
-from pidispatch.store import fsio
+from pidispatch.store import fsio, scanmemo
 
 LETTER = "letter.md"
 LEDGER = "ledger.md"
@@ -314,7 +314,12 @@ def remove(name: str, dir_fd: int) -> bool:
 
 
 def transcript_digest(dir_fd: int, name: str, expected_size: int) -> str | None:
-    """The sha256 of ``name`` when it is a regular file of ``expected_size`` bytes (checked before reading)."""
+    """The sha256 of ``name`` when it is a regular file of ``expected_size`` bytes (checked before reading).
+
+    Remembered per version of the file (store/scanmemo.py), so the ``Resumable`` refresh asking every few
+    minutes whether a letter still waits hashes each transcript once, not once per refresh. A digest is
+    remembered only when the read covered the judged size and nothing wrote to the file meanwhile.
+    """
     try:
         fd = os.open(name, fsio.READ_FLAGS, dir_fd=dir_fd)
     except OSError:
@@ -323,9 +328,16 @@ def transcript_digest(dir_fd: int, name: str, expected_size: int) -> str | None:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != expected_size or st.st_size > TRANSCRIPT_HASH_LIMIT:
             return None
-        digest = hashlib.sha256()
+        version = scanmemo.version_of(st)
+        known = scanmemo.MEMO.digest(version)
+        if known is not None:
+            return known.hex()
+        digest, read = hashlib.sha256(), 0
         while chunk := os.read(fd, 1 << 20):
             digest.update(chunk)
+            read += len(chunk)
+        if read == st.st_size and scanmemo.version_of(os.fstat(fd)) == version:
+            scanmemo.MEMO.put_digest(version, digest.digest())
         return digest.hexdigest()
     finally:
         os.close(fd)

@@ -45,16 +45,17 @@ def inspect_key(
     real = real and fsio.is_real_dir(o.key_dir_stat)
     transcript = o.transcript_stat if real and fsio.is_regular(o.transcript_stat) else None
     lock = fsio.lstat_or_none(os.path.join(key_dir, sidecars.LOCK)) if real else None
-    context = sidecars.read_context(key_dir) if real else None
+    # The sidecars the ladder read are the observation's cached reads (read now if a gate stopped before them).
+    context = o.context if real else None
     lock_age = None if lock is None else round(now - fsio.mtime_ms(lock))
     return {
         "key": key,
         "directory": real,
         "bytes": transcript.st_size if transcript is not None else None,
         "idleMs": round(now - fsio.mtime_ms(transcript)) if transcript is not None else None,
-        "venue": sidecars.read_venue(key_dir) if real else None,
+        "venue": o.venue_stamp if real else None,
         "piVersion": stamp,
-        "resumeChain": sidecars.read_chain(key_dir) if real else None,
+        "resumeChain": o.chain if real else None,
         "context": None if context is None else {"tokens": context[0], "window": context[1], "model": context[2]},
         "lock": None if lock_age is None else {
             "ageMs": lock_age, "state": "live" if lock_age <= LOCK_STALE_MS else "stale"},

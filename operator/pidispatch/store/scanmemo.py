@@ -12,15 +12,19 @@ scan) and the read covered the whole judged size.
 
 What uses it: the `SessionKey` status dry run after each promotion scans the new transcript once; the
 next job's stage of that transcript then copies it in the kernel without scanning it again, and the
-`Resumable` refresh timer does not re-read unchanged transcripts every few minutes. After an operator
-restart the memo is empty and every gate-12 answer is read from the bytes again.
+`Resumable` refresh timer does not re-read unchanged transcripts every few minutes. The same entry
+also remembers the transcript's sha256 once a waiting letter made someone hash it (store/handoff.py:
+a letter waits only beside the transcript it names), so the refresh does not hash it again either.
+After an operator restart the memo is empty and the first refresh reads every transcript once.
 
 Bounded (least recently used first out) so a store of many keys cannot grow the operator's memory
 without limit. A version is packed into 40 bytes, so an entry costs about 180 bytes (a tuple of five
-large integers cost 330): the bound of 65 536 versions is at most about 12 MB, and covers a
-`Resumable` refresh over 65 536 keys. Beyond that the refresh cycles through more keys than the memo
-holds, and least-recently-used eviction then misses every time: each refresh reads every transcript
-again, as it did before the memo existed.
+large integers cost 330), 250 with a digest: the bound of 131 072 versions is at most about 23 MiB
+(32 MiB if every key held a letter), and covers a `Resumable` refresh over 100 000 keys with room for
+the versions that promotions replace between two refreshes (the refresh touches every live version
+each cycle, so the replaced ones are the least recently used and go first). Beyond the bound the
+refresh cycles through more keys than the memo holds, and least-recently-used eviction then misses
+every time: each refresh reads every transcript again, as it did before the memo existed.
 """
 
 from __future__ import annotations
@@ -30,10 +34,13 @@ import struct
 import threading
 from collections import OrderedDict
 
-CAPACITY = 65_536
+CAPACITY = 131_072
 
 Version = bytes
 _VERSION = struct.Struct("<QQqqq")  # dev, ino, size, mtime_ns, ctime_ns
+# An entry is the gate-12 answer alone (the common case: no tuple allocated), or, once the version's
+# digest is known, the pair (answer or None, sha256 digest).
+_Entry = bool | tuple[bool | None, bytes]
 
 
 def pack(dev: int, ino: int, size: int, mtime_ns: int, ctime_ns: int) -> Version:
@@ -45,17 +52,19 @@ def version_of(st: os.stat_result) -> Version:
 
 
 class ScanMemo:
-    """Thread-safe bounded map from a transcript version to its gate-12 answer."""
+    """Thread-safe bounded map from a transcript version to its gate-12 answer (and its digest, once known)."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._answers: OrderedDict[Version, bool] = OrderedDict()
+        self._answers: OrderedDict[Version, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0  # answers used instead of a read (tests and the benchmark check which copy ran)
+        self.digest_hits = 0  # digests used instead of hashing the transcript
 
     def get(self, version: Version) -> bool | None:
         with self._lock:
-            answer = self._answers.get(version)
+            entry = self._answers.get(version)
+            answer = entry[0] if isinstance(entry, tuple) else entry
             if answer is None:
                 return None
             self._answers.move_to_end(version)
@@ -64,15 +73,35 @@ class ScanMemo:
 
     def put(self, version: Version, has_empty_compaction: bool) -> None:
         with self._lock:
-            self._answers[version] = has_empty_compaction
+            entry = self._answers.get(version)
+            self._store(version, (has_empty_compaction, entry[1]) if isinstance(entry, tuple) else has_empty_compaction)
+
+    def digest(self, version: Version) -> bytes | None:
+        """The sha256 digest of this version's bytes, when it was hashed before."""
+        with self._lock:
+            entry = self._answers.get(version)
+            if not isinstance(entry, tuple):
+                return None
             self._answers.move_to_end(version)
-            while len(self._answers) > self.capacity:
-                self._answers.popitem(last=False)
+            self.digest_hits += 1
+            return entry[1]
+
+    def put_digest(self, version: Version, digest: bytes) -> None:
+        with self._lock:
+            entry = self._answers.get(version)
+            self._store(version, (entry[0] if isinstance(entry, tuple) else entry, digest))
+
+    def _store(self, version: Version, entry: _Entry) -> None:
+        self._answers[version] = entry
+        self._answers.move_to_end(version)
+        while len(self._answers) > self.capacity:
+            self._answers.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
             self._answers.clear()
             self.hits = 0
+            self.digest_hits = 0
 
     def __len__(self) -> int:
         return len(self._answers)
