@@ -125,7 +125,8 @@ def unstarted(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: in
 
 def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], host: HostRecord | None,
                done: Completion) -> None:
-    """Write a Job's end: its SessionKey first, then its terminal status, the token metrics and an Event."""
+    """Write a Job's end: its SessionKey first, then its terminal status, the token metrics, and an Event when
+    something needs a person (a promotion that did not happen, a deadline, a Pod that never started, OOM)."""
     name = job["metadata"]["name"]
     if host is not None and not done.forgotten:
         # Before the Job's terminal status: a Job that reads terminal never comes back here, and
@@ -150,13 +151,15 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
     total = done.report.tokens.get("total")
     if total is not None:
         metrics.TOKENS.labels("resumed" if (done.ended.session or {}).get("resumed") else "cold").inc(total)
-    if done.promotion is not None:
-        promoted = done.promotion.promoted
-        cluster.event(job, "Normal" if promoted else "Warning", "Promoted" if promoted else "NotPromoted",
-                      f"Transcript promoted ({done.promotion.bytes} bytes)." if promoted else
+    # A promotion is the routine end: the Job's Completed condition and the SessionKey's lastPromotedAt say so,
+    # and an Event for it would be one more API write per job (issue 18: at most 6, a queued job included).
+    # A promotion that did not happen is worth a person's attention, so it still gets its Warning.
+    if done.promotion is not None and not done.promotion.promoted:
+        cluster.event(job, "Warning", "NotPromoted",
                       "Transcript not promoted: the conversation was forgotten while the job ran."
                       if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
-    elif done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted", "OOMKilled"):
+    elif done.promotion is None and done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted",
+                                                                    "OOMKilled"):
         cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
 
 
