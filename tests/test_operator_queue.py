@@ -259,13 +259,29 @@ def test_a_failing_start_backs_off_without_holding_the_queue(api: MemoryApi, clo
 def test_the_happy_path_writes_nothing_more_than_before(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
     """Issue 7's budget: a job that starts at once costs the Pod create, Running and its end (no retry write)."""
     c = controller(api, clock, tmp_path)
-    c.on_job("ADDED", new_job(api, "plain"))
+    job = new_job(api, "plain")
     before = len(api.writes)
+    c.on_job("ADDED", job)  # a free slot: started in the handler's own thread
     pump(c)
     end_pod(api, c, api.pods()[0])
     ours = [w for w in api.writes[before:] if not w[1].endswith(f"/pods/{api.pods()[0]['metadata']['name']}/status")]
     assert ours == [("POST", f"{PODS}/{api.pods()[0]['metadata']['name']}"),
                     ("PATCH", f"{JOBS}/plain/status"), ("PATCH", f"{JOBS}/plain/status")]
+
+
+def test_a_job_with_a_free_slot_gets_its_pod_in_the_handlers_thread_and_one_without_waits(
+        api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    """Issue 18's latency: the watch event's own call creates the Pod (no hand-off to the pump thread, whose
+    loop is never run here); a Job that finds every slot taken only waits, and the pump starts it later."""
+    c = controller(api, clock, tmp_path)
+    c.on_job("ADDED", new_job(api, "first", issue=1))
+    assert [p["metadata"]["name"] for p in api.pods()] == ["pij-first"]
+    assert phase(api, "first") == "Running"
+    c.on_job("ADDED", new_job(api, "second", issue=2))
+    assert [p["metadata"]["name"] for p in api.pods()] == ["pij-first"]
+    end_pod(api, c, api.pods()[0])
+    pump(c)
+    assert sorted(p["metadata"]["name"] for p in api.pods()) == ["pij-first", "pij-second"]
 
 
 # ---- 2. a Job deleted and re-created under its name ---------------------------------------------------

@@ -3,7 +3,7 @@
 It holds no decisions of its own. For one delivery it goes, top to bottom:
 
 1. ``on_job`` → :meth:`admit` (``admit.py``: refusals before any spend, their comment) → the FIFO queue;
-2. the pump → :meth:`start_job` in a free slot → ``start.launch`` (token, key, stage, Pod) → ``Running``;
+2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's) → ``start.launch`` → ``Running``;
 3. ``on_pod`` → :meth:`complete` (``complete.py``: promote at most once, merge the record) →
    ``sessionkey.update`` → the Job's terminal status → slot and staging freed;
 4. the timers (``timers.py``): resync, ``Resumable`` refresh, reaper and staging sweep.
@@ -92,8 +92,7 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
 
     def _current_uid(self, name: str) -> str | None:
-        current = self.cluster.job(name)
-        return None if current is None else current["metadata"].get("uid")
+        return ((self.cluster.job(name) or {}).get("metadata") or {}).get("uid")
 
     def _lock(self, job: str) -> AbstractContextManager[None]:
         return self._locks.hold(job)
@@ -175,8 +174,10 @@ class Dispatcher:
                 self._wake.set()
         elif phase == "Running":
             self.slots.hold(name)
+        elif self.admit(job) and self.slots.free:
+            self._guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off before the Pod
         else:
-            self.admit(job)
+            self._wake.set()
 
     def on_pod(self, pod: dict[str, Any]) -> None:
         # The Job's name from the owner reference: the label holds a short form when the name is long.
@@ -207,21 +208,19 @@ class Dispatcher:
     def on_trigger_deleted(self, name: str) -> None:
         self.triggers.forget(name)
 
-    def _trigger(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        return self.triggers.of(job)
-
     # ---- 1. admit ----------------------------------------------------------------------------------
 
-    def admit(self, job: dict[str, Any]) -> None:
+    def admit(self, job: dict[str, Any]) -> bool:
+        """Refuse ``job`` or put it in line: True when it waits for a slot (the caller starts it or wakes the pump)."""
         name = job["metadata"]["name"]
         with self._lock(name):
             if not self.table.claim(name, job["metadata"].get("uid")):
-                return  # a listed body of a Job the watch has since seen replaced or deleted
-            refused = refusal(name, job["spec"], self._trigger(job), self.store)
+                return False  # a listed body of a Job the watch has since seen replaced or deleted
+            refused = refusal(name, job["spec"], self.triggers.of(job), self.store)
             if refused is not None:
                 self._refuse(job, refused)
                 self._comment_refusal_locked(name)
-                return
+                return False
             self._order[name] = arrival(job)
             self.slots.enqueue(name, self._order[name])
             place = self.slots.position(name)
@@ -230,7 +229,7 @@ class Dispatcher:
                 # gets a slot within QUEUED_AFTER_SECONDS goes straight to Running, one write fewer.
                 self._unmarked.setdefault(name, (self._monotonic(), self.cluster.clock()))
                 self._mark.set()
-        self._wake.set()
+        return True
 
     def _next_mark_in(self) -> float:
         due = [since + QUEUED_AFTER_SECONDS for since, _ in list(self._unmarked.values())]
@@ -340,7 +339,7 @@ class Dispatcher:
         if _phase(job) in TERMINAL_PHASES:
             self.slots.release(name)
             return
-        trigger = self._trigger(job)
+        trigger = self.triggers.of(job)
         refused = refusal(name, job["spec"], trigger, self.store)
         if refused is not None or trigger is None:
             if watched:
@@ -480,6 +479,7 @@ class Dispatcher:
                 self._guarded(self.admit, job)
             elif comment_pending(job):
                 self._guarded(self.comment_refusal, name)
+        self._wake.set()  # for what it put in line
         self._gauges()
 
     def refresh_sessionkeys(self) -> None:
