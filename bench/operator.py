@@ -19,6 +19,9 @@ c. **Burst.** 500 ``batch/v1`` Jobs held to 8 unfinished at a time by this scrip
    at once with ``maxConcurrentJobs`` 8 (then 500 bare Pods, 8 at a time, as context): none lost, all
    terminal, time to drain. The operator's peak RSS is VmHWM from /proc/<pid>/status of the ``pidispatch
    operator`` process (the test kubelet runs Pods as local processes: ``containerID: local://<pid>``).
+d. **Store system calls per job** (run before c): ``strace -f -c`` on the operator process while K Jobs run
+   one at a time on new keys, then K on the same keys (resumed): fsyncs, renames, copies per job, for the
+   fleet model in docs/benchmarks.md.
 
     .venv/bin/python bench/operator.py                   # full: 30 triples, K=20, bursts of 500
     .venv/bin/python bench/operator.py --quick           # smoke: 6 triples, K=5, bursts of 40
@@ -433,6 +436,56 @@ else:
     def jobs_phase(release: Release, name: str) -> str:
         return (release.get("jobs", name).get("status") or {}).get("phase", "?")
 
+    # ---- d. store operations per job --------------------------------------------------------------------
+
+    STORE_CALLS = ("fsync", "fdatasync", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "unlink",
+                   "unlinkat", "openat", "copy_file_range", "sendfile", "read", "pread64", "write", "pwrite64")
+
+    def traced(pid: int, run: Any) -> dict[str, int]:
+        """System calls of the operator process (every thread) while ``run()`` runs, counted by ``strace -c``."""
+        import signal
+        import subprocess
+
+        out = Path(tempfile.mkdtemp(prefix="pidispatch-strace-")) / "counts"
+        tracer = subprocess.Popen(["strace", "-f", "-c", "-U", "name,calls", "-o", str(out),
+                                   "-e", "trace=" + ",".join(STORE_CALLS), "-p", str(pid)],
+                                  stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # strace attaches to every thread
+        try:
+            run()
+        finally:
+            tracer.send_signal(signal.SIGINT)
+            tracer.wait(60)
+        counts: dict[str, int] = {}
+        for line in out.read_text().splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+        shutil.rmtree(out.parent, ignore_errors=True)
+        return counts
+
+    def bench_store_ops(sides: Sides, pid: int, k: int, issues: collections.abc.Iterator[int]) -> dict:
+        """K first deliveries on new keys (cold, then promoted), then K second deliveries on the same keys
+        (resumed, then promoted), one at a time, each side counted by ``strace -c`` on the operator process."""
+        release, jobs = sides.release, sides.jobs
+        keys = [next(issues) for _ in range(k)]
+
+        def deliveries(prefix: str) -> Any:
+            def run() -> None:
+                for issue in keys:
+                    name = f"{prefix}-{issue}"
+                    release.job(name, issue=issue)
+                    jobs.wait(f"Job {name} terminal", lambda name=name: name in jobs.done, 120)
+                time.sleep(1.0)  # the last job's end (SessionKey status, staging removed)
+            return run
+
+        progress(f"  d. {k} cold deliveries on new keys, then {k} resumed ones on the same keys, under strace -c")
+        cold = traced(pid, deliveries("sc"))
+        resumed = traced(pid, deliveries("sr"))
+        sessions = [((release.get("jobs", f"sr-{i}").get("status") or {}).get("session") or {}).get("reason")
+                    for i in keys]
+        return {"k": k, "cold": cold, "resumed": resumed, "reasons": collections.Counter(sessions)}
+
     # ---- c. burst --------------------------------------------------------------------------------------
 
     def bench_burst_jobs(
@@ -568,14 +621,36 @@ else:
     # ---- report ----------------------------------------------------------------------------------------
 
     def report(args: argparse.Namespace, info: dict, lat: dict | None, wr: dict | None, bursts: dict | None,
-               rss: dict, load_end: str) -> str:
+               rss: dict, load_end: str, ops: dict | None = None) -> str:
         cmd = ".venv/bin/python bench/operator.py" + (" --quick" if args.quick else "")
         out = [f"Run: {info['date']} (commit `{info['commit']}`) — `{cmd}`", "",
                machine_line(info) + f" At the end: {load_end}.", ""]
         out += ["#### a. Job → Pod latency", "", "(not run)", ""] if lat is None else report_latency(lat)
         out += ["#### b. API writes per job", "", "(not run)", ""] if wr is None else report_writes(wr)
         out += ["#### c. Burst", "", "(not run)", ""] if bursts is None else report_burst(bursts, rss)
+        out += [] if ops is None else report_store_ops(ops)
         return "\n".join(out)
+
+    def report_store_ops(ops: dict) -> list[str]:
+        k = ops["k"]
+        rows = []
+        for call in STORE_CALLS:
+            c, r = ops["cold"].get(call, 0), ops["resumed"].get(call, 0)
+            if c or r:
+                rows.append(f"| `{call}` | {c / k:.1f} | {r / k:.1f} |")
+        return [
+            "#### d. Store system calls per job",
+            "",
+            f"`strace -f -c` on the operator process (all threads), {k} Jobs one at a time on new keys (cold, "
+            f"promoted), then {k} on the same keys ({dict(ops['reasons'])}, promoted). The operator's whole process: "
+            "the store, the staging directory, its logs and its HTTP connections alike (`read`/`write` include the "
+            "sockets).",
+            "",
+            "| system call | per cold Job (new key) | per resumed Job |",
+            "|---|---|---|",
+            *rows,
+            "",
+        ]
 
     def report_latency(lat: dict) -> list[str]:
         ours, batch, bare = (spread(lat[x])[1] for x in ("job", "batch", "bare"))
@@ -729,7 +804,7 @@ else:
         parser.add_argument("--curve", help="write the burst drain curves (seconds, jobs finished) as CSV here")
         parser.add_argument("--svg", help="write the burst drain curves as an SVG here (e.g. docs/bench-drain.svg)")
         parser.add_argument("--from-csv", help=argparse.SUPPRESS)
-        parser.add_argument("--only", default="abc", help="which parts to run (default abc)")
+        parser.add_argument("--only", default="abdc", help="which parts to run (default abdc: d runs before c)")
         parser.add_argument("--no-bare-burst", action="store_true", help="skip the bare-Pod burst (context only)")
         args = parser.parse_args(argv)
         if args.from_csv and args.svg:  # redraw the picture from a saved --curve file
@@ -787,6 +862,9 @@ else:
                 lat = bench_latency(sides, pairs, issues)
             if "b" in args.only:
                 wr = bench_writes(sides, k, issues)
+            ops = None
+            if "d" in args.only:
+                ops = bench_store_ops(sides, pid, k, issues)
             if "c" in args.only:
                 progress("c. clearing the baselines' Pods from the kubelet before the bursts")
                 clear_namespace(kube, batch_ns, batch=True)
@@ -813,7 +891,7 @@ else:
                 if args.svg:
                     Path(args.svg).write_text(
                         drain_svg({CURVE_LABELS[side]: run["curve"] for side, run in bursts.items()}, n, CAP))
-            print(report(args, info, lat, wr, bursts, rss, load_average()))
+            print(report(args, info, lat, wr, bursts, rss, load_average(), ops))
             for w in watches:
                 w.stopped.set()
         finally:
