@@ -863,7 +863,9 @@ else:
             if "b" in args.only:
                 wr = bench_writes(sides, k, issues)
             ops = None
-            if "d" in args.only:
+            if "d" in args.only and shutil.which("strace") is None:
+                progress("d. skipped: strace is not installed (Debian's strace package)")
+            elif "d" in args.only:
                 ops = bench_store_ops(sides, pid, k, issues)
             if "c" in args.only:
                 progress("c. clearing the baselines' Pods from the kubelet before the bursts")
