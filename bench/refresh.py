@@ -320,7 +320,7 @@ def report(info: dict[str, str], args: argparse.Namespace, seeding: dict[str, fl
            f"{fmt_seconds(seeding['status'])} ({n / seeding['status']:,.0f}/s, {args.threads} threads).", "",
            "| Cycle | wall time | CPU (user + sys) | per key | transcripts read | header bytes (gate 11) | "
            "body bytes (gate 12) | "
-           "digest bytes (letters) | rchar (all reads, sockets too) | SessionKey requests | VmHWM after | "
+           "digest bytes (letters) | rchar (all reads, sockets too) | SessionKey requests | VmHWM before → after | "
            "memo entries | load at start |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cycles:
@@ -332,7 +332,7 @@ def report(info: dict[str, str], args: argparse.Namespace, seeding: dict[str, fl
             f"{b.get('header (pread)', 0):,} | {b.get('body scan (preadv)', 0):,} | {b.get('digest (read)', 0):,} | "
             f"{c['rchar'] / 1024 / 1024:,.1f} MiB | "
             + ", ".join(f"{k}: {v:,}" for k, v in c["requests"].items())
-            + f" | {mib(c['hwm'])} | {c['memo']:,} | {c['load']} |")
+            + f" | {mib(c['hwm_before'])} → {mib(c['hwm'])} | {c['memo']:,} | {c['load']} |")
     changed = next(c for c in cycles if c["cycle"] == "changed")
     writes = sum(v for k, v in changed["requests"].items() if not k.startswith(("LIST", "GET", "WATCH")))
     want = changed["promoted"] + changed["expired"]
