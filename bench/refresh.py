@@ -304,6 +304,13 @@ def worker(args: argparse.Namespace) -> None:
     cycle("changed")
     results[-1]["promoted"], results[-1]["expired"] = len(promoted), len(expired)
     cycle("warm after")
+    # What the refresh held before it read a page at a time: every SessionKey at once (Api.list).
+    hwm0, t0 = proc_status("self", "VmHWM"), time.perf_counter()
+    whole = api.list(cluster.crd("sessionkeys"))
+    results[-1]["whole_list"] = {"items": len(whole), "seconds": time.perf_counter() - t0, "hwm_before": hwm0,
+                                 "hwm_after": proc_status("self", "VmHWM")}
+    del whole
+    progress(f"  one whole LIST, as the refresh did before: {results[-1]['whole_list']}")
     print(json.dumps(results))
 
 
@@ -338,6 +345,11 @@ def report(info: dict[str, str], args: argparse.Namespace, seeding: dict[str, fl
     want = changed["promoted"] + changed["expired"]
     out += ["", f"Changed cycle: {changed['promoted']} transcripts promoted anew and {changed['expired']} aged past "
             f"the TTL; writes {writes} (want exactly {want}: **{'met' if writes == want else 'missed'}**)."]
+    whole = cycles[-1].get("whole_list")
+    if whole:
+        out += ["", f"For comparison, the whole list at once (`Api.list`, what the refresh held before it read a page "
+                f"at a time): {whole['items']:,} SessionKeys in {fmt_seconds(whole['seconds'])}, VmHWM "
+                f"{mib(whole['hwm_before'])} → {mib(whole['hwm_after'])}."]
     return "\n".join(out)
 
 
