@@ -164,6 +164,22 @@ def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch, plan
     assert not (store.root / "nowhere").exists()
 
 
+@pytest.mark.parametrize("plant", PLANTS)
+def test_planted_lock_candidate_name_is_cleared(store: Store, monkeypatch, plant: str) -> None:
+    """Whatever sits at the lock's candidate name (a crashed attempt's, or planted) is removed, never followed."""
+    import pidispatch.store.promote as promote_module
+
+    store.put(OLD)
+    planted = store.key_dir() / "lock.1.1.aaaaaaaaaaaa.incoming"
+    victim = plant_at(planted, plant, store)
+    monkeypatch.setattr(promote_module, "candidate_name", lambda: planted.name)
+    assert land(store).promoted
+    assert canonical(store) == NEW
+    assert not os.path.lexists(planted) and not os.path.lexists(store.key_dir() / "lock")
+    assert victim.read_text() == "do not touch"
+    assert not (store.root / "nowhere").exists()
+
+
 def test_temp_names_are_random_per_writer() -> None:
     from pidispatch.store.promote import temp_name
 

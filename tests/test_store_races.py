@@ -165,6 +165,78 @@ def test_sidecar_rewrite_during_copy_does_not_disturb_a_resume(store: Store, cop
     assert (reason, staged) == ("resumed", A)
 
 
+# A transcript of one block (4 KiB at most): gate 12 reads the bytes the header gate read (the same
+# descriptor, from offset 0) instead of reading them again. The checks after the copy still hold.
+
+ONE_BLOCK = A
+assert len(ONE_BLOCK) <= 4096 < len(BIG)
+
+
+def after_the_header_read(monkeypatch: pytest.MonkeyPatch, action: Callable[[], None]) -> list[bool]:
+    """Run ``action`` once, right after the first ``pread`` from offset 0 (the header gate's)."""
+    scanmemo.MEMO.clear()
+    fired: list[bool] = []
+    real = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        block = real(fd, length, offset)
+        if offset == 0 and not fired:
+            fired.append(True)
+            action()
+        return block
+
+    monkeypatch.setattr(os, "pread", pread)
+    return fired
+
+
+@pytest.mark.parametrize("content, reads", [(ONE_BLOCK, 0), (BIG, 3)], ids=["one block", "three chunks"])
+def test_a_one_block_transcript_is_read_once(store: Store, monkeypatch: pytest.MonkeyPatch, content: bytes,
+                                             reads: int) -> None:
+    scanmemo.MEMO.clear()
+    store.put(content)
+    calls: list[int] = []
+    real = os.preadv
+
+    def preadv(fd: int, buffers: list[bytearray], offset: int) -> int:
+        calls.append(offset)
+        return real(fd, buffers, offset)
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    stage = store.stage()
+    result = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL, clock=NOW_MS)
+    assert result is not None and result.verdict.reason == "resumed"
+    assert (stage / "current.jsonl").read_bytes() == content
+    assert len(calls) == reads, "a one-block transcript is read by the header gate only"
+
+
+def test_an_append_right_after_the_header_read_of_one_block_is_transcript_replaced(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.put(ONE_BLOCK)
+
+    def append() -> None:
+        with open(store.key_dir() / "current.jsonl", "ab") as f:
+            f.write(b'{"type":"label"}\n')
+
+    fired = after_the_header_read(monkeypatch, append)
+    stage = store.stage()
+    result = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL, clock=NOW_MS)
+    assert fired and result is not None
+    assert (result.verdict.reason, (stage / "current.jsonl").read_bytes()) == ("transcript-replaced", b"")
+    assert len(scanmemo.MEMO) == 0, "an answer for bytes that changed under the read is not remembered"
+
+
+def test_a_truncation_right_after_the_header_read_of_one_block_is_transcript_replaced(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.put(ONE_BLOCK)
+    fired = after_the_header_read(monkeypatch, lambda: os.truncate(store.key_dir() / "current.jsonl", 10))
+    stage = store.stage()
+    result = resolve(store.settings, KEY, str(stage), pi_version=PI, model=MODEL, clock=NOW_MS)
+    assert fired and result is not None
+    assert (result.verdict.reason, (stage / "current.jsonl").read_bytes()) == ("transcript-replaced", b"")
+
+
 # Promotion: swaps between the lock and the rename, and right after the rename.
 
 def promote_with(store: Store, seams: At) -> str:

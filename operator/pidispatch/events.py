@@ -29,10 +29,25 @@ class _JsonLine:
 
 
 def emit(event: str, **fields: Any) -> None:
-    """Log one event as a JSON line (``{"event": ..., **fields}``)."""
-    if logger.isEnabledFor(logging.INFO):
+    """Log one event as a JSON line (``{"event": ..., **fields}``).
+
+    Nothing is built when nothing would receive it: with no handler on the way to the root, ``logging``
+    drops an INFO record (its last-resort handler takes warnings and above), after building it in full
+    (caller lookup, pid, thread, time). The operator and the CLI configure handlers, so there every
+    event is built and written as before; a process that logs nowhere no longer pays for it.
+    """
+    if logger.isEnabledFor(logging.INFO) and _received():
         payload = {"event": event, **fields}
         logger.info("%s", _JsonLine(payload), extra={"fields": payload})
+
+
+def _received() -> bool:
+    """Whether an INFO record of :data:`logger` would reach a handler (or a filter of its own)."""
+    if logger.filters or logger.hasHandlers():
+        return True
+    last = logging.lastResort
+    # No handler anywhere: logging offers the record to its last resort, or warns once when there is none.
+    return last is None or logging.INFO >= last.level
 
 
 def log_to_stderr(level: int = logging.INFO) -> None:

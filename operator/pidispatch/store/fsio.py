@@ -31,6 +31,10 @@ class Identity(NamedTuple):
     def of(cls, st: os.stat_result) -> Identity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
+    def matches(self, st: os.stat_result) -> bool:
+        """``Identity.of(st) == self``, without building the second identity (a stage compares two)."""
+        return self == (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
 
 def now_ms() -> float:
     """The wall clock in milliseconds (float), the unit every store timestamp is compared in."""
@@ -73,6 +77,21 @@ def clear_name(name: str, dir_fd: int) -> None:
         if exc.errno not in (errno.EISDIR, errno.EPERM):
             raise
         shutil.rmtree(name, dir_fd=dir_fd)
+
+
+def create_exclusive(name: str, dir_fd: int, mode: int = 0o600) -> int:
+    """Create ``name`` in ``dir_fd`` afresh, never through a link, and return its descriptor for writing.
+
+    Whatever is already at ``name`` (a leftover of a crash, a planted link or FIFO, a directory) is
+    removed first, as :func:`clear_name` does. The exclusive create is tried before that because it
+    refuses every such shape (``EEXIST``) without opening it: the usual case is then one call, not an
+    unlink that finds nothing followed by the create.
+    """
+    try:
+        return os.open(name, CREATE_FLAGS, mode, dir_fd=dir_fd)
+    except FileExistsError:
+        clear_name(name, dir_fd)
+        return os.open(name, CREATE_FLAGS, mode, dir_fd=dir_fd)
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:

@@ -15,7 +15,8 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
+from typing import Any, Generic, TypeVar
 
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
@@ -36,8 +37,14 @@ class Delivery:
     model_id: str | None
 
 
+@lru_cache(maxsize=256)
 def make_delivery(venue: str | None, pi_version: str | None, model: str | None) -> Delivery:
-    """A delivery's venue, pi version and model as the gates and the stamps compare them."""
+    """A delivery's venue, pi version and model as the gates and the stamps compare them.
+
+    Cached: an operator's deliveries repeat a handful of (venue, pi, model) triples, a delivery is
+    immutable, and normalising one (a regular expression, a frozen dataclass) was a measurable part
+    of a 1 KiB stage (docs/benchmarks.md).
+    """
     return Delivery(normalise_venue(venue), pi_version, sidecars.normalise_model_id(model))
 
 
@@ -46,6 +53,31 @@ def normalise_venue(venue: str | None) -> str | None:
     if not isinstance(venue, str) or not venue or "(" in venue or ")" in venue:
         return None
     return venue
+
+
+_T = TypeVar("_T")
+
+
+class cached_read(Generic[_T]):
+    """``functools.cached_property`` without its per-class lock (Python 3.11 takes an ``RLock`` on every
+    first access; 3.12 dropped it). An observation belongs to one call on one thread, and a stage makes
+    about ten first accesses, so the lock was a measurable part of a 1 KiB stage (docs/benchmarks.md).
+    Computed on first access and stored in the instance, which then shadows this descriptor.
+    """
+
+    def __init__(self, read: Callable[[Any], _T]) -> None:
+        self.read = read
+        self.name = read.__name__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> _T:
+        if instance is None:
+            return self  # type: ignore[return-value]  # looked up on the class (introspection)
+        value: _T = self.read(instance)
+        instance.__dict__[self.name] = value
+        return value
 
 
 class Observation:
@@ -71,39 +103,42 @@ class Observation:
         self.now_ms = now_ms
         self.fd: int | None = None
         self.fd_stat: os.stat_result | None = None  # the open transcript's fstat (its version: scanmemo.py)
+        # The header gate's first read through ``fd`` (from offset 0). When it holds the whole judged
+        # size, gate 12's body read uses these bytes instead of reading them again (resolve.read_judged).
+        self.first_block: bytes | None = None
         self._read_body = read_body
 
-    @cached_property
+    @cached_read
     def key_dir_stat(self) -> os.stat_result | None:
         return fsio.lstat_or_none(self.key_dir)
 
-    @cached_property
+    @cached_read
     def pinned_dir(self) -> tuple[int, int] | None:
         st = self.key_dir_stat
         return (st.st_dev, st.st_ino) if fsio.is_real_dir(st) else None  # type: ignore[union-attr]
 
-    @cached_property
+    @cached_read
     def transcript_stat(self) -> os.stat_result | None:
         return fsio.lstat_or_none(self.transcript_path)
 
-    @property
+    @cached_read
     def judged_identity(self) -> fsio.Identity:
         assert self.transcript_stat is not None
         return fsio.Identity.of(self.transcript_stat)
 
-    @cached_property
+    @cached_read
     def venue_stamp(self) -> str | None:
         return sidecars.read_venue(self.key_dir)
 
-    @cached_property
+    @cached_read
     def pi_version_stamp(self) -> str | None:
         return sidecars.read_sidecar(self.key_dir, sidecars.PI_VERSION)
 
-    @cached_property
+    @cached_read
     def chain(self) -> int:
         return sidecars.read_chain(self.key_dir)
 
-    @cached_property
+    @cached_read
     def context(self) -> tuple[int, int, str | None] | None:
         return sidecars.read_context(self.key_dir)
 
@@ -114,19 +149,25 @@ class Observation:
         except OSError:
             return False
         self.fd_stat = os.fstat(self.fd)
-        return fsio.Identity.of(self.fd_stat) == self.judged_identity
+        return self.judged_identity.matches(self.fd_stat)
 
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
 
-    @cached_property
+    @cached_read
     def header_line(self) -> bytes | None:
         assert self.fd is not None, "content gates need open_transcript() first"
-        return read_first_line(self.fd, self.judged_identity.size)
+        return read_first_line(self.fd, self.judged_identity.size, pread=self._pread_keeping_first_block)
 
-    @cached_property
+    def _pread_keeping_first_block(self, fd: int, length: int, offset: int) -> bytes:
+        block = os.pread(fd, length, offset)
+        if offset == 0:
+            self.first_block = block
+        return block
+
+    @cached_read
     def body_has_empty_compaction(self) -> bool:
         assert self._read_body is not None
         # None means the body could not be read as judged; the identity re-check names that.

@@ -45,8 +45,7 @@ def take_lock(dir_fd: int, key: str, clock: Callable[[], float], candidate: str)
     open for writing while the lock is held, so the kernel refuses to remount the store read-only
     (EBUSY) under a promotion.
     """
-    fsio.clear_name(candidate, dir_fd)
-    fd = os.open(candidate, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    fd = fsio.create_exclusive(candidate, dir_fd)
     try:
         taken = _link_lock(dir_fd, key, clock, candidate)
     except BaseException:

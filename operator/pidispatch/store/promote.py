@@ -233,7 +233,6 @@ def _swap_in(
     2 does the work itself. The price: if fsync(temp) fails, the key is left ``(pending)`` and
     cold-starts once, instead of resuming the old transcript.
     """
-    fsio.clear_name(temp, dir_fd)
     try:
         size, temp_fd = _copy_staged(settings, staged_path, temp, dir_fd, seams)
         try:
@@ -277,7 +276,7 @@ def _copy_staged(
     try:
         st = os.fstat(src)
         _check_staged(settings, st)  # the agent may have swapped it since the lstat
-        dst = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+        dst = fsio.create_exclusive(temp, dir_fd)  # a leftover of a crashed attempt with these names is removed
         try:
             seams.at("temp-created")
             _copy_bytes(src, dst, st.st_size, seams)

@@ -97,11 +97,16 @@ def _create_staged_file(stage_dir: str) -> int:
     """Create ``stage_dir`` (0700) if needed and a fresh, empty ``current.jsonl`` in it; return its fd.
 
     A staging directory can be reused (a re-stage after an operator restart), and a job Pod may have
-    written into it, so whatever is at the staged name is removed first and the file is created
-    exclusively without following links: a FIFO planted there would otherwise block the open
-    forever, a link would redirect the copy.
+    written into it, so whatever is at the staged name is removed and the file is created
+    exclusively without following links (``fsio.create_exclusive``): a FIFO planted there would
+    otherwise block the open forever, a link would redirect the copy.
     """
-    os.makedirs(stage_dir, mode=0o700, exist_ok=True)
+    try:
+        os.mkdir(stage_dir, 0o700)
+    except FileExistsError:
+        pass  # a re-stage, or JobDir.prepare made it: judged below, through a descriptor that refuses links
+    except FileNotFoundError:
+        os.makedirs(stage_dir, mode=0o700, exist_ok=True)
     try:
         dir_fd = os.open(stage_dir, fsio.DIR_FLAGS)
     except OSError as exc:
@@ -109,8 +114,7 @@ def _create_staged_file(stage_dir: str) -> int:
             raise NotADirectoryError(f"staging path is not a real directory: {stage_dir}") from exc
         raise
     try:
-        fsio.clear_name(sidecars.TRANSCRIPT, dir_fd)
-        return os.open(sidecars.TRANSCRIPT, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+        return fsio.create_exclusive(sidecars.TRANSCRIPT, dir_fd)
     finally:
         os.close(dir_fd)
 
@@ -119,6 +123,7 @@ def _judge_and_copy(o: Observation, copy: _StagedCopy, seams: Seams) -> str | No
     """The ladder (gate 12's read is ``copy``: it stages the body as it scans it), then the re-checks."""
     reason = judge(o, seams)
     if reason is not None:
+        copy.remember(o)
         return reason
     seams.at("copied")
     return _recheck(o, copy)
@@ -128,25 +133,34 @@ def _recheck(o: Observation, copy: _StagedCopy) -> str | None:
     """Re-checks after the copy, in the spec's order (§3.4 step 4)."""
     assert o.pinned_dir is not None and o.fd is not None
     if not fsio.same_dir(fsio.lstat_or_none(o.key_dir), o.pinned_dir):
+        copy.remember(o)
         return R.KEY_NOT_A_DIRECTORY
     if sidecars.read_venue(o.key_dir) != o.delivery.venue:
+        copy.remember(o)
         return R.VENUE_CHANGED
     # The descriptor, not the path: a rename over the path after the open still staged the judged
     # bytes, while an in-place write during the copy changes size or mtime here.
-    if not copy.complete or fsio.Identity.of(os.fstat(o.fd)) != o.judged_identity:
+    st = os.fstat(o.fd)
+    copy.remember(o, st)
+    if not copy.complete or not o.judged_identity.matches(st):
         return R.TRANSCRIPT_REPLACED
     return None
 
 
-def read_judged(o: Observation, sink: Callable[[bytearray], None]) -> bool:
+def read_judged(o: Observation, sink: Callable[[bytes | bytearray], None]) -> bool:
     """Feed exactly the judged bytes of the open transcript to ``sink``, in chunks of up to ``CHUNK``.
 
     ``False`` when the file shrank or grew under us: never more than the judged size is read. The
     chunks are read into one reused buffer (the only copy of the bytes in user space), so ``sink``
-    must use a chunk before returning and keep no reference to it.
+    must use a chunk before returning and keep no reference to it. A transcript the header gate
+    already read whole (one block, 4 KiB at most: ``Observation.first_block``) is fed from those
+    bytes, read through the same descriptor from offset 0, instead of being read a second time.
     """
     assert o.fd is not None
     size, offset = o.judged_identity.size, 0
+    if o.first_block is not None and len(o.first_block) == size:
+        sink(o.first_block)
+        return not os.pread(o.fd, 1, size)
     buffer = bytearray(min(CHUNK, size))
     while offset < size:
         want = min(CHUNK, size - offset)
@@ -167,6 +181,9 @@ class _StagedCopy:
         self.staged_fd = staged_fd
         self.seams = seams
         self.complete = False
+        # Gate 12's answer for the version read, until ``remember`` records it (once the ladder and the
+        # re-checks are done with the descriptor: the identity re-check's ``fstat`` then serves both).
+        self._answer: tuple[scanmemo.Version, bool] | None = None
 
     def run(self, o: Observation) -> bool:
         assert o.fd_stat is not None
@@ -181,15 +198,25 @@ class _StagedCopy:
             self.complete = self._overlapped(o, scanner)
         else:
 
-            def copy(chunk: bytearray) -> None:
+            def copy(chunk: bytes | bytearray) -> None:
                 scanner.feed(chunk)
                 self._write_chunk(chunk)
 
             self.complete = read_judged(o, copy)
         found = self.complete and scanner.finish()
         if self.complete:
-            _remember(o, version, found)
+            self._answer = (version, found)
         return found
+
+    def remember(self, o: Observation, st: os.stat_result | None = None) -> None:
+        """Record the answer of a whole read if the file is still the version that was read.
+
+        ``st``: the descriptor's ``fstat``, when the caller has just taken one after the read.
+        """
+        if self._answer is not None:
+            version, found = self._answer
+            self._answer = None
+            _remember(o, version, found, st)
 
     def _kernel_copy(self, o: Observation) -> bool:
         """Exactly the judged bytes from the judged descriptor to the staged file, by ``sendfile``.
@@ -211,7 +238,7 @@ class _StagedCopy:
             self.seams.at("copy-chunk")
         return not os.pread(o.fd, 1, offset)
 
-    def _write_chunk(self, chunk: bytearray) -> None:
+    def _write_chunk(self, chunk: bytes | bytearray) -> None:
         fsio.write_all(self.staged_fd, chunk)
         self.seams.at("copy-chunk")
 
@@ -248,10 +275,13 @@ class _StagedCopy:
         return not os.pread(o.fd, 1, offset)
 
 
-def _remember(o: Observation, version: scanmemo.Version, found: bool) -> None:
-    """Record gate 12's answer for ``version`` if nothing changed the file while it was read."""
+def _remember(o: Observation, version: scanmemo.Version, found: bool, st: os.stat_result | None = None) -> None:
+    """Record gate 12's answer for ``version`` if nothing changed the file while it was read.
+
+    ``st``: the descriptor's ``fstat`` taken after the read, if the caller has one.
+    """
     assert o.fd is not None
-    if scanmemo.version_of(os.fstat(o.fd)) == version:
+    if scanmemo.version_of(os.fstat(o.fd) if st is None else st) == version:
         scanmemo.MEMO.put(version, found)
 
 

@@ -32,7 +32,11 @@ def read_sidecar(key_dir: str, name: str, st: os.stat_result | None = None) -> s
 
     ``st``: the sidecar's ``lstat`` when the caller has just taken it (the open below re-checks).
     """
-    path = os.path.join(key_dir, name)
+    return _read_rule(os.path.join(key_dir, name), st)
+
+
+def _read_rule(path: str, st: os.stat_result | None) -> str | None:
+    """The common read rule on ``path`` (its ``lstat`` is ``st`` when already taken)."""
     if st is None:
         st = fsio.lstat_or_none(path)
     if not fsio.is_regular(st) or not 0 < st.st_size <= SIDECAR_MAX_BYTES:  # type: ignore[union-attr]
@@ -64,11 +68,12 @@ def read_venue(key_dir: str) -> str | None:
     Transcripts from before the sidecar existed all ran on ``local``. A dangling link is not
     "missing": it reads ``None`` and matches no venue.
     """
+    path = os.path.join(key_dir, VENUE)
     try:
-        st = os.stat(os.path.join(key_dir, VENUE), follow_symlinks=False)
+        st = os.stat(path, follow_symlinks=False)
     except OSError as exc:
         return MISSING_VENUE if exc.errno == errno.ENOENT else None
-    return read_sidecar(key_dir, VENUE, st)
+    return _read_rule(path, st)
 
 
 def parse_chain(text: str | None) -> int:
@@ -118,8 +123,7 @@ def replace_sidecar(dir_fd: int, name: str, content: str) -> None:
     that is always safe); the caller fsyncs the directory where the order of renames matters.
     """
     temp = f"{name}.incoming"
-    fsio.clear_name(temp, dir_fd)
-    fd = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
+    fd = fsio.create_exclusive(temp, dir_fd)
     try:
         fsio.write_all(fd, content.encode("utf-8"))
     finally:

@@ -32,14 +32,7 @@ _MARKER_CORE = SPLIT_TURN_MARKER.rstrip("\n")
 _TAGS = ("read-files", "modified-files")
 
 
-def _file_list(details: dict[str, Any], key: str) -> list[str] | None:
-    """The list under `key` if it is usable to rebuild pi's suffix: missing means empty."""
-    value = details.get(key)
-    if value is None:
-        return []
-    if isinstance(value, list) and all(isinstance(name, str) for name in value):
-        return value
-    return None
+_LISTS = tuple(zip(_TAGS, ("readFiles", "modifiedFiles"), strict=True))
 
 
 def file_list_suffix(details: object) -> str | None:
@@ -47,15 +40,21 @@ def file_list_suffix(details: object) -> str | None:
 
     None when `details` is not an object or a list is not a list of strings: pi never writes such
     details, so the entry was not written by pi's own compaction and its suffix cannot be rebuilt.
+    A missing list is an empty one. (Written flat: it runs for every compaction entry a stage reads,
+    and a helper call per list was most of the cost of judging one.)
     """
     if not isinstance(details, dict):
         return None
     suffix = ""
-    for tag, key in zip(_TAGS, ("readFiles", "modifiedFiles"), strict=True):
-        names = _file_list(details, key)
+    for tag, key in _LISTS:
+        names = details.get(key)
         if names is None:
+            continue
+        if not isinstance(names, list):
             return None
         if names:
+            if not all(isinstance(name, str) for name in names):
+                return None
             suffix += f"\n\n<{tag}>\n" + "\n".join(names) + f"\n</{tag}>"
     return suffix
 
