@@ -37,6 +37,7 @@ def machine(root: Path | str) -> dict[str, str]:
             cpu = line.split(":", 1)[1].strip()
             break
     return {
+        "commit": commit(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpus": f"{os.cpu_count()} ({cpu})",
         "kernel": f"{platform.system()} {platform.release()}",
@@ -46,9 +47,17 @@ def machine(root: Path | str) -> dict[str, str]:
     }
 
 
+def commit() -> str:
+    """The checkout measured: its commit, and whether tracked files differ from it."""
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return (head.stdout.strip() or "unknown") + (" plus uncommitted changes" if dirty else "")
+
+
 def machine_line(info: dict[str, str]) -> str:
     return (
-        f"Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; "
+        f"Commit `{info['commit']}`. Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; "
         f"filesystem {info['filesystem']}. Load average at the start: {info['load']}."
     )
 

@@ -623,7 +623,7 @@ else:
     def report(args: argparse.Namespace, info: dict, lat: dict | None, wr: dict | None, bursts: dict | None,
                rss: dict, load_end: str, ops: dict | None = None) -> str:
         cmd = ".venv/bin/python bench/operator.py" + (" --quick" if args.quick else "")
-        out = [f"Run: {info['date']} (commit `{info['commit']}`) — `{cmd}`", "",
+        out = [f"Run: {info['date']} — `{cmd}`", "",
                machine_line(info) + f" At the end: {load_end}.", ""]
         out += ["#### a. Job → Pod latency", "", "(not run)", ""] if lat is None else report_latency(lat)
         out += ["#### b. API writes per job", "", "(not run)", ""] if wr is None else report_writes(wr)
@@ -790,14 +790,6 @@ else:
                 else "missing" if name not in by_name else "unfinished"] += 1
         return out
 
-    def commit() -> str:
-        import subprocess
-
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True).stdout.strip()
-        return (rev.stdout.strip() or "?") + (" plus uncommitted changes" if dirty else "")
-
     def main(argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
         parser.add_argument("--quick", action="store_true", help="smoke run: 6 triples, K=5, burst of 40")
@@ -817,7 +809,6 @@ else:
         pairs, k, n = (6, 5, 40) if args.quick else (30, 20, 500)
         tmp = Path(tempfile.mkdtemp(prefix="pidispatch-bench-op-"))
         info = machine(tmp)
-        info["commit"] = commit()
         progress(f"operator benchmark; state in {tmp}; load average {info['load']}")
         cluster = Cluster(state_dir=tmp / "cluster")
         progress("starting the local control plane")
