@@ -213,23 +213,29 @@ class EmptyCompactionScanner:
         if self._found or not chunk:
             return
         first = chunk.find(b"\n")
-        head_end = len(chunk) if first < 0 else first  # the open line continues up to here
-        if self._tail and not self._candidate:
-            window = self._tail + chunk[: min(head_end, _OVERLAP)]
-            self._candidate = _may_hold_compaction(window)
-        if not self._candidate:
-            self._candidate = _may_hold_compaction(chunk, 0, head_end)
-        if first < 0:
-            self._extend(bytes(chunk))
-            return
-        if self._candidate:
-            self._check(b"".join([*self._pending, chunk[:first]]))
-        self._pending, self._tail, self._candidate = [], b"", False
-        if self._found:
-            return
-        last = chunk.rfind(b"\n")
-        if last > first:
-            self._scan_whole_lines(chunk, first + 1, last)
+        if first >= 0 and not self._pending:
+            # No line is open (the first chunk, or the previous one ended with a newline): the first
+            # line is a whole line like the others, searched in the same pass.
+            last = chunk.rfind(b"\n")
+            self._scan_whole_lines(chunk, 0, last)
+        else:
+            head_end = len(chunk) if first < 0 else first  # the open line continues up to here
+            if self._tail and not self._candidate:
+                window = self._tail + chunk[: min(head_end, _OVERLAP)]
+                self._candidate = _may_hold_compaction(window)
+            if not self._candidate:
+                self._candidate = _may_hold_compaction(chunk, 0, head_end)
+            if first < 0:
+                self._extend(bytes(chunk))
+                return
+            if self._candidate:
+                self._check(b"".join([*self._pending, chunk[:first]]))
+            self._pending, self._tail, self._candidate = [], b"", False
+            if self._found:
+                return
+            last = chunk.rfind(b"\n")
+            if last > first:
+                self._scan_whole_lines(chunk, first + 1, last)
         if self._found or last + 1 == len(chunk):
             return
         self._candidate = _may_hold_compaction(chunk, last + 1)
