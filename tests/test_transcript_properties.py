@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transcript_samples import sample
 
-from pidispatch.transcript._jsjson import JS_WHITESPACE
+from pidispatch.transcript._jsjson import _DECODER, JS_WHITESPACE, TOO_DEEP, loads
 from pidispatch.transcript.compaction import (
     PLACEHOLDER,
     SPLIT_TURN_MARKER,
@@ -103,6 +103,29 @@ def assert_no_escape(data: bytes) -> None:
 
 
 @CHEAP
+def decoded(text: str) -> tuple[bool, Any]:
+    """What ``loads`` must return: ``json.JSONDecoder.decode``'s answer, as ``loads`` reports it."""
+    try:
+        return True, _DECODER.decode(text)
+    except ValueError:
+        return False, None
+    except RecursionError:
+        return False, TOO_DEEP
+
+
+JSONISH = st.text(alphabet=' \t\n\r\x0b\u00a0\ufeff{}[]",:0123456789.eE+-truefalsnNIiy\\u', max_size=40)
+
+
+@given(st.one_of(JSONISH, json_values.map(json.dumps), transcripts.map(lambda b: b.decode("utf-8", "replace"))),
+       st.sampled_from(["", " ", "\n", "\t\r\n", "\u00a0", "x"]), st.sampled_from(["", " ", "\r\n", "\u00a0", "]"]))
+@CHEAP
+def test_loads_answers_as_the_standard_decoder(text: str, before: str, after: str) -> None:
+    """``loads`` calls the C scanner directly (no ``decode``/``raw_decode`` layers): same answers, whitespace
+    and trailing data included."""
+    text = before + text + after
+    assert loads(text) == decoded(text)
+
+
 @given(st.binary(max_size=600))
 def test_arbitrary_bytes_never_escape(data: bytes) -> None:
     assert_no_escape(data)
