@@ -18,7 +18,9 @@ Then one fresh Python process (memo empty, as after an operator restart) runs, o
 3. **warm again**: the same, to show the spread of one cycle;
 4. **changed**: after ``--promoted`` transcripts are replaced by new ones (written and renamed over, as
    promotion does) and ``--expired`` others are aged past the TTL (untimed), one more cycle;
-5. **warm after**: the next cycle, nothing changed since.
+5. **warm after**: the next cycle, nothing changed since;
+6. **warm, pages in turn**: the same with each LIST page fetched only when the previous one is judged (the
+   refresh fetches one page ahead), for comparison.
 
 For each cycle: wall time and the process's CPU time (user + system: a wall time far above it is waiting,
 on the disk or the apiserver, or a machine shared with other work); transcript reads, counted by wrapping
@@ -304,6 +306,12 @@ def worker(args: argparse.Namespace) -> None:
     cycle("changed")
     results[-1]["promoted"], results[-1]["expired"] = len(promoted), len(expired)
     cycle("warm after")
+    # The same cycle with the pages fetched in turn instead of one ahead (timers._ahead), for comparison.
+    import pidispatch.jobflow.timers as timers
+
+    ahead, timers._ahead = timers._ahead, lambda pages: pages  # type: ignore[assignment]
+    cycle("warm, pages in turn")
+    timers._ahead = ahead
     # What the refresh held before it read a page at a time: every SessionKey at once (Api.list).
     hwm0, t0 = proc_status("self", "VmHWM"), time.perf_counter()
     whole = api.list(cluster.crd("sessionkeys"))
@@ -345,7 +353,7 @@ def report(info: dict[str, str], args: argparse.Namespace, seeding: dict[str, fl
     want = changed["promoted"] + changed["expired"]
     out += ["", f"Changed cycle: {changed['promoted']} transcripts promoted anew and {changed['expired']} aged past "
             f"the TTL; writes {writes} (want exactly {want}: **{'met' if writes == want else 'missed'}**)."]
-    whole = cycles[-1].get("whole_list")
+    whole = next((c["whole_list"] for c in cycles if "whole_list" in c), None)
     if whole:
         out += ["", f"For comparison, the whole list at once (`Api.list`, what the refresh held before it read a page "
                 f"at a time): {whole['items']:,} SessionKeys in {fmt_seconds(whole['seconds'])}, VmHWM "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,25 @@ def test_a_410_without_a_token_is_raised() -> None:
         [i for p in api.pages("/x") for i in p]
     assert Api.list(ScriptedApi([page(["a"], "t"), page(["b"], None)]), "/x") == [
         {"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]
+
+
+def test_the_next_page_is_fetched_while_this_one_is_judged_and_its_error_comes_in_its_place() -> None:
+    from pidispatch.jobflow.timers import _ahead
+
+    fetched: list[int] = []
+
+    def pages() -> Iterator[list[dict[str, Any]]]:
+        for n in range(3):
+            fetched.append(n)
+            yield [{"n": n}]
+        raise ApiError(500, "GET", "/x", "the fourth page failed")
+
+    walk = _ahead(pages())
+    assert next(walk) == [{"n": 0}]
+    deadline = time.monotonic() + 5
+    while len(fetched) < 2 and time.monotonic() < deadline:  # the prefetch runs in its own thread: poll for it
+        time.sleep(0.01)
+    assert fetched == [0, 1], "the second page was not fetched ahead, or more than one page was"
+    assert next(walk) == [{"n": 1}] and next(walk) == [{"n": 2}]
+    with pytest.raises(ApiError):
+        next(walk)
