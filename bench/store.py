@@ -894,7 +894,8 @@ def report(
     out = [
         f"Run: {info['date']} — `{command}`",
         "",
-        f"Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; filesystem {info['filesystem']}"
+        f"Commit `{info['commit']}`. Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; "
+        f"filesystem {info['filesystem']}"
         f" (bench directory {info['root']}).",
         f"Other work on the machine: load average {info['load']} at the start, {info['load_end']} at the end.",
         "Files are hot in the page cache on both sides (each side reads the same bytes every pair).",
