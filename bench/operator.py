@@ -624,7 +624,8 @@ else:
 
     def report(args: argparse.Namespace, info: dict, lat: dict | None, wr: dict | None, bursts: dict | None,
                rss: dict, load_end: str, ops: dict | None = None) -> str:
-        cmd = ".venv/bin/python bench/operator.py" + (" --quick" if args.quick else "")
+        cmd = (".venv/bin/python bench/operator.py" + (" --quick" if args.quick else "")
+               + (f" --only {args.only}" if args.only != "abdc" else ""))
         out = [f"Run: {info['date']} — `{cmd}`", "",
                machine_line(info) + f" At the end: {load_end}.", ""]
         out += ["#### a. Job → Pod latency", "", "(not run)", ""] if lat is None else report_latency(lat)
