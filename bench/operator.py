@@ -577,7 +577,7 @@ else:
 
     def drain_svg(curves: dict[str, list[float]], n: int, cap: int) -> str:
         """Jobs finished over time, one polyline per side, as a hand-written SVG (no plotting library)."""
-        w, h, left, bottom, top, right = 640, 360, 56, 40, 24, 150
+        w, h, left, bottom, top, right = 680, 360, 56, 40, 24, 190
         tmax = max(max(c) for c in curves.values())
         step = next(s for s in (1, 2, 5, 10, 20, 30, 60, 120, 300, 600) if tmax / s <= 10)
 
