@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, sidecars
+from pidispatch.store import fsio, scanmemo, sidecars
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
 
@@ -95,6 +95,7 @@ class Observation:
         delivery: Delivery,
         now_ms: float,
         read_body: BodyReader | None = None,
+        header_memo: scanmemo.HeaderMemo | None = None,
     ) -> None:
         self.key_dir = os.path.join(store_root, key)
         self.transcript_path = os.path.join(self.key_dir, sidecars.TRANSCRIPT)
@@ -107,6 +108,9 @@ class Observation:
         # size, gate 12's body read uses these bytes instead of reading them again (resolve.read_judged).
         self.first_block: bytes | None = None
         self._read_body = read_body
+        # The dry run's memo of gates 11 and 13's facts per transcript version (scanmemo.HeaderMemo);
+        # ``None`` (a stage) reads the header line every time.
+        self._header_memo = header_memo
 
     @cached_read
     def key_dir_stat(self) -> os.stat_result | None:
@@ -160,6 +164,29 @@ class Observation:
     def header_line(self) -> bytes | None:
         assert self.fd is not None, "content gates need open_transcript() first"
         return read_first_line(self.fd, self.judged_identity.size, pread=self._pread_keeping_first_block)
+
+    @cached_read
+    def remembered_header(self) -> scanmemo.HeaderFacts | None:
+        """This very version's header facts from the header memo, if there is one and it knows them."""
+        if self._header_memo is None:
+            return None
+        assert self.fd_stat is not None, "content gates need open_transcript() first"
+        return self._header_memo.get(scanmemo.version_of(self.fd_stat))
+
+    @cached_read
+    def header_is_session(self) -> bool:
+        known = self.remembered_header
+        if known is not None:
+            return known is not False
+        line = self.header_line
+        return line is not None and is_session_header(line)
+
+    @cached_read
+    def header_started_ms(self) -> float | None:
+        known = self.remembered_header
+        if known is not None:
+            return None if isinstance(known, bool) else known
+        return header_timestamp_ms(self.header_line or b"")
 
     def _pread_keeping_first_block(self, fd: int, length: int, offset: int) -> bytes:
         block = os.pread(fd, length, offset)
@@ -253,8 +280,7 @@ def transcript_was_replaced(o: Observation) -> str | None:
 
 
 def header_is_unparseable(o: Observation) -> str | None:
-    line = o.header_line
-    return None if line is not None and is_session_header(line) else R.UNPARSEABLE
+    return None if o.header_is_session else R.UNPARSEABLE
 
 
 def compaction_summary_is_empty(o: Observation) -> str | None:
@@ -267,7 +293,7 @@ def conversation_is_too_old(o: Observation) -> str | None:
     max_days = o.settings.max_age_days
     if max_days <= 0:
         return None
-    started = header_timestamp_ms(o.header_line or b"")
+    started = o.header_started_ms
     # Fails closed on an unreadable timestamp; a future one passes (clock skew is not an attack).
     if started is None or o.now_ms - started > max_days * DAY_MS:
         return R.CONVERSATION_TOO_OLD

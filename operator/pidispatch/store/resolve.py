@@ -327,8 +327,24 @@ def dry_run(
             _remember(o, version, found)
         return found
 
-    o = Observation(settings.sessions_dir, key, settings, delivery, now_ms() if clock is None else clock, scan)
+    o = Observation(
+        settings.sessions_dir, key, settings, delivery, now_ms() if clock is None else clock, scan, scanmemo.HEADERS
+    )
     try:
-        return judge(o) or R.RESUMED, o
+        reason = judge(o) or R.RESUMED
+        _remember_header(o)
+        return reason, o
     finally:
         o.close()
+
+
+def _remember_header(o: Observation) -> None:
+    """Record what gates 11 and 13 took from the header line this dry run read (not one it remembered),
+    if the transcript is still the version it was read from (``fd_stat``, taken at the open before the read)."""
+    if "header_line" not in o.__dict__ or o.fd is None or o.fd_stat is None:
+        return  # the ladder stopped before gate 11, or the facts came from the memo
+    version = scanmemo.version_of(o.fd_stat)
+    if scanmemo.version_of(os.fstat(o.fd)) != version:
+        return
+    started = o.header_started_ms if o.header_is_session else None
+    scanmemo.HEADERS.put(version, False if not o.header_is_session else True if started is None else started)

@@ -25,6 +25,12 @@ the versions that promotions replace between two refreshes (the refresh touches 
 each cycle, so the replaced ones are the least recently used and go first). Beyond the bound the
 refresh cycles through more keys than the memo holds, and least-recently-used eviction then misses
 every time: each refresh reads every transcript again, as it did before the memo existed.
+
+:class:`HeaderMemo` remembers, under the same version name, what gates 11 and 13 take from the header
+line (whether it is a session header, and its timestamp), so the `Resumable` refresh does not read the
+header of a version it has already judged either. Only the dry run uses it (store/resolve.py): a
+stage reads the header itself, as the spec says. Same bound and eviction; an entry is one small
+object (``False``, ``True`` or a float) beside its 40-byte key: about 200 bytes, about 25 MiB at the bound.
 """
 
 from __future__ import annotations
@@ -108,3 +114,45 @@ class ScanMemo:
 
 
 MEMO = ScanMemo()
+
+#: What gates 11 and 13 need from one version's header line: ``False`` when it is not a session header
+#: (gate 11 refuses; gate 13 is never reached), else its timestamp in epoch ms, or ``True`` when the
+#: header parses but has no usable timestamp (gate 13 fails closed on it when the age cap is on).
+HeaderFacts = bool | float
+
+
+class HeaderMemo:
+    """Thread-safe bounded map from a transcript version to its :data:`HeaderFacts`, least recently used out."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.capacity = capacity
+        self._facts: OrderedDict[Version, HeaderFacts] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0  # header reads saved (tests check which path ran)
+
+    def get(self, version: Version) -> HeaderFacts | None:
+        with self._lock:
+            facts = self._facts.get(version)
+            if facts is None:
+                return None
+            self._facts.move_to_end(version)
+            self.hits += 1
+            return facts
+
+    def put(self, version: Version, facts: HeaderFacts) -> None:
+        with self._lock:
+            self._facts[version] = facts
+            self._facts.move_to_end(version)
+            while len(self._facts) > self.capacity:
+                self._facts.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._facts.clear()
+            self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+
+HEADERS = HeaderMemo()

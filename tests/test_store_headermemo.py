@@ -1,0 +1,141 @@
+"""Gates 11 and 13's facts remembered per transcript version (store/scanmemo.HeaderMemo), for the dry run only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from pidispatch.store import scanmemo
+from pidispatch.store.resolve import dry_run, resolve
+from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample
+
+CLEAN = sample("s1_after_turn2.jsonl")
+STARTED = "2026-11-29T12:52:56.280Z"  # the samples' header timestamp: 46.9 days before NOW_MS
+assert header(STARTED)[:40] == CLEAN[:40]
+
+
+@pytest.fixture(autouse=True)
+def fresh_memos() -> Iterator[None]:
+    scanmemo.MEMO.clear()
+    scanmemo.HEADERS.clear()
+    yield
+    scanmemo.MEMO.clear()
+    scanmemo.HEADERS.clear()
+
+
+@pytest.fixture
+def header_bytes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Bytes read at offset 0 with ``os.pread`` (the header gate's read; the body scan uses ``preadv``
+    and its end-of-file probe reads at the judged size), as bench/refresh.py counts them."""
+    counted: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        block = real(fd, length, offset)
+        if offset == 0:
+            counted.append(len(block))
+        return block
+
+    monkeypatch.setattr(os, "pread", pread)
+    return counted
+
+
+def run(store: Store, clock: float = NOW_MS) -> str:
+    return dry_run(store.settings, KEY, pi_version=PI, model=MODEL, clock=clock)[0]
+
+
+def test_a_second_dry_run_of_one_version_reads_no_header_bytes(store: Store, header_bytes: list[int]) -> None:
+    store.configure(max_age_days=60)
+    store.put(CLEAN)
+    assert run(store) == "resumed"
+    first = sum(header_bytes)
+    assert first > 0 and len(scanmemo.HEADERS) == 1
+    header_bytes.clear()
+    assert run(store) == "resumed"
+    assert sum(header_bytes) == 0 and scanmemo.HEADERS.hits == 1
+    print(f"header bytes read: first dry run {first}, second {sum(header_bytes)}")
+
+
+def test_a_stage_reads_the_header_itself(store: Store, header_bytes: list[int]) -> None:
+    store.put(CLEAN)
+    assert run(store) == "resumed"
+    header_bytes.clear()
+    where = store.stage()
+    result = resolve(store.settings, KEY, str(where), pi_version=PI, model=MODEL, clock=NOW_MS)
+    assert result is not None and result.verdict.reason == "resumed"
+    assert sum(header_bytes) > 0 and scanmemo.HEADERS.hits == 0
+    assert (where / "current.jsonl").read_bytes() == CLEAN
+
+
+def test_a_header_rewritten_in_place_with_size_and_mtime_restored_is_judged_afresh(
+    store: Store, header_bytes: list[int]
+) -> None:
+    path = store.put(CLEAN)
+    assert run(store) == "resumed"
+    before = os.stat(path)
+    damaged = CLEAN.replace(b'"type":"session"', b'"type":"sessiom"', 1)
+    assert len(damaged) == len(CLEAN) and damaged != CLEAN
+    with open(path, "r+b") as f:  # same inode, same size
+        f.write(damaged)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns  # what names the version apart
+    header_bytes.clear()
+    assert run(store) == "unparseable"
+    assert sum(header_bytes) > 0 and scanmemo.HEADERS.hits == 0
+
+
+def test_a_conversation_that_ages_out_between_two_dry_runs_is_refused_by_the_remembered_timestamp(
+    store: Store, header_bytes: list[int]
+) -> None:
+    store.configure(max_age_days=50, ttl_days=0)
+    store.put(CLEAN)
+    assert run(store) == "resumed"  # 46.9 days old
+    later = NOW_MS + 5 * DAY_MS  # 51.9 days old
+    header_bytes.clear()
+    assert run(store, later) == "conversation-too-old"
+    assert sum(header_bytes) == 0 and scanmemo.HEADERS.hits == 1
+    scanmemo.HEADERS.clear()
+    scanmemo.MEMO.clear()
+    assert run(store, later) == "conversation-too-old"  # exactly as without the memo
+    assert sum(header_bytes) > 0
+
+
+@pytest.mark.parametrize("timestamp", [None, "yesterday"])
+def test_a_header_without_a_usable_timestamp_stays_refused_as_too_old(store: Store, timestamp: str | None) -> None:
+    store.configure(max_age_days=50)
+    store.put(header(timestamp) + CLEAN.split(b"\n", 1)[1])
+    assert [run(store), run(store)] == ["conversation-too-old", "conversation-too-old"]
+    assert scanmemo.HEADERS.hits == 1
+
+
+@pytest.mark.parametrize("first_line", [b"not json", b'{"type":"message"}', b"\xff\xfe", b"[1]"])
+def test_an_unparseable_header_stays_refused(store: Store, header_bytes: list[int], first_line: bytes) -> None:
+    store.put(first_line + b"\n" + CLEAN.split(b"\n", 1)[1])
+    assert run(store) == "unparseable"
+    header_bytes.clear()
+    assert run(store) == "unparseable"
+    assert sum(header_bytes) == 0 and scanmemo.HEADERS.hits == 1
+
+
+def test_no_header_is_remembered_when_the_ladder_stops_before_it(store: Store) -> None:
+    store.put(CLEAN, venue="elsewhere")
+    assert run(store) == "venue-changed"
+    assert len(scanmemo.HEADERS) == 0
+
+
+def test_the_header_memo_is_bounded_least_recently_used_first_out() -> None:
+    memo = scanmemo.HeaderMemo(capacity=2)
+
+    def version(ino: int) -> scanmemo.Version:
+        return scanmemo.pack(1, ino, 10, 20, 30)
+
+    memo.put(version(1), False)
+    memo.put(version(2), 1.5)
+    assert memo.get(version(1)) is False  # 1 is now the most recently used
+    memo.put(version(3), True)
+    assert (memo.get(version(2)), memo.get(version(1)), memo.get(version(3))) == (None, False, True)
+    assert len(memo) == 2
