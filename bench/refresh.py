@@ -296,8 +296,8 @@ def worker(args: argparse.Namespace) -> None:
     cycle("warm again")
     n = args.keys
     promoted = range(1, 1 + args.promoted * 7, 7)  # spread over the store, letters included (i % 10 == 0)
-    expired = [i for i in range(3, n, max(1, n // args.expired))][: args.expired]
-    assert not set(promoted) & set(expired)
+    expired = [i for i in range(3, n, max(1, n // (2 * args.expired))) if i not in set(promoted)][: args.expired]
+    assert not set(promoted) & set(expired) and len(expired) == args.expired
     old = time.time() - 30 * DAY
     for i in promoted:
         promote_anew(store, i)
