@@ -39,6 +39,7 @@ import os
 import struct
 import threading
 from collections import OrderedDict
+from typing import Any
 
 CAPACITY = 131_072
 
@@ -57,60 +58,74 @@ def version_of(st: os.stat_result) -> Version:
     return _VERSION.pack(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-class ScanMemo:
-    """Thread-safe bounded map from a transcript version to its gate-12 answer (and its digest, once known)."""
+class _Bounded:
+    """A thread-safe map from transcript versions, least recently used out past ``capacity``."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
-        self._answers: OrderedDict[Version, _Entry] = OrderedDict()
+        self._entries: OrderedDict[Version, Any] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0  # answers used instead of a read (tests and the benchmark check which copy ran)
+        self.hits = 0  # answers used instead of a read (tests and the benchmark check which path ran)
+
+    def _store(self, version: Version, entry: Any) -> None:
+        """Put ``entry`` as the most recently used; the caller holds the lock."""
+        self._entries[version] = entry
+        self._entries.move_to_end(version)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._forget_counts()
+
+    def _forget_counts(self) -> None:
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class ScanMemo(_Bounded):
+    """Gate 12's answer per version (and the version's digest, once known)."""
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        super().__init__(capacity)
         self.digest_hits = 0  # digests used instead of hashing the transcript
 
     def get(self, version: Version) -> bool | None:
         with self._lock:
-            entry = self._answers.get(version)
+            entry = self._entries.get(version)
             answer = entry[0] if isinstance(entry, tuple) else entry
             if answer is None:
                 return None
-            self._answers.move_to_end(version)
+            self._entries.move_to_end(version)
             self.hits += 1
             return answer
 
     def put(self, version: Version, has_empty_compaction: bool) -> None:
         with self._lock:
-            entry = self._answers.get(version)
+            entry = self._entries.get(version)
             self._store(version, (has_empty_compaction, entry[1]) if isinstance(entry, tuple) else has_empty_compaction)
 
     def digest(self, version: Version) -> bytes | None:
         """The sha256 digest of this version's bytes, when it was hashed before."""
         with self._lock:
-            entry = self._answers.get(version)
+            entry = self._entries.get(version)
             if not isinstance(entry, tuple):
                 return None
-            self._answers.move_to_end(version)
+            self._entries.move_to_end(version)
             self.digest_hits += 1
             return entry[1]
 
     def put_digest(self, version: Version, digest: bytes) -> None:
         with self._lock:
-            entry = self._answers.get(version)
+            entry = self._entries.get(version)
             self._store(version, (entry[0] if isinstance(entry, tuple) else entry, digest))
 
-    def _store(self, version: Version, entry: _Entry) -> None:
-        self._answers[version] = entry
-        self._answers.move_to_end(version)
-        while len(self._answers) > self.capacity:
-            self._answers.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._answers.clear()
-            self.hits = 0
-            self.digest_hits = 0
-
-    def __len__(self) -> int:
-        return len(self._answers)
+    def _forget_counts(self) -> None:
+        self.hits = 0
+        self.digest_hits = 0
 
 
 MEMO = ScanMemo()
@@ -121,38 +136,21 @@ MEMO = ScanMemo()
 HeaderFacts = bool | float
 
 
-class HeaderMemo:
-    """Thread-safe bounded map from a transcript version to its :data:`HeaderFacts`, least recently used out."""
-
-    def __init__(self, capacity: int = CAPACITY) -> None:
-        self.capacity = capacity
-        self._facts: OrderedDict[Version, HeaderFacts] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0  # header reads saved (tests check which path ran)
+class HeaderMemo(_Bounded):
+    """Gates 11 and 13's :data:`HeaderFacts` per version."""
 
     def get(self, version: Version) -> HeaderFacts | None:
         with self._lock:
-            facts = self._facts.get(version)
+            facts = self._entries.get(version)
             if facts is None:
                 return None
-            self._facts.move_to_end(version)
+            self._entries.move_to_end(version)
             self.hits += 1
             return facts
 
     def put(self, version: Version, facts: HeaderFacts) -> None:
         with self._lock:
-            self._facts[version] = facts
-            self._facts.move_to_end(version)
-            while len(self._facts) > self.capacity:
-                self._facts.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._facts.clear()
-            self.hits = 0
-
-    def __len__(self) -> int:
-        return len(self._facts)
+            self._store(version, facts)
 
 
 HEADERS = HeaderMemo()
