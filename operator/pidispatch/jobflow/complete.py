@@ -125,8 +125,9 @@ def unstarted(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: in
 
 def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], host: HostRecord | None,
                done: Completion) -> None:
-    """Write a Job's end: its SessionKey first, then its terminal status, the token metrics, and an Event when
-    something needs a person (a promotion that did not happen, a deadline, a Pod that never started, OOM)."""
+    """Write a Job's end: its SessionKey first, then its terminal status, the token metrics, and Events for what
+    is out of the ordinary (a rethreaded start, a promotion that did not happen, a deadline, a Pod that never
+    started, OOM)."""
     name = job["metadata"]["name"]
     if host is not None and not done.forgotten:
         # Before the Job's terminal status: a Job that reads terminal never comes back here, and
