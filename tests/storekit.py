@@ -40,6 +40,19 @@ def set_mtime(path: Path, ms: float) -> None:
     os.utime(path, ns=(ns, ns), follow_symlinks=False)
 
 
+def rewrite_in_place(path: Path | str, data: bytes) -> None:
+    """Overwrite ``path`` with ``data`` of the same length on the same inode and restore its mtime, as a writer
+    hiding its change would; only the ctime (which no call can set back) names the new version apart."""
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    with open(path, "r+b") as f:
+        f.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert after.st_ctime_ns != before.st_ctime_ns
+
+
 def header(timestamp: str | None = "2026-11-29T12:52:56.280Z") -> bytes:
     fields = '{"type":"session","version":3,"id":"01a2275d-9d58-76a1-b784-bf9c7a4f66f0"'
     if timestamp is not None:

@@ -67,6 +67,11 @@ class _Bounded:
         self._lock = threading.Lock()
         self.hits = 0  # answers used instead of a read (tests and the benchmark check which path ran)
 
+    def _hit(self, version: Version) -> None:
+        """Count a use of ``version``'s entry and make it the most recently used; the caller holds the lock."""
+        self._entries.move_to_end(version)
+        self.hits += 1
+
     def _store(self, version: Version, entry: Any) -> None:
         """Put ``entry`` as the most recently used; the caller holds the lock."""
         self._entries[version] = entry
@@ -99,8 +104,7 @@ class ScanMemo(_Bounded):
             answer = entry[0] if isinstance(entry, tuple) else entry
             if answer is None:
                 return None
-            self._entries.move_to_end(version)
-            self.hits += 1
+            self._hit(version)
             return answer
 
     def put(self, version: Version, has_empty_compaction: bool) -> None:
@@ -142,10 +146,8 @@ class HeaderMemo(_Bounded):
     def get(self, version: Version) -> HeaderFacts | None:
         with self._lock:
             facts = self._entries.get(version)
-            if facts is None:
-                return None
-            self._entries.move_to_end(version)
-            self.hits += 1
+            if facts is not None:
+                self._hit(version)
             return facts
 
     def put(self, version: Version, facts: HeaderFacts) -> None:
