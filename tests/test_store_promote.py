@@ -146,33 +146,22 @@ def test_sidecar_links_are_replaced_by_regular_files(store: Store, plant: str) -
 
 
 @pytest.mark.parametrize("plant", PLANTS)
-def test_planted_transcript_temp_name_is_cleared(store: Store, monkeypatch, plant: str) -> None:
-    """Whatever sits at the temp name is removed before the copy, never followed (spec §6.2 b).
+@pytest.mark.parametrize(("namer", "name"), [("temp_name", "current.jsonl.1.1.aaaaaaaaaaaa.incoming"),
+                                             ("candidate_name", "lock.1.1.aaaaaaaaaaaa.incoming")])
+def test_planted_temp_and_lock_candidate_names_are_cleared(store: Store, monkeypatch, plant: str, namer: str,
+                                                           name: str) -> None:
+    """Whatever sits at the transcript's temp name (spec §6.2 b) or the lock's candidate name (a crashed
+    attempt's, or planted) is removed, never followed.
 
-    The temp name is random, so the test pins it (``temp_name`` is this package's function, not ``os``).
+    Both names are random, so the test pins them (``temp_name`` and ``candidate_name`` are this package's
+    functions, not ``os``).
     """
     import pidispatch.store.promote as promote_module
 
     store.put(OLD)
-    planted = store.key_dir() / "current.jsonl.1.1.aaaaaaaaaaaa.incoming"
+    planted = store.key_dir() / name
     victim = plant_at(planted, plant, store)
-    monkeypatch.setattr(promote_module, "temp_name", lambda: planted.name)
-    assert land(store).promoted
-    assert canonical(store) == NEW
-    assert not os.path.lexists(planted)
-    assert victim.read_text() == "do not touch"
-    assert not (store.root / "nowhere").exists()
-
-
-@pytest.mark.parametrize("plant", PLANTS)
-def test_planted_lock_candidate_name_is_cleared(store: Store, monkeypatch, plant: str) -> None:
-    """Whatever sits at the lock's candidate name (a crashed attempt's, or planted) is removed, never followed."""
-    import pidispatch.store.promote as promote_module
-
-    store.put(OLD)
-    planted = store.key_dir() / "lock.1.1.aaaaaaaaaaaa.incoming"
-    victim = plant_at(planted, plant, store)
-    monkeypatch.setattr(promote_module, "candidate_name", lambda: planted.name)
+    monkeypatch.setattr(promote_module, namer, lambda: planted.name)
     assert land(store).promoted
     assert canonical(store) == NEW
     assert not os.path.lexists(planted) and not os.path.lexists(store.key_dir() / "lock")
