@@ -184,6 +184,23 @@ def test_a_lineage_refusal_stages_the_letter_and_a_safety_refusal_does_not(store
         assert HostRecord.from_json(next_job.read(HOST)).rethread is True
 
 
+def test_a_re_stage_of_the_same_job_clears_the_letter_its_first_stage_left(store: Store) -> None:
+    """A fresh Job directory has nothing to clear; a re-stage (after a restart) must not keep a stale letter."""
+    promote(settings(store), KEY, str(store.staged_job(OLD)), host_resume=True, pi_version=PI, model=MODEL,
+            context=(90, 100))
+    promote_once(settings(store), job_dir(store, "u1", OLD, raw("one")), host(True, "resumed"), (90, 100),
+                 job="job-one")
+    again = JobDir(str(store.stage_root), "u9")
+    record = HostRecord(key=KEY, forge="github", repository="acme/widgets", branch="pi/issue-7", venue="kubernetes",
+                        pi_version=PI, model=MODEL)
+    assert stage(settings(store), again, record).rethread is True
+    assert (Path(again.session) / "letter.md").exists() and (Path(again.session) / "ledger.md").exists()
+    (store.key_dir() / "venue").write_text("local")  # now a safety refusal: no letter may wait for this job
+    restaged = stage(settings(store), again, record)
+    assert (restaged.reason, restaged.rethread) == (R.VENUE_CHANGED, False)
+    assert sorted(p.name for p in Path(again.session).iterdir()) == ["current.jsonl"]
+
+
 def test_the_operator_and_the_runner_read_the_rethread_bound_alike() -> None:
     from pidispatch import settings as operator_settings
     from pidispatch.runner import config as runner_config

@@ -62,9 +62,9 @@ def test_prepare_creates_private_directories(root: Path) -> None:
 
 def test_prepare_is_idempotent_and_keeps_what_is_there(root: Path) -> None:
     jd = JobDir(str(root), UID)
-    jd.prepare()
+    assert jd.prepare() is True, "the first call made the Job's directory: nothing in it to clear"
     (Path(jd.session) / "current.jsonl").write_bytes(b"staged")
-    jd.prepare()
+    assert jd.prepare() is False, "a re-stage finds what an earlier stage left"
     assert (Path(jd.session) / "current.jsonl").read_bytes() == b"staged"
 
 

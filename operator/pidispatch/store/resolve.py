@@ -85,7 +85,8 @@ def _resolve(
         reason = _judge_and_copy(observation, copy, seams)
         if reason is not None:
             # A refused read still mounts a file: 0 bytes, so pi writes its own fresh header.
-            os.ftruncate(staged, 0)
+            if copy.started:
+                os.ftruncate(staged, 0)
             return HostVerdict(False, reason, None)
         return HostVerdict(True, R.RESUMED, observation.judged_identity.size)
     finally:
@@ -181,12 +182,14 @@ class _StagedCopy:
         self.staged_fd = staged_fd
         self.seams = seams
         self.complete = False
+        self.started = False  # whether gate 12 read (and so may have copied) anything
         # Gate 12's answer for the version read, until ``remember`` records it (once the ladder and the
         # re-checks are done with the descriptor: the identity re-check's ``fstat`` then serves both).
         self._answer: tuple[scanmemo.Version, bool] | None = None
 
     def run(self, o: Observation) -> bool:
         assert o.fd_stat is not None
+        self.started = True
         version = scanmemo.version_of(o.fd_stat)
         known = scanmemo.MEMO.get(version)
         if known is not None:

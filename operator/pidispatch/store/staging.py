@@ -37,7 +37,6 @@ SESSION = "session"
 HOST = "host.json"
 PROMOTION = "promotion.json"
 FORGOTTEN = "forgotten.json"
-_WRITE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: the staged file is agent-writable, and opening a FIFO planted there must not hang.
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 MAX_RECORD = 64 * 1024
@@ -114,15 +113,20 @@ class JobDir:
         self.path = os.path.join(staging_root, uid)
         self.session = os.path.join(self.path, SESSION)
 
-    def prepare(self) -> None:
-        """Create the directory and its ``session/`` (0700), refusing anything that is not a real directory."""
+    def prepare(self) -> bool:
+        """Create the directory and its ``session/`` (0700), refusing anything that is not a real directory.
+
+        True when this call made the Job's directory: then both are new and empty, and nothing an earlier
+        stage or a job Pod left needs clearing."""
+        made = False
         for path in (self.path, self.session):
             try:
-                os.mkdir(path, 0o700)
+                os.mkdir(path, 0o700)  # made here, so a real directory: no second look needed
+                made = made or path == self.path
             except FileExistsError:
-                pass
-            if not fsio.is_real_dir(fsio.lstat_or_none(path)):
-                raise NotADirectoryError(f"staging path is not a real directory: {path}")
+                if not fsio.is_real_dir(fsio.lstat_or_none(path)):
+                    raise NotADirectoryError(f"staging path is not a real directory: {path}") from None
+        return made
 
     def exists(self) -> bool:
         return fsio.is_real_dir(fsio.lstat_or_none(self.path))
@@ -139,16 +143,14 @@ class JobDir:
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            temp = f".{name}.incoming"
-            fsio.clear_name(temp, dir_fd)
-            fd = os.open(temp, _WRITE | os.O_EXCL, 0o600, dir_fd=dir_fd)
+            fd = fsio.create_exclusive(f".{name}.incoming", dir_fd)
             try:
                 fsio.write_all(fd, data)
                 if durable:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.replace(f".{name}.incoming", name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             if durable:
                 fsio.fsync_dir(dir_fd)
         finally:
@@ -206,7 +208,7 @@ def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = T
     this stage (which then sees no transcript) or after it (and then finds this Job's record and marks it).
     The record goes to the page cache only: the caller syncs it once the Pod exists (``JobDir.sync``).
     """
-    jd.prepare()
+    fresh = jd.prepare()
     with keyguard.shared(record.key):
         if mount:
             resolution = resolve(settings, record.key, jd.session, venue=record.venue,
@@ -215,14 +217,16 @@ def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = T
                 verdict = resolution.verdict
                 record = replace(record, mounted=True, resume=verdict.resume, reason=verdict.reason,
                                  bytes=verdict.bytes)
-                record = _stage_letter(settings, jd, record)
+                record = _stage_letter(settings, jd, record, fresh)
         jd.write(HOST, record.to_json(), durable=False)
     return record
 
 
-def _stage_letter(settings: Settings, jd: JobDir, record: HostRecord) -> HostRecord:
-    """After a lineage refusal, stage a waiting letter and the ledger for the unpack (else leave none)."""
-    handoff.clear_staged(jd.session)
+def _stage_letter(settings: Settings, jd: JobDir, record: HostRecord, fresh: bool) -> HostRecord:
+    """After a lineage refusal, stage a waiting letter and the ledger for the unpack (else leave none;
+    a ``fresh`` directory has none to clear)."""
+    if not fresh:
+        handoff.clear_staged(jd.session)
     if record.resume or record.reason not in handoff.LINEAGE_REASONS or settings.sessions_dir is None:
         return replace(record, rethread=False)
     try:
