@@ -5,7 +5,10 @@ Not a test: timings are never assertions. Starts a fresh control plane (etcd, ku
 kube-controller-manager with its default flags, the test kubelet) in a temp directory, installs the chart
 with sessions on (``e2e.release.Release``; job Pods run ``e2e/fakepi.py``), and measures our Jobs against
 ``batch/v1`` Jobs run by the kube-controller-manager's Job controller on the same apiserver, in the same
-run, their Pods the same fakepi process through the same kubelet (a bare Pod is reported as context):
+run, their Pods the same fakepi process through the same kubelet (a bare Pod is reported as context). Like
+for like: the ``batch/v1`` Jobs' and the bare Pods' spec is the spec of one of our Job Pods, taken from the
+apiserver at the start (the same container, env, security context and volumes; the session claim becomes
+an emptyDir; ``--minimal-peer`` gives them a one-container, one-variable Pod instead, as before):
 
 a. **Pod latency.** Job POST → its Pod seen by a watch on Pods, for our Job, a ``batch/v1`` Job and a bare
    Pod, in interleaved triples whose order rotates. Clocks start just before the POST (a bare Pod's ADDED
@@ -196,8 +199,40 @@ else:
                 todo += [int(c) for c in (task / "children").read_text().split()]
         raise SystemExit(f"no `pidispatch operator` process under pid {pid}")
 
+    # What the apiserver fills in on a stored Pod: left out of the template, so each side's POST carries only
+    # what its client would write.
+    FILLED_POD = ("nodeName", "tolerations", "priority", "serviceAccount", "serviceAccountName", "schedulerName",
+                  "dnsPolicy", "terminationGracePeriodSeconds", "preemptionPolicy")
+    FILLED_CONTAINER = ("imagePullPolicy", "resources")
+    TEMPLATE: dict[str, Any] = {}
+
+    def capture_template(release: Release, pods: Watcher, issue: int) -> None:
+        """Take the spec of one of our Job Pods as the template of the peer's and the bare Pods: like for like,
+        the same container, env, security context and volumes (its session claim becomes an emptyDir: the
+        peer has no staged session to mount)."""
+        name = f"tpl-{uuid.uuid4().hex[:4]}"
+        release.job(name, issue=issue)
+        pods.wait(f"the Pod of Job {name}", lambda: job_label(name) in pods.labels.values(), 60)
+        pod = wait_for(f"the Pod of Job {name}", lambda: next(iter(
+            release.kube.list(f"/api/v1/namespaces/{release.ns}/pods", labelSelector=f"{JOB_LABEL}={job_label(name)}")),
+            None), timeout=30)
+        spec = {k: v for k, v in pod["spec"].items() if k not in FILLED_POD}
+        spec["containers"] = [{k: v for k, v in c.items() if k not in FILLED_CONTAINER} for c in spec["containers"]]
+        spec["volumes"] = [{"name": v["name"], "emptyDir": {}} if "persistentVolumeClaim" in v else v
+                           for v in spec.get("volumes") or []]
+        TEMPLATE.update(spec)
+        release.wait_job(name)
+
     def bare_pod(name: str, comment: str = "@pi") -> dict:
-        """What the baseline runs: the same fakepi process, through the same kubelet, without the operator."""
+        """What the baselines run: the same fakepi process, through the same kubelet, without the operator;
+        with our Job Pod's spec once :func:`capture_template` has run, else a minimal Pod."""
+        if TEMPLATE:
+            spec = json.loads(json.dumps(TEMPLATE))
+            for env in spec["containers"][0].get("env") or []:
+                if env["name"] == "PI_JOB_SPEC":
+                    env["value"] = json.dumps({"comment": comment})
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {BARE_LABEL: "true"}},
+                    "spec": spec}
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -263,7 +298,7 @@ else:
     def bench_latency(sides: Sides, pairs: int, issues: collections.abc.Iterator[int]) -> dict:
         """Interleaved triples: our Job, a ``batch/v1`` Job, a bare Pod; the order rotates every triple."""
         release, kube = sides.release, sides.release.kube
-        got_all: dict[str, list[float]] = {"job": [], "batch": [], "bare": []}
+        got_all: dict[str, list[float]] = {"job": [], "batch": [], "bare": [], "jobseen": [], "batchseen": []}
         vs_batch, vs_bare = [], []
         rotations = (("job", "batch", "bare"), ("batch", "bare", "job"), ("bare", "job", "batch"))
         for i in range(-1, pairs):  # triple -1 is a warm-up, not reported
@@ -275,11 +310,13 @@ else:
                     release.job(name, issue=next(issues))
                     got["job"] = pod_seen_for(sides.pods, job_label(name), t0, f"the Pod of Job {name}")
                     sides.jobs.wait(f"Job {name} terminal", lambda name=name: name in sides.jobs.done, 120)
+                    got["jobseen"] = sides.jobs.seen[name] - t0
                 elif side == "batch":
                     kube.create(f"/apis/batch/v1/namespaces/{sides.batch_ns}/jobs", batch_job(name))
                     got["batch"] = pod_seen_for(sides.batch_pods, name, t0, f"the Pod of batch/v1 Job {name}")
                     sides.batch_jobs.wait(f"batch/v1 Job {name} terminal",
                                           lambda name=name: name in sides.batch_jobs.done, 120)
+                    got["batchseen"] = sides.batch_jobs.seen[name] - t0
                 else:
                     kube.create(f"/api/v1/namespaces/{sides.bare_ns}/pods", bare_pod(name))
                     sides.bare.wait(f"bare Pod {name}", lambda name=name: name in sides.bare.seen, 60)
@@ -293,7 +330,8 @@ else:
             vs_bare.append(got["job"] / got["bare"])
             progress(
                 f"  a. triple {i + 1}/{pairs}: Job→Pod {fmt_seconds(got['job'])}, batch/v1 Job→Pod "
-                f"{fmt_seconds(got['batch'])}, bare Pod {fmt_seconds(got['bare'])}"
+                f"{fmt_seconds(got['batch'])}, bare Pod {fmt_seconds(got['bare'])}; Job seen "
+                f"{fmt_seconds(got['jobseen'])}, batch/v1 Job seen {fmt_seconds(got['batchseen'])}"
             )
         return {**got_all, "vs_batch": vs_batch, "vs_bare": vs_bare}
 
@@ -625,9 +663,13 @@ else:
     def report(args: argparse.Namespace, info: dict, lat: dict | None, wr: dict | None, bursts: dict | None,
                rss: dict, load_end: str, ops: dict | None = None) -> str:
         cmd = (".venv/bin/python bench/operator.py" + (" --quick" if args.quick else "")
-               + (f" --only {args.only}" if args.only != "abdc" else ""))
+               + (f" --only {args.only}" if args.only != "abdc" else "")
+               + (" --minimal-peer" if args.minimal_peer else ""))
+        peer = ("The `batch/v1` and bare Pods have a minimal spec (one container, one env var)." if not TEMPLATE else
+                "The `batch/v1` and bare Pods have the spec of our Job Pods (the same container, env, security "
+                "context and volumes; the session claim an emptyDir).")
         out = [f"Run: {info['date']} — `{cmd}`", "",
-               machine_line(info) + f" At the end: {load_end}.", ""]
+               machine_line(info) + f" At the end: {load_end}.", "", peer, ""]
         out += ["#### a. Job → Pod latency", "", "(not run)", ""] if lat is None else report_latency(lat)
         out += ["#### b. API writes per job", "", "(not run)", ""] if wr is None else report_writes(wr)
         out += ["#### c. Burst", "", "(not run)", ""] if bursts is None else report_burst(bursts, rss)
@@ -673,6 +715,10 @@ else:
             "",
             f"Target: our median ≤ the `batch/v1` median: {fmt_seconds(ours)} against {fmt_seconds(batch)}, "
             f"{verdict} ({ours / batch:.2f}× of it).",
+            "",
+            f"Context, the Job alone (POST → the Job seen by this script's watch, before any controller acts): "
+            f"ours {fmt_seconds(spread(lat['jobseen'])[1])}, `batch/v1` {fmt_seconds(spread(lat['batchseen'])[1])} "
+            "(medians).",
             "",
         ]
 
@@ -811,6 +857,10 @@ else:
         parser.add_argument("--svg", help="write the burst drain curves as an SVG here (e.g. docs/bench-drain.svg)")
         parser.add_argument("--from-csv", help=argparse.SUPPRESS)
         parser.add_argument("--only", default="abdc", help="which parts to run (default abdc: d runs before c)")
+        parser.add_argument("--triples", type=int, help="how many latency triples (default 30; 6 with --quick)")
+        parser.add_argument("--minimal-peer", action="store_true",
+                            help="give the batch/v1 and bare Pods a minimal spec instead of our Job Pod's (the "
+                                 "method before 2026-12-03)")
         parser.add_argument("--no-bare-burst", action="store_true", help="skip the bare-Pod burst (context only)")
         args = parser.parse_args(argv)
         if args.from_csv and args.svg:  # redraw the picture from a saved --curve file
@@ -821,6 +871,7 @@ else:
             Path(args.svg).write_text(drain_svg(curves, len(next(iter(curves.values()))), CAP))
             return 0
         pairs, k, n = (6, 5, 40) if args.quick else (30, 20, 500)
+        pairs = args.triples or pairs
         tmp = Path(tempfile.mkdtemp(prefix="pidispatch-bench-op-"))
         info = machine(tmp)
         progress(f"operator benchmark; state in {tmp}; load average {info['load']}")
@@ -861,6 +912,9 @@ else:
                 w.ready.wait(30)
             sides = Sides(release, bare_ns, batch_ns, pods, bare, batch_pods, jobs, batch_jobs)
             issues = iter(range(1000, 10**9))
+            if not args.minimal_peer:
+                progress("the peers' Pod template: the spec of one of our Job Pods")
+                capture_template(release, pods, next(issues))
             lat = wr = bursts = None
             if "a" in args.only:
                 progress(f"a. latency: {pairs} interleaved triples (and one warm-up)")
