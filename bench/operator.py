@@ -8,7 +8,8 @@ with sessions on (``e2e.release.Release``; job Pods run ``e2e/fakepi.py``), and 
 run, their Pods the same fakepi process through the same kubelet (a bare Pod is reported as context). Like
 for like: the ``batch/v1`` Jobs' and the bare Pods' spec is the spec of one of our Job Pods, taken from the
 apiserver at the start (the same container, env, security context and volumes; the session claim becomes
-an emptyDir; ``--minimal-peer`` gives them a one-container, one-variable Pod instead, as before):
+an emptyDir and ``PI_SESSION_FILE`` is dropped; ``--minimal-peer`` gives them a one-container,
+one-variable Pod instead, as before):
 
 a. **Pod latency.** Job POST → its Pod seen by a watch on Pods, for our Job, a ``batch/v1`` Job and a bare
    Pod, in interleaved triples whose order rotates. Clocks start just before the POST (a bare Pod's ADDED
@@ -208,8 +209,8 @@ else:
 
     def capture_template(release: Release, pods: Watcher, issue: int) -> None:
         """Take the spec of one of our Job Pods as the template of the peer's and the bare Pods: like for like,
-        the same container, env, security context and volumes (its session claim becomes an emptyDir: the
-        peer has no staged session to mount)."""
+        the same container, env, security context and volumes (its session claim becomes an emptyDir and
+        ``PI_SESSION_FILE`` is dropped: the peer has no staged session to mount or continue)."""
         name = f"tpl-{uuid.uuid4().hex[:4]}"
         release.job(name, issue=issue)
         pods.wait(f"the Pod of Job {name}", lambda: job_label(name) in pods.labels.values(), 60)
@@ -218,6 +219,9 @@ else:
             None), timeout=30)
         spec = {k: v for k, v in pod["spec"].items() if k not in FILLED_POD}
         spec["containers"] = [{k: v for k, v in c.items() if k not in FILLED_CONTAINER} for c in spec["containers"]]
+        # No session file either: fakepi reads the one it is pointed at, and the peer has none to hand it.
+        container = spec["containers"][0]
+        container["env"] = [e for e in container.get("env") or [] if e["name"] != "PI_SESSION_FILE"]
         spec["volumes"] = [{"name": v["name"], "emptyDir": {}} if "persistentVolumeClaim" in v else v
                            for v in spec.get("volumes") or []]
         TEMPLATE.update(spec)
@@ -667,7 +671,7 @@ else:
                + (" --minimal-peer" if args.minimal_peer else ""))
         peer = ("The `batch/v1` and bare Pods have a minimal spec (one container, one env var)." if not TEMPLATE else
                 "The `batch/v1` and bare Pods have the spec of our Job Pods (the same container, env, security "
-                "context and volumes; the session claim an emptyDir).")
+                "context and volumes; the session claim an emptyDir, no `PI_SESSION_FILE`).")
         out = [f"Run: {info['date']} — `{cmd}`", "",
                machine_line(info) + f" At the end: {load_end}.", "", peer, ""]
         out += ["#### a. Job → Pod latency", "", "(not run)", ""] if lat is None else report_latency(lat)
