@@ -118,14 +118,8 @@ class JobDir:
 
         True when this call made the Job's directory: then both are new and empty, and nothing an earlier
         stage or a job Pod left needs clearing."""
-        made = False
-        for path in (self.path, self.session):
-            try:
-                os.mkdir(path, 0o700)  # made here, so a real directory: no second look needed
-                made = made or path == self.path
-            except FileExistsError:
-                if not fsio.is_real_dir(fsio.lstat_or_none(path)):
-                    raise NotADirectoryError(f"staging path is not a real directory: {path}") from None
+        made = _make_dir(self.path)
+        _make_dir(self.session)
         return made
 
     def exists(self) -> bool:
@@ -143,14 +137,15 @@ class JobDir:
         data = json.dumps(record, separators=(",", ":"), sort_keys=True).encode()
         dir_fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            fd = fsio.create_exclusive(f".{name}.incoming", dir_fd)
+            temp = f".{name}.incoming"
+            fd = fsio.create_exclusive(temp, dir_fd)
             try:
                 fsio.write_all(fd, data)
                 if durable:
                     os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(f".{name}.incoming", name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             if durable:
                 fsio.fsync_dir(dir_fd)
         finally:
@@ -197,6 +192,17 @@ class JobDir:
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _make_dir(path: str) -> bool:
+    """``mkdir`` (0700): True when made here (so a real directory); an existing path must be a real directory."""
+    try:
+        os.mkdir(path, 0o700)
+        return True
+    except FileExistsError:
+        if not fsio.is_real_dir(fsio.lstat_or_none(path)):
+            raise NotADirectoryError(f"staging path is not a real directory: {path}") from None
+        return False
 
 
 def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = True,
