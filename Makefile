@@ -112,9 +112,11 @@ fuzz: venv
 	$(VPY) tests/fuzz_webhook.py $(FUZZ_ARGS)
 
 # Operator benchmarks (not tests): a fresh local control plane, the chart, Pod latency, API writes
-# per job, a 500-Job burst; then the store reaper over 100 000 keys, and the Resumable refresh over
-# 100 000 keys and SessionKeys (its own control plane). Figures go to docs/benchmarks.md.
+# per job, a 500-Job burst; one Pod create from our client against client-go's (JSON and protobuf,
+# printed); then the store reaper over 100 000 keys, and the Resumable refresh over 100 000 keys and
+# SessionKeys (its own control plane). Figures go to docs/benchmarks.md.
 bench-operator: venv controlplane
 	$(VPY) bench/operator.py --svg docs/bench-drain.svg
+	$(VPY) bench/podpost.py
 	$(VPY) bench/reaper.py
 	$(VPY) bench/refresh.py

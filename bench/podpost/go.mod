@@ -1,0 +1,3 @@
+module pidispatch.invalid/bench/podpost
+
+go 1.26.0
