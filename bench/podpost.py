@@ -17,8 +17,9 @@ restricted security context, resources, the workspace and session volumes), in a
 enforces the ``restricted`` Pod Security level, as the chart's does. Each side creates blocks of Pods
 one at a time, the sides' order rotating from block to block; every create is timed from its start to
 its response (the client's whole round trip) and to the moment one shared watch thread in this
-process sees the Pod (the same watcher for all three, so its own delay is the same for all). Reported:
-medians per side, ratios of medians, and the spread of per-block ratios.
+process sees the Pod (the same watcher for all three, so its own delay is the same for all; ours runs
+in this process, so the watcher shares its interpreter lock with our side only: a bias, if any,
+against ours). Reported: medians per side, ratios of medians, and the spread of per-block ratios.
 
     .venv/bin/python bench/podpost.py                  # 12 blocks of 25 creates per side, ~3 minutes
     .venv/bin/python bench/podpost.py --blocks 4 --per-block 10   # a smoke run
