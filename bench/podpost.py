@@ -65,7 +65,7 @@ PAUSE = 0.02  # between creates, on every side: one create in flight at a time
 
 
 def build_go(out: Path) -> Path:
-    """``go build`` of bench/podpost against the wrapper module's go.mod/go.sum (read-only, offline-safe)."""
+    """``go build`` of bench/podpost against the wrapper module's go.mod/go.sum, read-only (they are never changed)."""
     go = shutil.which("go") or "/usr/local/go/bin/go"
     binary = out / "podpost"
     env = {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": os.environ.get("GOTOOLCHAIN", "local"),
