@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from _common import load_average, machine, machine_line, progress, spread  # noqa: E402
 
 from e2e.cluster import Cluster  # noqa: E402
-from e2e.kube import Kube  # noqa: E402
+from e2e.kube import Kube, wait_for  # noqa: E402
 from pidispatch.kubeapi import Api  # noqa: E402
 from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod  # noqa: E402
 
@@ -128,11 +128,8 @@ def namespace(kube: Kube, name: str) -> str:
     """A namespace enforcing the ``restricted`` Pod Security level, once its default ServiceAccount exists."""
     kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {
         "pod-security.kubernetes.io/enforce": "restricted"}}})
-    deadline = time.monotonic() + 60
-    while kube.get_or_none(f"/api/v1/namespaces/{name}/serviceaccounts/default") is None:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no default ServiceAccount in {name} after 60s")
-        time.sleep(0.2)
+    wait_for(f"ServiceAccount {name}/default",
+             lambda: kube.get_or_none(f"/api/v1/namespaces/{name}/serviceaccounts/default"))
     return name
 
 
@@ -186,18 +183,19 @@ def main(argv: list[str] | None = None) -> int:
             rows: dict[str, list[tuple[int, int]]] = {side: [] for side in SIDES}  # (POST ns, POST → seen ns)
             blocks: dict[str, list[float]] = {side: [] for side in SIDES}  # per-block median of POST → seen
             namespaces = {side: namespace(kube, f"podpost-{i}") for i, side in enumerate(SIDES)}
+            pods = {side: the_pod(namespaces[side]) for side in SIDES}
+            pod_files = {side: tmp / f"pod-{i}.json" for i, side in enumerate(WIRE)}  # the Go sides read a file
+            for side, pod_file in pod_files.items():
+                pod_file.write_text(json.dumps(pods[side]))
             for b in range(args.blocks):
                 order = SIDES[b % len(SIDES):] + SIDES[: b % len(SIDES)]
                 for side in order:
-                    pod = the_pod(namespaces[side])
                     prefix = f"b{b}-s{SIDES.index(side)}"
                     if side == "ours":
-                        got = python_block(api, namespaces[side], pod, prefix, args.per_block, args.warmup)
+                        got = python_block(api, namespaces[side], pods[side], prefix, args.per_block, args.warmup)
                     else:
-                        pod_file = tmp / f"{prefix}.json"
-                        pod_file.write_text(json.dumps(pod))
-                        got = go_block(binary, cluster, namespaces[side], pod_file, prefix, args.per_block, args.warmup,
-                                       WIRE[side])
+                        got = go_block(binary, cluster, namespaces[side], pod_files[side], prefix, args.per_block,
+                                       args.warmup, WIRE[side])
                     to_seen = [seen.wait(name) - start for name, start, _ in got]
                     rows[side] += [(took, s) for (_, _, took), s in zip(got, to_seen, strict=True)]
                     blocks[side].append(statistics.median(to_seen))

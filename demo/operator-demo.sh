@@ -100,11 +100,8 @@ helm install pi-dispatch charts/pi-dispatch -n "$NS" --set sessions.enabled=true
     --set github.apiUrl="$API" --set github.webUrl="$WEB" --set github.caBundle.configMap=forge-ca \
     "${images[@]}" >/dev/null
 echo "(installed; waiting for the operator Pod)"
-# `kubectl wait` on a selector fails at once while nothing matches: first wait for the ReplicaSet to make the Pod.
-for _ in $(seq 120); do
-    [ -n "$(kubectl get pod -n "$NS" -l app.kubernetes.io/component=operator -o name)" ] && break
-    sleep 1
-done
+# A condition wait on a selector fails at once while nothing matches: first wait for the ReplicaSet to make the Pod.
+kubectl wait -n "$NS" --for=create pod -l app.kubernetes.io/component=operator --timeout=120s >/dev/null
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null
 
