@@ -7,7 +7,8 @@ wrote (the agent owns ``/session``, so each of these sees hostile bytes):
 - ``check_transcript``    must return a list of ``Problem``, and agree with ``parse_transcript``;
 - ``read_first_line`` / ``is_session_header`` / ``header_timestamp_ms`` (gates 11 and 13) never raise;
 - ``transcript_has_empty_compaction`` (gate 12) and ``context_usage`` (the runner) never raise;
-- gate 12's C searches (``_needles``) return what the pure-Python searches return.
+- gate 12's C searches (``_needles``) return what the pure-Python searches return, and its C
+  pre-judgment (``clears``) never spares a line the parse would call an empty compaction.
 
 Anything else (another exception, or one input taking longer than ``--hang-seconds``) is a crash:
 the input is written to ``tests/fuzz_crashes/<seed>-<index>.bin`` with a ``.txt`` holding the
@@ -398,6 +399,10 @@ def exercise(data: bytes) -> None:
         for start, end in ((0, len(data)), (len(data) // 3, len(data) - len(data) // 5)):
             for c_search, python_search in zip(native, PYTHON_SEARCHES, strict=True):
                 assert c_search(data, start, end) == python_search(data, start, end), "C search differs"
+        # gate 12's C pre-judgment spares a parse only where the parse finds no empty summary
+        for line in data.split(b"\n"):
+            if compaction._clears(line, 0, len(line)):  # type: ignore[misc]
+                assert not compaction.parsed_line_has_empty_compaction(line), "clears spared an empty summary"
     context_usage(data)
 
 

@@ -253,6 +253,15 @@ def test_a_compaction_line_too_deep_for_python_fails_closed() -> None:
     assert transcript_has_empty_compaction(HEAD + deep) is True
 
 
+def test_an_empty_compaction_beside_a_number_longer_than_python_reads_is_found() -> None:
+    # JSON.parse reads a 5000-digit integer (as Infinity) and so the entry; Python's int() refuses
+    # more than 4300 digits. Skipping the line as unparseable would let this empty summary resume.
+    line = EMPTY_LINE.replace(b'"tokensBefore":1', b'"tokensBefore":' + b"1" * 5000)
+    assert transcript_has_empty_compaction(HEAD + line + b"\n") is True
+    real = line.replace(b'"summary":""', b'"summary":"Real."')
+    assert transcript_has_empty_compaction(HEAD + real + b"\n") is False
+
+
 def test_a_deep_but_parseable_real_compaction_passes() -> None:
     deep = b'{"type":"compaction","summary":"real","details":' + b"[" * 200 + b"]" * 200 + b"}\n"
     assert transcript_has_empty_compaction(HEAD + deep) is False

@@ -8,15 +8,26 @@ linear in the chunk however many lines hold a needle.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_transcript_compaction import HEAD, _lines, reference, scan
+from transcript_samples import sample
 
 from pidispatch.transcript import compaction
-from pidispatch.transcript.compaction import NATIVE_SEARCH, PYTHON_SEARCHES, Search, transcript_has_empty_compaction
+from pidispatch.transcript._jsjson import JS_WHITESPACE
+from pidispatch.transcript.compaction import (
+    NATIVE_SEARCH,
+    PLACEHOLDER,
+    PYTHON_SEARCHES,
+    SPLIT_TURN_MARKER,
+    Search,
+    parsed_line_has_empty_compaction,
+    transcript_has_empty_compaction,
+)
 
 
 def native() -> tuple[Search, Search]:
@@ -119,3 +130,161 @@ def test_the_scanner_reads_a_chunk_once_however_many_lines_hold_a_needle(kind: s
     for _ in _with((counting(compaction._find_type), counting(compaction._find_escape))):
         assert transcript_has_empty_compaction(data) is False
     assert examined <= 4 * len(data), f"{examined} bytes examined for a {len(data)}-byte chunk"
+
+
+# --------------------------------------------------------------------------------------------------
+# `clears`: the C pre-judgment that spares gate 12 a parse. It may say "parse it" too often, never
+# "cleared" for a line the full judgment calls empty.
+
+
+
+def clears(line: bytes) -> bool:
+    from pidispatch.transcript._needles import clears as native_clears
+
+    return native_clears(line, 0, len(line))
+
+
+def clears_all(data: bytes) -> bool:
+    from pidispatch.transcript._needles import clears_all as native_clears_all
+
+    return native_clears_all(data, 0, len(data))
+
+
+def sound(line: bytes) -> None:
+    """``clears`` is True only where the full judgment is False (on the line, and inside a buffer)."""
+    if clears(line):
+        assert parsed_line_has_empty_compaction(line) is False, line
+    padded = b'{"type":"message"}\n' + line + b"\n" + b'{"type":"label"}'
+    if clears_all(padded):
+        assert not any(parsed_line_has_empty_compaction(part) for part in padded.split(b"\n")), line
+
+
+_TRICKY_SUMMARIES = [
+    "", " ", "\t", "\u00a0x", "\ufeffx", "\u3000", "N", PLACEHOLDER, PLACEHOLDER + " ", PLACEHOLDER + "Real",
+    "No", "x" + SPLIT_TURN_MARKER, "x" + SPLIT_TURN_MARKER + "turn", SPLIT_TURN_MARKER, "## Goal\nFix it", "Real.",
+    "x\n\n<read-files>\na\n</read-files>", "\n\n<read-files>\na\n</read-files>", '"', "\\", "\u001b[0m", "é",
+    "x" * 300, "A" + SPLIT_TURN_MARKER.rstrip("\n"),
+]
+_summary_values = st.one_of(
+    st.sampled_from(_TRICKY_SUMMARIES), st.text(alphabet="aN \n\t\u00a0#<>/-*:()TurnCcox\\\"é", max_size=30),
+    st.sampled_from([None, 0, 1.5, True, [], {}, ["x"], {"summary": ""}]),
+)
+
+
+@st.composite
+def _entry_lines(draw: st.DrawFn) -> bytes:
+    """Lines shaped like compaction entries, written every way JSON allows, with duplicate and nested keys."""
+    members: list[tuple[str, object]] = []
+    for _ in range(draw(st.integers(min_value=0, max_value=5))):
+        name = draw(st.sampled_from(["type", "summary", "details", "id", "x", "Summary", "summary "]))
+        value = draw(st.one_of(_summary_values, st.just("compaction"),
+                               st.just({"readFiles": ["a"], "modifiedFiles": []})))
+        members.append((name, value))
+    ascii_only = draw(st.booleans())
+    escape_keys = draw(st.booleans())
+    space = draw(st.sampled_from(["", " ", "\t", "\r", " \n "]))
+    parts = []
+    for name, value in members:
+        key = "".join(f"\\u{ord(c):04x}" for c in name) if escape_keys and draw(st.booleans()) else name
+        text = json.dumps(value, ensure_ascii=ascii_only)
+        if isinstance(value, str) and draw(st.booleans()):  # a letter of the value escaped too
+            body = text[1:-1]
+            at = draw(st.integers(min_value=0, max_value=max(len(body) - 1, 0)))
+            if body[at:at + 1].isalnum():
+                body = body[:at] + f"\\u{ord(body[at]):04x}" + body[at + 1:]
+            text = '"' + body + '"'
+        parts.append(f'{space}"{key}"{space}:{space}{text}{space}')
+    line = "{" + ",".join(parts) + "}"
+    # The object alone, nested, beside another value, with trailing bytes, or deeper than the C walk goes.
+    wrap = draw(st.sampled_from(["@", "[@]", '{"a":@}', "@ {}", " @ ", "@x", "@]", "[" * 70 + "@" + "]" * 70]))
+    line = wrap.replace("@", line)
+    data = line.encode("utf-8", "surrogatepass")
+    cut = draw(st.integers(min_value=0, max_value=len(data)))
+    return data[:cut] if draw(st.integers(min_value=0, max_value=9)) == 0 else data
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_entry_lines())
+def test_clears_never_spares_a_line_the_full_judgment_calls_empty(line: bytes) -> None:
+    sound(line)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_data)
+def test_clears_is_sound_on_arbitrary_bytes(data: bytes) -> None:
+    sound(data)
+
+
+@pytest.mark.parametrize(
+    "summary_json",
+    [
+        pytest.param('""', id="empty"),
+        *[pytest.param(json.dumps(ch + "x"), id=f"starts-with-U+{ord(ch):04X}") for ch in JS_WHITESPACE],
+        pytest.param(json.dumps(PLACEHOLDER), id="placeholder"),
+        pytest.param(json.dumps(PLACEHOLDER + "\n\n<read-files>\na\n</read-files>"), id="placeholder-and-files"),
+        pytest.param(json.dumps("x" + SPLIT_TURN_MARKER), id="split-turn-marker-with-empty-turn"),
+        pytest.param(json.dumps("x" + SPLIT_TURN_MARKER).replace("T", "\\u0054"), id="marker-with-an-escaped-letter"),
+        pytest.param('"\\u0020x"', id="escaped-space-first"),
+        pytest.param('"\\n"', id="escaped-newline"),
+        pytest.param("null", id="null"),
+        pytest.param("1", id="number"),
+        pytest.param('["x"]', id="array"),
+        pytest.param('{"x":"y"}', id="object"),
+    ],
+)
+def test_clears_leaves_every_possibly_empty_summary_to_the_parser(summary_json: str) -> None:
+    details = '"details":{"readFiles":["a"],"modifiedFiles":[]}'
+    line = ('{"type":"compaction","summary":' + summary_json + "," + details + "}").encode()
+    assert clears(line) is False
+    assert clears_all(line) is False
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(b'{"type":"compaction"}', id="no-summary-at-all"),
+        pytest.param(b'{"type":"compaction","x":{"summary":"Real."}}', id="only-a-nested-summary"),
+        pytest.param(b'{"type":"compaction","summary":"Real.","summary":""}', id="the-last-duplicate-is-empty"),
+        pytest.param(b'{"type":"compaction","summ\\u0061ry":"","summary":"Real."}', id="a-key-spelled-with-an-escape"),
+        pytest.param(b'{"type":"compaction","summary":"Real.","x":' + b"[" * 65 + b"]" * 65 + b"}",
+                     id="deeper-than-64"),
+    ],
+)
+def test_clears_leaves_doubtful_keys_and_deep_lines_to_the_parser(line: bytes) -> None:
+    assert clears(line) is False
+    sound(line)
+
+
+def test_clears_reads_the_last_summary_as_the_parser_keeps_it() -> None:
+    line = b'{"type":"compaction","summary":"","summary":"Real."}'
+    assert clears(line) is True
+    assert parsed_line_has_empty_compaction(line) is False
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(next(part for part in sample("s5_auto_compaction_then_resume.jsonl").split(b"\n")
+                          if b'"type":"compaction"' in part), id="real-pi-entry"),
+        pytest.param(b'{"type":"message","text":"the word \\"compaction\\" in a tool output"}', id="a-message"),
+        pytest.param(b'[{"type":"compaction","summary":""}]', id="not-an-object"),
+        pytest.param(b'{"type":"compaction","summary":""', id="torn"),
+        pytest.param(b'{"type":"compaction","summary":"## Goal","x":"\\u0063"}', id="escape-outside-summary"),
+    ],
+)
+def test_clears_spares_the_usual_lines(line: bytes) -> None:
+    assert clears(line) is True
+    assert parsed_line_has_empty_compaction(line) is False
+
+
+def test_clears_all_walks_every_candidate_line() -> None:
+    real = b'{"type":"compaction","summary":"Real."}\n'
+    empty = b'{"type":"compaction","summary":""}\n'
+    word = b'{"type":"message","text":"compaction \\u0063"}\n'
+    assert clears_all(HEAD + real * 3 + word * 3) is True
+    for at in range(4):
+        lines = [real, word, real, word]
+        lines.insert(at, empty)
+        data = HEAD + b"".join(lines)
+        assert clears_all(data) is False
+        assert clears_all(data[:-1]) is False  # the last line without its newline

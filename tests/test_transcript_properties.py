@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transcript_samples import sample
 
-from pidispatch.transcript._jsjson import _DECODER, JS_WHITESPACE, TOO_DEEP, loads
+from pidispatch.transcript._jsjson import _DECODER, JS_WHITESPACE, TOO_DEEP, _js_int, loads
 from pidispatch.transcript.compaction import (
     PLACEHOLDER,
     SPLIT_TURN_MARKER,
@@ -102,11 +102,15 @@ def assert_no_escape(data: bytes) -> None:
     assert offset is None or (0 <= offset <= len(data) and (offset == 0 or data[offset - 1 : offset] == b"\n"))
 
 
+_JS_NUMBERS = json.JSONDecoder(parse_constant=_DECODER.parse_constant, parse_int=_js_int)
+
+
 @CHEAP
 def decoded(text: str) -> tuple[bool, Any]:
-    """What ``loads`` must return: ``json.JSONDecoder.decode``'s answer, as ``loads`` reports it."""
+    """What ``loads`` must return: ``json.JSONDecoder.decode``'s answer, as ``loads`` reports it (integers
+    longer than Python's digit limit read as JSON.parse reads them)."""
     try:
-        return True, _DECODER.decode(text)
+        return True, _JS_NUMBERS.decode(text)
     except ValueError:
         return False, None
     except RecursionError:
@@ -114,9 +118,14 @@ def decoded(text: str) -> tuple[bool, Any]:
 
 
 JSONISH = st.text(alphabet=' \t\n\r\x0b\u00a0\ufeff{}[]",:0123456789.eE+-truefalsnNIiy\\u', max_size=40)
+# Integers past Python's digit limit (4300), alone, in containers, and beside what JSON.parse refuses.
+LONG_NUMBERS = st.tuples(st.sampled_from(["", "-"]), st.integers(min_value=4290, max_value=4400),
+                         st.sampled_from(["{}", '{{"n":{},"m":1}}', "[{},2]", "[{},NaN]", "[{}", "{}.5e3"])).map(
+    lambda t: t[2].format(t[0] + "9" * t[1]))
 
 
-@given(st.one_of(JSONISH, json_values.map(json.dumps), transcripts.map(lambda b: b.decode("utf-8", "replace"))),
+@given(st.one_of(JSONISH, LONG_NUMBERS, json_values.map(json.dumps),
+                 transcripts.map(lambda b: b.decode("utf-8", "replace"))),
        st.sampled_from(["", " ", "\n", "\t\r\n", "\u00a0", "x"]), st.sampled_from(["", " ", "\r\n", "\u00a0", "]"]))
 @CHEAP
 def test_loads_answers_as_the_standard_decoder(text: str, before: str, after: str) -> None:

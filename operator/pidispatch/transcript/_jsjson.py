@@ -37,6 +37,23 @@ _scan_value = _DECODER.scan_once
 _JSON_WHITESPACE = " \t\n\r"  # json.decoder.WHITESPACE, the only whitespace JSON allows
 
 
+def _js_int(text: str) -> int | float:
+    """An integer literal as JSON.parse reads it when Python's ``int`` refuses its length.
+
+    ``int`` refuses more than ``sys.get_int_max_str_digits()`` digits (4300 by default) with a plain
+    ``ValueError``; JSON.parse reads any length, as a double (``Infinity`` beyond its range).
+    """
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
+
+
+# The same parse for the rare line the digit limit refused: every integer goes through `_js_int`, a
+# Python call each, so it is only the second try.
+_scan_long_numbers = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_js_int).scan_once
+
+
 # Returned as the value when parsing failed only because the nesting is deeper than Python's
 # recursion limit (~1000 levels). JavaScript's JSON.parse reads such a line, so callers that must not
 # be fooled by it (the gate-12 scanner) can tell it apart from a line pi would also skip.
@@ -47,14 +64,25 @@ def loads(text: str) -> tuple[bool, Any]:
     """Parse `text` as `JSON.parse` would; return `(ok, value)` instead of raising.
 
     Why a wrapper: `json.loads` accepts `NaN`/`Infinity`, raises `RecursionError` on deep nesting
-    and `ValueError` on huge integers; a line pi would skip must be skipped here too, and a
+    and `ValueError` on integers of more than 4300 digits (which JSON.parse reads as doubles, and
+    so does this); a line pi would skip must be skipped here too, a line pi reads must be read, and a
     hostile line must never escape as an exception from a gate. On failure the value is None, or
     `TOO_DEEP` when only the nesting depth defeated Python's parser.
     """
+    start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
     try:
-        value, end = _scan_value(text, len(text) - len(text.lstrip(_JSON_WHITESPACE)))
-    except (StopIteration, ValueError):
+        value, end = _scan_value(text, start)
+    except (StopIteration, json.JSONDecodeError, _NotJson):
         return False, None
+    except ValueError:
+        # Only the integer digit limit raises a bare ValueError here. pi reads such a line (and a
+        # compaction entry in it), so it must not be skipped: parse it again the way JSON.parse does.
+        try:
+            value, end = _scan_long_numbers(text, start)
+        except (StopIteration, ValueError):
+            return False, None
+        except RecursionError:
+            return False, TOO_DEEP
     except RecursionError:
         return False, TOO_DEEP
     if end != len(text) and text[end:].strip(_JSON_WHITESPACE):

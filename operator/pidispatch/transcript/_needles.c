@@ -7,10 +7,19 @@
  * about 3 GB/s each); here glibc's memmem finds the first and memchr walks the backslashes for the
  * second, with the GIL released, so another thread can write the chunk to disk while one reads it.
  * Offsets are non-negative; `end` is clamped to the buffer's length.
+ *
+ *   clears(buffer, start, end)      -> True when the line buffer[start:end] surely holds no `compaction`
+ *                                      entry with an empty summary, so gate 12 need not parse it
+ *   clears_all(buffer, start, end)  -> True when `clears` is True for every line of buffer[start:end]
+ *                                      (split on newlines) in which either search finds its needle
+ *
+ * `clears` answers True only when compaction.py's full judgment (decode, JSON.parse-exact parse,
+ * `compaction_summary_is_empty`) would answer "not empty"; False means "parse it", never "empty".
+ * Why that is sound is argued at `clears_line` below, and a property test holds it to the full judgment.
  */
 #define PY_SSIZE_T_CLEAN
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* memmem */
+#define _GNU_SOURCE /* memmem, memrchr */
 #endif
 #include <Python.h>
 #include <string.h>
@@ -38,6 +47,168 @@ find_escape(const char *data, Py_ssize_t start, Py_ssize_t end)
             return p - data;
     }
     return -1;
+}
+
+/* Deeper lines are left to the parser: Python's JSON parser gives up on nesting near its recursion
+ * limit, and gate 12 fails closed on such a line (compaction.py); far below that, this answers exactly. */
+#define MAX_DEPTH 64
+
+/* The last value seen for one top-level key: JSON.parse and Python's json both keep the last duplicate. */
+struct member {
+    int seen;     /* the key occurred */
+    int string;   /* its value is a string; then [start, end) are the string's raw bytes */
+    int escaped;  /* that string holds an escape */
+    Py_ssize_t start, end;
+};
+
+/* Whether the full judgment of this line surely answers "no empty compaction summary".
+ *
+ * The full judgment answers "empty" only for a line that parses as JSON to an object whose `type` is
+ * "compaction" and whose `summary` is missing, not a string, or blank once pi's boilerplate is removed;
+ * or for a line nested too deeply for Python to parse (fail closed). Every other line, including every
+ * line that is not valid JSON, is "not empty". So:
+ *
+ *  - Nesting deeper than MAX_DEPTH anywhere: not cleared (the parser, and its depth rule, decide).
+ *  - The walk below follows strings (with their escapes) and brackets as a JSON parser does, so on a
+ *    valid line it finds the top-level object's keys and their last values exactly. On an invalid line
+ *    it may be wrong, but any answer is right there: the parser answers "not empty" (and the depth it
+ *    reaches before failing lies in a valid-so-far prefix, which this walk counts exactly).
+ *  - A top-level key spelled with an escape might decode to `type` or `summary`: not cleared.
+ *  - A bracket left open, or anything but whitespace beside a top-level object: not JSON, cleared.
+ *  - No top-level object: cleared.
+ *  - `type` missing, not a string, or a string without escapes other than `compaction`: not a
+ *    compaction entry, cleared. (An escaped one might decode to "compaction": judged by its summary.)
+ *  - `summary` missing or not a string: not cleared.
+ *  - A string summary S is cleared when its raw bytes hold no `\u` escape and not `Turn Context`, and
+ *    its first byte is printable ASCII other than `\`, `"` and `N`. Then S[0] is that very character;
+ *    S does not contain the split-turn marker (its letters and spaces could only be escaped as `\u`);
+ *    every file-list block that rule 1 may cut starts with a newline, so at an offset >= 1; and the
+ *    placeholder `No prior history.` starts with `N`, so no removal reaches S[0]. What is left starts
+ *    with a character that is not whitespace: not blank.
+ */
+static int
+clears_line(const unsigned char *p, Py_ssize_t n)
+{
+    struct member type = {0, 0, 0, 0, 0}, summary = {0, 0, 0, 0, 0};
+    struct member *key = NULL, *value = NULL; /* the member the last key names; the one awaiting its value */
+    Py_ssize_t i = 0, s, e, len;
+    int depth = 0, values = 0, top_object = 0, expect_key = 0, escaped_key = 0, escaped;
+    unsigned char c;
+
+    while (i < n) {
+        c = p[i];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            i++;
+            continue;
+        }
+        if (value != NULL) { /* the first byte of a value at depth 1 */
+            value->seen = 1;
+            value->string = c == '"';
+            if (!value->string) value = NULL;
+        }
+        if (c == '"') {
+            s = ++i;
+            escaped = 0;
+            while (i < n && p[i] != '"') {
+                if (p[i] == '\\') {
+                    escaped = 1;
+                    i++;
+                }
+                i++;
+            }
+            if (i >= n)
+                return 1; /* an unterminated string: not JSON */
+            e = i++;
+            if (depth == 0)
+                values++;
+            if (value != NULL) {
+                value->start = s, value->end = e, value->escaped = escaped;
+                value = NULL;
+            }
+            else if (depth == 1 && top_object && expect_key) {
+                expect_key = 0;
+                escaped_key |= escaped;
+                len = e - s;
+                key = len == 4 && memcmp(p + s, "type", 4) == 0      ? &type
+                      : len == 7 && memcmp(p + s, "summary", 7) == 0 ? &summary
+                                                                      : NULL;
+            }
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (++depth > MAX_DEPTH)
+                return 0;
+            if (depth == 1 && values++ == 0) {
+                top_object = c == '{';
+                expect_key = top_object;
+            }
+        }
+        else if (c == '}' || c == ']') {
+            if (--depth < 0)
+                return 1; /* a closer with nothing open: not JSON */
+        }
+        else if (depth == 1 && top_object) {
+            if (c == ',') {
+                expect_key = 1;
+            }
+            else if (c == ':') {
+                value = key;
+                key = NULL;
+            }
+        }
+        else if (depth == 0) {
+            values++;
+        }
+        i++;
+    }
+    if (depth != 0 || (top_object && values != 1))
+        return 1; /* left open, or more than the object: not JSON */
+    if (escaped_key)
+        return 0;
+    if (!top_object)
+        return 1;
+    if (!type.seen || !type.string)
+        return 1;
+    if (!type.escaped && !(type.end - type.start == 10 && memcmp(p + type.start, "compaction", 10) == 0))
+        return 1;
+    if (!summary.seen || !summary.string || summary.end == summary.start)
+        return 0;
+    c = p[summary.start];
+    if (c < 0x21 || c > 0x7e || c == '\\' || c == '"' || c == 'N')
+        return 0;
+    len = summary.end - summary.start;
+    if (memmem(p + summary.start, (size_t)len, "\\u", 2) != NULL ||
+        memmem(p + summary.start, (size_t)len, "Turn Context", 12) != NULL)
+        return 0;
+    return 1;
+}
+
+/* `clears_line` over every candidate line of data[start:end], as compaction.py's `_scan_whole_lines`
+ * walks them: each needle's next offset is kept until the walk passes it, so each is searched for once
+ * over the range however many lines hold one. */
+static int
+clears_all(const char *data, Py_ssize_t start, Py_ssize_t end)
+{
+    Py_ssize_t type = find_type(data, start, end), escape = find_escape(data, start, end);
+    Py_ssize_t hit, line_start, line_end;
+    const char *newline;
+    while (type >= 0 || escape >= 0) {
+        hit = escape < 0 || (type >= 0 && type < escape) ? type : escape;
+        newline = memrchr(data + start, '\n', (size_t)(hit - start));
+        line_start = newline != NULL ? newline - data + 1 : start;
+        newline = memchr(data + hit, '\n', (size_t)(end - hit));
+        line_end = newline != NULL ? newline - data : end;
+        if (!clears_line((const unsigned char *)data + line_start, line_end - line_start))
+            return 0;
+        start = line_end + 1;
+        if (start >= end)
+            break;
+        if (type >= 0 && type < start)
+            type = find_type(data, start, end);
+        if (escape >= 0 && escape < start)
+            escape = find_escape(data, start, end);
+    }
+    return 1;
 }
 
 typedef Py_ssize_t (*search_fn)(const char *, Py_ssize_t, Py_ssize_t);
@@ -79,11 +250,70 @@ needles_find_escape(PyObject *module, PyObject *args)
     return run(args, "y*nn:find_escape", find_escape, ESCAPE_LEN);
 }
 
+static PyObject *
+needles_clears(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int cleared = 0;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*nn:clears", &view, &start, &end))
+        return NULL;
+    if (start < 0 || end < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "offsets must be non-negative");
+        return NULL;
+    }
+    if (end > view.len)
+        end = view.len;
+    if (start < end) {
+        Py_BEGIN_ALLOW_THREADS
+        cleared = clears_line((const unsigned char *)view.buf + start, end - start);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        cleared = 1; /* an empty line is not JSON */
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(cleared);
+}
+
+static PyObject *
+needles_clears_all(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, end;
+    int cleared = 1;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*nn:clears_all", &view, &start, &end))
+        return NULL;
+    if (start < 0 || end < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "offsets must be non-negative");
+        return NULL;
+    }
+    if (end > view.len)
+        end = view.len;
+    if (start < end) {
+        Py_BEGIN_ALLOW_THREADS
+        cleared = clears_all((const char *)view.buf, start, end);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(cleared);
+}
+
 static PyMethodDef methods[] = {
     {"find_type", needles_find_type, METH_VARARGS,
      "find_type(buffer, start, end) -> offset of the first '\"compaction\"' in buffer[start:end], or -1"},
     {"find_escape", needles_find_escape, METH_VARARGS,
      "find_escape(buffer, start, end) -> offset of the first '\\\\u00' + '6' or '7' in buffer[start:end], or -1"},
+    {"clears", needles_clears, METH_VARARGS,
+     "clears(buffer, start, end) -> True when the line buffer[start:end] surely holds no compaction entry "
+     "with an empty summary (False: parse it)"},
+    {"clears_all", needles_clears_all, METH_VARARGS,
+     "clears_all(buffer, start, end) -> True when clears() is True for every line of buffer[start:end] "
+     "that holds a needle"},
     {NULL, NULL, 0, NULL},
 };
 

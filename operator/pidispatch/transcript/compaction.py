@@ -155,16 +155,25 @@ def _find_escape_python(data: bytes | bytearray, start: int, end: int) -> int:
 
 
 _native: tuple[Search, Search] | None
+# The C pre-judgment of a candidate line (``_needles.clears``): True when parsing it surely finds no
+# empty summary, the usual case (a real summary, or the word in a tool's output). It reads the line's
+# top-level `summary` without building it: cheaper than the parse it spares (docs/benchmarks.md), and a
+# property test holds it to the full judgment. Without the C module every candidate line is parsed.
+# ``_needles.clears_all`` runs both searches and that pre-judgment over a run of whole lines in one call.
+Clears = Callable[[bytes | bytearray, int, int], bool]
+_clears: Clears | None
+_clears_all: Clears | None
 try:
-    from pidispatch.transcript._needles import find_escape, find_type
+    from pidispatch.transcript._needles import clears, clears_all, find_escape, find_type
 
-    _native = (find_type, find_escape)
+    _native, _clears, _clears_all = (find_type, find_escape), clears, clears_all
 except ImportError:  # built without a C compiler: same answers, slower
-    _native = None
+    _native, _clears, _clears_all = None, None, None
 
 NATIVE_SEARCH = _native is not None
 PYTHON_SEARCHES: tuple[Search, Search] = (_find_type_python, _find_escape_python)
 _find_type, _find_escape = PYTHON_SEARCHES if _native is None else _native
+_native_find_type = None if _native is None else _native[0]
 
 
 def _may_hold_compaction(data: bytes | bytearray, start: int = 0, end: int | None = None) -> bool:
@@ -174,6 +183,13 @@ def _may_hold_compaction(data: bytes | bytearray, start: int = 0, end: int | Non
 
 def _line_has_empty_compaction(line: bytes) -> bool:
     """Whether a line in which a needle was found parses to a compaction entry with an empty summary."""
+    if _clears is not None and _clears(line, 0, len(line)):
+        return False
+    return parsed_line_has_empty_compaction(line)
+
+
+def parsed_line_has_empty_compaction(line: bytes) -> bool:
+    """The full judgment of one line, always by parsing it (what ``_needles.clears`` must agree with)."""
     # pi reads the file as UTF-8 with replacement characters, so a stray invalid byte does not hide
     # an entry from pi; it must not hide it from this check either.
     ok, value = loads(line.decode("utf-8", errors="replace"))
@@ -249,6 +265,8 @@ class EmptyCompactionScanner:
         after every candidate line would re-read the rest of the chunk each time: quadratic on a
         chunk of many escaped lines).
         """
+        if _clears_all is not None and _find_type is _native_find_type and _clears_all(chunk, start, end):
+            return  # every candidate line cleared in C, the usual case
         needle = _find_type(chunk, start, end)
         escape = _find_escape(chunk, start, end)
         while (needle >= 0 or escape >= 0) and not self._found:
@@ -256,7 +274,8 @@ class EmptyCompactionScanner:
             newline = chunk.rfind(b"\n", start, hit)
             line_start = start if newline < 0 else newline + 1
             line_end = chunk.find(b"\n", hit, end + 1)
-            self._check(bytes(chunk[line_start:line_end]))
+            if _clears is None or not _clears(chunk, line_start, line_end):  # cleared in place: no copy
+                self._check(bytes(chunk[line_start:line_end]))
             start = line_end + 1
             if 0 <= needle < start:
                 needle = _find_type(chunk, start, end)
