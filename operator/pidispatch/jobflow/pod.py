@@ -20,13 +20,13 @@ from typing import Any
 
 from pidispatch.contract import CONTAINER
 from pidispatch.events import emit
+from pidispatch.forge.checkout import Checkout, Moved
 from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.admit import auth_source
+from pidispatch.jobflow.checkout import clone_url
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
-from pidispatch.forge.checkout import Checkout, Moved
-from pidispatch.jobflow.checkout import clone_url
 from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.staging import HostRecord, session_subpath

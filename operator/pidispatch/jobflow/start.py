@@ -24,10 +24,10 @@ from typing import Any
 
 from pidispatch import failpoints
 from pidispatch.events import emit
-from pidispatch.forge.github import Forge, GitHubError
-from pidispatch.jobflow.cluster import Cluster
 from pidispatch.forge.checkout import Unresolvable
+from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow import checkout as checkout_step
+from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.key import key_and_reason, lookup_head, needs_head_lookup
 from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
 from pidispatch.jobflow.stage import stage_session

@@ -28,11 +28,11 @@ from typing import Any
 
 from pidispatch.contract import TERMINATION_LOG
 from pidispatch.events import emit, log_to_stderr
+from pidispatch.runner import rethread
 from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
-from pidispatch.runner import rethread
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
 from pidispatch.runner.report import Usage, build_report, encode_report, measure_context, new_usage
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
@@ -140,7 +140,8 @@ def _measure(config: RunnerConfig, opened: OpenedSession) -> tuple[bytes | None,
     final = read_final(opened.session_file)
     if final is None:
         return None, None, None
-    return final, new_usage(final, opened.entry_ids), measure_context(final, config.model, load_models(config.agent_dir))
+    context = measure_context(final, config.model, load_models(config.agent_dir))
+    return final, new_usage(final, opened.entry_ids), context
 
 
 def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | None:
