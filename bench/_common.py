@@ -1,4 +1,5 @@
-"""Shared by the benchmarks in bench/: machine description, progress lines, ratio summaries, /proc reads.
+"""Shared by the benchmarks in bench/: machine description, progress lines, ratio summaries, /proc reads,
+and a watch that records when each object was first seen.
 
 Standard library only. Every figure a benchmark publishes is a ratio against a baseline measured in
 the same run; ``spread`` turns a list of such ratios into min / median / max.
@@ -12,8 +13,11 @@ import platform
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -85,3 +89,78 @@ def proc_status(pid: int | str, field: str) -> int:
 
 def mib(n: float) -> str:
     return f"{n / 1024 / 1024:.1f} MiB"
+
+
+class Watcher(threading.Thread):
+    """Records, per object name, when a watch first saw it and when it first saw it terminal.
+
+    ``kube`` is an ``e2e.kube.Kube`` (its ``get`` and ``watch``). ``clock`` says what a time is:
+    ``time.perf_counter`` (the default) for durations within this process, ``time.time_ns`` to compare
+    with another process's wall clock. ``params``: the list's and the watch's query (a label selector).
+    A watch that drops is listed and watched again; a listed object counts as seen when listed.
+    """
+
+    def __init__(self, kube: Any, path: str, terminal: Callable[[dict], bool] = lambda _: False,
+                 label: str | None = None, clock: Callable[[], float] = time.perf_counter,
+                 params: dict[str, str] | None = None) -> None:
+        super().__init__(daemon=True, name=f"watch {path}")
+        self.kube, self.path, self.terminal, self.label = kube, path, terminal, label
+        self.clock, self.params = clock, params or {}
+        self.seen: dict[str, float] = {}
+        self.done: dict[str, float] = {}
+        self.labels: dict[str, str] = {}
+        self.phases: dict[str, set[str]] = {}
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+        self.cond = threading.Condition()
+
+    def run(self) -> None:
+        rv = None
+        while not self.stopped.is_set():
+            try:
+                if rv is None:
+                    listing = self.kube.get(self.path, **self.params)
+                    rv = listing["metadata"]["resourceVersion"]
+                    for obj in listing.get("items") or []:
+                        self._record(obj, self.clock())
+                    self.ready.set()
+                for ev in self.kube.watch(self.path, resource_version=rv, timeout_seconds=600, **self.params):
+                    now = self.clock()
+                    obj = ev["object"]
+                    if ev["type"] == "ERROR":
+                        rv = None
+                        break
+                    rv = obj["metadata"]["resourceVersion"]
+                    if ev["type"] in ("ADDED", "MODIFIED"):
+                        self._record(obj, now)
+            except Exception as exc:  # noqa: BLE001 - a dropped watch is re-listed
+                if self.stopped.is_set():
+                    return
+                progress(f"  (watch {self.path} restarted: {exc!r})")
+                rv = None
+                time.sleep(0.2)
+
+    def _record(self, obj: dict, now: float) -> None:
+        name = obj["metadata"]["name"]
+        with self.cond:
+            self.seen.setdefault(name, now)
+            self.phases.setdefault(name, set()).add(str((obj.get("status") or {}).get("phase")))
+            if self.label:
+                self.labels.setdefault(name, (obj["metadata"].get("labels") or {}).get(self.label, ""))
+            if name not in self.done and self.terminal(obj):
+                self.done[name] = now
+            self.cond.notify_all()
+
+    def wait(self, what: str, pred: Callable[[], object], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while not pred():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+                self.cond.wait(min(left, 1.0))
+
+    def first_seen(self, name: str, timeout: float = 30) -> float:
+        """When ``name`` was first seen, waiting up to ``timeout`` seconds for it."""
+        self.wait(name, lambda: name in self.seen, timeout)
+        return self.seen[name]

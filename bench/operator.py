@@ -71,7 +71,18 @@ else:
     from typing import Any
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import REPO, fmt_seconds, load_average, machine, machine_line, mib, proc_status, progress, spread  # noqa: E402
+    from _common import (  # noqa: E402
+        REPO,
+        Watcher,
+        fmt_seconds,
+        load_average,
+        machine,
+        machine_line,
+        mib,
+        proc_status,
+        progress,
+        spread,
+    )
 
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "operator"))
@@ -92,66 +103,6 @@ else:
     TARGET_RSS = 150 * 1024 * 1024
 
     # ---- watches ---------------------------------------------------------------------------------------
-
-    class Watcher(threading.Thread):
-        """Records, per object name, when a watch first saw it and when it first saw it terminal."""
-
-        def __init__(self, kube: Kube, path: str, terminal: Any, label: str | None = None) -> None:
-            super().__init__(daemon=True, name=f"watch {path}")
-            self.kube, self.path, self.terminal, self.label = kube, path, terminal, label
-            self.seen: dict[str, float] = {}
-            self.done: dict[str, float] = {}
-            self.labels: dict[str, str] = {}
-            self.phases: dict[str, set[str]] = {}
-            self.ready = threading.Event()
-            self.stopped = threading.Event()
-            self.cond = threading.Condition()
-
-        def run(self) -> None:
-            rv = None
-            while not self.stopped.is_set():
-                try:
-                    if rv is None:
-                        listing = self.kube.get(self.path)
-                        rv = listing["metadata"]["resourceVersion"]
-                        for obj in listing.get("items") or []:
-                            self._record(obj, time.perf_counter())
-                        self.ready.set()
-                    for ev in self.kube.watch(self.path, resource_version=rv, timeout_seconds=600):
-                        now = time.perf_counter()
-                        obj = ev["object"]
-                        if ev["type"] == "ERROR":
-                            rv = None
-                            break
-                        rv = obj["metadata"]["resourceVersion"]
-                        if ev["type"] in ("ADDED", "MODIFIED"):
-                            self._record(obj, now)
-                except Exception as exc:  # noqa: BLE001 - a dropped watch is re-listed
-                    if self.stopped.is_set():
-                        return
-                    progress(f"  (watch {self.path} restarted: {exc!r})")
-                    rv = None
-                    time.sleep(0.2)
-
-        def _record(self, obj: dict, now: float) -> None:
-            name = obj["metadata"]["name"]
-            with self.cond:
-                self.seen.setdefault(name, now)
-                self.phases.setdefault(name, set()).add(str((obj.get("status") or {}).get("phase")))
-                if self.label:
-                    self.labels.setdefault(name, (obj["metadata"].get("labels") or {}).get(self.label, ""))
-                if name not in self.done and self.terminal(obj):
-                    self.done[name] = now
-                self.cond.notify_all()
-
-        def wait(self, what: str, pred: Any, timeout: float) -> None:
-            deadline = time.monotonic() + timeout
-            with self.cond:
-                while not pred():
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
-                    self.cond.wait(min(left, 1.0))
 
     def job_terminal(obj: dict) -> bool:
         return (obj.get("status") or {}).get("phase") in TERMINAL

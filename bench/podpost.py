@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -47,7 +46,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import load_average, machine, machine_line, progress, spread  # noqa: E402
+from _common import Watcher, load_average, machine, machine_line, progress, spread  # noqa: E402
 
 from e2e.cluster import Cluster  # noqa: E402
 from e2e.kube import Kube, wait_for  # noqa: E402
@@ -92,36 +91,6 @@ def the_pod(namespace: str) -> dict:
     pod["metadata"].pop("ownerReferences")  # no pi-dispatch Job owns these; the garbage collector would remove them
     pod["metadata"]["labels"][LABEL] = "yes"
     return pod
-
-
-class Seen(threading.Thread):
-    """One watch over all Pods of the run: the wall-clock time (ns) each name was first seen."""
-
-    def __init__(self, kube: Kube) -> None:
-        super().__init__(daemon=True)
-        self.kube, self.at, self.cond = kube, {}, threading.Condition()
-        self.rv = kube.request("GET", "/api/v1/pods", params={"labelSelector": LABEL})["metadata"]["resourceVersion"]
-        self.stopping = False
-
-    def run(self) -> None:
-        try:
-            for event in self.kube.watch("/api/v1/pods", resource_version=self.rv, timeout_seconds=3600,
-                                         labelSelector=LABEL):
-                if event.get("type") != "ADDED":
-                    continue  # bookmarks, and the Pods' later updates
-                at = time.time_ns()
-                with self.cond:
-                    self.at.setdefault(event["object"]["metadata"]["name"], at)
-                    self.cond.notify_all()
-        except Exception:
-            if not self.stopping:
-                raise
-
-    def wait(self, name: str, timeout: float = 30) -> int:
-        with self.cond:
-            if not self.cond.wait_for(lambda: name in self.at, timeout):
-                raise TimeoutError(f"Pod {name} not seen within {timeout:.0f}s")
-            return self.at[name]
 
 
 def namespace(kube: Kube, name: str) -> str:
@@ -173,13 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         cluster = Cluster(state_dir=tmp / "cluster")
         progress("starting a local control plane (no kubelet)")
         cluster.start(kubelet=False)
-        seen: Seen | None = None
+        seen: Watcher | None = None
         try:
             kube = cluster.kube()
             api = Api(cluster.server, ca_file=str(cluster.ca_file), cert_file=str(cluster.pki / "admin.crt"),
                       key_file=str(cluster.pki / "admin.key"))
-            seen = Seen(kube)
+            seen = Watcher(kube, "/api/v1/pods", clock=time.time_ns, params={"labelSelector": LABEL})
             seen.start()
+            seen.ready.wait(30)
             rows: dict[str, list[tuple[int, int]]] = {side: [] for side in SIDES}  # (POST ns, POST → seen ns)
             blocks: dict[str, list[float]] = {side: [] for side in SIDES}  # per-block median of POST → seen
             namespaces = {side: namespace(kube, f"podpost-{i}") for i, side in enumerate(SIDES)}
@@ -196,13 +166,13 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         got = go_block(binary, cluster, namespaces[side], pod_files[side], prefix, args.per_block,
                                        args.warmup, WIRE[side])
-                    to_seen = [seen.wait(name) - start for name, start, _ in got]
+                    to_seen = [int(seen.first_seen(name)) - start for name, start, _ in got]
                     rows[side] += [(took, s) for (_, _, took), s in zip(got, to_seen, strict=True)]
                     blocks[side].append(statistics.median(to_seen))
                 progress(f"  block {b + 1}/{args.blocks} done")
         finally:
             if seen is not None:
-                seen.stopping = True  # the watch ends with the apiserver
+                seen.stopped.set()  # the watch ends with the apiserver
             cluster.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
