@@ -84,9 +84,10 @@ cluster-status: venv
 	$(VPY) -m e2e.cluster status
 
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
-# the container contract, ...), then every test.
+# the container contract, ...) and ruff's checks ([tool.ruff] in pyproject.toml), then every test.
 test: venv controlplane pi images node
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check --no-cache .
 	$(PYTEST)
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).

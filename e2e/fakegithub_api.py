@@ -340,8 +340,8 @@ class FakeGitHubAPI:
         named = re.search(r"\b(query|mutation)\s+(\w+)", query)
         answer = self._graphql_answer(named.group(2) if named else "", variables, kind, issued)
         if answer is None:
-            return 200, {"errors": [{"message": f"this fake does not answer {named.group(2) if named else query[:80]}"}]}, \
-                {}, 0.0
+            unanswered = named.group(2) if named else query[:80]
+            return 200, {"errors": [{"message": f"this fake does not answer {unanswered}"}]}, {}, 0.0
         return 200, {"data": answer}, {}, 0.0
 
     def _repository_node(self, owner: str, name: str) -> dict[str, Any]:
@@ -366,8 +366,9 @@ class FakeGitHubAPI:
             return {"repository": {"pullRequests": {"nodes": [self._pull_node(p) for p in found]}}}
         if operation == "PullRequestCreate":
             given = v.get("input") or {}
-            repo = next((r for r in {p.base_repo for p in self.pulls.values()} | set(self.installation_repos)
-                         | set(self._known_repos()) if self._repo_json(r)["node_id"] == given.get("repositoryId")), None)
+            candidates = ({p.base_repo for p in self.pulls.values()} | set(self.installation_repos)
+                          | set(self._known_repos()))
+            repo = next((r for r in candidates if self._repo_json(r)["node_id"] == given.get("repositoryId")), None)
             if repo is None:
                 return None
             status, payload, _, _ = self._create_pull(repo, str(given.get("title", "")), str(given.get("body") or ""),

@@ -178,11 +178,12 @@ def read_body(h: BaseHTTPRequestHandler) -> bytes:
 
 def make_tls(directory: Path, ips: tuple[str, ...] = ("127.0.0.1",)) -> tuple[Path, Path, Path]:
     """(CA certificate, server certificate, server key) for ``ips`` and localhost, valid for a day."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)

@@ -47,8 +47,8 @@ import yaml
 
 from e2e.cluster import (
     REPO_ROOT,
-    ClusterError,
     Cluster,
+    ClusterError,
     free_port,
     node_ready,
     write_kubeconfig,

@@ -1,8 +1,9 @@
 """The Dockerfile's two images, built here with no registry (``make images``), run as a node would run them.
 
 Part of ``make test``, which runs ``make images`` first (a few minutes cold; then ``e2e/images/build.sh``
-finds them cached); ``pytest -m images`` selects these checks alone. Each check is a ``podman run --pull=never`` with runc, no
-network, as uid 65532 and with nothing but the image's own binaries: no shell, no root.
+finds them cached); ``pytest -m images`` selects these checks alone. Each check is a
+``podman run --pull=never`` with runc, no network, as uid 65532 and with nothing but the image's own
+binaries: no shell, no root.
 """
 
 from __future__ import annotations

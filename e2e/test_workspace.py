@@ -149,7 +149,8 @@ def test_deliveries_clone_push_open_a_pull_request_resume_and_see_the_moved_head
     forge.set_pull(REPO, pull.number, head_ref="pi/issue-7", title=pull.title, body=pull.body)
     model.tool_call("bash", {"command": SECOND}).reply("Added the regression test.")
     second, seen2 = deliver(r, model, "d2", pullRequest=pull.number, comment="@pi also add a regression test")
-    assert second["status"]["phase"] == "Succeeded", (json.dumps(second["status"]), r.pod_log(second["status"]["podName"]))
+    assert second["status"]["phase"] == "Succeeded", (json.dumps(second["status"]),
+                                                      r.pod_log(second["status"]["podName"]))
     assert second["status"]["checkout"] == {"ref": "refs/heads/pi/issue-7", "sha": pushed1}
     assert second["status"]["session"]["resumed"] is True, second["status"]
     assert "the cache test is flaky, fix it" in said(seen2), "delivery 1's conversation came along"

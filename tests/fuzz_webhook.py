@@ -152,7 +152,8 @@ class Generator:
 
     @staticmethod
     def _id(rng: random.Random) -> str:
-        return "%08x-%04x-4%03x-a%03x-%012x" % tuple(rng.getrandbits(b) for b in (32, 16, 12, 12, 48))
+        a, b, c, d, e = (rng.getrandbits(bits) for bits in (32, 16, 12, 12, 48))
+        return f"{a:08x}-{b:04x}-4{c:03x}-a{d:03x}-{e:012x}"
 
     def _signed(self, rng: random.Random, event: str | None, body: bytes, ctype: str = "application/json") -> Case:
         return Case(event, self._id(rng), sign(body), ctype, body)

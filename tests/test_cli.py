@@ -191,7 +191,8 @@ def test_ledger_prints_the_key_s_ledger_and_inspect_shows_the_letter(store: Stor
     printed = run("ledger", KEY, env=env)
     assert printed.returncode == 0 and "## Entry 1" in printed.stdout and "the goal" in printed.stdout
     row = json.loads(run("store", "inspect", KEY, "--json", env=env).stdout)
-    assert row["ledger"] == {"entries": 1, "letter": {"job": "j1", "writer": "agent", "written": "1970-01-01T00:00:00Z"}}
+    letter = {"job": "j1", "writer": "agent", "written": "1970-01-01T00:00:00Z"}
+    assert row["ledger"] == {"entries": 1, "letter": letter}
     assert "waits (agent, j1)" in run("store", "inspect", env=env).stdout
     (key_dir / "ledger.md").unlink()
     missing = run("ledger", KEY, env=env)
