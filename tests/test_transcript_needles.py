@@ -80,11 +80,28 @@ def test_search_examples(data: bytes, type_at: int, escape_at: int) -> None:
 
 
 def test_c_search_rejects_negative_offsets_and_non_buffers() -> None:
-    for search in native():
+    from pidispatch.transcript._needles import clears, clears_all
+
+    for search in (*native(), clears, clears_all):
         with pytest.raises(ValueError):
             search(b"x", -1, 1)
+        with pytest.raises(ValueError):
+            search(b"x", 0, -1)
         with pytest.raises(TypeError):
             search("text", 0, 4)
+
+
+def test_clears_reads_only_the_range_it_is_given() -> None:
+    from pidispatch.transcript._needles import clears, clears_all
+
+    empty = b'{"type":"compaction","summary":""}'
+    data = b'{"type":"label"}\n' + empty + b"\n"
+    at = data.index(empty)
+    assert clears(data, at, at + len(empty)) is False
+    assert clears(data, 0, at - 1) is True  # the label line alone
+    assert clears_all(data, 0, at - 1) is True
+    assert clears_all(data, 0, len(data) + 100) is False  # an end past the buffer is clamped
+    assert clears(data, 5, 5) is True and clears_all(data, 5, 5) is True  # nothing to judge
 
 
 def _with(searches: tuple[Search, Search]) -> Iterator[None]:

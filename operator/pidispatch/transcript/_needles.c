@@ -213,20 +213,30 @@ clears_all(const char *data, Py_ssize_t start, Py_ssize_t end)
 
 typedef Py_ssize_t (*search_fn)(const char *, Py_ssize_t, Py_ssize_t);
 
+/* Parses (buffer, start, end), refuses negative offsets and clamps `end` to the buffer; 0 on success,
+ * -1 with an exception set (the buffer then already released). */
+static int
+parse_range(PyObject *args, const char *format, Py_buffer *view, Py_ssize_t *start, Py_ssize_t *end)
+{
+    if (!PyArg_ParseTuple(args, format, view, start, end))
+        return -1;
+    if (*start < 0 || *end < 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "offsets must be non-negative");
+        return -1;
+    }
+    if (*end > view->len)
+        *end = view->len;
+    return 0;
+}
+
 static PyObject *
 run(PyObject *args, const char *format, search_fn search, Py_ssize_t needle_len)
 {
     Py_buffer view;
     Py_ssize_t start, end, hit = -1;
-    if (!PyArg_ParseTuple(args, format, &view, &start, &end))
+    if (parse_range(args, format, &view, &start, &end) < 0)
         return NULL;
-    if (start < 0 || end < 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "offsets must be non-negative");
-        return NULL;
-    }
-    if (end > view.len)
-        end = view.len;
     if (end - start >= needle_len) {
         Py_BEGIN_ALLOW_THREADS
         hit = search((const char *)view.buf, start, end);
@@ -257,15 +267,8 @@ needles_clears(PyObject *module, PyObject *args)
     Py_ssize_t start, end;
     int cleared = 0;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*nn:clears", &view, &start, &end))
+    if (parse_range(args, "y*nn:clears", &view, &start, &end) < 0)
         return NULL;
-    if (start < 0 || end < 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "offsets must be non-negative");
-        return NULL;
-    }
-    if (end > view.len)
-        end = view.len;
     if (start < end) {
         Py_BEGIN_ALLOW_THREADS
         cleared = clears_line((const unsigned char *)view.buf + start, end - start);
@@ -285,15 +288,8 @@ needles_clears_all(PyObject *module, PyObject *args)
     Py_ssize_t start, end;
     int cleared = 1;
     (void)module;
-    if (!PyArg_ParseTuple(args, "y*nn:clears_all", &view, &start, &end))
+    if (parse_range(args, "y*nn:clears_all", &view, &start, &end) < 0)
         return NULL;
-    if (start < 0 || end < 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "offsets must be non-negative");
-        return NULL;
-    }
-    if (end > view.len)
-        end = view.len;
     if (start < end) {
         Py_BEGIN_ALLOW_THREADS
         cleared = clears_all((const char *)view.buf, start, end);
