@@ -4,11 +4,17 @@ Watch-event handlers (not kopf's change-detecting ones) on purpose: the job flow
 idempotent and keep their own journal, so kopf's progress annotations would only add API writes
 per Job. Triggers are the exception only in spirit: they are few, and the handler still patches
 status only when it changes.
+
+With no change-detecting handler, kopf has no use for a diff base, yet by default it builds one for
+every event it processes: a deep copy of the body (a whole Pod, for each of a job Pod's updates) to
+diff against the last handled state. :class:`NoDiffBase` skips that (docs/benchmarks.md: about 0.15 ms
+of CPU and of latency per Job event), and refuses loudly if a change handler is ever added.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
@@ -17,6 +23,25 @@ from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import JOB_LABEL
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.retention import Retention
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf's diff base for an operator whose handlers all react to watch events: none is kept.
+
+    Each event's essence is empty and no last state is read, so kopf's change detection (which only
+    change handlers and daemons use) costs nothing. A change handler needs a real diff base: ``store``
+    refuses, so adding one without choosing a storage fails at its first event instead of treating
+    every event as a creation.
+    """
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        raise NotImplementedError("a change-detecting handler needs a diff base storage: see handlers/register.py")
 
 
 def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention: Retention | None = None) -> None:
@@ -34,6 +59,7 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
         settings.peering.mandatory = False
+        settings.persistence.diffbase_storage = NoDiffBase()
         dispatcher.start()
         if retention is not None:
             retention.start()
