@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
                       key_file=str(cluster.pki / "admin.key"))
             seen = Watcher(kube, "/api/v1/pods", clock=time.time_ns, params={"labelSelector": LABEL})
             seen.start()
-            seen.ready.wait(30)
+            if not seen.ready.wait(30):
+                raise TimeoutError("the Pod watch did not list within 30s")
             rows: dict[str, list[tuple[int, int]]] = {side: [] for side in SIDES}  # (POST ns, POST → seen ns)
             blocks: dict[str, list[float]] = {side: [] for side in SIDES}  # per-block median of POST → seen
             namespaces = {side: namespace(kube, f"podpost-{i}") for i, side in enumerate(SIDES)}

@@ -80,9 +80,9 @@ def test_search_examples(data: bytes, type_at: int, escape_at: int) -> None:
 
 
 def test_c_search_rejects_negative_offsets_and_non_buffers() -> None:
-    from pidispatch.transcript._needles import clears, clears_all
+    from pidispatch.transcript._needles import clears, first_unclear
 
-    for search in (*native(), clears, clears_all):
+    for search in (*native(), clears, first_unclear):
         with pytest.raises(ValueError):
             search(b"x", -1, 1)
         with pytest.raises(ValueError):
@@ -92,16 +92,18 @@ def test_c_search_rejects_negative_offsets_and_non_buffers() -> None:
 
 
 def test_clears_reads_only_the_range_it_is_given() -> None:
-    from pidispatch.transcript._needles import clears, clears_all
+    from pidispatch.transcript._needles import clears, first_unclear
 
     empty = b'{"type":"compaction","summary":""}'
     data = b'{"type":"label"}\n' + empty + b"\n"
     at = data.index(empty)
     assert clears(data, at, at + len(empty)) is False
     assert clears(data, 0, at - 1) is True  # the label line alone
-    assert clears_all(data, 0, at - 1) is True
-    assert clears_all(data, 0, len(data) + 100) is False  # an end past the buffer is clamped
-    assert clears(data, 5, 5) is True and clears_all(data, 5, 5) is True  # nothing to judge
+    assert first_unclear(data, 0, at - 1) == -1
+    assert first_unclear(data, 0, len(data) + 100) == at  # an end past the buffer is clamped
+    assert first_unclear(data, at, len(data)) == at  # the range's start is a line's start
+    assert first_unclear(data, at + 1, len(data)) == -1  # cut after its "{", the line is not JSON
+    assert clears(data, 5, 5) is True and first_unclear(data, 5, 5) == -1  # nothing to judge
 
 
 def _with(searches: tuple[Search, Search]) -> Iterator[None]:
@@ -161,10 +163,10 @@ def clears(line: bytes) -> bool:
     return native_clears(line, 0, len(line))
 
 
-def clears_all(data: bytes) -> bool:
-    from pidispatch.transcript._needles import clears_all as native_clears_all
+def first_unclear(data: bytes) -> int:
+    from pidispatch.transcript._needles import first_unclear as native_first_unclear
 
-    return native_clears_all(data, 0, len(data))
+    return native_first_unclear(data, 0, len(data))
 
 
 def sound(line: bytes) -> None:
@@ -172,8 +174,11 @@ def sound(line: bytes) -> None:
     if clears(line):
         assert parsed_line_has_empty_compaction(line) is False, line
     padded = b'{"type":"message"}\n' + line + b"\n" + b'{"type":"label"}'
-    if clears_all(padded):
-        assert not any(parsed_line_has_empty_compaction(part) for part in padded.split(b"\n")), line
+    at = first_unclear(padded)
+    # Every line before the one it stops at is cleared (all of them when it stops nowhere).
+    assert at == -1 or at == 0 or padded[at - 1 : at] == b"\n", (line, at)
+    cleared = padded[:at] if at >= 0 else padded
+    assert not any(parsed_line_has_empty_compaction(part) for part in cleared.split(b"\n")), line
 
 
 _TRICKY_SUMMARIES = [
@@ -253,7 +258,7 @@ def test_clears_leaves_every_possibly_empty_summary_to_the_parser(summary_json: 
     details = '"details":{"readFiles":["a"],"modifiedFiles":[]}'
     line = ('{"type":"compaction","summary":' + summary_json + "," + details + "}").encode()
     assert clears(line) is False
-    assert clears_all(line) is False
+    assert first_unclear(line) == 0
 
 
 @pytest.mark.parametrize(
@@ -294,14 +299,16 @@ def test_clears_spares_the_usual_lines(line: bytes) -> None:
     assert parsed_line_has_empty_compaction(line) is False
 
 
-def test_clears_all_walks_every_candidate_line() -> None:
+def test_first_unclear_walks_every_candidate_line_to_the_first_it_cannot_clear() -> None:
     real = b'{"type":"compaction","summary":"Real."}\n'
     empty = b'{"type":"compaction","summary":""}\n'
     word = b'{"type":"message","text":"compaction \\u0063"}\n'
-    assert clears_all(HEAD + real * 3 + word * 3) is True
-    for at in range(4):
+    assert first_unclear(HEAD + real * 3 + word * 3) == -1
+    for at in range(5):
         lines = [real, word, real, word]
         lines.insert(at, empty)
         data = HEAD + b"".join(lines)
-        assert clears_all(data) is False
-        assert clears_all(data[:-1]) is False  # the last line without its newline
+        where = len(HEAD) + sum(map(len, lines[:at]))
+        assert first_unclear(data) == where
+        assert first_unclear(data + empty) == where  # only the first
+        assert first_unclear(data[:-1]) == where  # the last line without its newline

@@ -10,8 +10,8 @@
  *
  *   clears(buffer, start, end)      -> True when the line buffer[start:end] surely holds no `compaction`
  *                                      entry with an empty summary, so gate 12 need not parse it
- *   clears_all(buffer, start, end)  -> True when `clears` is True for every line of buffer[start:end]
- *                                      (split on newlines) in which either search finds its needle
+ *   first_unclear(buffer, start, end) -> where the first line of buffer[start:end] (split on newlines)
+ *                                      starts that holds a needle and that `clears` does not clear, or -1
  *
  * `clears` answers True only when compaction.py's full judgment (decode, JSON.parse-exact parse,
  * `compaction_summary_is_empty`) would answer "not empty"; False means "parse it", never "empty".
@@ -183,11 +183,12 @@ clears_line(const unsigned char *p, Py_ssize_t n)
     return 1;
 }
 
-/* `clears_line` over every candidate line of data[start:end], as compaction.py's `_scan_whole_lines`
- * walks them: each needle's next offset is kept until the walk passes it, so each is searched for once
- * over the range however many lines hold one. */
-static int
-clears_all(const char *data, Py_ssize_t start, Py_ssize_t end)
+/* `clears_line` over the candidate lines of data[start:end], as compaction.py's `_scan_whole_lines`
+ * walks them, up to the first it does not clear: where that line starts, or -1 when it clears them all.
+ * Each needle's next offset is kept until the walk passes it, so each is searched for once over the
+ * range however many lines hold one. */
+static Py_ssize_t
+first_unclear(const char *data, Py_ssize_t start, Py_ssize_t end)
 {
     Py_ssize_t type = find_type(data, start, end), escape = find_escape(data, start, end);
     Py_ssize_t hit, line_start, line_end;
@@ -199,7 +200,7 @@ clears_all(const char *data, Py_ssize_t start, Py_ssize_t end)
         newline = memchr(data + hit, '\n', (size_t)(end - hit));
         line_end = newline != NULL ? newline - data : end;
         if (!clears_line((const unsigned char *)data + line_start, line_end - line_start))
-            return 0;
+            return line_start;
         start = line_end + 1;
         if (start >= end)
             break;
@@ -208,7 +209,7 @@ clears_all(const char *data, Py_ssize_t start, Py_ssize_t end)
         if (escape >= 0 && escape < start)
             escape = find_escape(data, start, end);
     }
-    return 1;
+    return -1;
 }
 
 typedef Py_ssize_t (*search_fn)(const char *, Py_ssize_t, Py_ssize_t);
@@ -282,21 +283,10 @@ needles_clears(PyObject *module, PyObject *args)
 }
 
 static PyObject *
-needles_clears_all(PyObject *module, PyObject *args)
+needles_first_unclear(PyObject *module, PyObject *args)
 {
-    Py_buffer view;
-    Py_ssize_t start, end;
-    int cleared = 1;
     (void)module;
-    if (parse_range(args, "y*nn:clears_all", &view, &start, &end) < 0)
-        return NULL;
-    if (start < end) {
-        Py_BEGIN_ALLOW_THREADS
-        cleared = clears_all((const char *)view.buf, start, end);
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(cleared);
+    return run(args, "y*nn:first_unclear", first_unclear, 1);
 }
 
 static PyMethodDef methods[] = {
@@ -307,9 +297,9 @@ static PyMethodDef methods[] = {
     {"clears", needles_clears, METH_VARARGS,
      "clears(buffer, start, end) -> True when the line buffer[start:end] surely holds no compaction entry "
      "with an empty summary (False: parse it)"},
-    {"clears_all", needles_clears_all, METH_VARARGS,
-     "clears_all(buffer, start, end) -> True when clears() is True for every line of buffer[start:end] "
-     "that holds a needle"},
+    {"first_unclear", needles_first_unclear, METH_VARARGS,
+     "first_unclear(buffer, start, end) -> where the first line of buffer[start:end] holding a needle that "
+     "clears() does not clear starts, or -1"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -159,16 +159,16 @@ _native: tuple[Search, Search] | None
 # empty summary, the usual case (a real summary, or the word in a tool's output). It reads the line's
 # top-level `summary` without building it: cheaper than the parse it spares (docs/benchmarks.md), and a
 # property test holds it to the full judgment. Without the C module every candidate line is parsed.
-# ``_needles.clears_all`` runs both searches and that pre-judgment over a run of whole lines in one call.
-Clears = Callable[[bytes | bytearray, int, int], bool]
-_clears: Clears | None
-_clears_all: Clears | None
+# ``_needles.first_unclear`` runs both searches and that pre-judgment over a run of whole lines in one
+# call, up to the first line it cannot clear.
+_clears: Callable[[bytes | bytearray, int, int], bool] | None
+_first_unclear: Search | None
 try:
-    from pidispatch.transcript._needles import clears, clears_all, find_escape, find_type
+    from pidispatch.transcript._needles import clears, find_escape, find_type, first_unclear
 
-    _native, _clears, _clears_all = (find_type, find_escape), clears, clears_all
+    _native, _clears, _first_unclear = (find_type, find_escape), clears, first_unclear
 except ImportError:  # built without a C compiler: same answers, slower
-    _native, _clears, _clears_all = None, None, None
+    _native, _clears, _first_unclear = None, None, None
 
 NATIVE_SEARCH = _native is not None
 PYTHON_SEARCHES: tuple[Search, Search] = (_find_type_python, _find_escape_python)
@@ -265,8 +265,10 @@ class EmptyCompactionScanner:
         after every candidate line would re-read the rest of the chunk each time: quadratic on a
         chunk of many escaped lines).
         """
-        if _clears_all is not None and _find_type is _native_find_type and _clears_all(chunk, start, end):
-            return  # every candidate line cleared in C, the usual case
+        if _first_unclear is not None and _find_type is _native_find_type:  # the C searches are in use
+            start = _first_unclear(chunk, start, end)
+            if start < 0:
+                return  # every candidate line cleared in C, the usual case
         needle = _find_type(chunk, start, end)
         escape = _find_escape(chunk, start, end)
         while (needle >= 0 or escape >= 0) and not self._found:
@@ -274,8 +276,7 @@ class EmptyCompactionScanner:
             newline = chunk.rfind(b"\n", start, hit)
             line_start = start if newline < 0 else newline + 1
             line_end = chunk.find(b"\n", hit, end + 1)
-            if _clears is None or not _clears(chunk, line_start, line_end):  # cleared in place: no copy
-                self._check(bytes(chunk[line_start:line_end]))
+            self._check(bytes(chunk[line_start:line_end]))
             start = line_end + 1
             if 0 <= needle < start:
                 needle = _find_type(chunk, start, end)
