@@ -489,7 +489,7 @@ class Cluster:
         p = self._procs.pop(component, None)
         if pid is None:
             return
-        if p is None and not _pid_is(pid, MARKERS.get(component, component)):
+        if p is None and not self._owns(pid, component):
             return  # a stale pid from a state file, now reused by something else: leave it alone
         try:
             os.killpg(pid, signal.SIGTERM)
@@ -517,7 +517,13 @@ class Cluster:
         self._save()
 
     def is_running(self) -> bool:
-        return any(_pid_is(pid, MARKERS.get(c, c)) for c, pid in self.pids.items())
+        return any(self._owns(pid, c) for c, pid in self.pids.items())
+
+    def _owns(self, pid: int, component: str) -> bool:
+        """Is ``pid`` this cluster's ``component``? Its command line names the component and this cluster's
+        state directory (every component is started with a path under it): the same binary serving another
+        cluster, whose process took a stale pid of this one, is left alone."""
+        return _pid_is(pid, MARKERS.get(component, component)) and _pid_is(pid, str(self.state_dir))
 
     def _save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -641,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"node: {'real (containerd + runc)' if c.node == 'real' else 'test kubelet (local processes)'}")
     for comp in c.components:
         pid = c.pids.get(comp)
-        print(f"{comp:25} {'running' if pid and _pid_is(pid, MARKERS.get(comp, comp)) else 'stopped'} (pid {pid})")
+        print(f"{comp:25} {'running' if pid and c._owns(pid, comp) else 'stopped'} (pid {pid})")
     return 0 if c.is_running() else 1
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -274,3 +275,26 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ")[-1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_stale_pid_now_serving_another_cluster_is_left_alone(tmp_path):
+    """No cluster needed. ``down`` after a crash reads pids from the state file; one may since belong to the
+    same binary serving another cluster (the demo beside a test run). Only this cluster's process is stopped."""
+    def fake(state: str) -> subprocess.Popen:
+        # Its command line looks like an apiserver's: the binary's name and a path under a state directory.
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "kube-apiserver",
+                                 f"--tls-cert-file={tmp_path / state / 'pki' / 'apiserver.crt'}"],
+                                start_new_session=True)
+
+    other, ours = fake("other"), fake("state")
+    try:
+        Cluster(state_dir=tmp_path / "state", pids={"kube-apiserver": other.pid}).stop()
+        time.sleep(0.5)
+        assert other.poll() is None, "another cluster's apiserver was stopped"
+        Cluster(state_dir=tmp_path / "state", pids={"kube-apiserver": ours.pid}).stop()
+        assert ours.wait(15) is not None, "this cluster's own apiserver was not stopped"
+    finally:
+        for p in (other, ours):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
