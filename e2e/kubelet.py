@@ -502,20 +502,8 @@ class PodRunner(threading.Thread):
         if spec.get("activeDeadlineSeconds"):
             threading.Thread(target=self._enforce_deadline, args=(float(spec["activeDeadlineSeconds"]),),
                              daemon=True).start()
-        # volumes (may wait for PVC binding, ConfigMaps, Secrets)
-        while True:
-            try:
-                self._prepare_volumes()
-                break
-            except Waiting as w:
-                for s in list(self.statuses.values()) + list(self.init_statuses.values()):
-                    s["state"] = {"waiting": {"reason": "ContainerCreating", "message": str(w)}}
-                if self.deleting.wait(1):
-                    return
-            except PodFailed as f:
-                self.phase = "Failed"
-                self._patch_status({"reason": f.reason, "message": f.message})
-                return
+        if not self._await_volumes():
+            return
         restart = spec.get("restartPolicy", "Always")
         # init containers, one after another
         for c in spec.get("initContainers") or []:
@@ -737,6 +725,31 @@ class PodRunner(threading.Thread):
             d = md.get(path.split(".")[1]) or {}
             return "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
         raise PodFailed("CreateContainerConfigError", f"unsupported fieldRef {path}")
+
+    def _await_volumes(self, retry_every: float = 1.0) -> bool:
+        """Prepare the volumes, waiting for PVC binding, ConfigMaps and Secrets, and, as a real kubelet's
+        volume manager does, for an apiserver that is restarting (the reliability tests stop it while Pods
+        are being bound). False when the Pod was deleted or failed meanwhile."""
+        while True:
+            try:
+                try:
+                    self._prepare_volumes()
+                    return True
+                except requests.RequestException as e:
+                    raise Waiting(f"apiserver unreachable: {e}") from e
+                except ApiError as e:
+                    if e.status < 500:
+                        raise
+                    raise Waiting(f"apiserver error: {e}") from e
+            except Waiting as w:
+                for s in list(self.statuses.values()) + list(self.init_statuses.values()):
+                    s["state"] = {"waiting": {"reason": "ContainerCreating", "message": str(w)}}
+                if self.deleting.wait(retry_every):
+                    return False
+            except PodFailed as f:
+                self.phase = "Failed"
+                self._patch_status({"reason": f.reason, "message": f.message})
+                return False
 
     def _configmap(self, name: str, optional: bool | None) -> dict[str, str]:
         cm = self.kube.get_or_none(f"/api/v1/namespaces/{self.ns}/configmaps/{name}")

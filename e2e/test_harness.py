@@ -298,3 +298,39 @@ def test_a_stale_pid_now_serving_another_cluster_is_left_alone(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_the_test_kubelet_waits_out_an_apiserver_restart_while_preparing_volumes(tmp_path):
+    """No cluster needed. A Pod bound just before the apiserver stops must wait for it, as a real kubelet's
+    volume manager does, not fail (it did once in CI: ``runner crashed`` on a refused connection)."""
+    import requests
+
+    from e2e.kubelet import PodRunner
+
+    store = tmp_path / "pv"
+    calls = []
+
+    class Restarting:
+        """The apiserver's answers for a bound claim, after refusing the first connection."""
+        def get_or_none(self, path):
+            calls.append(path)
+            if len(calls) == 1:
+                raise requests.ConnectionError("[Errno 111] Connection refused")
+            return {"spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"}}
+
+        def get(self, path):
+            return {"metadata": {"name": "pv-1"}, "spec": {"hostPath": {"path": str(store)}}}
+
+    class Kubelet:
+        data_dir = tmp_path
+
+        def new_kube(self):
+            return Restarting()
+
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "u-1"},
+           "spec": {"containers": [{"name": "c"}],
+                    "volumes": [{"name": "staging", "persistentVolumeClaim": {"claimName": "claim"}}]}}
+    runner = PodRunner(Kubelet(), pod)
+    assert runner._await_volumes(retry_every=0.01)
+    assert runner.phase == "Pending" and runner.volumes == {"staging": store}
+    assert len(calls) == 2, "the claim was not read again after the refused connection"
