@@ -523,7 +523,7 @@ class Cluster:
         """Is ``pid`` this cluster's ``component``? Its command line names the component and this cluster's
         state directory (every component is started with a path under it): the same binary serving another
         cluster, whose process took a stale pid of this one, is left alone."""
-        return _pid_is(pid, MARKERS.get(component, component)) and _pid_is(pid, str(self.state_dir))
+        return _pid_is(pid, MARKERS.get(component, component)) and _pid_is(pid, f"{self.state_dir}/")
 
     def _save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -286,7 +286,7 @@ def test_a_stale_pid_now_serving_another_cluster_is_left_alone(tmp_path):
                                  f"--tls-cert-file={tmp_path / state / 'pki' / 'apiserver.crt'}"],
                                 start_new_session=True)
 
-    other, ours = fake("other"), fake("state")
+    other, ours = fake("state2"), fake("state")  # "state2" starts with "state": a prefix is not a match
     try:
         Cluster(state_dir=tmp_path / "state", pids={"kube-apiserver": other.pid}).stop()
         time.sleep(0.5)
