@@ -523,7 +523,7 @@ class Cluster:
         """Is ``pid`` this cluster's ``component``? Its command line names the component and this cluster's
         state directory (every component is started with a path under it): the same binary serving another
         cluster, whose process took a stale pid of this one, is left alone."""
-        return _pid_is(pid, MARKERS.get(component, component)) and _pid_is(pid, f"{self.state_dir}/")
+        return _pid_is(pid, MARKERS.get(component, component), f"{self.state_dir}/")
 
     def _save(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -562,15 +562,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _pid_is(pid: int, marker: str) -> bool:
-    """Is ``pid`` alive and one of ours (its command line contains ``marker``)?"""
+def _pid_is(pid: int, *markers: str) -> bool:
+    """Is ``pid`` alive and one of ours (its command line contains every one of ``markers``)?"""
     if not _alive(pid):
         return False
     try:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return False
-    return marker in cmd
+    return all(marker in cmd for marker in markers)
 
 
 def node_ready(kube: Kube, name: str) -> bool:

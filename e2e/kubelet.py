@@ -732,24 +732,20 @@ class PodRunner(threading.Thread):
         are being bound). False when the Pod was deleted or failed meanwhile."""
         while True:
             try:
-                try:
-                    self._prepare_volumes()
-                    return True
-                except requests.RequestException as e:
-                    raise Waiting(f"apiserver unreachable: {e}") from e
-                except ApiError as e:
-                    if e.status < 500:
-                        raise
-                    raise Waiting(f"apiserver error: {e}") from e
-            except Waiting as w:
-                for s in list(self.statuses.values()) + list(self.init_statuses.values()):
-                    s["state"] = {"waiting": {"reason": "ContainerCreating", "message": str(w)}}
-                if self.deleting.wait(retry_every):
-                    return False
+                self._prepare_volumes()
+                return True
             except PodFailed as f:
                 self.phase = "Failed"
                 self._patch_status({"reason": f.reason, "message": f.message})
                 return False
+            except (Waiting, requests.RequestException, ApiError) as e:
+                if isinstance(e, ApiError) and e.status < 500:
+                    raise
+                why = str(e) if isinstance(e, Waiting) else f"apiserver unavailable: {e}"
+                for s in list(self.statuses.values()) + list(self.init_statuses.values()):
+                    s["state"] = {"waiting": {"reason": "ContainerCreating", "message": why}}
+                if self.deleting.wait(retry_every):
+                    return False
 
     def _configmap(self, name: str, optional: bool | None) -> dict[str, str]:
         cm = self.kube.get_or_none(f"/api/v1/namespaces/{self.ns}/configmaps/{name}")

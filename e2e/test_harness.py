@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -12,10 +13,12 @@ import time
 import uuid
 
 import pytest
+import requests
 import yaml
 
 from e2e.cluster import Cluster, ClusterError
 from e2e.kube import ApiError, Kube, wait_for
+from e2e.kubelet import PodRunner
 from e2e.pods import container_status, pod_path, restricted_security_context, wait_pod_gone, wait_pod_phase
 
 pytestmark = pytest.mark.e2e
@@ -288,11 +291,11 @@ def test_a_stale_pid_now_serving_another_cluster_is_left_alone(tmp_path):
 
     other, ours = fake("state2"), fake("state")  # "state2" starts with "state": a prefix is not a match
     try:
+        # stop() waits for what it signals to exit, so had it signalled ``other``, ``other`` has exited by now.
         Cluster(state_dir=tmp_path / "state", pids={"kube-apiserver": other.pid}).stop()
-        time.sleep(0.5)
         assert other.poll() is None, "another cluster's apiserver was stopped"
         Cluster(state_dir=tmp_path / "state", pids={"kube-apiserver": ours.pid}).stop()
-        assert ours.wait(15) is not None, "this cluster's own apiserver was not stopped"
+        assert ours.wait(15) == -signal.SIGTERM, "this cluster's own apiserver was not stopped"
     finally:
         for p in (other, ours):
             if p.poll() is None:
@@ -303,10 +306,6 @@ def test_a_stale_pid_now_serving_another_cluster_is_left_alone(tmp_path):
 def test_the_test_kubelet_waits_out_an_apiserver_restart_while_preparing_volumes(tmp_path):
     """No cluster needed. A Pod bound just before the apiserver stops must wait for it, as a real kubelet's
     volume manager does, not fail (it did once in CI: ``runner crashed`` on a refused connection)."""
-    import requests
-
-    from e2e.kubelet import PodRunner
-
     store = tmp_path / "pv"
     calls = []
 
