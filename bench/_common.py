@@ -31,6 +31,26 @@ def load_average() -> str:
     return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
 
 
+def cpu_times() -> list[int]:
+    """The machine's CPU time so far, all CPUs together, in ticks: ``/proc/stat``'s ``cpu`` line (user, nice,
+    system, idle, iowait, irq, softirq, steal, ...)."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+def stolen_since(start: list[int]) -> str:
+    """The share of CPU time the hypervisor gave to other guests since ``start`` (``cpu_times()``).
+
+    Load average counts only this machine's work; on a VM the host's other guests show as steal, which
+    slows both sides of a pair unevenly when it comes in bursts. Empty where the kernel reports no steal.
+    """
+    now = cpu_times()
+    if len(now) < 8 or len(start) < 8:
+        return ""
+    delta = [b - a for a, b in zip(start[:8], now[:8], strict=True)]
+    total = sum(delta)
+    return f"{100 * delta[7] / total:.1f} % of CPU time stolen by the hypervisor" if total > 0 else ""
+
+
 def machine(root: Path | str) -> dict[str, str]:
     """What the figures were measured on: CPUs, kernel, Python, load, the filesystem of ``root``."""
     df = subprocess.run(["df", "-T", str(root)], capture_output=True, text=True).stdout.splitlines()

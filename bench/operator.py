@@ -74,6 +74,7 @@ else:
     from _common import (  # noqa: E402
         REPO,
         Watcher,
+        cpu_times,
         fmt_seconds,
         load_average,
         machine,
@@ -82,6 +83,7 @@ else:
         proc_status,
         progress,
         spread,
+        stolen_since,
     )
 
     sys.path.insert(0, str(REPO))
@@ -829,6 +831,7 @@ else:
         pairs = args.triples or pairs
         tmp = Path(tempfile.mkdtemp(prefix="pidispatch-bench-op-"))
         info = machine(tmp)
+        ticks = cpu_times()
         progress(f"operator benchmark; state in {tmp}; load average {info['load']}")
         cluster = Cluster(state_dir=tmp / "cluster")
         progress("starting the local control plane")
@@ -907,7 +910,9 @@ else:
                 if args.svg:
                     Path(args.svg).write_text(
                         drain_svg({CURVE_LABELS[side]: run["curve"] for side, run in bursts.items()}, n, CAP))
-            print(report(args, info, lat, wr, bursts, rss, load_average(), ops))
+            stolen = stolen_since(ticks)
+            at_end = load_average() + (f"; {stolen} during the run" if stolen else "")
+            print(report(args, info, lat, wr, bursts, rss, at_end, ops))
             for w in watches:
                 w.stopped.set()
         finally:

@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from _common import load_average, machine, progress  # noqa: E402
+from _common import cpu_times, load_average, machine, progress, stolen_since  # noqa: E402
 
 from pidispatch.settings import Settings  # noqa: E402
 from pidispatch.store import scanmemo  # noqa: E402
@@ -907,7 +907,8 @@ def report(
         f"Commit `{info['commit']}`. Machine: {info['cpus']} CPUs; {info['kernel']}; Python {info['python']}; "
         f"filesystem {info['filesystem']}"
         f" (bench directory {info['root']}).",
-        f"Other work on the machine: load average {info['load']} at the start, {info['load_end']} at the end.",
+        f"Other work on the machine: load average {info['load']} at the start, {info['load_end']} at the end"
+        + (f"; {info['stolen']} during the run." if info.get("stolen") else "."),
         "Files are hot in the page cache on both sides (each side reads the same bytes every pair).",
         "",
         "### Targets",
@@ -967,6 +968,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(tempfile.mkdtemp(prefix="run-", dir=base))
     bench = Bench(root, args.reps, args.warmup, args.proc_reps)
     info = {**machine(root), "root": str(root)}
+    ticks = cpu_times()
     results: dict[str, dict[str, dict[str, Pair]]] = {"stage": {}, "promote": {}, "gates": {}, "diagnostics": {}}
     if not args.no_processes:
         results["processes"] = {}
@@ -996,7 +998,7 @@ def main(argv: list[str] | None = None) -> int:
         if (argv if argv is not None else sys.argv[1:])
         else ""
     )
-    info["load_end"] = load_average()
+    info["load_end"], info["stolen"] = load_average(), stolen_since(ticks)
     table = report(results, info, command.strip(), prims)
     print(table)
     if not args.no_doc:
