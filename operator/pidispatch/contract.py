@@ -50,6 +50,8 @@ def credential_name_problem(name: str) -> str | None:
 ENV_CHECKOUT = "PI_CHECKOUT"  # JSON {"url", "ref", "sha", "branch"}: branch null is a read-only checkout
 ENV_SUBJECT = "PI_SUBJECT"  # JSON {"title", "body"} of the issue or pull request (untrusted text)
 ENV_PREVIOUS_COMMIT = "PI_PREVIOUS_COMMIT"  # JSON {"sha", "aheadBy", "behindBy", "status"}: the head moved
+# The workspace's size limit in bytes (the emptyDir's sizeLimit): a tree larger than this is not checked out.
+ENV_WORKSPACE_LIMIT = "PI_WORKSPACE_LIMIT_BYTES"
 GIT_USERNAME = "x-access-token"  # what git sends as the user name with a token (GitHub's convention)
 SUBJECT_TITLE_LIMIT = 256
 SUBJECT_BODY_LIMIT = 8192
