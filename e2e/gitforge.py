@@ -20,6 +20,7 @@ import datetime as dt
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -80,6 +81,22 @@ class Repos:
                 (work / name).parent.mkdir(parents=True, exist_ok=True)
                 (work / name).write_text(text)
                 git("add", "--", name, cwd=work)
+            git("commit", "--quiet", "-m", message, cwd=work)
+            git("push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{branch}", cwd=work)
+            return git("rev-parse", "HEAD", cwd=work)
+
+    def commit_tree(self, full_name: str, branch: str, build: Callable[[Path], None], message: str) -> str:
+        """Commit on ``branch`` (from the default branch's tip) whatever ``build`` makes in the work tree:
+        symbolic links, executables, or index entries it adds with git itself (a submodule's gitlink)."""
+        with tempfile.TemporaryDirectory(prefix="gitforge-") as scratch:
+            work = Path(scratch)
+            git("init", "--quiet", str(work))
+            git("remote", "add", "origin", str(self.path(full_name)), cwd=work)
+            base = self.tip(full_name, self.default_branch(full_name))
+            git("fetch", "--quiet", "origin", str(base), cwd=work)
+            git("checkout", "--quiet", "-B", branch, str(base), cwd=work)
+            build(work)
+            git("add", "-A", cwd=work)
             git("commit", "--quiet", "-m", message, cwd=work)
             git("push", "--quiet", "--force", "origin", f"HEAD:refs/heads/{branch}", cwd=work)
             return git("rev-parse", "HEAD", cwd=work)

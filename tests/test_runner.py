@@ -102,6 +102,11 @@ def test_config_defaults() -> None:
     assert (config.session_file, config.host_resume, config.pi_version, config.model) == (None, False, None, None)
 
 
+def test_config_reads_the_workspace_limit_in_bytes() -> None:
+    assert load_config({**BASE_ENV, "PI_WORKSPACE_LIMIT_BYTES": "10737418240"}).workspace_limit == 10 * 1024 ** 3
+    assert load_config(BASE_ENV).workspace_limit is None
+
+
 def test_config_reads_the_job_spec_first() -> None:
     spec = {"trigger": "t", "forge": "github", "repository": "octo/spec", "pullRequest": 12,
             "comment": "please fix", "sender": "alice"}
@@ -124,6 +129,8 @@ def test_config_reads_the_job_spec_first() -> None:
     pytest.param({**BASE_ENV, "PI_SESSION_FILE": "current.jsonl"}, "PI_SESSION_FILE", id="session-file-relative"),
     pytest.param({**BASE_ENV, "PI_SESSION_HOST_RESUME": "yes"}, "PI_SESSION_HOST_RESUME", id="host-resume-not-bool"),
     pytest.param({**BASE_ENV, "PI_WORKSPACE": "ws"}, "PI_WORKSPACE", id="workspace-relative"),
+    pytest.param({**BASE_ENV, "PI_WORKSPACE_LIMIT_BYTES": "10Gi"}, "PI_WORKSPACE_LIMIT_BYTES",
+                 id="workspace-limit-not-bytes"),
 ])
 def test_config_errors_name_the_variable(env: dict[str, str], names: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -526,9 +533,10 @@ def test_pi_command_shapes() -> None:
     assert pi_command("pi", "/session/current.jsonl", "fake/fake-model", "hi") == [
         "pi", "-p", "--no-extensions", "--session", "/session/current.jsonl", "--model", "fake/fake-model", "hi"]
     assert pi_command("/bin/pi", None, None, "hi") == ["/bin/pi", "-p", "--no-extensions", "--no-session", "hi"]
-    # a fork's checkout: its AGENTS.md is not read as trusted context
+    # a fork's checkout: none of what pi reads at start (AGENTS.md, skills, prompts, themes) is read
     assert pi_command("pi", None, None, "hi", untrusted_workspace=True) == [
-        "pi", "-p", "--no-extensions", "--no-context-files", "--no-session", "hi"]
+        "pi", "-p", "--no-extensions", "--no-skills", "--no-context-files", "--no-prompt-templates", "--no-themes",
+        "--no-session", "hi"]
     assert pi_env({"A": "1"}) == {"A": "1", "PI_OFFLINE": "1"}
 
 

@@ -13,14 +13,14 @@ import os
 import socket
 import stat
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from e2e.fakegithub_api import FakeGitHubAPI
 from e2e.gitforge import Repos, git
-from pidispatch.runner.checkout import CheckoutError, CheckoutSpec, check_out, final_state
+from pidispatch.runner.checkout import CheckoutError, CheckoutSpec, check_out, final_state, tree_bytes
 
 REPO = "acme/widgets"
 PAT = "github_pat_checkout_0123456789"
@@ -247,3 +247,41 @@ def test_the_agents_git_trusts_the_workspace_after_the_pods_own_git_configuratio
     env = agent_git_env(theirs, "/workspace")
     assert (env["GIT_CONFIG_COUNT"], env["GIT_CONFIG_KEY_0"], env["GIT_CONFIG_KEY_1"]) == ("2", "color.ui",
                                                                                            "safe.directory")
+
+
+def zero_bomb(copies: int, size: int) -> Callable[[Path], None]:
+    """One blob of zeros at many paths: a pack of a few KiB that a checkout inflates to copies x size."""
+    def build(work: Path) -> None:
+        blob = bytes(size)
+        for n in range(copies):
+            (work / f"zeros-{n:02d}.bin").write_bytes(blob)
+    return build
+
+
+def test_a_tree_over_the_workspace_limit_is_not_checked_out(forge: FakeGitHubAPI, tmp_path: Path) -> None:
+    """The issue's repository: 34 KB on the wire, 1 GiB checked out; here 16 MiB against an 8 MiB limit."""
+    sha = forge.repos.commit_tree(REPO, "main", zero_bomb(8, 2 * 1024 * 1024), "a zero bomb")
+    ws = tmp_path / "ws"
+    with pytest.raises(CheckoutError) as caught:
+        check_out(spec(forge, sha), str(ws), job_env(tmp_path), sleep=lambda s: None, size_limit=8 * 1024 * 1024)
+    assert caught.value.failure == "too-large"
+    assert f"{8 * 2 * 1024 * 1024 + len('hello') + 1} bytes" in caught.value.detail, caught.value.detail
+    assert sorted(p.name for p in ws.iterdir()) == [".git"], "no file of the tree was written"
+
+
+def test_a_tree_under_the_workspace_limit_is_checked_out(forge: FakeGitHubAPI, tmp_path: Path) -> None:
+    sha = forge.repos.commit_tree(REPO, "main", zero_bomb(2, 1024 * 1024), "two MiB")
+    ws = tmp_path / "ws"
+    check_out(spec(forge, sha), str(ws), job_env(tmp_path), sleep=lambda s: None, size_limit=8 * 1024 * 1024)
+    assert (ws / "zeros-01.bin").stat().st_size == 1024 * 1024
+
+
+def test_tree_bytes_counts_every_path_of_a_blob_and_no_submodule() -> None:
+    listing = "\0".join([
+        f"100644 blob {'a' * 40}     100\tone.bin",
+        f"100644 blob {'a' * 40}     100\tsame blob, another path",
+        f"120000 blob {'b' * 40}       7\ta link",
+        f"160000 commit {'c' * 40}       -\ta submodule",
+        "",
+    ])
+    assert tree_bytes(listing) == 207

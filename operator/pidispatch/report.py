@@ -19,6 +19,7 @@ from pidispatch.record import MAX_SAFE_INTEGER, RunnerSession, parse_context, pa
 OUTCOMES = ("completed", "failed", "refused", "aborted")
 # Why the runner could not check the workspace out (closed: the Job's condition reason is derived from it).
 CHECKOUT_FAILURES = {"commit-gone": "CheckoutCommitGone", "auth-failed": "CheckoutAuthFailed",
+                     "forbidden-path": "CheckoutForbiddenPath", "too-large": "CheckoutTooLarge",
                      "failed": "CheckoutFailed"}
 DETAIL_LIMIT = 300
 _VERSION_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-+_")

@@ -106,6 +106,15 @@ def checkout_message(failure: str, detail: str | None) -> str:
         return (f"The commit resolved for this job is no longer on the forge{said}: the branch was force-pushed "
                 "between the resolution and the clone. Nothing ran and it is not retried; re-create the Job to "
                 "check out the branch as it is now.")
+    if failure == "forbidden-path":
+        return (f"The checkout holds a path pi reads when it starts, where it may not ({detail or 'no detail'}). "
+                "Nothing ran and it is not retried: pi would have run or read what the repository put there "
+                "(a fork's .pi, .agents or AGENTS.md; a context file linked outside the workspace). Remove it "
+                "from the branch, then re-create the Job.")
+    if failure == "too-large":
+        return (f"The repository's files do not fit the job's workspace ({detail or 'no detail'}). Nothing was "
+                "written and it is not retried. Raise job.workspace.sizeLimit in the chart's values if the "
+                "repository is meant to be this large, then re-create the Job.")
     if failure == "auth-failed":
         return (f"The forge refused the job's token for the clone{said}. Nothing ran; check the App's access to "
                 "the repository (pidispatch doctor), then re-create the Job.")

@@ -2,20 +2,28 @@
 
 The clone runs no repository code and the token never leaves the environment:
 
-* the repository's own ``.pi/`` is left out of the working tree (sparse checkout): pi would otherwise
-  load its project settings (``shellPath``, ``shellCommandPrefix``: a shell of the repository's
-  choosing for every command the agent runs) and its extensions (code pi runs at start);
+* what pi reads from its working directory at start is kept from the checkout (``startpaths``): the
+  repository's own ``.pi`` (whatever git object it is) for every job, and for a fork's pull request also
+  ``.agents`` and the context files; the tree is checked with ``lstat`` after the checkout, and a job whose
+  tree still holds one fails before pi starts (``forbidden-path``), as does a same-repository context file
+  that resolves outside the workspace;
+* a tree larger than the workspace's limit (``PI_WORKSPACE_LIMIT_BYTES``) is not checked out
+  (``too-large``): its blob sizes are summed from the fetched tree before a file is written, so a small
+  pack that inflates to gigabytes (one zero blob at many paths) cannot fill the node's disk;
 * git's hooks are off (``core.hooksPath=/dev/null``), and so are fsmonitor, the ``ext::`` and ``file::``
   transports and submodules; the system and global git configuration are not read for the fetch;
 * one commit is fetched, shallow (``--depth=1``), by its id: the commit the operator resolved from the
   forge API, never a branch name that could have moved since;
 * the token reaches git only through ``GIT_ASKPASS`` (a script that prints ``$GH_TOKEN`` when git asks),
   never in argv, the remote URL, ``.git/config``, a log line or the report; the same holds for the
-  agent's own ``git push`` (a credential helper in ``.git/config`` that reads the variable, not its value).
+  agent's own ``git push`` (a credential helper in ``.git/config`` that reads the variable, not its value),
+  and that helper is keyed to the forge's own origin (``credential.<scheme://host[:port]>.helper``): a
+  fetch from any other host, or from the forge's host over another scheme, is given no credential.
 
 A commit the forge no longer has (a force-push between the resolution and the fetch) is
-``commit-gone``: not retried. A refused token is ``auth-failed``. Anything else (a network fault, a 5xx)
-is retried with back-off, then ``failed`` with git's own last words.
+``commit-gone``: not retried. A refused token is ``auth-failed``. ``forbidden-path`` and ``too-large`` are
+not retried either. Anything else (a network fault, a 5xx) is retried with back-off, then ``failed`` with
+git's own last words.
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from pidispatch.contract import GIT_USERNAME, is_commit
+from pidispatch.runner.startpaths import sparse_patterns, start_path_problem
 
 TOKEN_VARIABLE = "GH_TOKEN"
 ATTEMPTS = 4
@@ -48,8 +58,6 @@ HARDENED = {
     "transfer.fsckObjects": "true",
     "advice.detachedHead": "false",
 }
-# What the workspace holds: everything but the repository's own pi configuration (see check_out).
-SPARSE = ("/*", "!/.pi/")
 # git's words for a commit the server does not have (upload-pack's "not our ref", a missing object).
 GONE = ("not our ref", "couldn't find remote ref", "unadvertised object", "no such remote ref",
         "remote error: upload-pack: not our ref", "did not send all necessary objects")
@@ -176,8 +184,13 @@ def _last_words(stderr: str) -> str:
 
 
 def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run: Run = _run,
-              sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS) -> Result:
-    """Clone ``spec`` into ``workspace`` (empty or missing). Raises :class:`CheckoutError`."""
+              sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS,
+              size_limit: int | None = None) -> Result:
+    """Clone ``spec`` into ``workspace`` (empty or missing). Raises :class:`CheckoutError`.
+
+    ``size_limit``: the most bytes the checked-out files may take (``None``: no limit).
+    """
+    untrusted = spec.branch is None  # a fork's pull request: read-only, and anyone's text
     os.makedirs(workspace, exist_ok=True)
     if os.listdir(workspace):
         raise CheckoutError("failed", f"the workspace {workspace} is not empty")
@@ -198,10 +211,9 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
         must("init", "--quiet")
         for key, value in _workspace_config(spec).items():
             must("config", key, value)
-        # pi reads a project's own .pi/ (settings that replace its shell, extensions it runs, skills):
-        # repository code. It is never checked out; git counts it as intentionally absent, so the
-        # agent's commits do not delete it.
-        must("sparse-checkout", "set", "--no-cone", *SPARSE)
+        # What pi reads at start is repository code or trusted text (startpaths): left out of the tree.
+        # git counts a left-out path as intentionally absent, so the agent's commits do not delete it.
+        must("sparse-checkout", "set", "--no-cone", *sparse_patterns(untrusted))
         delay = FIRST_BACKOFF_SECONDS
         for attempt in range(1, attempts + 1):
             done = run([*git, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--depth=1", "origin",
@@ -213,6 +225,8 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
                 raise CheckoutError(failure or "failed", _last_words(done.stderr))
             sleep(delay)
             delay *= 2
+        if size_limit is not None:
+            _refuse_a_tree_over(size_limit, must("ls-tree", "-r", "-l", "-z", spec.sha))
         if spec.branch is not None:
             must("checkout", "--quiet", "-B", spec.branch, spec.sha)
         else:
@@ -220,15 +234,39 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
         head = must("rev-parse", "HEAD").strip()
     if head != spec.sha:
         raise CheckoutError("failed", f"HEAD is {head}, not the resolved commit")
+    problem = start_path_problem(workspace, untrusted)
+    if problem is not None:
+        raise CheckoutError("forbidden-path", problem)
     return Result(head, spec.branch)
+
+
+def tree_bytes(listing: str) -> int:
+    """The bytes a checkout of a tree writes: the sum of its blobs' sizes (``git ls-tree -r -l -z``).
+
+    Every path counts, each time it appears: git writes one file per path, so a blob repeated at many paths
+    costs its size at each of them. Links are counted by their target's length; submodules are not written.
+    """
+    total = 0
+    for record in listing.split("\0"):
+        meta, _, _path = record.partition("\t")
+        fields = meta.split()
+        if len(fields) == 4 and fields[1] == "blob" and fields[3].isdigit():
+            total += int(fields[3])
+    return total
+
+
+def _refuse_a_tree_over(limit: int, listing: str) -> None:
+    size = tree_bytes(listing)
+    if size > limit:
+        raise CheckoutError("too-large", f"the commit's files take {size} bytes, over the workspace's limit of "
+                                         f"{limit} bytes")
 
 
 def _workspace_config(spec: CheckoutSpec) -> dict[str, str]:
     """The workspace's .git/config: the hardening, the remote (no credentials), the branch's upstream."""
     config = dict(HARDENED)
     config["remote.origin.url"] = spec.url
-    config["credential.helper"] = CREDENTIAL_HELPER
-    config["credential.useHttpPath"] = "true"
+    config[f"credential.{forge_origin(spec.url)}.helper"] = CREDENTIAL_HELPER
     if spec.branch is not None:
         config["remote.origin.fetch"] = f"+refs/heads/{spec.branch}:refs/remotes/origin/{spec.branch}"
         config[f"branch.{spec.branch}.remote"] = "origin"
@@ -238,6 +276,16 @@ def _workspace_config(spec: CheckoutSpec) -> dict[str, str]:
         # A fork's pull request: the token cannot push there, and nothing may be pushed to the base by mistake.
         config["remote.origin.pushurl"] = "read-only:a-fork-pull-request-cannot-be-pushed-to"
     return config
+
+
+def forge_origin(url: str) -> str:
+    """``scheme://host[:port]`` of the forge's clone URL: the only place git may send the token to.
+
+    git matches ``credential.<url>.*`` on scheme and host (and port), so ``http://`` of the same host, or any
+    other host a prompt-injected ``git fetch`` names, gets nothing.
+    """
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def final_state(workspace: str, branch: str | None, env: Mapping[str, str], *, run: Run = _run

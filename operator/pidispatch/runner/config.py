@@ -23,6 +23,7 @@ from pidispatch.contract import (
     ENV_RETHREAD_PCT,
     ENV_SESSION_FILE,
     ENV_SUBJECT,
+    ENV_WORKSPACE_LIMIT,
     SUBJECT_BODY_LIMIT,
     SUBJECT_TITLE_LIMIT,
     TERMINATION_LOG,
@@ -55,6 +56,7 @@ class Env(StrEnum):
     PREVIOUS_COMMIT = ENV_PREVIOUS_COMMIT  # JSON {sha, aheadBy, behindBy, status}: the branch moved
     RETHREAD_PCT = ENV_RETHREAD_PCT  # pack a handoff at or above this context use (%); 0 = never
     RETHREAD = ENV_RETHREAD  # the gate's lineage reason when a letter and the ledger are staged to unpack
+    WORKSPACE_LIMIT = ENV_WORKSPACE_LIMIT  # bytes the checked-out files may take (the emptyDir's sizeLimit)
 
 
 class Exit(IntEnum):
@@ -116,6 +118,7 @@ class RunnerConfig:
     job_name: str | None = None
     rethread_pct: int = 70
     unpack_reason: str | None = None  # set: a letter waits beside the empty session file (a lineage refusal)
+    workspace_limit: int | None = None  # bytes a checkout may write (None: the Pod sets no limit)
 
 
 def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object") -> dict[str, Any] | None:
@@ -270,6 +273,7 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
         raise ConfigError(f"{Env.RETHREAD.value}={unpack_reason!r} is not valid: expected one of "
                           f"{', '.join(sorted(LINEAGE_REASONS))}")
     return RunnerConfig(
+        workspace_limit=_number(env, Env.WORKSPACE_LIMIT, None),
         rethread_pct=rethread_pct,
         unpack_reason=unpack_reason,
         event=event,

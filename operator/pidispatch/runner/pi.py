@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
 
+from pidispatch.runner.startpaths import UNTRUSTED_FLAGS
 from pidispatch.runner.version import VersionError, parse_version_output
 
 VERSION_TIMEOUT_S = 60.0
@@ -23,18 +24,19 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str, *,
                untrusted_workspace: bool = False) -> list[str]:
-    """`pi -p --no-extensions (--session FILE | --no-session) [--model provider/model] PROMPT`.
+    """`pi -p --no-extensions [fork flags] (--session FILE | --no-session) [--model provider/model] PROMPT`.
 
     The prompt is the last argument, the message pi answers. The session path is absolute (pi reads
     a name without a slash as a session-id prefix).
     """
     # --no-extensions: pi would run extensions it discovers in the working directory's .pi/, which a
-    # repository provides (the checkout also leaves .pi/ out); explicit -e paths would still load.
+    # repository provides (the checkout also leaves .pi out); explicit -e paths would still load.
     command = [pi_bin, "-p", "--no-extensions"]
     if untrusted_workspace:
-        # A fork's pull request: its AGENTS.md/CLAUDE.md would enter pi's system prompt as trusted
-        # context, though anyone can write them; the prompt carries the fork's text fenced instead.
-        command.append("--no-context-files")
+        # A fork's pull request: the checkout leaves out every path pi reads at start (startpaths), and pi
+        # is told to read none of them too: its AGENTS.md would enter the system prompt as trusted context
+        # and its skills as the agent's own, though anyone can write them. The prompt fences the fork's text.
+        command += UNTRUSTED_FLAGS
     command += ["--session", session_file] if session_file is not None else ["--no-session"]
     if model is not None:
         command += ["--model", model]
