@@ -201,3 +201,22 @@ def test_a_commit_the_forge_no_longer_has_fails_the_job_by_name_and_is_not_retri
     assert completed is not None and completed["reason"] == "CheckoutCommitGone", completed
     assert "force-pushed" in completed["message"]
     assert len(r.pods_of(name)) == 1, "not retried"
+
+
+def test_a_context_file_linked_outside_the_workspace_fails_the_job_before_pi_starts(
+        release: Release, forge: FakeGitHubAPI, model: ScriptedModel) -> None:
+    """Issue 31: AGENTS.md -> /proc/self/environ would put the job's environment, its token among it, into the
+    system prompt sent to the model provider. The Job ends CheckoutForbiddenPath, named, and pi never asks."""
+    r = release
+    forge.set_issue(REPO, 22, "Linked out", "")
+    forge.repos.commit_tree(REPO, "pi/issue-22", lambda work: (work / "AGENTS.md").symlink_to("/proc/self/environ"),
+                            "an AGENTS.md that links out")
+    before = len(model.requests)
+    name = f"linked-{uuid.uuid4().hex[:5]}"
+    job = r.run(name, issue=22, timeout=120)
+    assert job["status"]["phase"] == "Failed"
+    completed = r.condition(job, "Completed")
+    assert completed is not None and completed["reason"] == "CheckoutForbiddenPath", completed
+    assert "AGENTS.md" in completed["message"] and "outside the workspace" in completed["message"]
+    assert len(model.requests) == before, "pi started"
+    assert len(r.pods_of(name)) == 1, "not retried"
