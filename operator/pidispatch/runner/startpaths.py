@@ -14,6 +14,10 @@ its working directory:
   trusted text, in the working directory and every ancestor up to ``/`` (the ancestors of ``/workspace`` are
   the image's, not the checkout's).
 
+Not a start path, checked and left alone: ``utils/photon.js`` falls back to ``./photon_rs_bg.wasm`` in the
+working directory, but only when pi's own copy under ``node_modules`` is missing (never in an npm install or
+the job image), and only when an image is resized.
+
 pi follows symbolic links in all of them (``existsSync``/``readFileSync``), so leaving a *directory* out of
 the checkout is not enough: a ``.pi`` that is a link, a file or a submodule is left out the same way, by
 sparse-checkout patterns without a trailing slash (which match every kind of entry), and the tree is checked
