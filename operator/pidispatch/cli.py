@@ -152,7 +152,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
                          f"pidispatch: the ledger of key {args.key} is not a regular UTF-8 file within "
                          f"{handoff.LEDGER_MAX_BYTES * 2} bytes; not printed\n")
         return 1
-    sys.stdout.write(text)
+    sys.stdout.write(handoff.printable(text))  # never a raw control byte to the terminal, whoever wrote the file
     return 0
 
 

@@ -14,8 +14,12 @@ Two files in the key directory, next to ``current.jsonl``:
 
 The agent supplies only field text (``handoff.json`` in its ``/session``, written by the runner); the
 operator renders every heading and every line of metadata, and escapes the agent's text so it cannot
-forge either. Both files are read and written as every file of the store is: through the key
-directory's no-follow descriptor, regular files only, size-capped, replaced by temp and rename.
+forge either: control characters and terminal escapes are removed, every line ending becomes ``\\n``, and
+a line that Markdown would read as a heading, a setext underline, a rule or a raw HTML block is escaped.
+Both caps are on the rendered UTF-8 bytes: a letter or an entry over its cap is cut, field by field, with
+a visible marker, and still handed out (a letter over the read cap would never be). Both files are read
+and written as every file of the store is: through the key directory's no-follow descriptor, regular files
+only, size-capped, replaced by temp and rename.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +44,11 @@ HANDOFF = "handoff.json"  # the runner's output in the Job's session directory (
 LETTER_MAX_BYTES = 32 * 1024
 LEDGER_MAX_BYTES = 64 * 1024
 HANDOFF_MAX_BYTES = 96 * 1024
+ENTRY_MAX_BYTES = LEDGER_MAX_BYTES // 2  # the newest entry stays whole: half the ledger, the rest for the fold
+LETTER_READ_MAX_BYTES = 3 * LETTER_MAX_BYTES  # a letter an older operator wrote past its cap is cut, not lost
 FIELD_MAX_CHARS = 4000
+LETTER_CUT = f"[… cut: the letter passed its {LETTER_MAX_BYTES // 1024} KiB cap]"
+ENTRY_CUT = f"[… cut: the entry passed its {ENTRY_MAX_BYTES // 1024} KiB cap]"
 FOLDED_LINE_MAX_CHARS = 300
 TRANSCRIPT_HASH_LIMIT = 256 * 1024 * 1024
 
@@ -68,6 +77,27 @@ _ENTRY_HEAD = re.compile(r"## (?:Entry (?P<n>[1-9][0-9]{0,8})|Folded: entries (?
 _ENTRY_META = re.compile(rf"<!-- entry transcript=(?P<sha>[0-9a-f]{{64}}) job=(?P<job>{_TOKEN}) -->")
 _LEDGER_TITLE = "# Ledger\n\nDurable facts of this conversation, one entry per handoff, newest last.\n"
 _SESSION_ID = re.compile(_TOKEN)
+
+# Terminal escape sequences (ECMA-48), removed whole so no parameter bytes are left behind as text: CSI
+# (7- and 8-bit), the string controls (OSC, DCS, SOS, PM, APC) up to their terminator, and two-byte escapes.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
+                   r"|\x1b[\]PX^_][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)|\x1b[ -/]*[0-~]")
+# Every line ending some reader honours (CommonMark: CR and CRLF; Unicode: NEL, LS, PS) becomes LF, so no
+# line starts where escape() does not look.
+_LINE_END = re.compile("\r\n?|[\x85\u2028\u2029]")
+# C0 but TAB and LF, DEL, C1: never meaningful in a letter, and each can restyle or rewrite a terminal.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What a line may open with before its own text: indentation, block quotes, list markers (a heading or
+# an underline inside a quote or a list item is a heading all the same).
+_CONTAINERS = re.compile(r"(?:[ \t]*(?:>|[-+*](?=[ \t]|$)|[0-9]{1,9}[.)](?=[ \t]|$)))*[ \t]*")
+# A setext underline (=== or ---) or a thematic break: a line of only these turns the line above into a
+# heading, or draws a rule that reads as the end of a section.
+_RULE = re.compile(r"(?:=+|-+|(?:[-*_][ \t]*){3,})[ \t]*")
+# Raw HTML blocks that run past a blank line, to their own end tag or marker: one left open would swallow
+# the operator's headings after it in a rendered view.
+_HTML_BLOCK = re.compile(r"<(?:(?:pre|script|style|textarea)(?:[\s>]|$)|!|\?)", re.IGNORECASE)
+# A code fence: one the field leaves open is closed at its end, or it would swallow the rest of the file.
+_FENCE = re.compile(r"(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)")
 
 
 class HandoffError(ValueError):
@@ -116,7 +146,7 @@ def _field(data: Any, name: str) -> str:
         return NOT_STATED
     if not isinstance(value, str):
         raise HandoffError(f"{name} is not a string")
-    value = value.replace("\r\n", "\n").replace("\x00", "").strip()
+    value = clean(value).strip()
     if len(value) > FIELD_MAX_CHARS:
         value = value[:FIELD_MAX_CHARS].rstrip() + " … (cut at 4000 characters)"
     return value or NOT_STATED
@@ -141,37 +171,144 @@ def parse_handoff(data: Any) -> Handoff:
                    {name: _field(entry, name) for name, _ in (*TRUST_FIELDS, *ENTRY_FIELDS)})
 
 
+def clean(text: str) -> str:
+    """Agent text without control characters or terminal escapes, every line ending a ``\\n`` (TAB kept)."""
+    return _CONTROL.sub("", _ANSI.sub("", _LINE_END.sub("\n", text)))
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write to a terminal: each control character but LF and TAB shown as ``\\xNN``.
+
+    For what the operator prints from the store (``pidispatch ledger``): a file another writer left there,
+    or one written before :func:`clean`, must not drive the reader's terminal.
+    """
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text.replace("\r\n", "\n"))
+
+
+def _escape_line(line: str) -> str:
+    stripped = line.lstrip(" \t")
+    if stripped.startswith("#") or _RULE.fullmatch(stripped):
+        return line[:len(line) - len(stripped)] + "\\" + stripped
+    at = _CONTAINERS.match(line).end()  # type: ignore[union-attr]  # matches the empty string at least
+    rest = line[at:]
+    if rest.startswith("#") or _RULE.fullmatch(rest) or _HTML_BLOCK.match(rest):
+        return line[:at] + "\\" + rest
+    return line
+
+
+def _open_fence(lines: list[str]) -> str | None:
+    """The fence the lines leave open (as its opening run of backticks or tildes), or ``None``."""
+    fence: str | None = None
+    for line in lines:
+        m = _FENCE.match(line[_CONTAINERS.match(line).end():])  # type: ignore[union-attr]
+        if m is None:
+            continue
+        run, info = m.group("fence"), m.group("info")
+        if fence is None and not (run[0] == "`" and "`" in info):
+            fence = run
+        elif fence is not None and run[0] == fence[0] and len(run) >= len(fence) and not info.strip():
+            fence = None
+    return fence
+
+
 def escape(text: str) -> str:
-    """Agent text made inert inside our Markdown: no line of it can be a heading or open a comment."""
-    lines = []
-    for line in text.replace("<!--", "<\\!--").split("\n"):
-        stripped = line.lstrip(" ")
-        lines.append("\\" + stripped if stripped.startswith("#") else line)
-    return "\n".join(lines)
+    """Agent text made inert inside our Markdown: no line of it can be a heading or open a comment.
+
+    A line is escaped (a backslash before its first character of text, after any quote or list marker) when
+    Markdown would read it as an ATX heading, a setext underline (which makes the line above a heading), a
+    thematic break, or a raw HTML block that would run on past the field. ``<!--`` anywhere is broken up, and
+    a code fence left open is closed. Expects :func:`clean` text (``parse_handoff`` gives only that).
+    """
+    lines = [_escape_line(line) for line in text.replace("<!--", "<\\!--").split("\n")]
+    fence = _open_fence(lines)
+    return "\n".join(lines if fence is None else [*lines, fence])
 
 
 def _iso(clock_s: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(clock_s))
 
 
+def utf8_prefix(text: str, max_bytes: int) -> str:
+    """The longest prefix of ``text`` at most ``max_bytes`` long in UTF-8 (never half a character)."""
+    data = text.encode("utf-8")
+    return text if len(data) <= max_bytes else data[:max(max_bytes, 0)].decode("utf-8", "ignore")
+
+
+def _shares(sizes: list[int], room: int) -> list[int]:
+    """Each field's byte budget in ``room``: one under an even share keeps all it has, the rest split what is left."""
+    budgets = [0] * len(sizes)
+    left = room
+    for placed, i in enumerate(sorted(range(len(sizes)), key=sizes.__getitem__)):
+        budgets[i] = min(sizes[i], left // (len(sizes) - placed))
+        left -= budgets[i]
+    return budgets
+
+
+def _cut(text: str, max_bytes: int, marker: str) -> str:
+    """``text`` cut so that, escaped and ending with ``marker`` on its own line, it is at most ``max_bytes``.
+
+    Cut before escaping and measured after it: a cut can make a new line (``----x`` becomes ``---``), which
+    the escape then neutralises, and the escape's backslashes count against the budget.
+    """
+    tail = "\n\n" + marker
+    budget = max_bytes - len(tail.encode())
+    while budget > 0:
+        cut = utf8_prefix(text, budget).rstrip() + tail
+        over = len(escape(cut).encode()) - max_bytes
+        if over <= 0:
+            return cut
+        budget -= over
+    return marker
+
+
+def _fit(fields: dict[str, str], render: Callable[[dict[str, str]], str], max_bytes: int,
+         marker: str) -> dict[str, str]:
+    """``fields`` cut, fairly, so that ``render(fields)`` is at most ``max_bytes`` in UTF-8.
+
+    The cap is on what is written, not on characters: 4 000 characters of CJK are 12 000 bytes. Every field
+    keeps its section; those over an even share of the room are cut, each with the visible ``marker``.
+    """
+    if len(render(fields).encode()) <= max_bytes:
+        return fields
+    names = list(fields)
+    room = max_bytes - len(render(dict.fromkeys(names, "")).encode())  # what the operator's own lines take
+    sizes = [len(escape(fields[name]).encode()) for name in names]
+    budgets = _shares(sizes, room)
+    return {name: fields[name] if budget >= size else _cut(fields[name], budget, marker)
+            for name, size, budget in zip(names, sizes, budgets, strict=True)}
+
+
 def render_letter(h: Handoff, *, job: str, sha256: str, size: int, session: str | None, now_s: float) -> str:
-    """``letter.md``: the metadata line, then the five sections in pi-rethread's order."""
+    """``letter.md``: the metadata line, then the five sections in pi-rethread's order.
+
+    At most :data:`LETTER_MAX_BYTES` (the cap its reader holds it to): a longer letter is cut, never dropped.
+    """
     sid = session if session and _SESSION_ID.fullmatch(session) else "-"
     head = (f"<!-- pi-dispatch letter v1 job={job} writer={h.writer} transcript={sha256} size={size} "
             f"session={sid} written={_iso(now_s)} -->")
     by = "the agent" if h.writer == "agent" else "a summary of the transcript (the agent did not write it)"
-    parts = [head, f"# Letter to the next session\n\nFrom job {job}, written by {by}. Status: {h.status}."]
-    parts += [f"## {title}\n\n{escape(h.letter[name])}" for name, title in LETTER_FIELDS]
-    return "\n\n".join(parts) + "\n"
+
+    def text(fields: dict[str, str]) -> str:
+        parts = [head, f"# Letter to the next session\n\nFrom job {job}, written by {by}. Status: {h.status}."]
+        parts += [f"## {title}\n\n{escape(fields[name])}" for name, title in LETTER_FIELDS]
+        return "\n\n".join(parts) + "\n"
+
+    return text(_fit(h.letter, text, LETTER_MAX_BYTES, LETTER_CUT))
 
 
 def render_entry(h: Handoff, *, number: int, job: str, sha256: str, now_s: float) -> str:
-    """One ledger entry: its heading, its metadata line, the trust line, then the seven sections."""
-    trust = " · ".join(f"{title}: {escape(h.entry[name])}" for name, title in TRUST_FIELDS)
-    parts = [f"## Entry {number} · {_iso(now_s)} · {h.status} · by {h.writer} · job {job}\n"
-             f"<!-- entry transcript={sha256} job={job} -->", trust]
-    parts += [f"### {title}\n\n{escape(h.entry[name])}" for name, title in ENTRY_FIELDS]
-    return "\n\n".join(parts) + "\n"
+    """One ledger entry: its heading, its metadata line, the trust line, then the seven sections.
+
+    At most :data:`ENTRY_MAX_BYTES`, so the ledger's cap holds with its newest entry whole beside the fold.
+    """
+    def text(fields: dict[str, str]) -> str:
+        trust = " · ".join(f"{title}: {escape(fields[name])}" for name, title in TRUST_FIELDS)
+        parts = [f"## Entry {number} · {_iso(now_s)} · {h.status} · by {h.writer} · job {job}\n"
+                 f"<!-- entry transcript={sha256} job={job} -->", trust]
+        parts += [f"### {title}\n\n{escape(fields[name])}" for name, title in ENTRY_FIELDS]
+        return "\n\n".join(parts) + "\n"
+
+    return text(_fit(h.entry, text, ENTRY_MAX_BYTES, ENTRY_CUT))
 
 
 def parse_letter_head(text: str) -> Letter | None:
@@ -344,13 +481,20 @@ def transcript_digest(dir_fd: int, name: str, expected_size: int) -> str | None:
 
 
 def waiting_letter(dir_fd: int, transcript: str = "current.jsonl") -> tuple[Letter, str] | None:
-    """The letter and its text when one waits: written by the operator, for the transcript stored now."""
-    text = read_text(LETTER, dir_fd, LETTER_MAX_BYTES)
+    """The letter and its text when one waits: written by the operator, for the transcript stored now.
+
+    A letter past :data:`LETTER_MAX_BYTES` (an older operator measured characters, not bytes) is handed
+    out cut at its last whole line within the cap, with the visible marker, rather than never.
+    """
+    text = read_text(LETTER, dir_fd, LETTER_READ_MAX_BYTES)
     letter = parse_letter_head(text) if text is not None else None
     if letter is None or text is None:
         return None
     if transcript_digest(dir_fd, transcript, letter.size) != letter.sha256:
         return None  # a letter left beside another transcript (a promotion cut short): never handed out
+    if len(text.encode()) > LETTER_MAX_BYTES:
+        kept = utf8_prefix(text, LETTER_MAX_BYTES - len(LETTER_CUT.encode()) - 2)
+        text = kept[:kept.rfind("\n") + 1] + "\n" + LETTER_CUT + "\n"  # whole lines: a cut makes no new one
     return letter, text
 
 
