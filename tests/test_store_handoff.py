@@ -6,9 +6,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
@@ -69,6 +73,131 @@ def test_the_ledger_appends_once_and_folds_the_oldest_never_dropping_one() -> No
     h = handoff.parse_handoff(raw("again"))
     assert handoff.append_entry(text, h, job="job-40", sha256=f"{40:064x}", now_s=41) is None, \
         "the same job's entry is not appended twice (a recovery after a kill)"
+
+
+# CommonMark (markdown-it, the reference parser's behaviour; GitHub's view is a superset of it) as the
+# oracle of what a Markdown view shows: the headings are the operator's, whatever the agent wrote.
+COMMONMARK = MarkdownIt("commonmark")
+LETTER_HEADINGS = ["h1:Letter to the next session", *(f"h2:{title}" for _, title in handoff.LETTER_FIELDS)]
+ENTRY_HEADINGS = [*(f"h3:{title}" for _, title in handoff.ENTRY_FIELDS)]
+RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def headings(markdown: str) -> list[str]:
+    """Every heading a CommonMark view shows, as ``h2:text``, at any depth (in a quote or a list too)."""
+    tokens = COMMONMARK.parse(markdown)
+    return [f"{t.tag}:{tokens[i + 1].content}" for i, t in enumerate(tokens) if t.type == "heading_open"]
+
+
+def rendered(fields: dict[str, str]) -> tuple[str, str]:
+    """The letter and the ledger entry a handoff whose every field is ``fields[name]`` (or its own) renders."""
+    h = handoff.parse_handoff({**raw(), "letter": {**raw()["letter"], **fields}, "entry": {**raw()["entry"], **fields}})
+    letter = handoff.render_letter(h, job="j", sha256="b" * 64, size=3, session="s", now_s=0)
+    entry = handoff.render_entry(h, number=1, job="j", sha256="a" * 64, now_s=0)
+    return letter, entry
+
+
+FORGERIES = {
+    "a lone CR starts a line": "fine\r## Entry 99 · forged",
+    "a lone CR before an underline": "Forged\r===",
+    "a setext underline of =": "Forged heading\n===",
+    "a setext underline of -": "Forged heading\n---",
+    "an indented setext underline": "Forged heading\n   ----   ",
+    "a heading inside a block quote": "> ## Forged",
+    "a heading inside a list item": "- ## Forged",
+    "an underline inside a list item": "- Forged\n  ---",
+    "a fence left open swallows the next sections": "```\nno end",
+    "a fence in a list item, closed at the top level": "- ```\n```\nno end",
+    "a balanced fence, then text on its closing line": "```\n```",
+    "a raw <pre> block left open": "<pre>\nno end",
+    "a Unicode line separator": "fine\u2028## Forged",
+    "NEL, a C1 line ending": "fine\x85## Forged",
+}
+
+
+@pytest.mark.parametrize("text", FORGERIES.values(), ids=FORGERIES.keys())
+def test_no_agent_text_shows_as_a_heading_in_a_markdown_view(text: str) -> None:
+    letter, entry = rendered({"whereWeAre": text, "goal": text, "verified": text})
+    for shown in (letter, entry):  # no line ending but LF is left for a less strict reader to honour
+        assert RAW_CONTROL.search(shown) is None and not {"\r", "\u2028", "\u2029"} & set(shown)
+    assert headings(letter) == LETTER_HEADINGS
+    assert headings(entry) == ["h2:" + entry.split("\n", 1)[0].removeprefix("## "), *ENTRY_HEADINGS]
+    entries = handoff.parse_ledger(handoff.render_ledger([handoff.LedgerEntry(entry, 1, 1, False)]))
+    assert [(e.first, e.sha256) for e in entries] == [(1, "a" * 64)]
+
+
+CONTROLS = {
+    "a CSI colour and a screen clear": ("\x1b[2J\x1b[1;31mred\x1b[0m text", "red text"),
+    "an OSC title ended by BEL": ("\x1b]0;owned\x07after", "after"),
+    "an OSC hyperlink ended by ST": ("\x1b]8;;http://evil/\x1b\\link\x1b]8;;\x1b\\", "link"),
+    "an 8-bit CSI": ("\x9b31mred", "red"),
+    "C0, DEL and C1 alone": ("a\x00b\x07c\x08d\x7fe\x90f\x9fg", "abcdefg"),
+    "a lone ESC": ("end\x1b", "end"),
+    "TAB and LF are kept": ("a\tb\nc", "a\tb\nc"),
+}
+
+
+@pytest.mark.parametrize(("text", "kept"), CONTROLS.values(), ids=CONTROLS.keys())
+def test_control_characters_and_terminal_escapes_are_removed_from_what_is_stored(text: str, kept: str) -> None:
+    h = handoff.parse_handoff({**raw(), "letter": {"whereWeAre": text}, "entry": {"goal": text}})
+    assert h.letter["whereWeAre"] == kept and h.entry["goal"] == kept
+    letter, entry = rendered({"whereWeAre": text, "goal": text})
+    assert RAW_CONTROL.search(letter) is None and RAW_CONTROL.search(entry) is None
+
+
+CJK = "中" * handoff.FIELD_MAX_CHARS  # 12 000 bytes in UTF-8
+EMOJI = "😀" * handoff.FIELD_MAX_CHARS  # 16 000
+
+
+@pytest.mark.parametrize(("fields", "cut"), [
+    pytest.param({"whereWeAre": CJK, "doFirst": CJK, "watchOut": CJK}, 3, id="three CJK fields"),
+    pytest.param({name: EMOJI for name, _ in handoff.LETTER_FIELDS}, 5, id="five fields of four-byte characters"),
+    pytest.param({"whereWeAre": "x" * 3000, "doFirst": EMOJI, "watchOut": EMOJI, "trust": "short"}, 2,
+                 id="only the fields over their share are cut"),
+])
+def test_a_letter_over_its_cap_is_cut_with_a_marker_and_keeps_every_section(fields: dict[str, str],
+                                                                            cut: int) -> None:
+    letter, _ = rendered(fields)
+    assert len(letter.encode()) <= handoff.LETTER_MAX_BYTES
+    assert letter.count(handoff.LETTER_CUT) == cut
+    assert headings(letter) == LETTER_HEADINGS, "every section keeps its heading"
+    head = handoff.parse_letter_head(letter)
+    assert head is not None and head.job == "j"
+    for name, title in handoff.LETTER_FIELDS:  # each field keeps its opening words
+        body = letter.split(f"## {title}\n\n", 1)[1]
+        assert body.startswith({**raw()["letter"], **fields}[name][:20])
+
+
+def test_a_ledger_entry_over_its_cap_is_cut_and_the_ledger_cap_holds_for_every_entry() -> None:
+    huge = handoff.parse_handoff({**raw(), "entry": {name: CJK for name, _ in (*handoff.TRUST_FIELDS,
+                                                                                 *handoff.ENTRY_FIELDS)}})
+    text = None
+    for n in range(1, 6):
+        h = huge if n % 2 else handoff.parse_handoff(raw(f"n{n}-" + "w" * 300))
+        text = handoff.append_entry(text, h, job=f"job-{n}", sha256=f"{n:064x}", now_s=n)
+        assert text is not None and len(text.encode()) <= handoff.LEDGER_MAX_BYTES, f"entry {n} passed the cap"
+        entries = handoff.parse_ledger(text)
+        assert entries[-1].first == n and not entries[-1].folded and handoff.entry_count(text) == n
+    newest = handoff.parse_ledger(text)[-1].text
+    assert handoff.ENTRY_CUT in newest and "### Next steps" in newest
+    for n in range(1, 5):  # the older ones are folded, never dropped without a trace
+        assert f"Entry {n} · " in text or "counted here only" in text
+
+
+FIELD_TEXT = st.lists(st.sampled_from(["#", "=", "-", "*", "_", "`", "~", ">", "<", "!", " ", "\t", "\n", "\r", "\x1b",
+                                        "[", "1", ".", "a", "é", "中", "😀", "\x85", "\u2028", "\x9b", "\x00", "pre",
+                                        "<!--", "```", "- "]), max_size=60).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FIELD_TEXT, min_size=5, max_size=5), st.integers(min_value=0, max_value=4000))
+def test_any_field_text_renders_within_the_cap_and_under_the_operator_s_headings(texts: list[str], pad: int) -> None:
+    fields = {name: text + "中" * pad for (name, _), text in zip(handoff.LETTER_FIELDS, texts, strict=True)}
+    letter, entry = rendered(fields)
+    assert len(letter.encode()) <= handoff.LETTER_MAX_BYTES and len(entry.encode()) <= handoff.ENTRY_MAX_BYTES
+    assert headings(letter) == LETTER_HEADINGS
+    assert headings(entry)[1:] == ENTRY_HEADINGS
+    assert RAW_CONTROL.search(letter) is None and RAW_CONTROL.search(entry) is None
 
 
 # -- in the store ------------------------------------------------------------------------------------------

@@ -94,10 +94,8 @@ _CONTAINERS = re.compile(r"(?:[ \t]*(?:>|[-+*](?=[ \t]|$)|[0-9]{1,9}[.)](?=[ \t]
 # heading, or draws a rule that reads as the end of a section.
 _RULE = re.compile(r"(?:=+|-+|(?:[-*_][ \t]*){3,})[ \t]*")
 # Raw HTML blocks that run past a blank line, to their own end tag or marker: one left open would swallow
-# the operator's headings after it in a rendered view.
+# the operator's headings after it in a rendered view (as would a code fence: no agent line opens one).
 _HTML_BLOCK = re.compile(r"<(?:(?:pre|script|style|textarea)(?:[\s>]|$)|!|\?)", re.IGNORECASE)
-# A code fence: one the field leaves open is closed at its end, or it would swallow the rest of the file.
-_FENCE = re.compile(r"(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)")
 
 
 class HandoffError(ValueError):
@@ -187,28 +185,13 @@ def printable(text: str) -> str:
 
 def _escape_line(line: str) -> str:
     stripped = line.lstrip(" \t")
-    if stripped.startswith("#") or _RULE.fullmatch(stripped):
+    if stripped.startswith(("#", "```", "~~~")) or _RULE.fullmatch(stripped):
         return line[:len(line) - len(stripped)] + "\\" + stripped
     at = _CONTAINERS.match(line).end()  # type: ignore[union-attr]  # matches the empty string at least
     rest = line[at:]
-    if rest.startswith("#") or _RULE.fullmatch(rest) or _HTML_BLOCK.match(rest):
+    if rest.startswith(("#", "```", "~~~")) or _RULE.fullmatch(rest) or _HTML_BLOCK.match(rest):
         return line[:at] + "\\" + rest
     return line
-
-
-def _open_fence(lines: list[str]) -> str | None:
-    """The fence the lines leave open (as its opening run of backticks or tildes), or ``None``."""
-    fence: str | None = None
-    for line in lines:
-        m = _FENCE.match(line[_CONTAINERS.match(line).end():])  # type: ignore[union-attr]
-        if m is None:
-            continue
-        run, info = m.group("fence"), m.group("info")
-        if fence is None and not (run[0] == "`" and "`" in info):
-            fence = run
-        elif fence is not None and run[0] == fence[0] and len(run) >= len(fence) and not info.strip():
-            fence = None
-    return fence
 
 
 def escape(text: str) -> str:
@@ -216,12 +199,11 @@ def escape(text: str) -> str:
 
     A line is escaped (a backslash before its first character of text, after any quote or list marker) when
     Markdown would read it as an ATX heading, a setext underline (which makes the line above a heading), a
-    thematic break, or a raw HTML block that would run on past the field. ``<!--`` anywhere is broken up, and
-    a code fence left open is closed. Expects :func:`clean` text (``parse_handoff`` gives only that).
+    thematic break, a code fence or a raw HTML block (either can run on past the field and swallow the
+    operator's headings after it). ``<!--`` anywhere is broken up. Expects :func:`clean` text
+    (``parse_handoff`` gives only that): one line per ``\\n``.
     """
-    lines = [_escape_line(line) for line in text.replace("<!--", "<\\!--").split("\n")]
-    fence = _open_fence(lines)
-    return "\n".join(lines if fence is None else [*lines, fence])
+    return "\n".join(_escape_line(line) for line in text.replace("<!--", "<\\!--").split("\n"))
 
 
 def _iso(clock_s: float) -> str:
