@@ -197,3 +197,20 @@ def test_ledger_prints_the_key_s_ledger_and_inspect_shows_the_letter(store: Stor
     (key_dir / "ledger.md").unlink()
     missing = run("ledger", KEY, env=env)
     assert missing.returncode == 1 and "has no ledger" in missing.stderr
+
+
+def test_ledger_never_prints_a_raw_control_byte_whoever_wrote_the_file(store: Store) -> None:
+    """A ledger written before the escapes were removed (or by another writer) still holds them: shown, not obeyed."""
+    from pidispatch.store import handoff
+
+    store.put()
+    h = handoff.parse_handoff({"writer": "agent", "status": "landed", "letter": {}, "entry": {"goal": "the goal"}})
+    text = handoff.append_entry(None, h, job="j1", sha256="a" * 64, now_s=0) or ""
+    planted = text.replace("the goal", "the goal\x1b]0;owned\x07 \x1b[2J\x1b[31mred\x9b1m\rover\x00")
+    (store.key_dir() / "ledger.md").write_text(planted)
+    printed = subprocess.run([sys.executable, "-m", "pidispatch", "ledger", KEY], capture_output=True, timeout=60,
+                             env={**os.environ, "PI_SESSIONS_DIR": str(store.root)}, stdin=subprocess.DEVNULL)
+    assert printed.returncode == 0, printed.stderr
+    out = printed.stdout.decode("utf-8")
+    assert not [c for c in out if (ord(c) < 0x20 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f]
+    assert "the goal\\x1b]0;owned\\x07 \\x1b[2J\\x1b[31mred\\x9b1m\\x0dover\\x00" in out, "shown, visibly"

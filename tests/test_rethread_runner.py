@@ -14,7 +14,7 @@ import test_runner_pi
 from test_runner_pi import Job
 
 from e2e.scripted_model import Usage, text_of
-from pidispatch.store.handoff import parse_handoff
+from pidispatch.store.handoff import HANDOFF_MAX_BYTES, parse_handoff, read_staged_handoff
 
 job = test_runner_pi.job  # the real-pi fixture, by the name these tests ask for
 
@@ -53,6 +53,21 @@ def test_at_the_bound_the_agent_packs_through_the_tool(job: Job) -> None:
     # the pack turn is part of the run's cost and of the context the next delivery is judged by
     assert result.report["tokens"]["calls"] == 2
     assert result.report["context"]["tokens"] >= 23700
+
+
+def test_a_handoff_in_many_bytes_a_character_is_written_so_the_operator_can_read_it(job: Job) -> None:
+    """Every field 4 000 CJK characters: as ``\\u`` escapes the file would pass the operator's cap and be lost."""
+    wide = {"status": "partial", "letter": {name: "中" * 4000 for name in ARGS["letter"]},
+            "entry": {name: "文" * 4000 for name in ARGS["entry"]}}
+    job.stage(b"")
+    job.model.reply("worked", usage=AT_BOUND)
+    job.model.tool_call("rethread_handoff", wide, usage=Usage(23500, 200))
+    result = job.run(host_resume=False)
+    assert result.code == 0, result.stderr
+    assert result.report["rethread"] == {"unpacked": False, "packed": "agent"}
+    assert handoff_file(job).stat().st_size <= HANDOFF_MAX_BYTES
+    kept = read_staged_handoff(str(handoff_file(job).parent))
+    assert kept is not None and kept.writer == "agent" and kept.letter["whereWeAre"] == "中" * 4000
 
 
 def test_zero_turns_the_pack_off(job: Job) -> None:

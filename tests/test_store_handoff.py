@@ -133,6 +133,7 @@ CONTROLS = {
     "an 8-bit CSI": ("\x9b31mred", "red"),
     "C0, DEL and C1 alone": ("a\x00b\x07c\x08d\x7fe\x90f\x9fg", "abcdefg"),
     "a lone ESC": ("end\x1b", "end"),
+    "a lone surrogate, which has no UTF-8 form": ("a\ud800b", "ab"),
     "TAB and LF are kept": ("a\tb\nc", "a\tb\nc"),
 }
 
@@ -198,6 +199,14 @@ def test_any_field_text_renders_within_the_cap_and_under_the_operator_s_headings
     assert headings(letter) == LETTER_HEADINGS
     assert headings(entry)[1:] == ENTRY_HEADINGS
     assert RAW_CONTROL.search(letter) is None and RAW_CONTROL.search(entry) is None
+
+
+@pytest.mark.parametrize("char", ["a", '"', "\\", "\n", "é", "中", "😀", "\u2028"])
+def test_the_largest_handoff_the_runner_can_write_is_one_the_operator_reads(char: str, tmp_path: Path) -> None:
+    every = {name: char * 9000 for name, _ in (*handoff.LETTER_FIELDS, *handoff.TRUST_FIELDS, *handoff.ENTRY_FIELDS)}
+    h = handoff.parse_handoff({"writer": "summary", "status": "partial", "letter": every, "entry": every})
+    (tmp_path / handoff.HANDOFF).write_text(json.dumps(h.to_json(), separators=(",", ":"), ensure_ascii=False))
+    assert handoff.read_staged_handoff(str(tmp_path)) == h
 
 
 # -- in the store ------------------------------------------------------------------------------------------
@@ -344,3 +353,44 @@ def test_the_operator_and_the_runner_read_the_rethread_bound_alike() -> None:
             operator_settings.Settings.from_env({"PI_SESSION_RETHREAD_PCT": raw})
         with pytest.raises(runner_config.ConfigError):
             runner_config.load_config({**base, "PI_SESSION_RETHREAD_PCT": raw})
+
+
+def _rethread_stage(store: Store, uid: str = "u9") -> Path:
+    """Stage the next job of a key whose context is over the bound: the letter, when one waits, is handed out."""
+    next_job = JobDir(str(store.stage_root), uid)
+    record = stage(settings(store), next_job, HostRecord(key=KEY, forge="github", repository="acme/widgets",
+                                                         branch="pi/issue-7", venue="kubernetes", pi_version=PI,
+                                                         model=MODEL))
+    assert (record.reason, record.rethread) == (R.CONTEXT_TOO_FULL, True), "the letter waits and is handed out"
+    return Path(next_job.session)
+
+
+def test_a_letter_past_its_cap_in_bytes_is_promoted_cut_and_still_handed_out(store: Store) -> None:
+    """Three fields of 4 000 CJK characters: 36 000 bytes of text, a letter its reader would have refused."""
+    promote(settings(store), KEY, str(store.staged_job(OLD)), host_resume=True, pi_version=PI, model=MODEL,
+            context=(90, 100))
+    big = raw("big")
+    big["letter"].update(whereWeAre="where-" + CJK, doFirst="first-" + CJK, watchOut="watch-" + CJK)
+    promote_once(settings(store), job_dir(store, "u1", OLD, big), host(True, "resumed"), (90, 100), job="job-big")
+    stored = (store.key_dir() / "letter.md").read_bytes()
+    assert len(stored) <= handoff.LETTER_MAX_BYTES
+    staged = (_rethread_stage(store) / "letter.md").read_text()
+    assert staged.count(handoff.LETTER_CUT) == 3 and headings(staged) == LETTER_HEADINGS
+    assert "where-中中" in staged and "big-dontRedo" in staged and "big-trust" in staged
+
+
+def test_a_letter_an_older_operator_wrote_past_the_cap_is_handed_out_cut_on_a_whole_line(store: Store) -> None:
+    promote(settings(store), KEY, str(store.staged_job(OLD)), host_resume=True, pi_version=PI, model=MODEL,
+            context=(90, 100))
+    promote_once(settings(store), job_dir(store, "u1", OLD, raw("one")), host(True, "resumed"), (90, 100),
+                 job="job-one")
+    letter = store.key_dir() / "letter.md"
+    text = letter.read_text()
+    grown = text.replace("one-watchOut", "\n".join(["one-watchOut", *(["中" * 1000] * 20)]))  # 60 000 bytes
+    letter.write_text(grown)
+    assert len(grown.encode()) > handoff.LETTER_MAX_BYTES
+    assert handoff.describe(str(store.key_dir()))["letter"]["job"] == "job-one"
+    staged = (_rethread_stage(store) / "letter.md").read_bytes()
+    assert len(staged) <= handoff.LETTER_MAX_BYTES
+    assert staged.decode().endswith("\n\n" + handoff.LETTER_CUT + "\n"), "cut after a whole line, marked"
+    assert "one-whereWeAre" in staged.decode() and "\n" + "中" * 1000 + "\n" in staged.decode()

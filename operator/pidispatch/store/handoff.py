@@ -43,7 +43,9 @@ LEDGER = "ledger.md"
 HANDOFF = "handoff.json"  # the runner's output in the Job's session directory (agent-reachable: validated)
 LETTER_MAX_BYTES = 32 * 1024
 LEDGER_MAX_BYTES = 64 * 1024
-HANDOFF_MAX_BYTES = 96 * 1024
+# The runner writes the validated handoff, UTF-8 unescaped: 15 fields of at most 4 000 characters and the cut
+# note, at most 4 bytes each in JSON, fit. A larger file would be refused, and the job's handoff lost.
+HANDOFF_MAX_BYTES = 256 * 1024
 ENTRY_MAX_BYTES = LEDGER_MAX_BYTES // 2  # the newest entry stays whole: half the ledger, the rest for the fold
 LETTER_READ_MAX_BYTES = 3 * LETTER_MAX_BYTES  # a letter an older operator wrote past its cap is cut, not lost
 FIELD_MAX_CHARS = 4000
@@ -87,6 +89,8 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
 _LINE_END = re.compile("\r\n?|[\x85\u2028\u2029]")
 # C0 but TAB and LF, DEL, C1: never meaningful in a letter, and each can restyle or rewrite a terminal.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A lone surrogate (JSON can carry one as ``\\ud800``) has no UTF-8 form: the file could not be written.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # What a line may open with before its own text: indentation, block quotes, list markers (a heading or
 # an underline inside a quote or a list item is a heading all the same).
 _CONTAINERS = re.compile(r"(?:[ \t]*(?:>|[-+*](?=[ \t]|$)|[0-9]{1,9}[.)](?=[ \t]|$)))*[ \t]*")
@@ -110,6 +114,10 @@ class Handoff:
     status: str
     letter: dict[str, str]
     entry: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        """The object :func:`parse_handoff` reads back as this handoff (what the runner writes, once validated)."""
+        return {"writer": self.writer, "status": self.status, "letter": dict(self.letter), "entry": dict(self.entry)}
 
 
 @dataclass(frozen=True)
@@ -170,8 +178,8 @@ def parse_handoff(data: Any) -> Handoff:
 
 
 def clean(text: str) -> str:
-    """Agent text without control characters or terminal escapes, every line ending a ``\\n`` (TAB kept)."""
-    return _CONTROL.sub("", _ANSI.sub("", _LINE_END.sub("\n", text)))
+    """Agent text without control characters, terminal escapes or lone surrogates; every line ending ``\\n``."""
+    return _SURROGATE.sub("", _CONTROL.sub("", _ANSI.sub("", _LINE_END.sub("\n", text))))
 
 
 def printable(text: str) -> str:

@@ -311,7 +311,8 @@ def _write_handoff(session_file: str, handoff: dict[str, Any]) -> None:
         fsio.clear_name(temp, dir_fd)
         fd = os.open(temp, fsio.CREATE_FLAGS, 0o600, dir_fd=dir_fd)
         try:
-            fsio.write_all(fd, json.dumps(handoff, separators=(",", ":")).encode())
+            # UTF-8, not \\u escapes: six bytes a character would pass the operator's read cap (store/handoff.py).
+            fsio.write_all(fd, json.dumps(handoff, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
         finally:
             os.close(fd)
         fsio.clear_name(HANDOFF, dir_fd)
@@ -385,8 +386,8 @@ def pack(*, pi_bin: str, session_file: str, model: str | None, workspace: str, e
         if handoff is None:
             return Packed(None, "the summary had none of the handoff's sections")
     try:
-        parse_handoff(handoff)
-        _write_handoff(session_file, handoff)
+        # What the operator will render, validated and cut here: the file's size is bounded whatever the agent sent.
+        _write_handoff(session_file, parse_handoff(handoff).to_json())
     except (HandoffError, OSError) as error:
         return Packed(None, f"the handoff could not be kept: {error}")
     return Packed(str(handoff["writer"]))
