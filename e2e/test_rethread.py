@@ -25,6 +25,7 @@ from e2e.kube import Kube
 from e2e.pitool import pi_binary
 from e2e.release import TAMPER, Release, base_values, installed, merge
 from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
+from pidispatch.store.handoff import LETTER_CUT, LETTER_MAX_BYTES
 from pidispatch.store.keys import issue_key
 
 pytestmark = pytest.mark.e2e
@@ -202,6 +203,38 @@ def test_the_agent_that_ignores_the_pack_turn_gets_a_summary_handoff(release: Re
     letter = (key_dir / "letter.md").read_text()
     assert "S-where: the cache layer" in letter and "written by a summary" in letter
     assert "by summary" in (key_dir / "ledger.md").read_text()
+
+
+def test_a_hostile_letter_past_its_cap_is_handed_out_cut_and_inert(release: Release, model: ScriptedModel) -> None:
+    """Three fields of 4 000 CJK characters (36 000 bytes), a heading forged behind a lone CR and by a setext
+    underline, terminal escapes: the letter is stored within its cap, marked where it was cut, and handed out."""
+    tag = "HOSTILE"
+    args = handoff_args(tag)
+    args["letter"].update(whereWeAre=f"{tag}-where " + "中" * 4000, doFirst=f"{tag}-first " + "中" * 4000,
+                          watchOut=f"{tag}-careful\r## Forged by a CR\x1b[2J\x1b[31m " + "中" * 4000,
+                          dontRedo=f"{tag}-dontredo\nForged by an underline\n===",
+                          trust=f"\x1b]0;owned\x07{tag}-trusted")
+    issue = next(_issues)
+    key_dir = release.key_dir(key_of(issue))
+    model.reply(f"{tag}: looked at it", usage=LOW)
+    deliver(release, model, issue, f"@pi {tag} start")  # a cold job's context is not stamped: resume once
+    model.reply(f"{tag}: worked on it", usage=AT_BOUND)
+    model.tool_call("rethread_handoff", args, usage=OVER)
+    packed, _ = deliver(release, model, issue, f"@pi {tag} go on")
+    assert (packed["status"].get("handoff") or {}).get("writer") == "agent", json.dumps(packed["status"])
+    stored = (key_dir / "letter.md").read_bytes()
+    assert len(stored) <= LETTER_MAX_BYTES and stored.count(LETTER_CUT.encode()) == 3, len(stored)
+    assert not re.search(rb"[\x00-\x08\x0b-\x1f\x7f]", stored), "no control byte is stored"
+    assert b"\n## Forged" not in stored and b"\n===" not in stored
+
+    model.reply("Goal: finish\nFirst action: read the letter\nMain risk: the cut", usage=LOW)
+    job, seen = deliver(release, model, issue, f"@pi {tag} next")
+    assert job["status"]["session"].get("rethreaded") is True, json.dumps(job["status"])
+    opening = words(seen[0])
+    for kept in (f"{tag}-where 中中", f"{tag}-first 中中", f"{tag}-careful", LETTER_CUT, f"{tag}-dontredo",
+                 f"{tag}-trusted"):
+        assert kept in opening, f"the next session reads {kept!r}"
+    assert "\x1b" not in opening and "\r" not in opening
 
 
 @pytest.mark.parametrize("reason", ["venue-changed", "unparseable"])
