@@ -84,6 +84,8 @@ class PromotionResult:
     bytes: int | None = None
     forgotten: bool = False
     handoff: Any = None  # store.handoff.Written: what the promotion did with the Job's handoff, if it had to
+    # How many credentials the scan before the promotion redacted (``store/redact.py``); ``None``: no scan ran.
+    redacted: int | None = None
 
 
 def parse_runner_session(value: Any) -> RunnerSession | None:
