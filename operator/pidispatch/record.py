@@ -150,4 +150,7 @@ def merge_session(
         size: int | None = promoted.bytes
     else:
         size = host.bytes if host is not None else None
-    return {"resumed": resumed, "reason": reason, "bytes": size}
+    merged: dict[str, Any] = {"resumed": resumed, "reason": reason, "bytes": size}
+    if promoted is not None and promoted.redacted is not None:
+        merged["redacted"] = promoted.redacted  # the count only, never what was redacted
+    return merged

@@ -234,6 +234,11 @@ class JobSession(_Model):
     rethreaded: Annotated[bool | None, Field(
         description="The gates refused the resume for a lineage reason (the reason above) and the job started a "
                     "new session from the stored letter and ledger instead of a cold start.")] = None
+    redacted: Annotated[int | None, Field(
+        ge=0, json_schema_extra=NULLABLE,
+        description="How many credentials (tokens, keys, private-key blocks, Authorization values, the job's own "
+                    "secrets) the scan before the promotion replaced with [REDACTED:<kind>] in the stored "
+                    "transcript and handoff. Only the count: a value never appears in a status.")] = None
 
 
 HandoffWriter = Literal["agent", "summary"]
