@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pidispatch.settings import GitHubSettings
+from pidispatch.store.redact import SecretDigest
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class JobToken:
     secret: str
     key: str
     expires_at: float | None = None
+    # The minted token's digest (``store/redact.py``): the operator keeps no value, yet can find it in a transcript.
+    digest: SecretDigest | None = None
 
 
 def job_credential(source: str, repository: str, github: GitHubSettings) -> JobCredential | None:

@@ -29,6 +29,7 @@ from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret
 from pidispatch.settings import OperatorSettings
+from pidispatch.store.redact import digest_of
 from pidispatch.store.staging import HostRecord, session_subpath
 
 
@@ -222,7 +223,7 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
         forge.revoke(token)  # not stored
         raise
     emit("job_token_minted", job=md["name"], expiresAt=expires)
-    return JobToken(name, TOKEN_SECRET_KEY, token.expires_at)
+    return JobToken(name, TOKEN_SECRET_KEY, token.expires_at, digest_of(token.value))
 
 
 def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Checkout | None,

@@ -97,7 +97,8 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         emit("pr_head_unresolved", job=name, reason=no_head.value)
     host = None
     if ref is not None:
-        host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name)
+        host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name,
+                             secrets=(token.digest,) if token is not None and token.digest is not None else ())
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:

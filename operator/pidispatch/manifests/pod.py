@@ -28,6 +28,7 @@ from pidispatch.contract import (
     ENV_PREVIOUS_COMMIT,
     ENV_RETHREAD,
     ENV_RETHREAD_PCT,
+    ENV_SECRET_NAMES,
     ENV_SESSION_FILE,
     ENV_SUBJECT,
     FORGE_TOKEN_NAMES,
@@ -163,6 +164,8 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     env = {k: v for k, v in p.env.items() if not (p.github_token and k in FORGE_TOKEN_NAMES)
            and k not in p.credentials}
     env.update(workspace_env(p.workspace))
+    if p.credentials:
+        env[ENV_SECRET_NAMES] = ",".join(sorted(p.credentials))
     if p.models_configmap:
         env[ENV_AGENT_DIR] = AGENT_DIR
     if mounted:

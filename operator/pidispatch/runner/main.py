@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pidispatch.contract import TERMINATION_LOG
+from pidispatch.contract import ENV_SECRET_NAMES, FORGE_TOKEN_NAMES, TERMINATION_LOG
 from pidispatch.events import emit, log_to_stderr
 from pidispatch.runner import rethread
 from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
@@ -37,6 +37,7 @@ from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
 from pidispatch.runner.report import Usage, build_report, encode_report, measure_context, new_usage
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.version import VersionError, version_problem
+from pidispatch.store.redact import MAX_SECRETS, as_json, digest_of
 
 MODELS_JSON = "models.json"
 MODELS_JSON_LIMIT = 4 * 1024 * 1024
@@ -50,8 +51,22 @@ class Refused(Exception):
         self.pi_version = pi_version
 
 
+def own_secrets(env: Mapping[str, str]) -> list[dict[str, object]]:
+    """The digests of the job's own secrets (its forge token, its model keys), for the operator's scan before
+    the promotion: lengths and SHA-256 only, never a value, and none of a value too short to be safe
+    (``store/redact.py``)."""
+    names = [*FORGE_TOKEN_NAMES, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
+    found = (digest_of(env[name]) for name in dict.fromkeys(names) if name and env.get(name))
+    return as_json(tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS])
+
+
 def deliver(report: dict[str, Any], termination_log: str) -> str:
-    """Write the report to the termination message file and as the last stdout line; return the text."""
+    """Write the report to the termination message file and as the last stdout line; return the text.
+
+    Every report carries the digests of the job's own secrets (``own_secrets``)."""
+    secrets = own_secrets(os.environ)
+    if secrets:
+        report = {**report, "secrets": secrets}
     text = encode_report(report)
     try:
         with open(termination_log, "w", encoding="utf-8") as sink:

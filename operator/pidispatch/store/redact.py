@@ -58,6 +58,28 @@ def digest_of(value: str | bytes) -> SecretDigest | None:
     return SecretDigest(len(raw), hashlib.sha256(DIGEST_DOMAIN + raw).hexdigest())
 
 
+MAX_SECRETS = 16
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def parse_digests(value: object) -> tuple[SecretDigest, ...]:
+    """Digests as the runner's report or a host record carries them (``[{"length", "sha256"}]``), each
+    accepted only in that exact shape; at most :data:`MAX_SECRETS`."""
+    found: list[SecretDigest] = []
+    for item in value[:MAX_SECRETS] if isinstance(value, list) else []:
+        length = item.get("length") if isinstance(item, dict) else None
+        digest = item.get("sha256") if isinstance(item, dict) else None
+        if (isinstance(length, int) and not isinstance(length, bool)
+                and SECRET_MIN_LENGTH <= length <= SECRET_MAX_LENGTH
+                and isinstance(digest, str) and _HEX64.fullmatch(digest)):
+            found.append(SecretDigest(length, digest))
+    return tuple(dict.fromkeys(found))
+
+
+def as_json(digests: tuple[SecretDigest, ...]) -> list[dict[str, object]]:
+    return [{"length": d.length, "sha256": d.sha256} for d in digests]
+
+
 @dataclass
 class Redacted:
     """The scan's result: the bytes with every hit replaced, and how many hits of each kind."""
