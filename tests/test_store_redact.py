@@ -3,7 +3,6 @@ copies only its scanned copy (``store/scanned.py``, ``store/journal.py``), on a 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 from pathlib import Path
@@ -88,6 +87,21 @@ def test_a_private_key_cut_short_is_redacted_to_the_end_of_its_base64() -> None:
     json.loads(result.data)
 
 
+def test_a_torn_line_ending_in_a_cut_private_key_is_never_joined_to_the_next_line() -> None:
+    data = b'{"type":"message","text":"-----BEGIN EC PRIVATE KEY-----\\nMHcCAQEEIB\n' + line("next")
+    result = redact(data)
+    assert dict(result.kinds) == {"private-key": 1}
+    assert result.data.splitlines()[1] == line("next").rstrip(b"\n")
+
+
+def test_an_authorization_header_as_a_json_key_keeps_its_key_and_the_object_its_shape() -> None:
+    arguments = {"url": "https://api.example", "headers": {"Authorization": "Bearer abcdefgh12345678"}}
+    data = json.dumps({"type": "toolCall", "arguments": arguments}, separators=(",", ":")).encode()
+    result = redact(data)
+    headers = json.loads(result.data)["arguments"]["headers"]
+    assert headers == {"Authorization": "Bearer [REDACTED:authorization-header]"}
+
+
 SECRET_PLACES = [
     ("alone", f"key {OWN} end", 1),
     ("after-a-json-newline-escape", f"key:\n{OWN}", 1),
@@ -128,14 +142,15 @@ def test_the_runner_reports_digests_of_its_forge_token_and_model_keys_and_the_op
     assert hostile is not None and hostile.secrets == ()
 
 
-SAMPLES = sorted(glob.glob(str(Path(__file__).resolve().parents[1] / "tests" / "data" / "**" / "*.jsonl"),
-                       recursive=True)) + sorted(glob.glob("/work/shared/samples/pi-0.73.1/**/*.jsonl", recursive=True))
+EDGE = ["b_empty.after2runs.jsonl", "c_garbage_first.after.jsonl", "c2_no_header.after.jsonl",
+        "d_torn_last.after2runs.jsonl", "d2_no_trailing_newline.after.jsonl", "e_header_only.after.jsonl"]
 
 
 @pytest.mark.parametrize("name", ["s1_after_turn1.jsonl", "s1_after_turn2.jsonl", "s2_tool_call.jsonl",
                                   "s3_json_then_rpc_then_json.jsonl", "s4_cached_tokens.jsonl",
                                   "s5_auto_compaction_then_resume.jsonl", "s6_http400_error.jsonl",
-                                  "s7_http500_retries_then_resume.jsonl", "s8_sigkill_midturn.jsonl"])
+                                  "s7_http500_retries_then_resume.jsonl", "s8_sigkill_midturn.jsonl",
+                                  *(f"edge/{name}" for name in EDGE)])
 def test_no_false_positive_on_real_pi_transcripts(name: str) -> None:
     data = sample(name)
     secrets = [SecretDigest(n, "0" * 64) for n in (20, 36, 40, 93)]  # every run of these lengths is hashed
