@@ -224,3 +224,16 @@ def test_a_pat_job_on_a_pull_request_runs_where_allowed(tmp_path: Path, github: 
     assert json.loads(env["PI_JOB_SPEC"]["value"]).get("fork") is (True if pull == 5 else flag.get("fork")), \
         "the runner is told the job is a fork's (its prompt says it cannot push)"
     assert github.comments(REPO, pull) == []
+
+
+def test_a_pull_request_whose_head_could_not_be_read_for_a_passing_reason_is_retried_not_refused(
+        tmp_path: Path) -> None:
+    api = MemoryApi()
+    trigger_for(api, {})
+    settings = pat_settings(tmp_path)  # the API's address answers nothing: the lookup is "unreachable"
+    job = dispatch(api, settings, "unread", {**PR_SPEC, "fork": False}, Forge(settings.github, "pat"))
+    status = job.get("status") or {}
+    assert status.get("phase") not in ("Refused", "Failed", "Running"), status
+    started = next(c for c in status["conditions"] if c["type"] == "Started")
+    assert "retried" in started["message"] and "lookup-unreachable" in started["message"], started
+    assert api.pods() == []

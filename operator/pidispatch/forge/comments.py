@@ -43,7 +43,8 @@ names the problem and the ways to fix it.
 """
 
 FORK_NOT_ALLOWED = """\
-pi-dispatch did not run this job: this pull request comes from a fork.
+pi-dispatch did not run this job: this pull request comes from a fork (or its head could not be confirmed \
+as a branch of this repository).
 
 The Trigger `{trigger}` gives its jobs this deployment's own GitHub token, which can write to this repository \
 and cannot be narrowed for one job. A job checks out and runs the pull request's code, so the fork's author \

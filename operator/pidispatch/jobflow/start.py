@@ -27,7 +27,7 @@ from pidispatch.events import emit
 from pidispatch.forge.checkout import Checkout, Unresolvable
 from pidispatch.forge.credentials import SecretRef, job_credential
 from pidispatch.forge.github import Forge, GitHubError
-from pidispatch.forge.head import Head
+from pidispatch.forge.head import Head, NoHead
 from pidispatch.jobflow import checkout as checkout_step
 from pidispatch.jobflow.admit import trigger_auth_source
 from pidispatch.jobflow.cluster import Cluster
@@ -57,6 +57,10 @@ class NotLaunched:
 
     refused: Refused
     staging_used: bool
+
+
+# A head lookup that failed this way says nothing of the pull request (a 404 or a malformed answer does).
+PASSING_LOOKUP_FAILURES = frozenset({NoHead.LOOKUP_TIMEOUT, NoHead.LOOKUP_UNREACHABLE, NoHead.NO_CREDENTIALS})
 
 
 def pull_head(forge: Forge | None, checkout: Checkout | None, job_spec: dict[str, Any]) -> Head | None:
@@ -101,6 +105,9 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     refused = fork_refusal(job["spec"], trigger_spec, trigger_auth_source(trigger_spec, settings.store), fork,
                            isinstance(job_credential(trigger_auth_source(trigger_spec, settings.store), "",
                                                      settings.github), SecretRef))
+    if refused is not None and head is not None and head.failure in PASSING_LOOKUP_FAILURES:
+        # Not known to be a fork, only unread: a refusal for good would be wrong, so the start is retried.
+        raise GitHubError("GET", "/repos/{owner}/{repo}/pulls/{n}", 0, f"the head was not read ({head.failure})")
     if refused is not None:  # a fork only the forge API revealed: still no Pod and no token
         return NotLaunched(refused, staging_used=False)
     try:
