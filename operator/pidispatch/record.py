@@ -45,6 +45,12 @@ class JobReason(StrEnum):
 
     SESSIONS_DIR_UNSET = "sessions-dir-unset"
     CONFIG_REFUSED = "config-refused"
+    # The Job asks for more than its Trigger allows (an auth source or a repository it would not give):
+    # only a hand-made Job can, so no issue comment (the repository may not be the Trigger's at all).
+    BEYOND_TRIGGER = "beyond-trigger"
+    # A fork's pull request under a pat or gh token, whose scope the operator cannot narrow, on a Trigger
+    # without run.forks: the fork's code would run with write access to the base repository.
+    FORK_NOT_ALLOWED = "fork-not-allowed"
 
 
 # Promotion results that are not record reasons (spec §6.8).

@@ -158,6 +158,11 @@ class TriggerRun(_Model):
     image: Annotated[str, Field(max_length=512)] | None = None
     piVersion: Annotated[str, Field(max_length=64)] | None = None
     auth: AuthSource | None = None
+    forks: Annotated[bool | None, Field(description=(
+        "Run jobs on pull requests from forks although their token cannot be narrowed (auth source pat or gh): "
+        "the fork's code then runs with the deployment's token and its write access. Unset or false: such a job "
+        "is refused (fork-not-allowed). With the GitHub App (auth source app) a fork's job always runs, with a "
+        "token that is read-only on contents, and this field changes nothing."))] = None
     timeoutSeconds: Annotated[int | None, Field(ge=1, le=604800, description=(
         "The job's run timeout (its Pod's activeDeadlineSeconds): past it the job is stopped, ends Failed "
         "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None

@@ -23,7 +23,7 @@ from pidispatch.events import emit
 from pidispatch.forge.checkout import Checkout, Moved
 from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
-from pidispatch.jobflow.admit import auth_source
+from pidispatch.jobflow.admit import trigger_auth_source
 from pidispatch.jobflow.checkout import clone_url
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
@@ -188,8 +188,9 @@ def owner_name(pod: dict[str, Any]) -> str | None:
 
 
 def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
-              trigger: dict[str, Any]) -> JobToken | None:
-    """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app``.
+              trigger: dict[str, Any], fork: bool = False) -> JobToken | None:
+    """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app`` (for a fork's
+    pull request, ``fork``, read-only on contents: ``forge/credentials.fork_permissions``).
 
     The minted token goes only into the per-job Secret (owned by the Job). The operator may create and
     delete Secrets but not read them, so a Secret already there (a restart after creating it, before any
@@ -199,15 +200,15 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     outage, retried).
     """
     md, spec = job["metadata"], job["spec"]
-    source = auth_source(spec, trigger.get("spec") or {}, settings.store)
-    credential = job_credential(source, str(spec.get("repository", "")), settings.github)
+    source = trigger_auth_source(trigger.get("spec") or {}, settings.store)
+    credential = job_credential(source, str(spec.get("repository", "")), settings.github, fork)
     if isinstance(credential, SecretRef):
         return JobToken(credential.name, credential.key)
     if not isinstance(credential, Mint):
         return None
     if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
         raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
-    token = forge.mint_job_token(credential.repository)
+    token = forge.mint_job_token(credential.repository, credential.fork)
     name = token_secret_name(md["uid"])
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
     secret = job_token_secret(md["name"], md["uid"], cluster.ns, name, token.value, expires)
@@ -222,7 +223,7 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     except ApiError:
         forge.revoke(token)  # not stored
         raise
-    emit("job_token_minted", job=md["name"], expiresAt=expires)
+    emit("job_token_minted", job=md["name"], expiresAt=expires, fork=credential.fork)
     return JobToken(name, TOKEN_SECRET_KEY, token.expires_at, digest_of(token.value))
 
 

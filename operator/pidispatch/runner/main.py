@@ -109,6 +109,11 @@ def prepare(config: RunnerConfig, env: Mapping[str, str]) -> str:
     return version
 
 
+def untrusted(config: RunnerConfig) -> bool:
+    """A fork's pull request, by the operator's word (``spec.fork``) or by its read-only checkout."""
+    return config.event.fork or (config.event.checkout is not None and config.event.checkout.branch is None)
+
+
 def clone(config: RunnerConfig, env: Mapping[str, str]) -> None:
     """Step 5: the workspace at the operator's commit (``checkout``), when the Pod names one."""
     spec = config.event.checkout
@@ -172,7 +177,7 @@ def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | 
 def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, final: bytes | None,
           context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> dict[str, Any] | None:
     """The pack turn when the conversation reached the bound; the report's ``rethread`` part, or None."""
-    fork = config.event.checkout is not None and config.event.checkout.branch is None
+    fork = untrusted(config)
     if opened.session_file is None or fork or not rethread.should_pack(config.rethread_pct, context):
         return {"unpacked": True} if unpack is not None else None
     if unpack is not None and final is not None and rethread.should_pack(config.rethread_pct,
@@ -203,7 +208,7 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None,
          rethread=unpack is not None)
-    fork = config.event.checkout is not None and config.event.checkout.branch is None
+    fork = untrusted(config)
     agent_env = agent_git_env(env, config.workspace)
     run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt, untrusted_workspace=fork),
                  config.workspace, agent_env)
