@@ -120,7 +120,7 @@ def clone(config: RunnerConfig, env: Mapping[str, str]) -> None:
     if spec is None:
         return
     began = time.monotonic()
-    result = check_out(spec, config.workspace, env, size_limit=config.workspace_limit)
+    result = check_out(spec, config.workspace, env, size_limit=config.workspace_limit, fork=untrusted(config))
     emit("workspace_checked_out", job=config.job_name, ref=spec.ref, sha=result.head,
          seconds=round(time.monotonic() - began, 3))
 
