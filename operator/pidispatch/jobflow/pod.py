@@ -246,20 +246,21 @@ def job_resources(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, 
     chosen = run.get("resources") or {part: dict(q) for part, q in settings.job_resources}
     resources = {part: dict(chosen.get(part) or {}) for part in ("requests", "limits")}
     resources["limits"].setdefault(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_limit)
-    # A request above a limit the Trigger set lower would make the apiserver refuse the Pod.
-    if EPHEMERAL_STORAGE not in resources["requests"] and \
-            parse_bytes(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_request, 0) <= \
-            _limit_bytes(resources["limits"][EPHEMERAL_STORAGE], settings.job_workspace_limit_bytes):
-        resources["requests"][EPHEMERAL_STORAGE] = settings.job_ephemeral_storage_request
+    # Not above a limit a Trigger set lower (the apiserver would refuse the Pod); without a request of its
+    # own, the apiserver makes the limit the request.
+    limit, request = _bytes(resources["limits"][EPHEMERAL_STORAGE]), settings.job_ephemeral_storage_request
+    wanted = _bytes(request)
+    if EPHEMERAL_STORAGE not in resources["requests"] and limit is not None and wanted is not None and wanted <= limit:
+        resources["requests"][EPHEMERAL_STORAGE] = request
     return resources
 
 
-def _limit_bytes(quantity: str, fallback: int) -> int:
-    """A limit's bytes; a quantity the Trigger wrote in a form not parsed here counts as ``fallback``."""
+def _bytes(quantity: object) -> int | None:
+    """A quantity's bytes, or None for one in a form not parsed here (the apiserver judges it)."""
     try:
         return parse_bytes(EPHEMERAL_STORAGE, str(quantity), 0)
     except ConfigError:
-        return fallback
+        return None
 
 
 def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, tuple[str, str]]:
