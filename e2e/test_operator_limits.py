@@ -98,9 +98,9 @@ def test_a_secret_the_policy_does_not_allow_fails_the_job_pod_refused(release: R
     r.trigger("prying", resume=False, credentials={"OPENAI_API_KEY": {"secretName": "someone-elses", "key": "k"}})
     job = r.run("prying-1", trigger="prying", issue=807)
     assert job["status"]["phase"] == "Failed", json.dumps(job["status"])
-    done = r.condition(job, "Completed")
-    assert done is not None and done["reason"] == "PodRefused", done
-    assert "ValidatingAdmissionPolicy" in done["message"] and "reads only its own token Secret" in done["message"], \
-        done["message"]
+    started = r.condition(job, "Started")
+    assert started is not None and started["reason"] == "PodRefused", started
+    assert "ValidatingAdmissionPolicy" in started["message"], started["message"]
+    assert "reads only its own token Secret" in started["message"], started["message"]
     assert r.pods_of("prying-1") == []
     assert r.run("after-prying", issue=808)["status"]["phase"] == "Succeeded"
