@@ -34,6 +34,7 @@ FORGE_TOKEN_NAMES = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_
 
 # Labels on what the operator creates.
 JOB_LABEL = "pi-dispatch.dev/job"
+RELEASE_LABEL = "pi-dispatch.dev/release"  # the Helm release of the operator that created it (its uninstall hook's)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
 
 

@@ -28,9 +28,11 @@ from pidispatch.jobflow.checkout import clone_url
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret
-from pidispatch.settings import OperatorSettings
+from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
 from pidispatch.store.redact import digest_of
 from pidispatch.store.staging import HostRecord, session_subpath
+
+EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 class PodOfEarlierJob(RuntimeError):
@@ -239,6 +241,29 @@ def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Chec
         ca_bundle_configmap=settings.github.ca_bundle_configmap)
 
 
+def job_resources(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The Trigger's ``run.resources``, else the deployment's; with the deployment's ephemeral-storage
+    request and limit wherever they name none, so that no job Pod's disk is unbounded (issue 31)."""
+    chosen = run.get("resources") or {part: dict(q) for part, q in settings.job_resources}
+    resources = {part: dict(chosen.get(part) or {}) for part in ("requests", "limits")}
+    resources["limits"].setdefault(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_limit)
+    # Not above a limit a Trigger set lower (the apiserver would refuse the Pod); without a request of its
+    # own, the apiserver makes the limit the request.
+    limit, request = _bytes(resources["limits"][EPHEMERAL_STORAGE]), settings.job_ephemeral_storage_request
+    wanted = _bytes(request)
+    if EPHEMERAL_STORAGE not in resources["requests"] and limit is not None and wanted is not None and wanted <= limit:
+        resources["requests"][EPHEMERAL_STORAGE] = request
+    return resources
+
+
+def _bytes(quantity: object) -> int | None:
+    """A quantity's bytes, or None for one in a form not parsed here (the apiserver judges it)."""
+    try:
+        return parse_bytes(EPHEMERAL_STORAGE, str(quantity), 0)
+    except ConfigError:
+        return None
+
+
 def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """The deployment's model credentials with the Trigger's ``run.credentials`` merged over them."""
     merged = {name: (secret, key) for name, secret, key in settings.job_credentials}
@@ -269,10 +294,12 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         run_as_user=job_pod_uid(),
         github_token=(token.secret, token.key) if token is not None else None,
         active_deadline_seconds=deadline,
-        resources=run.get("resources") or {part: dict(q) for part, q in settings.job_resources},
+        resources=job_resources(settings, run),
         credentials=job_credentials(settings, run),
         models_configmap=settings.job_models_configmap,
         workspace=workspace_inputs(settings, str(spec.get("repository", "")), checkout, moved),
+        workspace_size_limit=(settings.job_workspace_size_limit, settings.job_workspace_limit_bytes),
+        release=settings.release,
     ))
     try:
         created = cluster.api.create(cluster.pods(), manifest)
