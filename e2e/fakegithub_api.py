@@ -17,8 +17,15 @@
 
 Repository endpoints take ``Authorization: Bearer <installation token>`` (scoped to that repository:
 otherwise 404, as GitHub hides what a token cannot see) or ``token <pat>`` (:attr:`pats`); anything else
-is a 401 ``Bad credentials``. Every request lands in :attr:`requests` with the token's SHA-256, never
-the token itself, so a test can say which credential was used.
+is a 401 ``Bad credentials``. An installation token may do only what its ``permissions`` say, as on
+GitHub: a write it lacks is a 403 ``Resource not accessible by integration`` (``PUT .../contents/{path}``
+needs ``contents: write``; an issue comment ``issues: write``, or ``pull_requests: write`` on a pull
+request; ``POST .../pulls`` ``pull_requests: write``), and a push (``git-receive-pack``) with a token
+without ``contents: write`` is a 403 ``Permission to OWNER/NAME.git denied to ...``, which git prints as
+``remote:`` lines. ``PUT .../contents/{path}`` with the permission commits the file to the real repository.
+
+Every request lands in :attr:`requests` with the token's SHA-256, never the token itself, so a test can
+say which credential was used.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from e2e.gitforge import git_path, read_body, serve_git
+from e2e.gitforge import git, git_path, read_body, serve_git
 
 SAME = object()  # set_pull: the head repository is the base repository
 JWT_MAX_LIFETIME = 600
@@ -60,6 +67,31 @@ def generate_app_key() -> tuple[bytes, Any]:
 
 def _b64url_decode(part: str) -> bytes:
     return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+BOT_LOGIN = "pi-dispatch[bot]"  # who an installation token acts as
+
+
+def _may(issued: Issued | None, name: str, level: str) -> bool:
+    """Whether an installation token's permissions reach ``level`` on ``name`` (``None``: a pat, which may)."""
+    if issued is None:
+        return True
+    levels = {"read": 1, "write": 2, "admin": 3}
+    return levels.get(issued.permissions.get(name, ""), 0) >= levels[level]
+
+
+def _is_push(rest: str, query: str) -> bool:
+    """A smart-HTTP request of a push: the receive-pack advertisement or the pack itself."""
+    return rest == "git-receive-pack" or (rest == "info/refs" and "service=git-receive-pack" in query)
+
+
+def _text(h: BaseHTTPRequestHandler, status: int, text: str) -> None:
+    data = text.encode()
+    h.send_response(status)
+    h.send_header("Content-Type", "text/plain; charset=utf-8")
+    h.send_header("Content-Length", str(len(data)))
+    h.end_headers()
+    h.wfile.write(data)
 
 
 def _iso(ts: float) -> str:
@@ -143,7 +175,7 @@ class FakeGitHubAPI:
             def _serve(self) -> None:
                 fake._handle(self)
 
-            do_GET = do_POST = do_DELETE = do_PATCH = _serve
+            do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve
 
         self._server = ThreadingHTTPServer((self.bind, 0), Handler)
         self._server.daemon_threads = True
@@ -312,6 +344,50 @@ class FakeGitHubAPI:
             return self._create_pull(repo, body["title"], str(body.get("body") or ""), body["head"], body["base"])
         return None
 
+    def _not_permitted(self, method: str, repo: str, rest: list[str], issued: Issued | None
+                       ) -> tuple[int, Any, dict[str, str], float] | None:
+        """GitHub's 403 for a write an installation token's permissions do not cover (``None``: allowed).
+        A pat (``issued`` None) may do everything here."""
+        if issued is None or method == "GET":
+            return None
+        needs: tuple[tuple[str, str], ...] = ()
+        if rest[:1] == ["contents"] and method in ("PUT", "DELETE"):
+            needs, doc = (("contents", "write"),), "repos/contents#create-or-update-file-contents"
+        elif rest[:2] == ["git", "refs"]:
+            needs, doc = (("contents", "write"),), "git/refs#create-a-reference"
+        elif len(rest) == 3 and rest[0] == "issues" and rest[2] == "comments" and method == "POST":
+            # "Create an issue comment": Issues write, or Pull requests write (on a pull request).
+            with self._lock:
+                is_pull = rest[1].isdigit() and (repo, int(rest[1])) in self.pulls
+            needs = (("issues", "write"), ("pull_requests", "write")) if is_pull else (("issues", "write"),)
+            doc = "issues/comments#create-an-issue-comment"
+        elif rest == ["pulls"] and method == "POST":
+            needs, doc = (("pull_requests", "write"),), "pulls/pulls#create-a-pull-request"
+        if not needs or any(_may(issued, name, level) for name, level in needs):
+            return None
+        return 403, {"message": "Resource not accessible by integration",
+                     "documentation_url": f"https://docs.github.com/rest/{doc}", "status": "403"}, {}, 0.0
+
+    def _put_contents(self, repo: str, path: str, body: Any) -> tuple[int, Any, dict[str, str], float]:
+        """``PUT /repos/{o}/{r}/contents/{path}``: commit one file on ``branch`` (default: the default branch)."""
+        if not isinstance(body, dict) or not isinstance(body.get("message"), str) or \
+                not isinstance(body.get("content"), str):
+            return 422, {"message": "Invalid request.", "status": "422"}, {}, 0.0
+        if self.repos is None or not self.repos.exists(repo):
+            return 404, {"message": "Not Found", "status": "404"}, {}, 0.0
+        branch = str(body.get("branch") or self.repos.default_branch(repo))
+        try:
+            text = base64.b64decode(body["content"], validate=True).decode()
+        except ValueError:
+            return 422, {"message": "content is not valid Base64", "status": "422"}, {}, 0.0
+        bare = self.repos.path(repo)
+        existed = bool(git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}:{path}", cwd=bare, check=False))
+        sha = self.repos.commit(repo, branch, {path: text}, body["message"])
+        blob = git("rev-parse", f"{sha}:{path}", cwd=bare)
+        return (200 if existed else 201), {
+            "content": {"name": path.rsplit("/", 1)[-1], "path": path, "sha": blob, "type": "file"},
+            "commit": {"sha": sha, "message": body["message"]}}, {}, 0.0
+
     def _create_pull(self, repo: str, title: str, body: str, head: str, base: str
                      ) -> tuple[int, Any, dict[str, str], float]:
         head = head.split(":", 1)[-1]
@@ -463,10 +539,16 @@ class FakeGitHubAPI:
         body = read_body(h)
         with self._lock:
             kind, token, user = self._git_user(h.headers.get("Authorization"), repo)
-        status = 200 if user else 401
+            issued = self.tokens.get(token) if kind == "installation" and token else None
+        status = 403 if user and _is_push(rest, query) and not _may(issued, "contents", "write") else \
+            200 if user else 401
         with self._lock:
             self.requests.append(Request(h.command, urlsplit(h.path).path, f"git-{kind}",
                                          fingerprint(token) if token else None, status))
+        if user is not None and _is_push(rest, query) and not _may(issued, "contents", "write"):
+            # GitHub's answer to a push with a token that may only read: git shows the text as "remote: ...".
+            _text(h, 403, f"Permission to {repo}.git denied to {BOT_LOGIN}.\n")
+            return
         if user is None or self.repos is None or not self.repos.exists(repo):
             # As GitHub: ask for credentials (git then runs its askpass), and hide what the caller cannot see.
             data = b"Authentication required\n" if user is None else b"Repository not found\n"
@@ -576,6 +658,11 @@ class FakeGitHubAPI:
             return bad_credentials
         if kind == "installation" and issued is not None and repo not in issued.repositories:
             return not_found  # GitHub does not say a repository exists to a token that cannot see it
+        refused = self._not_permitted(method, repo, parts[3:], issued if kind == "installation" else None)
+        if refused is not None:
+            return refused
+        if method == "PUT" and len(parts) >= 5 and parts[3] == "contents":
+            return self._put_contents(repo, unquote("/".join(parts[4:])), body)
         answered = self._forge_route(method, repo, parts[3:], body, kind)
         if answered is not None:
             return answered

@@ -20,6 +20,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import Kube, wait_for
 from e2e.release import CHART, RELEASE, Release, base_values, fresh_namespace, merge
+from pidispatch.contract import JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 
 pytestmark = pytest.mark.e2e
 
@@ -44,8 +45,20 @@ def pvc(r: Release, name: str) -> dict[str, Any] | None:
     return r.kube.get_or_none(f"/api/v1/namespaces/{r.ns}/persistentvolumeclaims/{name}")
 
 
-def job_pods(r: Release) -> list[dict[str, Any]]:
-    return r.kube.list(f"/api/v1/namespaces/{r.ns}/pods", labelSelector="pi-dispatch.dev/job")
+def job_pods(r: Release, release: str = RELEASE) -> list[dict[str, Any]]:
+    return r.kube.list(f"/api/v1/namespaces/{r.ns}/pods", labelSelector=f"{JOB_LABEL},{RELEASE_LABEL}={release}")
+
+
+def another_releases_job_pod(r: Release) -> dict[str, Any]:
+    """A job Pod of another release in the same namespace, held Pending by a scheduling gate (the test
+    kubelet binds every other unscheduled Pod)."""
+    return r.kube.create(f"/api/v1/namespaces/{r.ns}/pods", {
+        "metadata": {"name": "pij-theirs", "labels": {JOB_LABEL: "theirs", RELEASE_LABEL: "other", **MANAGED_BY}},
+        "spec": {"schedulingGates": [{"name": "pi-dispatch.dev/e2e-hold"}], "automountServiceAccountToken": False,
+                 "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {
+                     "type": "RuntimeDefault"}},
+                 "containers": [{"name": "pi", "image": "ghcr.io/pi-dispatch/job:other", "securityContext": {
+                     "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}]}})
 
 
 def run_jobs(r: Release) -> dict[str, Any]:
@@ -63,6 +76,8 @@ def run_jobs(r: Release) -> dict[str, Any]:
         claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
                   if "persistentVolumeClaim" in v]
         assert claims == [STAGING], f"{pod['metadata']['name']} mounts no session: {claims}"
+        [workspace] = [v for v in pod["spec"]["volumes"] if v["name"] == "workspace"]
+        assert workspace["emptyDir"] == {"sizeLimit": "10Gi"}, "the chart's default workspace bound"
     return running
 
 
@@ -72,11 +87,16 @@ def test_uninstall_completes_on_its_own_and_the_next_install_gets_a_fresh_claim(
     staging_uid, store_uid = pvc(r, STAGING)["metadata"]["uid"], pvc(r, STORE)["metadata"]["uid"]
     keys = {sk["metadata"]["name"] for sk in r.kube.list(r.path("sessionkeys"))}
     assert len(keys) == 3
+    theirs = another_releases_job_pod(r)
 
     uninstalled = r.helm("uninstall", RELEASE, "--wait", "--timeout", "120s", check=False)
     assert uninstalled.returncode == 0, uninstalled.stdout + uninstalled.stderr
     assert pvc(r, STAGING) is None, "helm uninstall --wait returned with the staging claim still there"
     assert job_pods(r) == [], "a job Pod outlived the uninstall"
+    kept_pod = r.kube.get_or_none(f"/api/v1/namespaces/{r.ns}/pods/pij-theirs")
+    assert kept_pod is not None and kept_pod["metadata"]["uid"] == theirs["metadata"]["uid"], \
+        "the uninstall deleted another release's job Pod"
+    assert not kept_pod["metadata"].get("deletionTimestamp"), "the uninstall deleted another release's job Pod"
     kept = pvc(r, STORE)
     assert kept is not None and kept["metadata"]["uid"] == store_uid and not kept["metadata"].get("deletionTimestamp")
     assert {sk["metadata"]["name"] for sk in r.kube.list(r.path("sessionkeys"))} == keys, "SessionKeys stay"

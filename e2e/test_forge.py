@@ -241,6 +241,38 @@ def test_the_installation_token_reaches_the_pod_and_nowhere_else(release: Releas
         f"/api/v1/namespaces/{r.ns}/secrets/{secret_name}") is None, timeout=60)
 
 
+FORK_PERMISSIONS = {"contents": "read", "issues": "read", "metadata": "read", "pull_requests": "write"}
+
+
+@pytest.mark.parametrize(("pull", "fork"), [
+    ({"head_repo": "mallory/widgets"}, {}),
+    ({"head_repo": "mallory/widgets"}, {"fork": True}),
+    ({"head_repo": None}, {}),
+    ({}, {"fork": True}),
+], ids=["the forge says fork", "the payload and the forge say fork", "a deleted fork",
+        "the payload says fork of a same-repository head"])
+def test_a_fork_job_gets_a_token_read_only_on_contents(release: Release, github: FakeGitHubAPI,
+                                                      pull: dict[str, Any], fork: dict[str, Any]) -> None:
+    r, pr = release, number()
+    github.set_pull(REPO, pr, head_ref=f"feature/{pr}", **pull)
+    job = r.run(f"fork-token-{pr}", trigger="plain", pullRequest=pr, comment="@pi token=log", **fork)
+    assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
+    pod = pod_of(r, job)
+    m = re.search(r"gh-token sha256:([0-9a-f]{64})", r.pod_log(pod["metadata"]["name"]))
+    assert m, r.pod_log(pod["metadata"]["name"])
+    [issued] = [i for sha, i in github.issued() if sha == m.group(1)]
+    assert issued.repositories == (REPO,) and issued.permissions == FORK_PERMISSIONS, \
+        "no contents, issues or other write: only the comment on the pull request"
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert json.loads(env["PI_JOB_SPEC"])["fork"] is True, "the runner is told, so its prompt says it cannot push"
+    same = number()
+    github.set_pull(REPO, same, head_ref=f"feature/{same}")
+    job = r.run(f"same-token-{same}", trigger="plain", pullRequest=same, comment="@pi token=log")
+    m = re.search(r"gh-token sha256:([0-9a-f]{64})", r.pod_log(pod_of(r, job)["metadata"]["name"]))
+    assert m and [i.permissions for sha, i in github.issued() if sha == m.group(1)] == [{
+        "contents": "write", "issues": "write", "metadata": "read", "pull_requests": "write"}]
+
+
 def test_a_job_without_resume_gets_a_token_too(release: Release, github: FakeGitHubAPI) -> None:
     job = release.run(f"plain-token-{number()}", trigger="plain", issue=number(), comment="@pi token=log")
     log = release.pod_log(job["status"]["podName"])
@@ -398,6 +430,33 @@ def test_pat_source_uses_the_mounted_token_and_hands_the_secret_by_reference(
         digest = hashlib.sha256(PAT.encode() + b"\n").hexdigest()
         assert f"gh-token sha256:{digest}" in log, log
         assert PAT not in r.operator_log()
+    finally:
+        r.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{r.ns}")
+
+
+def test_a_fork_under_a_pat_is_refused_unless_its_trigger_allows_forks(
+        cluster: Cluster, kube: Kube, kubelet: object, github: FakeGitHubAPI) -> None:
+    values = merge(base_values(), {"job": {"checkout": False}, "github": {
+        "authSource": "pat", "apiUrl": github.url, "timeoutSeconds": TIMEOUT_SECONDS,
+        "token": {"secretName": "gh-token", "key": "token"}}})
+    r = installed(cluster, kube, "forge-forks", values, {"gh-token": {"token": PAT.encode() + b"\n"}})
+    try:
+        r.trigger("review", resume=False)
+        pr = number()
+        github.set_pull(REPO, pr, head_ref="patch", head_repo="mallory/widgets")
+        job = r.run(f"fork-{pr}", trigger="review", pullRequest=pr, deliveryId=f"d-{pr}")
+        assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "fork-not-allowed"), job["status"]
+        assert "run.forks: true" in r.condition(job, "Started")["message"]
+        assert r.pods_of(job["metadata"]["name"]) == [], "no Pod: the pat Secret was never referenced"
+        wait_for("the refusal comment", lambda: len(github.comments(REPO, pr)) == 1, timeout=30)
+        assert "comes from a fork" in github.comments(REPO, pr)[0]["body"]
+        r.trigger("review", resume=False, forks=True)  # the operator, knowingly
+        allowed = r.run(f"fork-allowed-{pr}", trigger="review", pullRequest=pr, deliveryId=f"e-{pr}")
+        assert allowed["status"]["phase"] == "Succeeded", allowed["status"]
+        env = {e["name"]: e for e in pod_of(r, allowed)["spec"]["containers"][0]["env"]}
+        assert env["GH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "gh-token", "key": "token"}}
+        assert len(github.comments(REPO, pr)) == 1, "one comment per refused delivery"
     finally:
         r.uninstall()
         kube.delete_ignore_missing(f"/api/v1/namespaces/{r.ns}")

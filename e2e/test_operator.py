@@ -62,7 +62,8 @@ def test_cold_then_resumed_on_the_same_key(release: Release) -> None:
     key = key_of(issue)
     first = release.run(f"cold-{issue}", issue=issue)
     assert first["status"]["phase"] == "Succeeded"
-    assert session(first) == {"resumed": False, "reason": "absent", "bytes": first["status"]["session"]["bytes"]}
+    assert session(first) == {"resumed": False, "reason": "absent", "bytes": first["status"]["session"]["bytes"],
+                              "redacted": 0}, "the scan before the promotion ran and found nothing"
     assert session(first)["bytes"] > 0
     assert first["status"]["tokens"]["total"] == 610
     stored = release.digest(key)
@@ -303,3 +304,43 @@ def test_resume_with_a_gh_token_is_refused(release: Release) -> None:
     job = release.run(f"gh-{next_issue()}", trigger="gh", issue=next_issue())
     assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "config-refused")
     assert release.pods_of(job["metadata"]["name"]) == []
+
+
+# A Job is bounded by its Trigger (issue 31, item 9): anyone who may create Jobs gets no broader token than
+# the Trigger gives. This release's source is app; Trigger `bounded` answers for acme/widgets only.
+BEYOND = [
+    ("a Job asking for pat on an app Trigger", {"authSource": "pat"}, "asks for the pat token"),
+    ("a Job asking for gh on an app Trigger", {"authSource": "gh"}, "asks for the gh token"),
+    ("a Job for a repository the Trigger does not answer for", {"repository": "mallory/widgets"},
+     "answers only for acme/widgets"),
+]
+
+
+@pytest.fixture(scope="module")
+def bounded(release: Release) -> str:
+    release.trigger("bounded", resume=False, auth="app")
+    release.kube.patch(release.path("triggers", "bounded"), {"spec": {"on": {"repository": "acme/widgets"}}})
+    return "bounded"
+
+
+@pytest.mark.parametrize(("spec", "named"), [b[1:] for b in BEYOND], ids=[b[0] for b in BEYOND])
+def test_a_job_asking_for_more_than_its_trigger_allows_is_refused(release: Release, bounded: str, spec: dict,
+                                                                   named: str) -> None:
+    name = f"beyond-{next_issue()}"
+    job = release.run(name, trigger=bounded, issue=next_issue(), **spec)
+    assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "beyond-trigger"), job["status"]
+    started = release.condition(job, "Started")
+    assert started["reason"] == "BeyondTrigger" and named in started["message"], started
+    assert release.pods_of(name) == []
+    assert [s for s in release.kube.list(f"/api/v1/namespaces/{release.ns}/secrets")
+            if s["metadata"]["name"].startswith("pi-job-token-")] == [], "no token"
+    wait_for("the BeyondTrigger Event", lambda: any(
+        e["reason"] == "BeyondTrigger" for e in release.kube.list(f"/api/v1/namespaces/{release.ns}/events",
+                                                                  fieldSelector=f"involvedObject.name={name}")),
+             timeout=30)
+
+
+def test_a_job_as_the_receiver_writes_it_runs_on_a_bounded_trigger(release: Release, bounded: str) -> None:
+    job = release.run(f"fair-{next_issue()}", trigger=bounded, issue=next_issue(), authSource="app",
+                      repository="Acme/Widgets")
+    assert job["status"]["phase"] == "Succeeded", job["status"]

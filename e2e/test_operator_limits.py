@@ -26,7 +26,9 @@ START_TIMEOUT = 10  # the chart's minimum; the resync (every 30 s) notices it
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
     values = merge(base_values(), {"sessions": {"enabled": True}, "maxConcurrentJobs": 1,
-                                   "job": {"startTimeoutSeconds": START_TIMEOUT}})
+                                   "job": {"startTimeoutSeconds": START_TIMEOUT},
+                                   # the Secrets the Triggers below name (the chart's policy allows no other)
+                                   "jobPodPolicy": {"credentialSecrets": ["model-keys", "no-such"]}})
     with installed(cluster, kube, "limits", values) as r:
         yield r
 
@@ -87,3 +89,18 @@ def test_a_missing_model_secret_fails_the_job_at_the_start_timeout(release: Rele
     assert done is not None and done["reason"] == "PodNeverStarted", done
     assert "CreateContainerConfigError" in done["message"] and "no-such" in done["message"], done["message"]
     assert r.wait_job("after-unkeyed")["status"]["phase"] == "Succeeded"
+
+
+def test_a_secret_the_policy_does_not_allow_fails_the_job_pod_refused(release: Release) -> None:
+    """The chart's admission policy (issue 31 item 10): a Trigger naming a Secret that is not the chart's
+    fails its Job at the Pod's creation, naming the policy, and the next job runs."""
+    r = release
+    r.trigger("prying", resume=False, credentials={"OPENAI_API_KEY": {"secretName": "someone-elses", "key": "k"}})
+    job = r.run("prying-1", trigger="prying", issue=807)
+    assert job["status"]["phase"] == "Failed", json.dumps(job["status"])
+    started = r.condition(job, "Started")
+    assert started is not None and started["reason"] == "PodRefused", started
+    assert "ValidatingAdmissionPolicy" in started["message"], started["message"]
+    assert "reads only its own token Secret" in started["message"], started["message"]
+    assert r.pods_of("prying-1") == []
+    assert r.run("after-prying", issue=808)["status"]["phase"] == "Succeeded"

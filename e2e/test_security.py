@@ -31,6 +31,7 @@ pytestmark = pytest.mark.e2e
 ISSUE = random.randint(600_000, 699_999)
 BRANCH = f"pi/issue-{ISSUE}"
 MARKER = f"transcript-marker-{uuid.uuid4().hex}"
+PLANTED = "ghs_" + uuid.uuid4().hex[:18] + uuid.uuid4().hex[:18].upper()  # an installation token's shape
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +44,25 @@ def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
 
 @pytest.fixture(scope="module")
 def marked_job(release: Release) -> dict[str, Any]:
-    """A resumed Job whose transcript holds ``MARKER``, on the unique branch ``BRANCH``."""
+    """A resumed Job whose transcript holds ``MARKER`` and a token, on the unique branch ``BRANCH``."""
     r = release
     assert r.run(f"seed-{ISSUE}", issue=ISSUE)["status"]["phase"] == "Succeeded"
     transcript = r.key_dir(issue_key("github", "acme/widgets", ISSUE)) / "current.jsonl"
     lines = transcript.read_bytes().splitlines(keepends=True)
     entry = json.loads(lines[-1])
-    entry["message"]["content"][0]["text"] = f"{MARKER} token=ghs_{MARKER}"
+    entry["message"]["content"][0]["text"] = f"{MARKER} token={PLANTED}"
     transcript.write_bytes(b"".join(lines[:-1]) + json.dumps(entry, separators=(",", ":")).encode() + b"\n")
     job = r.run(f"marked-{ISSUE}", issue=ISSUE, comment="@pi token=log")
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
     assert job["status"]["session"]["reason"] == "resumed"
-    assert MARKER.encode() in transcript.read_bytes(), "the marker went through the job and was promoted back"
+    promoted = transcript.read_bytes()
+    assert MARKER.encode() in promoted, "the marker went through the job and was promoted back"
+    # No credential is ever stored (issue 31 item 5): the token the transcript carried is redacted in the
+    # promoted copy, counted on the Job, and the line stays JSON.
+    assert PLANTED.encode() not in promoted, "the planted token was promoted back into the store"
+    assert b"token=[REDACTED:github-token]" in promoted
+    assert all(json.loads(line) for line in promoted.splitlines())
+    assert job["status"]["session"]["redacted"] == 1, json.dumps(job["status"])
     return job
 
 
@@ -131,7 +139,7 @@ def _without_branch(sessionkey: dict[str, Any]) -> dict[str, Any]:
 def test_no_transcript_bytes_tokens_or_branch_names_in_status_events_or_metrics(release: Release, marked_job,
                                                                                 kube: Kube) -> None:
     r = release
-    needles = [MARKER, BRANCH, "ghs_", "Bearer "]
+    needles = [MARKER, BRANCH, "ghs_", PLANTED[4:], "Bearer "]
     places: dict[str, str] = {}
     for job in kube.list(r.path("jobs")):
         places[f"Job {job['metadata']['name']} status"] = json.dumps(job.get("status"))

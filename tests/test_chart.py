@@ -213,10 +213,10 @@ def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
     assert volumes == [{"name": "tmp", "emptyDir": {}}]
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     settings = OperatorSettings.from_env(env)
-    # The one chosen difference: job Pods run the job image of this release, not :latest.
+    # The chosen differences: job Pods run the job image of this release, not :latest, and carry its name.
     job_image = f"ghcr.io/pi-dispatch/job:{APP_VERSION}"
     expected = OperatorSettings.from_env({"PI_DISPATCH_NAMESPACE": NAMESPACE, "PI_DISPATCH_JOB_IMAGE": job_image,
-                                          "PI_DISPATCH_POD_NAME": POD_NAME})
+                                          "PI_DISPATCH_POD_NAME": POD_NAME, "PI_DISPATCH_RELEASE": RELEASE})
     assert settings == expected, "the chart's defaults are the operator's defaults"
     assert settings.store.sessions_dir is None
     assert settings.job_command == ("pidispatch", "runner") and settings.max_concurrent_jobs == 4

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_chart import ALL_ON, FULLNAME, NAMESPACE, env_values, helm, one, operator_container, render, template
+from test_chart import ALL_ON, FULLNAME, NAMESPACE, RELEASE, env_values, helm, one, operator_container, render, template
 
 from pidispatch.contract import JOB_LABEL
 from pidispatch.settings import OperatorSettings
@@ -37,7 +37,8 @@ def test_the_pre_delete_hook_stops_the_job_pods_with_its_own_short_lived_access(
     job = hooks["Job"]
     pod = job["spec"]["template"]
     [container] = pod["spec"]["containers"]
-    assert container["command"] == ["pidispatch", "stop-jobs", "--deployment", FULLNAME]
+    assert container["command"] == ["pidispatch", "stop-jobs", "--deployment", FULLNAME, "--release", RELEASE,
+                                    "--staging-claim", f"{FULLNAME}-staging"], "this release's job Pods only"
     assert container["image"] == operator_container(docs)["image"]
     assert pod["spec"]["serviceAccountName"] == HOOK and pod["spec"]["restartPolicy"] == "Never"
     assert env_values(container) == {"PI_DISPATCH_NAMESPACE": NAMESPACE}

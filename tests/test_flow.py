@@ -131,33 +131,46 @@ def test_missing_store_is_reported_before_the_gh_source() -> None:
 
 # ---- refusal: gh auth source with resume (§10.2) ------------------------------------------------------
 
+CONFIG, BEYOND = JobReason.CONFIG_REFUSED, JobReason.BEYOND_TRIGGER
 AUTH = [
-    ("default source is gh", None, None, "gh", True),
-    ("trigger auth gh beats settings app", None, "gh", "app", True),
-    ("job authSource gh beats trigger app", "gh", "app", "app", True),
-    ("job authSource app beats trigger gh", "app", "gh", "gh", False),
+    ("default source is gh", None, None, "gh", CONFIG),
+    ("trigger auth gh beats settings app", None, "gh", "app", CONFIG),
+    # A Job cannot choose its own source (issue 31, item 9): one that names another than its Trigger's is
+    # refused beyond-trigger, whichever way it points; one that names the Trigger's (the receiver's) is judged
+    # as if it named none.
+    ("job authSource gh on a trigger saying app", "gh", "app", "app", BEYOND),
+    ("job authSource app on a trigger saying gh", "app", "gh", "gh", BEYOND),
+    ("job authSource pat on a trigger saying app", "pat", "app", "gh", BEYOND),
+    ("job authSource pat on a pat deployment without run.auth", "pat", None, "pat", None),
+    ("job authSource gh as its trigger says", "gh", "gh", "app", CONFIG),
+    ("job authSource app as the deployment says", "app", None, "app", None),
+    ("job authSource gh on an app deployment without run.auth", "gh", None, "app", BEYOND),
     # pat reads the same Secret as gh: on a gh deployment it holds the gh login, so it is refused too.
-    ("trigger auth pat on a gh deployment still gets the gh login", None, "pat", "gh", True),
-    ("job authSource pat on a gh deployment still gets the gh login", "pat", "app", "gh", True),
-    ("trigger auth app on a gh deployment", None, "app", "gh", False),
-    ("trigger auth gh on a pat deployment", None, "gh", "pat", True),
-    ("settings app", None, None, "app", False),
-    ("settings pat", None, None, "pat", False),
+    ("trigger auth pat on a gh deployment still gets the gh login", None, "pat", "gh", CONFIG),
+    ("job authSource pat as its trigger says on a gh deployment", "pat", "pat", "gh", CONFIG),
+    ("trigger auth app on a gh deployment", None, "app", "gh", None),
+    ("trigger auth gh on a pat deployment", None, "gh", "pat", CONFIG),
+    ("settings app", None, None, "app", None),
+    ("settings pat", None, None, "pat", None),
 ]
 
 
-@pytest.mark.parametrize(("job_source", "trigger_source", "settings_source", "refused"), [a[1:] for a in AUTH],
+@pytest.mark.parametrize(("job_source", "trigger_source", "settings_source", "reason"), [a[1:] for a in AUTH],
                          ids=[a[0] for a in AUTH])
 def test_gh_source_with_resume_is_config_refused(job_source: str | None, trigger_source: str | None,
-                                                  settings_source: str, refused: bool) -> None:
+                                                  settings_source: str, reason: JobReason | None) -> None:
     job = {**ISSUE_JOB, **({"authSource": job_source} if job_source else {})}
     run = {**ARMED, **({"auth": trigger_source} if trigger_source else {})}
     settings = Settings(sessions_dir="/s", github_auth_source=settings_source)
     result = refusal("delivery-1", job, trigger(run), settings)
-    if not refused:
+    if reason is None:
         assert result is None
         return
     assert result is not None
+    if reason == BEYOND:
+        assert (result.phase, result.reason, result.condition_reason) == ("Refused", BEYOND, "BeyondTrigger")
+        assert f"asks for the {job_source} token" in result.message and "cannot ask for more" in result.message
+        return
     assert (result.phase, result.reason, result.condition_reason) == (
         "Refused", JobReason.CONFIG_REFUSED, "ConfigRefused")
     assert result.reason == "config-refused"

@@ -67,7 +67,11 @@ def test_the_run_timeout_and_resources_reach_the_pod(api: MemoryApi, clock: Cloc
     pump(d)
     [pod] = api.pods()
     assert pod["spec"]["activeDeadlineSeconds"] == 900
-    assert pod["spec"]["containers"][0]["resources"] == {"limits": {"memory": "2Gi"}}
+    # with the deployment's disk bound (issue 31), and the workspace's
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"ephemeral-storage": "2Gi"},
+                                                         "limits": {"memory": "2Gi", "ephemeral-storage": "12Gi"}}
+    [workspace] = [v for v in pod["spec"]["volumes"] if v["name"] == "workspace"]
+    assert workspace["emptyDir"] == {"sizeLimit": "10Gi"}
 
 
 def test_a_trigger_s_own_timeout_and_resources_win(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
@@ -79,7 +83,8 @@ def test_a_trigger_s_own_timeout_and_resources_win(api: MemoryApi, clock: Clock,
     pump(d)
     [pod] = api.pods()
     assert pod["spec"]["activeDeadlineSeconds"] == 120
-    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m"}}
+    assert pod["spec"]["containers"][0]["resources"] == {"requests": {"cpu": "500m", "ephemeral-storage": "2Gi"},
+                                                         "limits": {"ephemeral-storage": "12Gi"}}
 
 
 def test_no_timeout_means_no_deadline(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from transcript_samples import sample
 
 from pidispatch.record import SESSION_REASONS
 from pidispatch.report import TERMINATION_MESSAGE_LIMIT, parse_report
+from pidispatch.runner.checkout import CheckoutSpec
 from pidispatch.runner.config import ConfigError, Event, RunnerConfig, load_config
 from pidispatch.runner.mount import MOUNT_CHECKS, MountFacts, gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env
@@ -524,6 +525,41 @@ def test_untrusted_comment_cannot_close_its_fence() -> None:
 def test_prompt_without_comment_says_so() -> None:
     prompt = build_prompt(Event("o/r", issue=3), host_resume=False)
     assert "(The event carried no text.)" in prompt
+
+
+FORK_EVENTS = [
+    ("the Job says fork, no checkout", {"fork": True}, None),
+    ("a read-only checkout at the pull ref", {}, CheckoutSpec("http://forge/o/r.git", "refs/pull/5/head", "a" * 40,
+                                                              None)),
+    ("the Job says fork and the checkout is read-only", {"fork": True},
+     CheckoutSpec("http://forge/o/r.git", "refs/pull/5/head", "a" * 40, None)),
+]
+
+
+@pytest.mark.parametrize(("flag", "checkout"), [f[1:] for f in FORK_EVENTS], ids=[f[0] for f in FORK_EVENTS])
+@pytest.mark.parametrize("resume", [False, True], ids=["first delivery", "resumed"])
+def test_a_fork_s_prompt_says_plainly_the_job_cannot_push(flag: dict, checkout: CheckoutSpec | None,
+                                                         resume: bool) -> None:
+    prompt = build_prompt(Event("o/r", pull_request=5, comment="@pi review", checkout=checkout, **flag),
+                          host_resume=resume)
+    assert "This pull request comes from a fork, so this job cannot push" in prompt
+    assert "not to the fork, not to o/r" in prompt and "read-only on the repository's contents" in prompt
+    assert "answer in a comment" in prompt
+    assert "Push any changes" not in prompt and "git push`; git already has" not in prompt
+
+
+def test_a_same_repository_pull_request_s_prompt_says_nothing_of_forks() -> None:
+    prompt = build_prompt(Event("o/r", pull_request=5, comment="@pi go", fork=False), host_resume=False)
+    assert "fork" not in prompt and "Push any changes to this pull request's head branch" in prompt
+
+
+@pytest.mark.parametrize(("spec", "fork"), [
+    ({"pullRequest": 5, "fork": True}, True), ({"pullRequest": 5, "fork": False}, False), ({"pullRequest": 5}, False),
+    ({"pullRequest": 5, "fork": "true"}, False), ({"issue": 5, "fork": True}, False),
+], ids=["true", "false", "absent", "a string is not true", "an issue is never a fork"])
+def test_the_runner_reads_fork_from_the_job_spec(spec: dict, fork: bool) -> None:
+    config = load_config({"PI_JOB_SPEC": json.dumps({"repository": "o/r", **spec})})
+    assert config.event.fork is fork
 
 
 # --- pi command line and version -----------------------------------------------------------------------

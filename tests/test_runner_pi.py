@@ -21,6 +21,7 @@ import pytest
 from transcript_samples import sample
 
 from pidispatch.report import parse_report
+from pidispatch.store.redact import redact
 from pidispatch.transcript.parser import check_transcript, parse_transcript
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -376,3 +377,40 @@ def test_sigterm_is_forwarded_to_pi_and_reported_as_aborted(job: Job) -> None:
     assert result.report["tokens"]["calls"] == 0  # killed in its first turn: no reply reached the file
     final = job.session_file.read_bytes()
     assert check_transcript(final) == [] and parse_transcript(final).entries == []  # at most pi's header
+
+
+# --- what the operator stores: redacted, and pi resumes it (issue 31 item 5) ------------------------------
+
+LEAKED = "ghs_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zA0b1"
+MODEL_KEY = "Zq8Lr2Nv5Tx7Wb1Yd4Fh6Jk9Mp3Rs0Ug"
+
+
+def test_pi_resumes_a_transcript_whose_leaked_token_and_model_key_were_redacted(job: Job) -> None:
+    """The agent printed the forge token and a model key; the scan before the promotion redacts both (the key
+    by the digest the runner reported, never its value), and real pi resumes what is left."""
+    job.stage(b"")
+    job.model.tool_call("bash", {"command": f"echo token={LEAKED}; echo key=$MY_MODEL_KEY"}).reply("Printed them.")
+    first = job.run(host_resume=False, extra={"MY_MODEL_KEY": MODEL_KEY, "PI_SECRET_ENV": "MY_MODEL_KEY"})
+    assert first.code == 0, first.stderr
+    assert MODEL_KEY not in first.termination and LEAKED not in (first.termination or "")
+    reported = parse_report(first.termination)
+    assert reported is not None and len(reported.secrets) == 1, "the runner reports the key's digest"
+    leaked = job.session_file.read_bytes()
+    assert LEAKED.encode() in leaked and MODEL_KEY.encode() in leaked, "pi wrote both into its session file"
+
+    result = redact(leaked, reported.secrets)
+    assert dict(result.kinds) == {"github-token": 2, "job-secret": 1}  # the call's arguments and its output
+    job.stage(result.data)
+    assert check_transcript(result.data) == []
+    assert [json.loads(raw) and len(raw) for raw in result.data.splitlines()], "every line is still JSON"
+
+    job.model.reply("Resumed without them.")
+    second = job.run(host_resume=True, comment="carry on")
+    assert second.code == 0, second.stderr
+    assert second.report["session"] == {"resumed": True, "reason": "resumed"}
+    sent = json.dumps(job.model.messages(2))
+    assert "[REDACTED:github-token]" in sent and "[REDACTED:job-secret]" in sent, "pi replayed the redacted history"
+    assert LEAKED not in sent and MODEL_KEY not in sent
+    assert "Printed them." in sent and "carry on" in sent
+    final = job.session_file.read_bytes()
+    assert final.startswith(result.data) and check_transcript(final) == []

@@ -10,9 +10,14 @@ that says so, while a pat/gh job keeps its timeout.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,7 @@ import pytest
 from test_chart import env_values, helm, operator_container, render, template
 
 from pidispatch.forge.appauth import broader_than
-from pidispatch.forge.credentials import JobToken
+from pidispatch.forge.credentials import JobToken, fork_permissions
 from pidispatch.forge.github import OPERATOR_TOKEN_PERMISSIONS, Forge, GitHubError
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import TOKEN_MARGIN_SECONDS, create_pod, job_token, token_capped_deadline
@@ -38,6 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from e2e.fakegithub_api import FakeGitHubAPI  # noqa: E402
+from e2e.gitforge import GIT_ENV, Repos  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77
@@ -322,3 +328,91 @@ def test_the_chart_and_the_operator_know_the_same_permission_names() -> None:
     schema = json.loads((ROOT / "charts" / "pi-dispatch" / "values.schema.json").read_text())
     names = schema["properties"]["github"]["properties"]["app"]["properties"]["jobPermissions"]["propertyNames"]
     assert set(names["enum"]) == GITHUB_REPOSITORY_PERMISSIONS
+
+
+# ---- a fork's job: read-only on contents, proven against the forge (issue 31, item 2) -------------------------
+
+FORK_DEFAULT = {"contents": "read", "issues": "read", "metadata": "read", "pull_requests": "write"}
+
+
+@pytest.mark.parametrize(("configured", "fork"), [
+    (JOB_DEFAULT, FORK_DEFAULT),
+    ({"contents": "write", "workflows": "write", "statuses": "write", "metadata": "read"},
+     {"contents": "read", "workflows": "read", "statuses": "read", "metadata": "read"}),
+    ({"contents": "read", "pull_requests": "read"}, {"contents": "read", "pull_requests": "read"}),
+], ids=["the default keeps only pull_requests write (the comment)", "every other write is capped at read",
+        "nothing is raised"])
+def test_a_fork_token_is_the_configured_one_capped_at_read_but_for_commenting(configured: dict[str, str],
+                                                                               fork: dict[str, str]) -> None:
+    assert fork_permissions(configured) == fork
+
+
+@pytest.fixture
+def forge_repos(tmp_path: Path, app_key: tuple[Path, Any]):
+    repos = Repos(tmp_path / "forge")
+    repos.create(REPO)
+    with FakeGitHubAPI(app_id=APP_ID, public_key=app_key[1], installation_id=INSTALLATION,
+                       installation_repos=(REPO,), repos=repos) as api:
+        api.set_pull(REPO, 5, head_ref="feature", head_repo="mallory/widgets")
+        api.set_issue(REPO, 6, "an issue")
+        yield api, repos
+
+
+def push(api: FakeGitHubAPI, token: str, work: Path) -> subprocess.CompletedProcess[str]:
+    """Clone the repository with ``token`` as git's password, commit, push to ``pi/issue-1``: what a job's git does."""
+    url = api.web_url.replace("://", f"://x-access-token:{token}@") + f"/{REPO}.git"
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "clone", "--quiet", url, str(work)], env=env, check=True, capture_output=True)
+    (work / "planted.txt").write_text("from the job\n")
+    subprocess.run(["git", "add", "planted.txt"], cwd=work, env=env, check=True)
+    subprocess.run(["git", "commit", "--quiet", "-m", "planted"], cwd=work, env=env, check=True)
+    return subprocess.run(["git", "push", "origin", "HEAD:refs/heads/pi/issue-1"], cwd=work, env=env, text=True,
+                          capture_output=True, check=False)
+
+
+def rest(api: FakeGitHubAPI, method: str, path: str, token: str, body: dict[str, Any]) -> tuple[int, Any]:
+    request = urllib.request.Request(api.url + path, method=method, data=json.dumps(body).encode(), headers={
+        "Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+@pytest.mark.parametrize("fork", [False, True], ids=["a same-repository job", "a fork's job"])
+def test_a_fork_job_token_cannot_push_or_write_contents_and_a_same_repository_one_can(
+        forge_repos: tuple[FakeGitHubAPI, Repos], app_key: tuple[Path, Any], tmp_path: Path, fork: bool) -> None:
+    api, repos = forge_repos
+    token = forge_for(api, app_key[0]).mint_job_token(REPO, fork=fork).value
+    [call] = api.calls("POST", ACCESS_TOKENS)
+    assert call.body["permissions"] == (FORK_DEFAULT if fork else JOB_DEFAULT)
+
+    pushed = push(api, token, tmp_path / "work")
+    put = rest(api, "PUT", f"/repos/{REPO}/contents/docs/planted.md", token,
+               {"message": "planted", "content": base64.b64encode(b"from the job\n").decode()})
+    on_pr = rest(api, "POST", f"/repos/{REPO}/issues/5/comments", token, {"body": "a review"})
+    on_issue = rest(api, "POST", f"/repos/{REPO}/issues/6/comments", token, {"body": "an issue comment"})
+    if fork:
+        assert pushed.returncode != 0
+        assert f"remote: Permission to {REPO}.git denied to pi-dispatch[bot]." in pushed.stderr, pushed.stderr
+        assert "403" in pushed.stderr, pushed.stderr
+        assert repos.tip(REPO, "pi/issue-1") is None, "nothing reached the base repository"
+        assert put[0] == 403 and put[1]["message"] == "Resource not accessible by integration", put
+        assert "docs/planted.md" not in repos.log(REPO, "main")[0] and len(repos.log(REPO, "main")) == 1
+        assert on_issue[0] == 403, "issues is read-only: only the pull request can be answered"
+    else:
+        assert pushed.returncode == 0, pushed.stderr
+        assert repos.tip(REPO, "pi/issue-1") is not None
+        assert put[0] == 201 and put[1]["commit"]["sha"] == repos.tip(REPO, "main"), put
+        assert on_issue[0] == 201
+    assert on_pr[0] == 201, "either way the job can answer on its pull request (pull_requests: write)"
+
+
+def test_a_fork_job_pod_gets_the_read_only_token(fake: FakeGitHubAPI, app_key: tuple[Path, Any]) -> None:
+    settings = app_settings(fake, app_key[0])
+    cluster = Cluster(MemoryApi(), "ns")  # type: ignore[arg-type]
+    token = job_token(settings, cluster, Forge(settings.github, "app"), JOB, {}, fork=True)
+    assert token is not None
+    [(_, issued)] = fake.issued()
+    assert issued.permissions == FORK_DEFAULT

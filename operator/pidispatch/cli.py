@@ -244,7 +244,8 @@ def cmd_stop_jobs(args: argparse.Namespace) -> int:
 
     api = Api.from_environment()
     namespace = os.environ.get("PI_DISPATCH_NAMESPACE") or api.namespace_default()
-    return stop_job_pods(api, namespace, args.deployment, args.timeout)
+    return stop_job_pods(api, namespace, args.deployment, args.timeout, release=args.release,
+                         staging_claim=args.staging_claim)
 
 
 def cmd_runner(args: argparse.Namespace) -> int:
@@ -325,9 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     runner.set_defaults(run=cmd_runner)
 
     stop = commands.add_parser("stop-jobs", help="the chart's pre-delete hook: scale the operator to 0, delete "
-                                                 "every job Pod of the namespace (none then holds the staging claim)")
+                                                 "every job Pod of the release (none then holds the staging claim)")
     stop.add_argument("--deployment", default=None, metavar="NAME", help="the operator's Deployment")
     stop.add_argument("--timeout", type=float, default=120, metavar="SECONDS", help="for each wait")
+    stop.add_argument("--release", default=None, metavar="NAME",
+                      help="delete only this Helm release's job Pods (unset: every job Pod of the namespace)")
+    stop.add_argument("--staging-claim", default=None, metavar="NAME",
+                      help="with --release: also the unlabelled job Pods (from before the label) mounting it")
     stop.set_defaults(run=cmd_stop_jobs)
 
     receiver = commands.add_parser("receiver", help="run the GitHub webhook receiver (creates Job CRs)")

@@ -24,6 +24,9 @@ ENV_SESSION_FILE = "PI_SESSION_FILE"  # only when /session is mounted
 ENV_HOST_RESUME = "PI_SESSION_HOST_RESUME"  # "true" when the gates staged a transcript (spec §4.1)
 ENV_RETHREAD = "PI_SESSION_RETHREAD"  # "true" when a letter and the ledger are staged for an unpack
 ENV_RETHREAD_PCT = "PI_SESSION_RETHREAD_PCT"  # the context use (%) at which the job packs a handoff; 0 = never
+# Comma-separated names (never values) of the model credentials' variables: the runner reports a digest of
+# each value and of the forge token (``store/redact.py``), so the operator's scan can redact them.
+ENV_SECRET_NAMES = "PI_SECRET_ENV"
 ENV_AGENT_DIR = "PI_CODING_AGENT_DIR"  # pi's own: where it reads models.json
 # Names a model credential may not take: the forge token reaches the Pod only one way (GH_TOKEN, by
 # the operator's own secretKeyRef), and the session and agent settings are the operator's.
@@ -31,6 +34,7 @@ FORGE_TOKEN_NAMES = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_
 
 # Labels on what the operator creates.
 JOB_LABEL = "pi-dispatch.dev/job"
+RELEASE_LABEL = "pi-dispatch.dev/release"  # the Helm release of the operator that created it (its uninstall hook's)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
 
 

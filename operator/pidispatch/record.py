@@ -45,6 +45,12 @@ class JobReason(StrEnum):
 
     SESSIONS_DIR_UNSET = "sessions-dir-unset"
     CONFIG_REFUSED = "config-refused"
+    # The Job asks for more than its Trigger allows (an auth source or a repository it would not give):
+    # only a hand-made Job can, so no issue comment (the repository may not be the Trigger's at all).
+    BEYOND_TRIGGER = "beyond-trigger"
+    # A fork's pull request under a pat or gh token, whose scope the operator cannot narrow, on a Trigger
+    # without run.forks: the fork's code would run with write access to the base repository.
+    FORK_NOT_ALLOWED = "fork-not-allowed"
 
 
 # Promotion results that are not record reasons (spec §6.8).
@@ -84,6 +90,8 @@ class PromotionResult:
     bytes: int | None = None
     forgotten: bool = False
     handoff: Any = None  # store.handoff.Written: what the promotion did with the Job's handoff, if it had to
+    # How many credentials the scan before the promotion redacted (``store/redact.py``); ``None``: no scan ran.
+    redacted: int | None = None
 
 
 def parse_runner_session(value: Any) -> RunnerSession | None:
@@ -148,4 +156,7 @@ def merge_session(
         size: int | None = promoted.bytes
     else:
         size = host.bytes if host is not None else None
-    return {"resumed": resumed, "reason": reason, "bytes": size}
+    merged: dict[str, Any] = {"resumed": resumed, "reason": reason, "bytes": size}
+    if promoted is not None and promoted.redacted is not None:
+        merged["redacted"] = promoted.redacted  # the count only, never what was redacted
+    return merged

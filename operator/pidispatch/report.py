@@ -15,6 +15,7 @@ from typing import Any
 from pidispatch.api.vocabulary import TOKEN_FIELDS
 from pidispatch.contract import TERMINATION_MESSAGE_LIMIT, is_commit
 from pidispatch.record import MAX_SAFE_INTEGER, RunnerSession, parse_context, parse_runner_session
+from pidispatch.store.redact import SecretDigest, parse_digests
 
 OUTCOMES = ("completed", "failed", "refused", "aborted")
 # Why the runner could not check the workspace out (closed: the Job's condition reason is derived from it).
@@ -36,6 +37,8 @@ class RunnerReport:
     outcome: str | None = None
     workspace: Workspace | None = None
     rethread: Rethread | None = None
+    # Digests of the job's own secrets (forge token, model keys) for the scan before the promotion.
+    secrets: tuple[SecretDigest, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -115,4 +118,5 @@ def parse_report(message: str | None) -> RunnerReport | None:
         outcome=outcome if outcome in OUTCOMES else None,
         workspace=parse_workspace(data.get("workspace")),
         rethread=parse_rethread(data.get("rethread")),
+        secrets=parse_digests(data.get("secrets")),
     )

@@ -42,6 +42,31 @@ def parse_strict_int(variable: str, raw: str, accepted: str, minimum: int = 0, m
     return value
 
 
+# A Kubernetes quantity of bytes: a decimal number with an optional binary (Ki..Ei) or decimal (k..E) suffix
+# or exponent. No milli- (a fraction of a byte) and no sign.
+_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|[eE][0-9]+)?")
+_QUANTITY_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+                    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+QUANTITY_ACCEPTED = "a Kubernetes quantity of bytes of at least 1Mi, e.g. 10Gi, 500Mi or 20G"
+
+
+def parse_bytes(variable: str, raw: str, minimum: int = 2**20) -> int:
+    """A quantity (``10Gi``, ``500M``, ``1e9``) as whole bytes, rounded up as Kubernetes does; ``ConfigError``
+    naming ``variable`` when it is not one, or is below ``minimum`` (a workspace of a few bytes is a typo)."""
+    from fractions import Fraction
+
+    m = _QUANTITY.fullmatch(raw.strip())
+    if m is None:
+        raise ConfigError(variable, raw, QUANTITY_ACCEPTED)
+    number, suffix = m.group(1), m.group(2) or ""
+    scale = 10 ** int(suffix[1:]) if suffix[:1] in ("e", "E") and suffix != "E" else _QUANTITY_SUFFIX[suffix]
+    value = Fraction(number) * scale
+    whole = -(-value.numerator // value.denominator)
+    if whole < minimum:
+        raise ConfigError(variable, raw, QUANTITY_ACCEPTED)
+    return whole
+
+
 # Every variable each component reads, named once: an empty value of any of them is refused
 # (tests/test_settings_strict.py holds these lists to the names the code reads).
 STORE_VARIABLES = (
@@ -62,7 +87,9 @@ OPERATOR_VARIABLES = (
     "PI_DISPATCH_JOB_TTL_SECONDS_AFTER_FINISHED", "PI_DISPATCH_JOB_GIT_NAME", "PI_DISPATCH_JOB_GIT_EMAIL",
     "PI_DISPATCH_JOB_CHECKOUT", "PI_DISPATCH_JOB_TOKEN_PERMISSIONS", "PI_DISPATCH_METRICS_PORT",
     "PI_DISPATCH_HEALTH_PORT", "PI_DISPATCH_PEERING", "PI_DISPATCH_POD_NAME", "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS",
-    "PI_DISPATCH_SWEEP_INTERVAL_SECONDS", *STORE_VARIABLES, *GITHUB_VARIABLES,
+    "PI_DISPATCH_SWEEP_INTERVAL_SECONDS", "PI_DISPATCH_RELEASE", "PI_DISPATCH_JOB_WORKSPACE_SIZE_LIMIT",
+    "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST", "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT",
+    *STORE_VARIABLES, *GITHUB_VARIABLES,
 )
 
 # The one variable whose empty value has a documented meaning: spec §2.1, "Empty string = unset".
@@ -143,6 +170,14 @@ class Settings:
 
 DEFAULT_STAGING_DIR = "/var/lib/pi-dispatch/jobs"
 DEFAULT_JOB_IMAGE = "ghcr.io/pi-dispatch/job:latest"
+# The job Pod's disk (issue 31): the workspace emptyDir's sizeLimit, and the container's ephemeral-storage.
+# The workspace holds the checkout and its .git: 10Gi takes any repository a coding agent can sensibly work
+# in, and a fork cannot fill a node's disk through it. The kubelet counts every emptyDir and the container's
+# own writes (logs, pi's ~/.pi, tool caches, /tmp) against the Pod's ephemeral-storage limit, so the limit
+# is the workspace plus 2Gi for those; the request is what a typical job uses (the scheduler reserves it).
+DEFAULT_WORKSPACE_SIZE_LIMIT = "10Gi"
+DEFAULT_EPHEMERAL_STORAGE_REQUEST = "2Gi"
+DEFAULT_EPHEMERAL_STORAGE_LIMIT = "12Gi"
 DEFAULT_JOB_COMMAND = ("pidispatch", "runner")
 
 
@@ -444,6 +479,14 @@ class OperatorSettings:
     pod_name: str | None = None
     resumable_refresh_seconds: int = 300
     sweep_interval_seconds: int = 3600
+    # The Helm release: job Pods carry it (RELEASE_LABEL), so the uninstall hook deletes only its own.
+    release: str | None = None
+    # The job Pod's disk: the workspace emptyDir's sizeLimit (a quantity, and in bytes for the runner's
+    # size check before the checkout) and the container's ephemeral-storage request and limit.
+    job_workspace_size_limit: str = DEFAULT_WORKSPACE_SIZE_LIMIT
+    job_workspace_limit_bytes: int = 10 * 2**30
+    job_ephemeral_storage_request: str = DEFAULT_EPHEMERAL_STORAGE_REQUEST
+    job_ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
     github: GitHubSettings = GitHubSettings()
 
     @classmethod
@@ -462,9 +505,13 @@ class OperatorSettings:
         # Strict here (the operator acts on it), lenient in Settings (the store commands never use it).
         if source is not None and source != "" and source not in AUTH_SOURCES:
             raise ConfigError("GITHUB_AUTH_SOURCE", source, "one of " + ", ".join(AUTH_SOURCES) + " (unset: gh)")
+        workspace, request, limit = _job_disk(env)
         return cls(
             store=store,
             namespace=env.get("PI_DISPATCH_NAMESPACE") or None,
+            release=_dns_name("PI_DISPATCH_RELEASE", env.get("PI_DISPATCH_RELEASE")),
+            job_workspace_size_limit=workspace[0], job_workspace_limit_bytes=workspace[1],
+            job_ephemeral_storage_request=request, job_ephemeral_storage_limit=limit,
             staging_dir=env.get("PI_DISPATCH_STAGING_DIR") or DEFAULT_STAGING_DIR,
             staging_claim=env.get("PI_DISPATCH_STAGING_CLAIM") or None,
             max_concurrent_jobs=integer("PI_DISPATCH_MAX_CONCURRENT_JOBS", 4, "a whole number from 1 to 10000",
@@ -498,3 +545,28 @@ class OperatorSettings:
                                            "a whole number of seconds from 10 to 604800", 10, 604800),
             github=GitHubSettings.from_env(env, store.github_auth_source),
         )
+
+
+def _job_disk(env: Mapping[str, str]) -> tuple[tuple[str, int], str, str]:
+    """The workspace's sizeLimit (as given, and in bytes) and the ephemeral-storage request and limit.
+
+    The kubelet evicts a Pod whose emptyDirs and containers together pass the sum of its containers'
+    limits: a limit below the workspace's size would evict a job the runner's size check let through,
+    so it is refused here, as is a request above the limit (the apiserver would refuse every Pod).
+    """
+    def quantity(name: str, default: str) -> tuple[str, int]:
+        raw = env.get(name)
+        text = default if raw is None else raw.strip()
+        return text, parse_bytes(name, text)
+
+    workspace = quantity("PI_DISPATCH_JOB_WORKSPACE_SIZE_LIMIT", DEFAULT_WORKSPACE_SIZE_LIMIT)
+    request = quantity("PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST", DEFAULT_EPHEMERAL_STORAGE_REQUEST)
+    limit = quantity("PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT", DEFAULT_EPHEMERAL_STORAGE_LIMIT)
+    if limit[1] < workspace[1]:
+        raise ConfigError("PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT", limit[0],
+                          f"a quantity at least PI_DISPATCH_JOB_WORKSPACE_SIZE_LIMIT ({workspace[0]}): the "
+                          "workspace counts against it, with the container's logs and pi's own files")
+    if request[1] > limit[1]:
+        raise ConfigError("PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST", request[0],
+                          f"a quantity at most PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT ({limit[0]})")
+    return workspace, request[0], limit[0]

@@ -115,6 +115,14 @@ app.kubernetes.io/component: operator
 {{- end }}
 - name: PI_DISPATCH_JOB_CHECKOUT
   value: {{ ternary "true" "false" (ne .Values.job.checkout false) | quote }}
+- name: PI_DISPATCH_JOB_WORKSPACE_SIZE_LIMIT
+  value: {{ .Values.job.workspace.sizeLimit | quote }}
+- name: PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST
+  value: {{ .Values.job.ephemeralStorage.request | quote }}
+- name: PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT
+  value: {{ .Values.job.ephemeralStorage.limit | quote }}
+- name: PI_DISPATCH_RELEASE
+  value: {{ .Release.Name | quote }}
 - name: PI_DISPATCH_JOB_GIT_NAME
   value: {{ .Values.job.git.name | quote }}
 - name: PI_DISPATCH_JOB_GIT_EMAIL

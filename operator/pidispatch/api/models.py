@@ -158,6 +158,11 @@ class TriggerRun(_Model):
     image: Annotated[str, Field(max_length=512)] | None = None
     piVersion: Annotated[str, Field(max_length=64)] | None = None
     auth: AuthSource | None = None
+    forks: Annotated[bool | None, Field(description=(
+        "Run jobs on pull requests from forks although their token cannot be narrowed (auth source pat or gh): "
+        "the fork's code then runs with the deployment's token and its write access. Unset or false: such a job "
+        "is refused (fork-not-allowed). With the GitHub App (auth source app) a fork's job always runs, with a "
+        "token that is read-only on contents, and this field changes nothing."))] = None
     timeoutSeconds: Annotated[int | None, Field(ge=1, le=604800, description=(
         "The job's run timeout (its Pod's activeDeadlineSeconds): past it the job is stopped, ends Failed "
         "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None
@@ -234,6 +239,11 @@ class JobSession(_Model):
     rethreaded: Annotated[bool | None, Field(
         description="The gates refused the resume for a lineage reason (the reason above) and the job started a "
                     "new session from the stored letter and ledger instead of a cold start.")] = None
+    redacted: Annotated[int | None, Field(
+        ge=0, json_schema_extra=NULLABLE,
+        description="How many credentials (tokens, keys, private-key blocks, Authorization values, the job's own "
+                    "secrets) the scan before the promotion replaced with [REDACTED:<kind>] in the stored "
+                    "transcript and handoff. Only the count: a value never appears in a status.")] = None
 
 
 HandoffWriter = Literal["agent", "summary"]

@@ -1,4 +1,5 @@
-"""The issue comments of the two per-delivery refusals (spec §10.1, §10.2), in our words.
+"""The issue comments of the per-delivery refusals (spec §10.1, §10.2, and a fork's job under a token that
+cannot be narrowed), in our words.
 
 One comment per delivery, even across operator restarts and when one delivery matched several
 Triggers (one refused Job each): each comment carries a hidden marker naming the delivery (the Job's
@@ -41,11 +42,30 @@ Nothing ran and nothing was spent. Please let whoever runs the pi-dispatch opera
 names the problem and the ways to fix it.
 """
 
-TEXTS: dict[str, str] = {JobReason.SESSIONS_DIR_UNSET: SESSIONS_DIR_UNSET, JobReason.CONFIG_REFUSED: CONFIG_REFUSED}
+FORK_NOT_ALLOWED = """\
+pi-dispatch did not run this job: this pull request comes from a fork (or its head could not be confirmed \
+as a branch of this repository).
+
+The Trigger `{trigger}` gives its jobs this deployment's own GitHub token, which can write to this repository \
+and cannot be narrowed for one job. A job checks out and runs the pull request's code, so the fork's author \
+could have written to this repository with it. Nothing ran and no token was handed out.
+
+There are two ways out, for whoever runs the pi-dispatch operator:
+
+* give the Trigger `{trigger}` the GitHub App (`run.auth: app`, or the Helm value `github.authSource=app`): \
+a fork's job then gets a token that cannot push or change files (it can still comment), or
+* set `run.forks: true` on the Trigger `{trigger}`, knowing that the fork's code then runs with that token.
+
+Then comment again to start the job.
+"""
+
+TEXTS: dict[str, str] = {JobReason.SESSIONS_DIR_UNSET: SESSIONS_DIR_UNSET, JobReason.CONFIG_REFUSED: CONFIG_REFUSED,
+                         JobReason.FORK_NOT_ALLOWED: FORK_NOT_ALLOWED}
 
 
 def posts_comment(reason: object) -> bool:
-    """Whether a Job refused for ``reason`` owes the issue a comment (only the two spec refusals do)."""
+    """Whether a Job refused for ``reason`` owes the issue a comment (the spec's two refusals and a fork's do;
+    ``beyond-trigger`` does not: only a hand-made Job meets it, and its repository may not be the Trigger's)."""
     return isinstance(reason, str) and reason in TEXTS
 
 

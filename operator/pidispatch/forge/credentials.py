@@ -1,7 +1,8 @@
 """Which GitHub token a job Pod gets, decided from the settings and the job's auth source (no I/O).
 
 * ``app``: the operator mints an installation token scoped to the job's repository and puts it in a
-  per-job Secret owned by the Job (the garbage collector removes it with the Job);
+  per-job Secret owned by the Job (the garbage collector removes it with the Job); a fork's pull request
+  gets it read-only on contents (:func:`fork_permissions`);
 * ``pat`` / ``gh``: the job Pod references the existing Secret ``GITHUB_TOKEN_SECRET`` (name/key); the
   operator never reads it;
 * anything not configured: no ``GH_TOKEN`` at all, as before this feature.
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pidispatch.settings import GitHubSettings
+from pidispatch.store.redact import SecretDigest
 
 
 @dataclass(frozen=True)
@@ -27,9 +29,11 @@ class SecretRef:
 
 @dataclass(frozen=True)
 class Mint:
-    """Mint an App installation token for ``repository`` and store it in the per-job Secret."""
+    """Mint an App installation token for ``repository`` and store it in the per-job Secret; ``fork``: for a
+    fork's pull request, narrowed by :func:`fork_permissions`."""
 
     repository: str
+    fork: bool = False
 
 
 JobCredential = SecretRef | Mint
@@ -43,15 +47,34 @@ class JobToken:
     secret: str
     key: str
     expires_at: float | None = None
+    # The minted token's digest (``store/redact.py``): the operator keeps no value, yet can find it in a transcript.
+    digest: SecretDigest | None = None
 
 
-def job_credential(source: str, repository: str, github: GitHubSettings) -> JobCredential | None:
+def job_credential(source: str, repository: str, github: GitHubSettings, fork: bool = False) -> JobCredential | None:
     """What the job Pod's ``GH_TOKEN`` comes from, or ``None`` when this deployment has no such credential."""
     if source == "app":
-        return Mint(repository) if github.app_configured else None
+        return Mint(repository, fork) if github.app_configured else None
     if source in ("pat", "gh") and github.token_secret is not None:
         return SecretRef(*github.token_secret)
     return None
+
+
+# What a fork's job may still write. Its answer is a comment on the pull request, and GitHub's "Create an
+# issue comment" (POST /repos/{o}/{r}/issues/{n}/comments, what `gh pr comment` calls) takes "Issues" write
+# *or* "Pull requests" write; on a pull request the latter is enough. So pull_requests keeps its level and
+# issues does not: the fork's code can comment on and edit pull requests, never push, write a file,
+# change an issue, a status or a workflow of the base repository.
+FORK_KEEPS = frozenset({"pull_requests"})
+
+
+def fork_permissions(configured: dict[str, str]) -> dict[str, str]:
+    """A fork job's token permissions: the configured ones, each capped at ``read`` except :data:`FORK_KEEPS`.
+
+    A fork's pull request is code its author chose, run in the job with the token in its environment
+    (a test, a build script, a prompt injection): the token must not be able to write the base repository.
+    """
+    return {name: level if name in FORK_KEEPS else "read" for name, level in configured.items()}
 
 
 def token_secret_name(job_uid: str) -> str:

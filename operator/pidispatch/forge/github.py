@@ -29,7 +29,7 @@ from pidispatch.forge.checkout import (
     ref_commit,
 )
 from pidispatch.forge.comments import has_marker
-from pidispatch.forge.credentials import repository_name
+from pidispatch.forge.credentials import fork_permissions, repository_name
 from pidispatch.forge.head import Head, NoHead, head_from_pull
 from pidispatch.kubeapi import json_body
 from pidispatch.settings import GitHubSettings, OperatorSettings
@@ -330,13 +330,15 @@ class Forge:
             self.client.create_comment(repository, number, body, auth)
             return True
 
-    def mint_job_token(self, repository: str) -> InstallationToken:
+    def mint_job_token(self, repository: str, fork: bool = False) -> InstallationToken:
         """An installation token for a job Pod: ``repository`` only, the configured permissions only
-        (``PI_DISPATCH_JOB_TOKEN_PERMISSIONS``). It lives an hour and is not refreshed: the job's run
-        timeout is capped below its life instead (``jobflow/pod.py``, ``token_capped_deadline``)."""
+        (``PI_DISPATCH_JOB_TOKEN_PERMISSIONS``), and for a fork's pull request (``fork``) those capped at
+        read but for commenting (``credentials.fork_permissions``). It lives an hour and is not refreshed:
+        the job's run timeout is capped below its life instead (``jobflow/pod.py``, ``token_capped_deadline``)."""
         if self.app is None:
             raise NoCredentials("the GitHub App is not configured")
-        return self.app.mint(repository, self.job_token_permissions)
+        permissions = fork_permissions(self.job_token_permissions) if fork else self.job_token_permissions
+        return self.app.mint(repository, permissions)
 
     def revoke(self, token: InstallationToken) -> None:
         try:

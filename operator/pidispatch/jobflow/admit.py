@@ -11,9 +11,10 @@ from typing import Any
 
 from pidispatch.api.models import JobSpec, problem
 from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.jobflow.forks import fork_refusal
 from pidispatch.jobflow.summarize import Refused
 from pidispatch.record import JobReason
-from pidispatch.settings import Settings
+from pidispatch.settings import GitHubSettings, Settings
 
 SESSIONS_DIR_UNSET_MESSAGE = (
     "Trigger {trigger} asks to resume the previous conversation (run.resume: true), but this deployment has "
@@ -29,10 +30,49 @@ GH_SOURCE_MESSAGE = (
 )
 
 
+AUTH_BEYOND_TRIGGER_MESSAGE = (
+    "Job {job} asks for the {asked} token (spec.authSource), but its Trigger {trigger} gives its jobs the {given} "
+    "token (the Trigger's run.auth, else the deployment's github.authSource), so nothing ran and no token was "
+    "handed out: a Job cannot ask for more than its Trigger allows. Re-create the Job without spec.authSource, "
+    "or change the Trigger's run.auth."
+)
+REPOSITORY_BEYOND_TRIGGER_MESSAGE = (
+    "Job {job} is for the repository {asked}, but its Trigger {trigger} answers only for {given} (on.repository), "
+    "so nothing ran and no token was handed out: a Job cannot ask for more than its Trigger allows. Re-create "
+    "the Job for {given}, or use a Trigger for {asked}."
+)
+
+
+def beyond_trigger(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any],
+                   settings: Settings) -> Refused | None:
+    """``beyond-trigger`` when the Job names an auth source or a repository its Trigger would not give.
+
+    Anyone who may create Jobs (the receiver's ServiceAccount, a namespace's users) could otherwise get a
+    broader token than the Trigger's: ``pat`` where the Trigger says ``app``, or a token for another
+    repository. The receiver writes ``spec.authSource`` as the Trigger's ``run.auth``, else the deployment's
+    ``github.authSource`` (the chart gives the receiver and the operator the same value), and
+    ``spec.repository`` only for an event ``on.repository`` matched (case-insensitively, as here), so a Job
+    it made is never refused.
+    """
+    given = trigger_auth_source(trigger_spec, settings)
+    asked = job_spec.get("authSource")
+    if asked is not None and asked != given:
+        return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", AUTH_BEYOND_TRIGGER_MESSAGE.format(
+            job=job_name, asked=asked, trigger=job_spec.get("trigger"), given=given))
+    wanted = (trigger_spec.get("on") or {}).get("repository")
+    repository = str(job_spec.get("repository", ""))
+    if wanted and str(wanted).casefold() != repository.casefold():
+        return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", REPOSITORY_BEYOND_TRIGGER_MESSAGE.format(
+            job=job_name, asked=repository, trigger=job_spec.get("trigger"), given=wanted))
+    return None
+
+
 def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | None,
-            settings: Settings) -> Refused | None:
+            settings: Settings, github: GitHubSettings | None = None) -> Refused | None:
     """The first reason this Job may not run, or ``None``: a spec its CRD would refuse, a missing or refused
-    Trigger, then the spec's two refusals."""
+    Trigger, a Job asking for more than its Trigger gives, a fork the payload names under a token that
+    cannot be narrowed (``github``: the deployment's, ``None``: assume its pat/gh Secret is configured),
+    then the spec's two refusals."""
     trigger_name = job_spec.get("trigger", "")
     invalid = problem(JobSpec, job_spec)
     if invalid is not None:  # what the Job CRD's schema refuses, for a Job stored without it
@@ -46,31 +86,43 @@ def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | N
     conflict = first_refusal(spec)
     if conflict is not None:
         return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {conflict}")
+    beyond = beyond_trigger(job_name, job_spec, spec, settings)
+    if beyond is not None:
+        return beyond
+    # The payload's fork flag is enough to refuse here, before the queue; a fork the forge API reveals is
+    # refused by the start (jobflow/start.py), still before any Pod.
+    forked = fork_refusal(job_spec, spec, trigger_auth_source(spec, settings), job_spec.get("fork") is True,
+                          github is None or github.token_secret is not None)
+    if forked is not None:
+        return forked
     if not resume_armed(spec):
         return None
     if settings.sessions_dir is None:
         return Refused("Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset",
                        SESSIONS_DIR_UNSET_MESSAGE.format(trigger=trigger_name))
-    if gets_gh_login(job_spec, spec, settings) and not settings.allow_gh_source:
+    if gets_gh_login(spec, settings) and not settings.allow_gh_source:
         return Refused("Refused", JobReason.CONFIG_REFUSED, "ConfigRefused",
                        GH_SOURCE_MESSAGE.format(trigger=trigger_name))
     return None
 
 
-def auth_source(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings: Settings) -> str:
-    """The job's GitHub credential source: the Job's, else the Trigger's ``run.auth``, else the deployment's."""
-    return str(job_spec.get("authSource") or (trigger_spec.get("run") or {}).get("auth")
-               or settings.github_auth_source)
+def trigger_auth_source(trigger_spec: dict[str, Any], settings: Settings) -> str:
+    """The job's GitHub credential source: the Trigger's ``run.auth``, else the deployment's.
+
+    Never the Job's own ``spec.authSource``: a Job that names another source is refused
+    (:func:`beyond_trigger`), and one that names the same changes nothing.
+    """
+    return str((trigger_spec.get("run") or {}).get("auth") or settings.github_auth_source)
 
 
-def gets_gh_login(job_spec: dict[str, Any], trigger_spec: dict[str, Any], settings: Settings) -> bool:
+def gets_gh_login(trigger_spec: dict[str, Any], settings: Settings) -> bool:
     """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
 
     ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
-    holds is the deployment's source: on a ``gh`` deployment, a Trigger or Job that says ``pat`` still
+    holds is the deployment's source: on a ``gh`` deployment, a Trigger that says ``pat`` still
     gets the gh login, so it is refused the same way (the name of the source is not what counts).
     """
-    source = auth_source(job_spec, trigger_spec, settings)
+    source = trigger_auth_source(trigger_spec, settings)
     return source == "gh" or (source == "pat" and settings.github_auth_source == "gh")
 
 

@@ -53,8 +53,10 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     promotion = None
     if host is not None and verdict is not None and outcome == "Succeeded":
         began = time.perf_counter()
+        # The Job's own secrets by digest: the App token the operator minted (host record) and what the runner
+        # reported (the agent controls the Pod, so a report may leave some out; the formats are scanned anyway).
         promotion = promote_once(settings.store, jd, host, report.context, job=job,
-                                 seams=failpoints.FailpointSeams(job))
+                                 secrets=host.secrets + report.secrets, seams=failpoints.FailpointSeams(job))
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result_label(promotion)).inc()
     forgotten = (promotion is not None and promotion.forgotten) or (host is not None and jd.forgotten())

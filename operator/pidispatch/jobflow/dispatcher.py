@@ -216,7 +216,7 @@ class Dispatcher:
         with self._lock(name):
             if not self.table.claim(name, job["metadata"].get("uid")):
                 return False  # a listed body of a Job the watch has since seen replaced or deleted
-            refused = refusal(name, job["spec"], self.triggers.of(job), self.store)
+            refused = refusal(name, job["spec"], self.triggers.of(job), self.store, self.s.github)
             if refused is not None:
                 self._refuse(job, refused)
                 self._comment_refusal_locked(name)
@@ -340,7 +340,7 @@ class Dispatcher:
             self.slots.release(name)
             return
         trigger = self.triggers.of(job)
-        refused = refusal(name, job["spec"], trigger, self.store)
+        refused = refusal(name, job["spec"], trigger, self.store, self.s.github)
         if refused is not None or trigger is None:
             if watched:
                 raise _StaleBody(name)
@@ -362,6 +362,7 @@ class Dispatcher:
                 jd.remove()
             self.slots.release(name)
             self._refuse(job, launched.refused)
+            self._comment_refusal_locked(name)  # fork-not-allowed found by the forge API owes its comment
             return
         if launched.created and launched.host is not None:
             self.table.in_flight[name] = launched.host.key

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.api.trigger import resume_armed
-from pidispatch.forge.github import Forge
 from pidispatch.forge.head import Head, NoHead, no_key_reason
 from pidispatch.store.keys import issue_branch, issue_key, pull_request_key
 
@@ -27,16 +26,10 @@ class KeyRef:
 
 
 def needs_head_lookup(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> bool:
-    """Only a resume-armed pull-request job asks the forge for its head (§1.3); a payload fork never does."""
+    """Only a resume-armed pull-request job's key reads the forge's head (§1.3); a payload fork's never does.
+    (Every pull-request job's head is read for its token's scope: ``jobflow/forks.py``.)"""
     return (resume_armed(trigger_spec) and job_spec.get("pullRequest") is not None
             and job_spec.get("fork") is not True)
-
-
-def lookup_head(forge: Forge | None, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> Head | None:
-    """A resume-armed PR job's head from the GitHub API; ``None`` (use ``spec.resolved``) without a client."""
-    if forge is None or not needs_head_lookup(job_spec, trigger_spec):
-        return None
-    return forge.pull_head(str(job_spec.get("repository")), int(job_spec["pullRequest"]))
 
 
 def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None) -> KeyRef | None:

@@ -23,13 +23,16 @@ from pidispatch.events import emit
 from pidispatch.forge.checkout import Checkout, Moved
 from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
-from pidispatch.jobflow.admit import auth_source
+from pidispatch.jobflow.admit import trigger_auth_source
 from pidispatch.jobflow.checkout import clone_url
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret
-from pidispatch.settings import OperatorSettings
+from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
+from pidispatch.store.redact import digest_of
 from pidispatch.store.staging import HostRecord, session_subpath
+
+EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 class PodOfEarlierJob(RuntimeError):
@@ -187,8 +190,9 @@ def owner_name(pod: dict[str, Any]) -> str | None:
 
 
 def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
-              trigger: dict[str, Any]) -> JobToken | None:
-    """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app``.
+              trigger: dict[str, Any], fork: bool = False) -> JobToken | None:
+    """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app`` (for a fork's
+    pull request, ``fork``, read-only on contents: ``forge/credentials.fork_permissions``).
 
     The minted token goes only into the per-job Secret (owned by the Job). The operator may create and
     delete Secrets but not read them, so a Secret already there (a restart after creating it, before any
@@ -198,15 +202,15 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     outage, retried).
     """
     md, spec = job["metadata"], job["spec"]
-    source = auth_source(spec, trigger.get("spec") or {}, settings.store)
-    credential = job_credential(source, str(spec.get("repository", "")), settings.github)
+    source = trigger_auth_source(trigger.get("spec") or {}, settings.store)
+    credential = job_credential(source, str(spec.get("repository", "")), settings.github, fork)
     if isinstance(credential, SecretRef):
         return JobToken(credential.name, credential.key)
     if not isinstance(credential, Mint):
         return None
     if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
         raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
-    token = forge.mint_job_token(credential.repository)
+    token = forge.mint_job_token(credential.repository, credential.fork)
     name = token_secret_name(md["uid"])
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
     secret = job_token_secret(md["name"], md["uid"], cluster.ns, name, token.value, expires)
@@ -221,8 +225,8 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     except ApiError:
         forge.revoke(token)  # not stored
         raise
-    emit("job_token_minted", job=md["name"], expiresAt=expires)
-    return JobToken(name, TOKEN_SECRET_KEY, token.expires_at)
+    emit("job_token_minted", job=md["name"], expiresAt=expires, fork=credential.fork)
+    return JobToken(name, TOKEN_SECRET_KEY, token.expires_at, digest_of(token.value))
 
 
 def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Checkout | None,
@@ -235,6 +239,29 @@ def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Chec
         git_name=settings.job_git_name, git_email=settings.job_git_email,
         gh_host=gh_host(settings.github.web_url),
         ca_bundle_configmap=settings.github.ca_bundle_configmap)
+
+
+def job_resources(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """The Trigger's ``run.resources``, else the deployment's; with the deployment's ephemeral-storage
+    request and limit wherever they name none, so that no job Pod's disk is unbounded (issue 31)."""
+    chosen = run.get("resources") or {part: dict(q) for part, q in settings.job_resources}
+    resources = {part: dict(chosen.get(part) or {}) for part in ("requests", "limits")}
+    resources["limits"].setdefault(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_limit)
+    # Not above a limit a Trigger set lower (the apiserver would refuse the Pod); without a request of its
+    # own, the apiserver makes the limit the request.
+    limit, request = _bytes(resources["limits"][EPHEMERAL_STORAGE]), settings.job_ephemeral_storage_request
+    wanted = _bytes(request)
+    if EPHEMERAL_STORAGE not in resources["requests"] and limit is not None and wanted is not None and wanted <= limit:
+        resources["requests"][EPHEMERAL_STORAGE] = request
+    return resources
+
+
+def _bytes(quantity: object) -> int | None:
+    """A quantity's bytes, or None for one in a form not parsed here (the apiserver judges it)."""
+    try:
+        return parse_bytes(EPHEMERAL_STORAGE, str(quantity), 0)
+    except ConfigError:
+        return None
 
 
 def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -267,10 +294,12 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         run_as_user=job_pod_uid(),
         github_token=(token.secret, token.key) if token is not None else None,
         active_deadline_seconds=deadline,
-        resources=run.get("resources") or {part: dict(q) for part, q in settings.job_resources},
+        resources=job_resources(settings, run),
         credentials=job_credentials(settings, run),
         models_configmap=settings.job_models_configmap,
         workspace=workspace_inputs(settings, str(spec.get("repository", "")), checkout, moved),
+        workspace_size_limit=(settings.job_workspace_size_limit, settings.job_workspace_limit_bytes),
+        release=settings.release,
     ))
     try:
         created = cluster.api.create(cluster.pods(), manifest)

@@ -16,15 +16,20 @@ from pidispatch import metrics
 from pidispatch.contract import VENUE
 from pidispatch.jobflow.key import KeyRef
 from pidispatch.settings import OperatorSettings
+from pidispatch.store.redact import SecretDigest
 from pidispatch.store.staging import HostRecord, JobDir, stage
 
 log = logging.getLogger("pidispatch.operator")
 
 
-def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: dict[str, Any], job: str) -> HostRecord:
-    """Stage ``ref``'s session for the Job and return its host record (written, not yet synced)."""
+def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: dict[str, Any], job: str, *,
+                  secrets: tuple[SecretDigest, ...] = ()) -> HostRecord:
+    """Stage ``ref``'s session for the Job and return its host record (written, not yet synced).
+
+    ``secrets``: digests of the job's own secrets the operator knows (the App token it minted), kept for
+    the scan before the promotion."""
     record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
-                        pi_version=run.get("piVersion"), model=run.get("model"))
+                        pi_version=run.get("piVersion"), model=run.get("model"), secrets=secrets)
     if not settings.staging_claim:
         log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job)
     began = time.perf_counter()

@@ -24,11 +24,15 @@ from typing import Any
 
 from pidispatch import failpoints
 from pidispatch.events import emit
-from pidispatch.forge.checkout import Unresolvable
+from pidispatch.forge.checkout import Checkout, Unresolvable
+from pidispatch.forge.credentials import SecretRef, job_credential
 from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.forge.head import Head, NoHead
 from pidispatch.jobflow import checkout as checkout_step
+from pidispatch.jobflow.admit import trigger_auth_source
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.key import key_and_reason, lookup_head, needs_head_lookup
+from pidispatch.jobflow.forks import fork_refusal, is_fork
+from pidispatch.jobflow.key import key_and_reason, needs_head_lookup
 from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
 from pidispatch.jobflow.stage import stage_session
 from pidispatch.jobflow.summarize import Refused
@@ -53,6 +57,22 @@ class NotLaunched:
 
     refused: Refused
     staging_used: bool
+
+
+# A head lookup that failed this way says nothing of the pull request (a 404 or a malformed answer does).
+PASSING_LOOKUP_FAILURES = frozenset({NoHead.LOOKUP_TIMEOUT, NoHead.LOOKUP_UNREACHABLE, NoHead.NO_CREDENTIALS})
+
+
+def pull_head(forge: Forge | None, checkout: Checkout | None, job_spec: dict[str, Any]) -> Head | None:
+    """A pull request's head from the forge API: the checkout's answer, else one lookup; ``None`` for an issue,
+    a payload fork (no lookup is needed to say fork) or an operator without a GitHub client."""
+    if job_spec.get("pullRequest") is None or job_spec.get("fork") is True:
+        return None
+    if checkout is not None and checkout.head is not None:
+        return checkout.head
+    if forge is None:
+        return None
+    return forge.pull_head(str(job_spec.get("repository")), int(job_spec["pullRequest"]))
 
 
 def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
@@ -80,8 +100,18 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
                                        "it is not retried. Check that the repository, issue or pull request "
                                        "exists and the App can read it, then re-create the Job."),
                                staging_used=False)
+    head = pull_head(forge, checkout, job["spec"])
+    fork = is_fork(job["spec"], head)
+    refused = fork_refusal(job["spec"], trigger_spec, trigger_auth_source(trigger_spec, settings.store), fork,
+                           isinstance(job_credential(trigger_auth_source(trigger_spec, settings.store), "",
+                                                     settings.github), SecretRef))
+    if refused is not None and head is not None and head.failure in PASSING_LOOKUP_FAILURES:
+        # Not known to be a fork, only unread: a refusal for good would be wrong, so the start is retried.
+        raise GitHubError("GET", "/repos/{owner}/{repo}/pulls/{n}", 0, f"the head was not read ({head.failure})")
+    if refused is not None:  # a fork only the forge API revealed: still no Pod and no token
+        return NotLaunched(refused, staging_used=False)
     try:
-        token = job_token(settings, cluster, forge, job, trigger)
+        token = job_token(settings, cluster, forge, job, trigger, fork)
     except GitHubError as exc:
         if exc.status == 0 or exc.status >= 500:
             raise
@@ -89,19 +119,22 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
                                    f"The GitHub App could not mint an installation token for this job ({exc}); "
                                    "nothing ran. Check the App's installation and permissions (pidispatch "
                                    "doctor), then re-create the Job."), staging_used=False)
-    head = checkout.head if checkout is not None and checkout.head is not None and needs_head_lookup(
-        job["spec"], trigger_spec) else lookup_head(forge, job["spec"], trigger_spec)
-    ref, no_head = key_and_reason(job["spec"], trigger_spec, head)
+    # The key reads the forge's head only for a resume-armed job (spec §1.3): the same answer as above.
+    ref, no_head = key_and_reason(job["spec"], trigger_spec, head if needs_head_lookup(job["spec"], trigger_spec)
+                                  else None)
     if no_head is not None:
         # No refusal and no comment (spec rule 21): the job runs as it would without resume.
         emit("pr_head_unresolved", job=name, reason=no_head.value)
     host = None
     if ref is not None:
-        host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name)
+        host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name,
+                             secrets=(token.digest,) if token is not None and token.digest is not None else ())
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:
         moved = checkout_step.previous_commit(cluster, forge, host, checkout)
+    if fork and job["spec"].get("fork") is not True:  # the runner's prompt says a fork's job cannot push
+        job = {**job, "spec": {**job["spec"], "fork": True}}
     try:
         pod = create_pod(settings, cluster, job, trigger, host, token, checkout, moved)
     except ApiError as exc:

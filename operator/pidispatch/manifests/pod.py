@@ -28,12 +28,15 @@ from pidispatch.contract import (
     ENV_PREVIOUS_COMMIT,
     ENV_RETHREAD,
     ENV_RETHREAD_PCT,
+    ENV_SECRET_NAMES,
     ENV_SESSION_FILE,
     ENV_SUBJECT,
+    ENV_WORKSPACE_LIMIT,
     FORGE_TOKEN_NAMES,
     JOB_LABEL,
     MANAGED_BY,
     MODELS_JSON,
+    RELEASE_LABEL,
     SESSION_FILE,
     SESSION_MOUNT,
     TERMINATION_LOG,
@@ -113,6 +116,11 @@ class PodInputs:
     # A ConfigMap whose models.json is mounted read-only into pi's (writable) agent directory.
     models_configmap: str | None = None
     workspace: WorkspaceInputs = field(default_factory=WorkspaceInputs)
+    # The workspace emptyDir's sizeLimit (a quantity) and the same in bytes (PI_WORKSPACE_LIMIT_BYTES: the
+    # runner refuses a tree larger than this before checking it out); None: unbounded (tests only).
+    workspace_size_limit: tuple[str, int] | None = None
+    # The operator's Helm release (RELEASE_LABEL), so that its uninstall hook deletes its own Pods only.
+    release: str | None = None
 
 
 def pod_name(job_name: str) -> str:
@@ -163,8 +171,12 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     env = {k: v for k, v in p.env.items() if not (p.github_token and k in FORGE_TOKEN_NAMES)
            and k not in p.credentials}
     env.update(workspace_env(p.workspace))
+    if p.credentials:
+        env[ENV_SECRET_NAMES] = ",".join(sorted(p.credentials))
     if p.models_configmap:
         env[ENV_AGENT_DIR] = AGENT_DIR
+    if p.workspace_size_limit is not None:
+        env[ENV_WORKSPACE_LIMIT] = str(p.workspace_size_limit[1])
     if mounted:
         env[ENV_SESSION_FILE] = SESSION_FILE
         env[ENV_HOST_RESUME] = "true" if p.host_resume else "false"
@@ -188,7 +200,8 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
             {"name": "models", "mountPath": f"{AGENT_DIR}/{MODELS_JSON}", "subPath": MODELS_JSON, "readOnly": True}]
     if p.resources:
         container["resources"] = {part: dict(quantities) for part, quantities in p.resources.items() if quantities}
-    volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": {}}]
+    workspace: dict[str, Any] = {"sizeLimit": p.workspace_size_limit[0]} if p.workspace_size_limit else {}
+    volumes: list[dict[str, Any]] = [{"name": "workspace", "emptyDir": workspace}]
     if p.workspace.ca_bundle_configmap:
         container["volumeMounts"].append({"name": "ca-bundle", "mountPath": CA_BUNDLE_DIR, "readOnly": True})
         volumes.append({"name": "ca-bundle", "configMap": {"name": p.workspace.ca_bundle_configmap,
@@ -218,7 +231,8 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "metadata": {
             "name": pod_name(p.job_name),
             "namespace": p.namespace,
-            "labels": {JOB_LABEL: job_label(p.job_name), **MANAGED_BY},
+            "labels": {JOB_LABEL: job_label(p.job_name), **MANAGED_BY,
+                       **({RELEASE_LABEL: p.release} if p.release else {})},
             "ownerReferences": [_owner(p.job_name, p.job_uid)],
         },
         "spec": spec,

@@ -185,12 +185,13 @@ def _last_words(stderr: str) -> str:
 
 def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run: Run = _run,
               sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS,
-              size_limit: int | None = None) -> Result:
+              size_limit: int | None = None, fork: bool = False) -> Result:
     """Clone ``spec`` into ``workspace`` (empty or missing). Raises :class:`CheckoutError`.
 
-    ``size_limit``: the most bytes the checked-out files may take (``None``: no limit).
+    ``size_limit``: the most bytes the checked-out files may take (``None``: no limit). ``fork``: the tree is
+    anyone's text (a fork's pull request), as a read-only checkout always is.
     """
-    untrusted = spec.branch is None  # a fork's pull request: read-only, and anyone's text
+    untrusted = fork or spec.branch is None
     os.makedirs(workspace, exist_ok=True)
     if os.listdir(workspace):
         raise CheckoutError("failed", f"the workspace {workspace} is not empty")

@@ -90,6 +90,9 @@ class Event:
     body: str | None = None
     checkout: CheckoutSpec | None = None  # what the workspace holds (None: no checkout)
     previous: Previous | None = None  # the conversation's last commit, when the checkout is another
+    # A fork's pull request (the Job's spec.fork, which the operator sets when the forge API says so): the
+    # job's token cannot push or write files (app), and the prompt says so.
+    fork: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,7 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
     event = Event(repository=repository, issue=issue, pull_request=pull_request,
                   comment=spec.get("comment") if isinstance(spec.get("comment"), str) else None,
                   sender=_text(spec, "sender"), title=title, body=body, checkout=_checkout(env),
-                  previous=_previous(env))
+                  previous=_previous(env), fork=spec.get("fork") is True and pull_request is not None)
 
     model = _value(env, Env.MODEL)
     if model is not None and not _MODEL.fullmatch(model):

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from pidispatch.contract import TERMINATION_LOG
+from pidispatch.contract import ENV_SECRET_NAMES, FORGE_TOKEN_NAMES, TERMINATION_LOG
 from pidispatch.events import emit, log_to_stderr
 from pidispatch.runner import rethread
 from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
@@ -37,6 +37,7 @@ from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
 from pidispatch.runner.report import Usage, build_report, encode_report, measure_context, new_usage
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.version import VersionError, version_problem
+from pidispatch.store.redact import MAX_SECRETS, as_json, digest_of
 
 MODELS_JSON = "models.json"
 MODELS_JSON_LIMIT = 4 * 1024 * 1024
@@ -50,8 +51,22 @@ class Refused(Exception):
         self.pi_version = pi_version
 
 
+def own_secrets(env: Mapping[str, str]) -> list[dict[str, object]]:
+    """The digests of the job's own secrets (its forge token, its model keys), for the operator's scan before
+    the promotion: lengths and SHA-256 only, never a value, and none of a value too short to be safe
+    (``store/redact.py``)."""
+    names = [*FORGE_TOKEN_NAMES, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
+    found = (digest_of(env[name]) for name in dict.fromkeys(names) if name and env.get(name))
+    return as_json(tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS])
+
+
 def deliver(report: dict[str, Any], termination_log: str) -> str:
-    """Write the report to the termination message file and as the last stdout line; return the text."""
+    """Write the report to the termination message file and as the last stdout line; return the text.
+
+    Every report carries the digests of the job's own secrets (``own_secrets``)."""
+    secrets = own_secrets(os.environ)
+    if secrets:
+        report = {**report, "secrets": secrets}
     text = encode_report(report)
     try:
         with open(termination_log, "w", encoding="utf-8") as sink:
@@ -94,13 +109,18 @@ def prepare(config: RunnerConfig, env: Mapping[str, str]) -> str:
     return version
 
 
+def untrusted(config: RunnerConfig) -> bool:
+    """A fork's pull request, by the operator's word (``spec.fork``) or by its read-only checkout."""
+    return config.event.fork or (config.event.checkout is not None and config.event.checkout.branch is None)
+
+
 def clone(config: RunnerConfig, env: Mapping[str, str]) -> None:
     """Step 5: the workspace at the operator's commit (``checkout``), when the Pod names one."""
     spec = config.event.checkout
     if spec is None:
         return
     began = time.monotonic()
-    result = check_out(spec, config.workspace, env, size_limit=config.workspace_limit)
+    result = check_out(spec, config.workspace, env, size_limit=config.workspace_limit, fork=untrusted(config))
     emit("workspace_checked_out", job=config.job_name, ref=spec.ref, sha=result.head,
          seconds=round(time.monotonic() - began, 3))
 
@@ -157,7 +177,7 @@ def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | 
 def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, final: bytes | None,
           context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> dict[str, Any] | None:
     """The pack turn when the conversation reached the bound; the report's ``rethread`` part, or None."""
-    fork = config.event.checkout is not None and config.event.checkout.branch is None
+    fork = untrusted(config)
     if opened.session_file is None or fork or not rethread.should_pack(config.rethread_pct, context):
         return {"unpacked": True} if unpack is not None else None
     if unpack is not None and final is not None and rethread.should_pack(config.rethread_pct,
@@ -188,7 +208,7 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None,
          rethread=unpack is not None)
-    fork = config.event.checkout is not None and config.event.checkout.branch is None
+    fork = untrusted(config)
     agent_env = agent_git_env(env, config.workspace)
     run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt, untrusted_workspace=fork),
                  config.workspace, agent_env)

@@ -65,14 +65,24 @@ def _subject(event: Event) -> str | None:
            f"{fence(text)}"
 
 
+FORK_CANNOT_PUSH = ("This pull request comes from a fork, so this job cannot push: not to the fork, not to "
+                    "{repository}. Its GitHub token is read-only on the repository's contents (it can comment on "
+                    "the pull request, nothing more), so do not commit for pushing, do not try `git push`, and "
+                    "do not open a pull request. Review it and answer in a comment on the pull request instead.")
+
+
+def _fork(event: Event) -> bool:
+    return event.fork or (event.checkout is not None and event.checkout.branch is None)
+
+
 def _workspace(event: Event) -> str | None:
     """Where the working directory stands: the commit, the branch, and whether it can be pushed."""
     c = event.checkout
     if c is None:
-        return None
-    if c.branch is None:
-        return (f"The working directory is a checkout of this pull request at commit {c.sha} ({c.ref}). It comes "
-                "from a fork: it is read-only, and you cannot push to it. Review it and answer in a comment instead.")
+        return FORK_CANNOT_PUSH.format(repository=event.repository) if _fork(event) else None
+    if c.branch is None or event.fork:
+        return (f"The working directory is a checkout of this pull request at commit {c.sha} ({c.ref}). "
+                + FORK_CANNOT_PUSH.format(repository=event.repository))
     return (f"The working directory is a checkout of {event.repository} at commit {c.sha}, on the branch {c.branch} "
             f"(set up to push to origin {c.branch}). Commit there and push it with `git push`; git already has "
             "the credentials it needs.")
@@ -95,7 +105,7 @@ def _moved(event: Event) -> str | None:
 
 
 def _work_rule(event: Event) -> str:
-    if event.checkout is not None and event.checkout.branch is None:
+    if _fork(event):
         return "Do not push and do not open a pull request: this pull request's branch belongs to a fork."
     if event.pull_request is not None:
         return "Push any changes to this pull request's head branch; do not open another pull request."

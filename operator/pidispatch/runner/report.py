@@ -7,7 +7,8 @@ One JSON object, written to the termination message and printed as the last stdo
      "tokens": {"input", "output", "total", "cost", "calls"},  # only when a session file was kept
      "piVersion": "<what pi --version said>",
      "rethread": {"unpacked": bool, "packed": "agent" | "summary" | null, "detail": str},  # when either ran
-     "outcome": "completed" | "failed" | "aborted" | "refused"}
+     "outcome": "completed" | "failed" | "aborted" | "refused",
+     "secrets": [{"length": int, "sha256": hex}]}  # the job's own secrets, by digest (store/redact.py)
 
 The operator accepts it field by field (`pidispatch.report.parse_report`); everything written here is
 in a shape that parser keeps, and the whole object stays far below the 4096-byte termination message
@@ -150,7 +151,7 @@ def encode_report(report: dict[str, Any]) -> str:
     practice; if it ever would, the optional parts go first and `session` and `outcome` stay.
     """
     text = json.dumps(report, separators=(",", ":"), ensure_ascii=True)
-    for optional in ("tokens", "context", "piVersion", "workspace", "rethread"):
+    for optional in ("tokens", "context", "piVersion", "workspace", "rethread", "secrets"):
         if len(text.encode("utf-8")) < TERMINATION_MESSAGE_LIMIT:
             break
         report = {k: v for k, v in report.items() if k != optional}

@@ -36,8 +36,9 @@ makes its re-run ``locked``, and one that comes later replaces this transcript a
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from pidispatch.events import emit
@@ -46,7 +47,9 @@ from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, handoff, keyguard, lock, sidecars
 from pidispatch.store.fsio import now_ms
-from pidispatch.store.promote import HandoffOf, Names, promote, write_handoff
+from pidispatch.store.promote import HandoffOf, Names, promote, staged_refusal, write_handoff
+from pidispatch.store.redact import SecretDigest
+from pidispatch.store.scanned import Refused, Scan, make_scanned_copy, scanned_dir
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.store.staging import PROMOTION, HostRecord, JobDir, file_digest, staged_uids
 
@@ -58,6 +61,7 @@ def promote_once(
     context: tuple[int, int] | None,
     *,
     job: str | None = None,
+    secrets: Iterable[SecretDigest] = (),
     clock: Callable[[], float] = now_ms,
     seams: Seams = NO_SEAMS,
 ) -> PromotionResult:
@@ -67,9 +71,15 @@ def promote_once(
     a recovery that finds the swap landed finishes the handoff too, so the files beside the transcript are
     always this Job's.
 
-    Seams (for the kill tests): ``journaled`` once the intent is durable, the store's own promotion
-    steps, then ``promoted`` before the result is journaled. Never raises for a store fault (those are
-    ``promote-failed``); a journal that cannot be written raises, and the caller retries later.
+    What is promoted is never the staged copy itself but its scanned copy (``store/scanned.py``): every
+    credential of a common format, and each of the job's own ``secrets`` (known by digest only), redacted.
+    The copy is durable before the journal names it, so no path promotes an unscanned transcript, and the
+    count of hits is journaled with it (``PromotionResult.redacted``).
+
+    Seams (for the kill tests): ``scanned`` once the scanned copy is durable, ``journaled`` once the intent
+    is durable, the store's own promotion steps, then ``promoted`` before the result is journaled. Never
+    raises for a store fault (those are ``promote-failed``); a journal that cannot be written raises, and
+    the caller retries later.
     """
     done = jd.read(PROMOTION)
     if done and done.get("state") == "done":
@@ -80,27 +90,54 @@ def promote_once(
             # bring the deleted conversation back. Nothing is promoted; the next delivery finds no transcript.
             return _finish(jd, PromotionResult(False, R.ABSENT, forgotten=True))
         started = done if done and done.get("state") == "started" else None
+        source = scanned_dir(jd.path)
         if started is not None:
-            recovered = _recover(settings, host.key, started, jd.session, job, clock)
+            recovered = _recover(settings, host.key, started, source if _scanned(started) else jd.session, job,
+                                 clock)
             if recovered is not None:
-                return _finish(jd, recovered)
-        else:
-            started = _intent(settings, jd, host.key)
+                return _finish(jd, replace(recovered, redacted=_redacted(started)))
+            if not _scanned(started):
+                started = None  # an operator before the scan journaled this attempt: nothing landed, scan now
+        if started is None:
+            try:
+                scan = make_scanned_copy(jd.path, jd.session, secrets, max_bytes=settings.max_bytes,
+                                         refusal=lambda st: staged_refusal(settings, st))
+            except Refused as refused:
+                emit("session_promote_skipped", key=host.key, reason=refused.reason)
+                return _finish(jd, PromotionResult(False, refused.reason))
+            except OSError as exc:  # as any store fault: the job does not fail, nothing is promoted
+                emit("session_store_failed", phase="scan", reason=f"{type(exc).__name__}: {exc}")
+                return _finish(jd, PromotionResult(False, R.PROMOTE_FAILED))
+            seams.at("scanned")
+            if scan.redacted:
+                emit("session_redacted", key=host.key, hits=scan.redacted, kinds=scan.kinds)  # counts, never values
+            started = _intent(settings, jd, host.key, scan)
             jd.write(PROMOTION, started)
         seams.at("journaled")
-        result = promote(settings, host.key, jd.session, host_resume=host.resume, venue=host.venue,
+        result = promote(settings, host.key, source, host_resume=host.resume, venue=host.venue,
                          pi_version=host.pi_version, model=host.model, context=context, clock=clock, seams=seams,
                          names=_names(started) or Names.fresh(), handoff_of=_handoff_of(job, started))
         seams.at("promoted")
-        return _finish(jd, result)
+        return _finish(jd, replace(result, redacted=_redacted(started)))
 
 
-def _intent(settings: Settings, jd: JobDir, key: str) -> dict[str, Any]:
-    # Capped: an oversized staged file is refused by ``promote`` without being read, so it is not hashed.
-    digest = file_digest(os.path.join(jd.session, sidecars.TRANSCRIPT), settings.max_bytes)
+def _intent(settings: Settings, jd: JobDir, key: str, scan: Scan) -> dict[str, Any]:
+    # Capped: an oversized file is refused by ``promote`` without being read, so it is not hashed.
+    digest = file_digest(os.path.join(scan.directory, sidecars.TRANSCRIPT), settings.max_bytes)
     names = Names.fresh()
     return {"state": "started", "size": digest[0] if digest else None, "sha256": digest[1] if digest else None,
-            "before": _canonical_identity(settings, key), "temp": names.temp, "lock": names.lock}
+            "before": _canonical_identity(settings, key), "temp": names.temp, "lock": names.lock,
+            "scanned": True, "redacted": scan.redacted, "kinds": scan.kinds}
+
+
+def _scanned(started: dict[str, Any]) -> bool:
+    """The attempt promotes the scanned copy (an operator before the scan journaled none)."""
+    return started.get("scanned") is True
+
+
+def _redacted(started: dict[str, Any] | None) -> int | None:
+    count = (started or {}).get("redacted")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
 def _canonical_identity(settings: Settings, key: str) -> list[int] | None:
@@ -222,7 +259,7 @@ def release_interrupted(settings: Settings, staging_root: str) -> int:
 def _finish(jd: JobDir, result: PromotionResult) -> PromotionResult:
     written = result.handoff
     jd.write(PROMOTION, {"state": "done", "promoted": result.promoted, "reason": result.reason,
-                         "bytes": result.bytes, "forgotten": result.forgotten,
+                         "bytes": result.bytes, "forgotten": result.forgotten, "redacted": result.redacted,
                          "handoff": None if written is None else {"writer": written.writer, "status": written.status,
                                                                   "entries": written.entries}})
     return result
@@ -237,4 +274,4 @@ def _result(done: dict[str, Any]) -> PromotionResult:
                                   h.get("status") if h.get("status") in handoff.STATUSES else None, h["entries"])
     return PromotionResult(done.get("promoted") is True, str(done.get("reason")),
                            size if isinstance(size, int) else None, forgotten=done.get("forgotten") is True,
-                           handoff=written)
+                           handoff=written, redacted=_redacted(done))

@@ -102,6 +102,15 @@ def promote(
         return PromotionResult(False, R.PROMOTE_FAILED)
 
 
+def staged_refusal(settings: Settings, st: os.stat_result | None) -> str | None:
+    """Why promotion would refuse a staged file of this ``stat`` (``absent``, ``too-large``, ...), or ``None``."""
+    try:
+        _check_staged(settings, st)
+    except _Skip as skip:
+        return skip.reason
+    return None
+
+
 def _check_staged(settings: Settings, st: os.stat_result | None) -> None:
     if st is None:
         raise _Skip(R.ABSENT)

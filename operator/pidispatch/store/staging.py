@@ -30,6 +30,7 @@ from pidispatch.events import emit
 from pidispatch.record import HostVerdict
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, handoff, keyguard
+from pidispatch.store.redact import SecretDigest, as_json, parse_digests
 from pidispatch.store.resolve import resolve
 from pidispatch.store.seams import NO_SEAMS, Seams
 
@@ -67,6 +68,9 @@ class HostRecord:
     # The gates refused for a lineage reason and a letter waited: it and the ledger are staged beside the
     # empty transcript, and the job starts a new session from them (``store/handoff.py``).
     rethread: bool = False
+    # The job's own secrets the operator knows by digest (the App token it minted): the scan before the
+    # promotion redacts them (``store/redact.py``). Never a value.
+    secrets: tuple[SecretDigest, ...] = ()
 
     def verdict(self) -> HostVerdict | None:
         """The gate verdict for the record merge, or ``None`` when no session was staged."""
@@ -76,6 +80,7 @@ class HostRecord:
         # The names host.json has always used, so a Job staged by an older operator completes under a newer one.
         fields = asdict(self)
         fields["piVersion"] = fields.pop("pi_version")
+        fields["secrets"] = as_json(self.secrets)
         return fields
 
     @classmethod
@@ -92,6 +97,7 @@ class HostRecord:
             reason=_text(record.get("reason")),
             bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
             rethread=record.get("rethread") is True,
+            secrets=parse_digests(record.get("secrets")),
         )
 
 

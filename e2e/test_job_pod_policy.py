@@ -1,0 +1,220 @@
+"""The chart's ValidatingAdmissionPolicy on the local apiserver (issue 31 item 10): the operator's
+ServiceAccount creates only Pods of the job Pod's shape.
+
+The chart is installed as in ``test_chart_install.py`` (the operator not started); Pods are created with
+the ServiceAccount's identity by impersonation from the admin client, server-side dry-run (admission runs
+in full, nothing is stored). The job-shaped Pod is the operator's own manifest (``manifests/pod.py``);
+each refused one is that Pod with one thing changed. The real operator's job Pods pass the policy in
+every operator e2e test (it is on by default); ``test_operator_limits.py`` shows a Trigger naming a
+Secret the policy does not allow failing its Job ``PodRefused``.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Cluster
+from e2e.kube import ApiError, Kube, wait_for
+from e2e.test_chart_install import FULLNAME, RELEASE, fresh_namespace, helm, install
+from pidispatch.contract import CONTAINER
+from pidispatch.forge.credentials import token_secret_name
+from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod
+from pidispatch.store.staging import session_subpath
+
+pytestmark = pytest.mark.e2e
+
+STAGING = f"{FULLNAME}-staging"
+TOKEN_SECRET = "gh-token"  # github.token.secretName
+MODEL_SECRET = "model-keys"  # job.credentials
+CA_CONFIGMAP = "forge-ca"
+POLICY_DENIED = "denied request"
+
+
+@pytest.fixture(scope="module")
+def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    home: Path = tmp_path_factory.mktemp("helm-home")
+    ns = fresh_namespace(kube, "pod-policy")  # no Pod Security label: only the policy refuses here
+    try:
+        install(cluster, home, ns, "--set", "github.authSource=pat", "--set", f"github.token.secretName={TOKEN_SECRET}",
+                "--set", f"github.caBundle.configMap={CA_CONFIGMAP}",
+                "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}')
+        # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
+        wait_for("the policy in force", lambda: refuses(cluster, ns), timeout=30)
+        yield ns
+    finally:
+        helm(cluster, home, "uninstall", RELEASE, "--namespace", ns, check=False)
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
+
+
+def operator_client(cluster: Cluster, namespace: str) -> Kube:
+    """The admin's credentials acting as the operator's ServiceAccount (Impersonate-User)."""
+    kube = cluster.kube()
+    kube.session.headers["Impersonate-User"] = f"system:serviceaccount:{namespace}:{FULLNAME}"
+    return kube
+
+
+def refuses(cluster: Cluster, namespace: str) -> bool:
+    pod = job_shaped(namespace, str(uuid.uuid4()))
+    _host_path(pod)
+    try:
+        create(operator_client(cluster, namespace), pod)
+    except ApiError as exc:
+        if exc.status == 403:
+            return True
+        raise
+    return False
+
+
+def job_shaped(namespace: str, uid: str, **extra: Any) -> dict[str, Any]:
+    """The operator's own job Pod manifest: token Secret, model key, CA bundle, session mount, size limit."""
+    return job_pod(PodInputs(
+        job_name=f"job-{uid[:8]}", job_uid=uid, namespace=namespace, image="ghcr.io/pi-dispatch/job:test",
+        command=["pidispatch", "runner"], staging_claim=STAGING, session_subpath=session_subpath(uid),
+        github_token=(token_secret_name(uid), "token"), credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")},
+        resources={"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "12Gi"}},
+        workspace=WorkspaceInputs(ca_bundle_configmap=CA_CONFIGMAP), workspace_size_limit=("10Gi", 10 * 2**30),
+        release=RELEASE, **extra))
+
+
+def create(kube: Kube, pod: dict[str, Any]) -> Any:
+    return kube.create(f"/api/v1/namespaces/{pod['metadata']['namespace']}/pods", pod, dryRun="All")
+
+
+def container(pod: dict[str, Any]) -> dict[str, Any]:
+    [c] = [c for c in pod["spec"]["containers"] if c["name"] == CONTAINER]
+    return c
+
+
+def _host_path(pod: dict[str, Any]) -> None:
+    pod["spec"]["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    container(pod)["volumeMounts"].append({"name": "host", "mountPath": "/host"})
+
+
+def _other_secret_env(pod: dict[str, Any]) -> None:
+    container(pod)["env"].append({"name": "STOLEN", "valueFrom": {"secretKeyRef": {"name": "other", "key": "k"}}})
+
+
+def _another_jobs_token(pod: dict[str, Any]) -> None:
+    container(pod)["env"].append({"name": "STOLEN", "valueFrom": {
+        "secretKeyRef": {"name": token_secret_name(str(uuid.uuid4())), "key": "token"}}})
+
+
+def _secret_volume(pod: dict[str, Any]) -> None:
+    pod["spec"]["volumes"].append({"name": "s", "secret": {"secretName": TOKEN_SECRET}})
+
+
+def _privileged(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"].update({"privileged": True, "allowPrivilegeEscalation": True})
+
+
+def _escalation(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["allowPrivilegeEscalation"] = True
+
+
+def _capability(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["capabilities"] = {"drop": ["ALL"], "add": ["NET_RAW"]}
+
+
+def _root(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"].update({"runAsNonRoot": False, "runAsUser": 0})
+
+
+def _unconfined(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+
+def _whole_claim(pod: dict[str, Any]) -> None:
+    [mount] = [m for m in container(pod)["volumeMounts"] if m["name"] == "session"]
+    del mount["subPath"]
+
+
+def _other_jobs_session(pod: dict[str, Any]) -> None:
+    [mount] = [m for m in container(pod)["volumeMounts"] if m["name"] == "session"]
+    mount["subPath"] = session_subpath(str(uuid.uuid4()))
+
+
+def _other_claim(pod: dict[str, Any]) -> None:
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "session"]
+    volume["persistentVolumeClaim"]["claimName"] = f"{FULLNAME}-sessions"
+
+
+def _service_account_token(pod: dict[str, Any]) -> None:
+    pod["spec"]["automountServiceAccountToken"] = True
+
+
+def _no_owner(pod: dict[str, Any]) -> None:
+    del pod["metadata"]["ownerReferences"]
+
+
+def _env_from(pod: dict[str, Any]) -> None:
+    container(pod)["envFrom"] = [{"secretRef": {"name": MODEL_SECRET}}]
+
+
+def _host_network(pod: dict[str, Any]) -> None:
+    pod["spec"]["hostNetwork"] = True
+
+
+REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("a hostPath volume", _host_path, "no hostPath"),
+    ("the host's network", _host_network, "no hostPath, host network"),
+    ("another Secret by secretKeyRef", _other_secret_env, "reads only its own token Secret"),
+    ("another Job's token Secret", _another_jobs_token, "reads only its own token Secret"),
+    ("a Secret volume", _secret_volume, "mounts only emptyDirs"),
+    ("a whole Secret by envFrom", _env_from, "no envFrom"),
+    ("a privileged container", _privileged, "runs restricted"),
+    ("privilege escalation", _escalation, "runs restricted"),
+    ("an added capability", _capability, "runs restricted"),
+    ("root", _root, "runs restricted"),
+    ("an unconfined seccomp profile", _unconfined, "runs restricted"),
+    ("the whole staging claim", _whole_claim, "only at its own Job's <uid>/session subPath"),
+    ("another Job's session", _other_jobs_session, "only at its own Job's <uid>/session subPath"),
+    ("the store claim", _other_claim, "mounts only emptyDirs"),
+    ("a ServiceAccount token", _service_account_token, "no ServiceAccount token"),
+    ("no Job owning it", _no_owner, "only job Pods"),
+]
+
+
+def test_the_policy_type_checks_clean(kube: Kube, namespace: str) -> None:
+    path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{FULLNAME}-{namespace}"
+    generation = kube.get(path)["metadata"]["generation"]
+    status = wait_for("the policy type-checked", lambda: (
+        s if (s := kube.get(path).get("status") or {}).get("observedGeneration") == generation else None), timeout=30)
+    assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
+
+
+def test_the_operators_job_pod_is_allowed(cluster: Cluster, namespace: str) -> None:
+    pod = job_shaped(namespace, str(uuid.uuid4()))
+    created = create(operator_client(cluster, namespace), pod)
+    assert created["metadata"]["name"] == pod["metadata"]["name"]
+    assert {v["name"] for v in created["spec"]["volumes"]} == {"workspace", "ca-bundle", "session"}
+
+
+def test_a_job_pod_without_a_session_or_checkout_is_allowed(cluster: Cluster, namespace: str) -> None:
+    uid = str(uuid.uuid4())
+    pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image="job:test",
+                            command=["pidispatch", "runner"]))
+    create(operator_client(cluster, namespace), pod)
+
+
+@pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in REFUSED], ids=[i for i, _, _ in REFUSED])
+def test_a_pod_outside_the_job_shape_is_refused_with_the_policys_message(
+        cluster: Cluster, namespace: str, change: Callable[[dict[str, Any]], None], message: str) -> None:
+    pod = job_shaped(namespace, str(uuid.uuid4()))
+    change(pod)
+    with pytest.raises(ApiError) as refused:
+        create(operator_client(cluster, namespace), pod)
+    assert refused.value.status in (403, 422), refused.value.body
+    text = refused.value.message
+    assert f"ValidatingAdmissionPolicy '{FULLNAME}-{namespace}'" in text and message in text, text
+
+
+def test_the_policy_binds_the_operator_only(cluster: Cluster, kube: Kube, namespace: str) -> None:
+    pod = job_shaped(namespace, str(uuid.uuid4()))
+    _host_path(pod)
+    create(kube, copy.deepcopy(pod))  # the admin (not the operator) is not held to the job Pod's shape

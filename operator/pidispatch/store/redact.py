@@ -1,0 +1,209 @@
+"""Find and redact credentials in what the store is about to keep (issue 31 item 5), pure and over bytes.
+
+Two kinds of hit:
+
+* **common formats**: GitHub tokens of every prefix, AWS access key ids, Google API keys, OpenAI and
+  Anthropic keys, Slack tokens, private-key PEM blocks, and the value of an ``Authorization:`` header;
+* **the job's own secrets**: its forge token and model keys. The operator never reads those values (it
+  may not read the job's Secrets); it knows each one only as a :class:`SecretDigest` (the length and a
+  SHA-256 the runner reported, or the operator computed for the App token it minted), and looks for them
+  by hashing each run of token characters of one of those lengths.
+
+The scan is one pass per format, each a compiled pattern that begins with a literal (``re`` skips through
+such a pattern at memchr speed; one alternation of them all was 20x slower, ``bench/redact.py``), plus one
+pass over runs of token characters when the job has secrets; only a run of a secret's exact length is
+hashed. Each hit is replaced by ``[REDACTED:<kind>]``, which holds no character JSON escapes, so a
+transcript line that was valid JSON stays valid JSON with the same structure: no pattern matches a quote
+or a backslash that is not part of an escape, so a hit never leaves the string it sits in (an
+``Authorization`` header written as a JSON key keeps its key; only the value is replaced).
+
+A value that is JSON-escaped in the file is found as it stands there: a PEM block's newlines are the two
+characters ``\\n`` inside a transcript line, and a token right after an escape (``\\n``, ``\\t``,
+``\\u0020``) is not glued to the escape's letter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# The SHA-256 is over this prefix and the value: a digest of a secret that is only ever used here, never
+# one that matches a digest published elsewhere for the same value.
+DIGEST_DOMAIN = b"pi-dispatch secret v1\x00"
+# A secret shorter than this is not reported by digest (a short value's digest could be brute-forced
+# from the Pod's termination message, which namespace readers see) and not searched for.
+SECRET_MIN_LENGTH = 20
+SECRET_MAX_LENGTH = 512
+# The characters of a token as the job's secrets are searched for: a value with others is not reported.
+SECRET_CHARS = re.compile(rb"[A-Za-z0-9_-]+")
+
+KINDS = ("github-token", "aws-access-key-id", "google-api-key", "anthropic-key", "openai-key", "slack-token",
+         "private-key", "authorization-header", "job-secret")
+
+
+@dataclass(frozen=True)
+class SecretDigest:
+    """One of the job's own secret values, as the operator may know it: its length and its digest (hex)."""
+
+    length: int
+    sha256: str
+
+
+def digest_of(value: str | bytes) -> SecretDigest | None:
+    """The :class:`SecretDigest` of ``value``; ``None`` for a value the scan cannot look for (too short,
+    too long, or with characters outside ``[A-Za-z0-9_-]``), which is then not reported at all."""
+    raw = value.encode() if isinstance(value, str) else value
+    if not SECRET_MIN_LENGTH <= len(raw) <= SECRET_MAX_LENGTH or not SECRET_CHARS.fullmatch(raw):
+        return None
+    return SecretDigest(len(raw), hashlib.sha256(DIGEST_DOMAIN + raw).hexdigest())
+
+
+MAX_SECRETS = 16
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def parse_digests(value: object) -> tuple[SecretDigest, ...]:
+    """Digests as the runner's report or a host record carries them (``[{"length", "sha256"}]``), each
+    accepted only in that exact shape; at most :data:`MAX_SECRETS`."""
+    found: list[SecretDigest] = []
+    for item in value[:MAX_SECRETS] if isinstance(value, list) else []:
+        length = item.get("length") if isinstance(item, dict) else None
+        digest = item.get("sha256") if isinstance(item, dict) else None
+        if (isinstance(length, int) and not isinstance(length, bool)
+                and SECRET_MIN_LENGTH <= length <= SECRET_MAX_LENGTH
+                and isinstance(digest, str) and _HEX64.fullmatch(digest)):
+            found.append(SecretDigest(length, digest))
+    return tuple(dict.fromkeys(found))
+
+
+def as_json(digests: tuple[SecretDigest, ...]) -> list[dict[str, object]]:
+    return [{"length": d.length, "sha256": d.sha256} for d in digests]
+
+
+@dataclass
+class Redacted:
+    """The scan's result: the bytes with every hit replaced, and how many hits of each kind."""
+
+    data: bytes
+    kinds: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def hits(self) -> int:
+        return sum(self.kinds.values())
+
+
+_TOKEN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+_END = rb"(?![A-Za-z0-9_-])"
+
+# Each format begins with a literal, so the engine skips ahead quickly; the start boundary is checked in
+# Python on the few matches (a lookbehind here would be tried at every byte and cost ten times as much).
+_FORMATS: tuple[tuple[str, bytes], ...] = (
+    ("github-token", rb"gh[pousr]_[A-Za-z0-9]{36,251}" + _END + rb"|github_pat_[A-Za-z0-9_]{22,244}" + _END),
+    ("aws-access-key-id", rb"(?:AKIA|ASIA)[A-Z0-9]{16}" + _END),
+    ("google-api-key", rb"AIza[0-9A-Za-z_-]{35}" + _END),
+    ("anthropic-key", rb"sk-ant-[A-Za-z0-9_-]{20,}"),
+    ("openai-key", rb"sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
+    ("slack-token", rb"xox[abposre]-[A-Za-z0-9-]{10,}"),
+    # Raw newlines in a file, the two characters ``\n`` inside a JSON string; a block cut short (no END
+    # line) is redacted to the end of its base64. A raw newline counts only when the block goes on after
+    # it, so a torn transcript line is never joined to the next one.
+    ("private-key", rb"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+                    rb"(?:[A-Za-z0-9+/=:,. \t]|\r?\n(?=[A-Za-z0-9+/=-])|\\[nrt/]|-(?!----)){0,65536}"
+                    rb"(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----)?"),
+    # Only the value is redacted: the header's name stays, so a reader sees what was there.
+    ("authorization-header", rb"(?i:authorization(?:\\?[\"'])?\s{0,8}[:=]\s{0,8}(?:\\?[\"'])?(?:bearer|token|basic))"
+                             rb"(?:\s|\\[nrt]){1,8}(?P<auth>[A-Za-z0-9._~+/=-]{8,4096})"),
+)
+_SECRET_KINDS = {"openai-key", "anthropic-key"}
+_NEEDS_START = {"aws-access-key-id", "google-api-key", "anthropic-key", "openai-key", "slack-token"}
+# One compiled pattern per format, each searched on its own: a pattern that begins with a literal is skipped
+# through at memchr speed, while one alternation of them all is tried at every byte (measured: 20x slower).
+_COMPILED = tuple((kind, re.compile(body)) for kind, body in _FORMATS)
+# A run of token characters (a candidate for one of the job's secrets, judged by its length, then digest).
+_RUN = re.compile(rb"[A-Za-z0-9_-]{%d,}" % SECRET_MIN_LENGTH)
+
+
+def _clean_start(data: bytes, start: int) -> bool:
+    """Nothing glued before ``start``: no token character, or one that ends a JSON escape (``\\n``, ``\\u0041``)."""
+    if start == 0 or data[start - 1] not in _TOKEN_BYTES:
+        return True
+    return _escape_length(data, start) > 0
+
+
+def _escape_length(data: bytes, start: int) -> int:
+    """How many token characters before ``start`` belong to a JSON escape (1 for ``\\n``, 5 for ``\\uXXXX``)."""
+    if start >= 2 and data[start - 2] == 0x5C and data[start - 1] in b"nrtbf":
+        return 1
+    if start >= 6 and data[start - 6] == 0x5C and data[start - 5] == 0x75 and all(c in _HEX for c in
+                                                                                   data[start - 4:start]):
+        return 5
+    return 0
+
+
+def _cuts(data: bytes, start: int, run: bytes) -> tuple[int, ...]:
+    """Where a secret may begin in a run: at its start, or after the letters of a JSON escape it begins with."""
+    if start == 0 or data[start - 1] != 0x5C:
+        return (0,)
+    if run[:1] in (b"n", b"r", b"t", b"b", b"f"):
+        return (0, 1)
+    if run[:1] == b"u" and len(run) > 5 and all(c in _HEX for c in run[1:5]):
+        return (0, 5)
+    return (0,)
+
+
+def _plausible_key(value: bytes) -> bool:
+    """An ``sk-`` match is a key only when its body mixes letters and digits (``sk-learn-...`` slugs do not)."""
+    return (any(48 <= c <= 57 for c in value) and any(65 <= c <= 90 for c in value)
+            and any(97 <= c <= 122 for c in value))
+
+
+def marker(kind: str) -> bytes:
+    """What replaces a hit: no quote, backslash or control character, so JSON needs no escaping for it."""
+    return b"[REDACTED:" + kind.encode() + b"]"
+
+
+def redact(data: bytes, secrets: Iterable[SecretDigest] = ()) -> Redacted:
+    """``data`` with every credential replaced by :func:`marker`, and the count of each kind.
+
+    Idempotent: the result holds no hit, so scanning it again changes nothing. Hits that overlap (a token
+    inside an ``Authorization:`` header) count once, as the one that starts first.
+    """
+    wanted = {(s.length, s.sha256) for s in secrets if SECRET_MIN_LENGTH <= s.length <= SECRET_MAX_LENGTH}
+    hits: list[tuple[int, int, int, bytes, str]] = []  # start, -end, order, replacement, kind
+    for order, (kind, pattern) in enumerate(_COMPILED):
+        for m in pattern.finditer(data):
+            if kind in _NEEDS_START and not _clean_start(data, m.start()):
+                continue
+            if kind in _SECRET_KINDS and not _plausible_key(m.group(0)):
+                continue
+            keep = data[m.start():m.start("auth")] if kind == "authorization-header" else b""
+            hits.append((m.start(), -m.end(), order, keep + marker(kind), kind))
+    if wanted:
+        lengths = {n for n, _ in wanted}
+        longest = max(lengths)
+        for m in _RUN.finditer(data):
+            run = m.group(0)
+            if len(run) > longest + 5:
+                continue
+            for cut in _cuts(data, m.start(), run):
+                rest = run[cut:]
+                if len(rest) in lengths and (len(rest), hashlib.sha256(DIGEST_DOMAIN + rest).hexdigest()) in wanted:
+                    hits.append((m.start() + cut, -m.end(), len(_COMPILED), marker("job-secret"), "job-secret"))
+                    break
+    if not hits:
+        return Redacted(data)
+    hits.sort()
+    kinds: Counter[str] = Counter()
+    pieces, at = [], 0
+    for start, neg_end, _, replacement, kind in hits:
+        if start < at:
+            continue  # inside a hit already redacted
+        pieces += [data[at:start], replacement]
+        at = -neg_end
+        kinds[kind] += 1
+    pieces.append(data[at:])
+    return Redacted(b"".join(pieces), kinds)
