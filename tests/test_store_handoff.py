@@ -235,6 +235,27 @@ def sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+TOKEN = "ghs_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zA0b1"
+
+
+@pytest.mark.parametrize("split", ["\x1b[0m", "\x00", "\x7f", "\x9b1m", "\ud800"],
+                         ids=["an ANSI escape", "NUL", "DEL", "an 8-bit CSI", "a lone surrogate"])
+def test_a_credential_split_by_what_the_rendering_removes_is_still_redacted(store: Store, split: str) -> None:
+    """The scan before the promotion sees the text as it will be rendered: removing a control character
+    after the scan would join the two halves of a token into one the scan never saw."""
+    planted = TOKEN[:10] + split + TOKEN[10:]
+    data = raw("split")
+    data["letter"]["watchOut"] = f"the token {planted} is in the env"
+    data["entry"]["commands"] = f"export GH_TOKEN={planted}"
+    jd = job_dir(store, "u1", OLD, None, resume=False)
+    Path(jd.session, "handoff.json").write_text(json.dumps(data))
+    result = promote_once(settings(store), jd, host(False, "absent"), None, job="job-split")
+    assert result.promoted and result.handoff.writer == "agent"
+    for name in ("letter.md", "ledger.md"):
+        text = (store.key_dir() / name).read_text()
+        assert TOKEN not in text and "[REDACTED:github-token]" in text, name
+
+
 def test_promotion_writes_the_handoff_for_the_transcript_it_swapped_in(store: Store) -> None:
     jd = job_dir(store, "u1", OLD, raw("one"), resume=False)
     result = promote_once(settings(store), jd, host(False, "absent"), None, job="job-one")

@@ -168,9 +168,12 @@ def _scan_handoff(stage_dir: str, dir_fd: int, secrets: tuple[SecretDigest, ...]
 
 def _scan_value(value: Any, secrets: tuple[SecretDigest, ...], kinds: Counter[str]) -> Any:
     if isinstance(value, str):
-        result = redact(value.encode("utf-8", "surrogatepass"), secrets)
+        # Scanned as it will be rendered: what the rendering removes (a control character, an escape sequence,
+        # a lone surrogate) could otherwise split a token here and join it in the letter (handoff.clean).
+        value = handoff.clean(value)
+        result = redact(value.encode("utf-8"), secrets)
         kinds.update(result.kinds)
-        return result.data.decode("utf-8", "surrogatepass") if result.hits else value
+        return result.data.decode("utf-8") if result.hits else value
     if isinstance(value, dict):
         return {k: _scan_value(v, secrets, kinds) for k, v in value.items()}
     if isinstance(value, list):
