@@ -155,7 +155,8 @@ def test_pack_at_the_bound_then_unpack_after_context_too_full(release: Release, 
                 "Main risk: the re-entrant lock", usage=LOW)
     third, seen3 = deliver(release, model, issue, "@pi D3-please finish it")
     assert third["status"]["session"] == {"resumed": False, "reason": "context-too-full",
-                                          "bytes": third["status"]["session"]["bytes"], "rethreaded": True}
+                                          "bytes": third["status"]["session"]["bytes"], "rethreaded": True,
+                                          "redacted": 0}
     assert len(seen3) == 1
     opening = words(seen3[0])
     assert "T1: the cache race is understood" in opening and "T1-goal: fix the flaky cache test" in opening
