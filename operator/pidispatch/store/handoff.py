@@ -15,11 +15,11 @@ Two files in the key directory, next to ``current.jsonl``:
 The agent supplies only field text (``handoff.json`` in its ``/session``, written by the runner); the
 operator renders every heading and every line of metadata, and escapes the agent's text so it cannot
 forge either: control characters and terminal escapes are removed, every line ending becomes ``\\n``, and
-a line that Markdown would read as a heading, a setext underline, a rule or a raw HTML block is escaped.
-Both caps are on the rendered UTF-8 bytes: a letter or an entry over its cap is cut, field by field, with
-a visible marker, and still handed out (a letter over the read cap would never be). Both files are read
-and written as every file of the store is: through the key directory's no-follow descriptor, regular files
-only, size-capped, replaced by temp and rename.
+a line that Markdown would read as a heading, a setext underline, a rule, a code fence or a raw HTML
+block is escaped. Both caps are on the rendered UTF-8 bytes: a letter or an entry over its cap is cut,
+field by field, with a visible marker, and still handed out (a letter over the read cap would never be).
+Both files are read and written as every file of the store is: through the key directory's no-follow
+descriptor, regular files only, size-capped, replaced by temp and rename.
 """
 
 from __future__ import annotations
