@@ -33,8 +33,9 @@ Case is kept: ``@PI`` is not ``@pi``, as before.
 
 from __future__ import annotations
 
-import bisect
 import re
+
+from pidispatch.receiver.inline import Elements, may_hide_what_follows, shown
 
 _BOUNDARY_BEFORE = frozenset("@.-/")
 _BOUNDARY_AFTER = frozenset("-/@")
@@ -62,20 +63,23 @@ def _indent_columns(line: str) -> int:
 def _without_container_markers(line: str) -> str | None:
     """The line after its indentation and any list markers (``-``, ``*``, ``+``, ``1.``, ``1)``), or
     ``None`` when a list item begins with indented code (five columns or more after its marker)."""
-    at, size = 0, len(line)
+    at, size, column = 0, len(line), 0
     while True:  # indexes, not slices: a line of a million "- " stays linear
-        start = at
+        start, start_column = at, column
         while at < size and line[at] in " \t":
+            column += 1 if line[at] == " " else 4 - column % 4  # a tab runs to the next multiple of four
             at += 1
-        if start and at < size and _indent_columns(line[start:at]) >= 5:
+        if start and at < size and column - start_column >= 5:
             return None
         if at + 1 < size and line[at] in "-+*" and line[at + 1] in " \t":
             at += 1
+            column += 1
             continue
         digits = at
         while digits < size and digits - at < 9 and line[digits] in "0123456789":
             digits += 1
         if at < digits and digits + 1 < size and line[digits] in ".)" and line[digits + 1] in " \t":
+            column += digits + 1 - at
             at = digits + 1
             continue
         return line[at:]
@@ -117,22 +121,79 @@ def _raw_block_end(content: str) -> tuple[str, str] | None:
     return None
 
 
+# CommonMark's HTML blocks 1 (ended by a line holding one of the closers), 6 and 7 (ended by a blank line).
+_RAW_TEXT_BLOCK = re.compile(r"<(?:pre|script|style|textarea)(?:[ \t>]|$)", re.IGNORECASE)
+_RAW_TEXT_END = re.compile(r"</(?:pre|script|style|textarea)>", re.IGNORECASE)
+_BLOCK_TAG = re.compile(
+    r"</?(?:address|article|aside|base|basefont|blockquote|body|caption|center|col|colgroup|dd|details|dialog"
+    r"|dir|div|dl|dt|fieldset|figcaption|figure|footer|form|frame|frameset|h[1-6]|head|header|hr|html|iframe"
+    r"|legend|li|link|main|menu|menuitem|nav|noframes|ol|optgroup|option|p|param|search|section|summary"
+    r"|table|tbody|td|tfoot|th|thead|title|tr|track|ul)(?:[ \t>]|/>|$)", re.IGNORECASE)
+_ATTRIBUTE = r"""[ \t]+[A-Za-z_:][A-Za-z0-9_.:-]*(?:[ \t]*=[ \t]*(?:[^ \t"'=<>`]+|'[^']*'|"[^"]*"))?"""
+_LONE_TAG = re.compile(rf"(?:<[A-Za-z][A-Za-z0-9-]*(?:{_ATTRIBUTE})*[ \t]*/?>|</[A-Za-z][A-Za-z0-9-]*[ \t]*>)"
+                       r"[ \t]*$")
+_ATX_HEADING = re.compile(r"#{1,6}(?:[ \t]|$)")
+_THEMATIC_BREAK = re.compile(r"(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")
+# A line that may underline a setext heading, or be a table's delimiter row, under the paragraph above.
+_UNDERLINE = re.compile(r"(?:=+|-+)[ \t]*$")
+_DELIMITER_ROW = re.compile(r"[|:\- \t]*(?:\|[|:\- \t]*-|-[|:\- \t]*\|)[|:\- \t]*$")
+_EMPTY_ITEM = re.compile(r"[ \t]{0,3}(?:[-+*]|[0-9]{1,9}[.)])[ \t]*$")
+_LIST_MARKER = re.compile(r"([0-9]{1,9})[.)]")
+
+
+class _Paragraph:
+    """The lines of one paragraph as read so far, and whether it is dropped whole (``poisoned``).
+
+    A paragraph is poisoned when a line makes its reading uncertain: a setext underline or table
+    delimiter row (a heading or a table, whose cells and following lines read otherwise), or a line
+    that would begin an HTML block if it did not continue a paragraph. Its lines are still read for
+    the blocks that outlive a paragraph (fences, comments), so that what follows reads as cmark reads it.
+    """
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.poisoned = False
+
+    def __bool__(self) -> bool:
+        return bool(self.lines)
+
+
 def prose_paragraphs(text: str) -> list[str]:
-    """The paragraphs of ``text`` GitHub renders as prose: no code blocks, quotes or HTML comment blocks."""
+    """The paragraphs of ``text`` GitHub renders as prose, in order: no code, quotes, HTML blocks or link
+    reference definitions. Text that may open an ``<a>``, ``<code>`` or ``<pre>`` whose end the matcher
+    cannot see (in a quote or HTML block it drops) ends the list: everything after it may be inside."""
     paragraphs: list[str] = []
-    current: list[str] = []
+    current = _Paragraph()
     fence: tuple[str, int] | None = None
-    raw_until: str | None = None  # in an HTML comment, declaration or instruction block: its end
+    raw_until: str | re.Pattern[str] | None = None  # in an HTML block ended by a string or a closing tag
+    html_block = False  # in an HTML block ended by a blank line (6 or 7)
     quoted = False  # the previous line was quoted: a non-blank line right after continues the quote
+    after_underline = False  # the line before ended a heading or may be a table's: an indented line is code
+    ended = False  # something may be open to the end: nothing more is prose
+
+    def drop(dropped: str) -> None:
+        nonlocal ended
+        if may_hide_what_follows(dropped):
+            ended = True
 
     def flush() -> None:
+        nonlocal current
         if current:
-            paragraphs.append("\n".join(current))
-            current.clear()
+            joined = "\n".join(current.lines)
+            definition = "]:" in joined and any(
+                (_without_container_markers(line) or "").startswith("[") for line in current.lines)
+            if current.poisoned or definition or ended:
+                drop(joined)
+            else:
+                paragraphs.append(joined)
+        current = _Paragraph()
 
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if ended:
+            break
         if raw_until is not None:
-            if raw_until in line:
+            drop(line)
+            if raw_until.search(line) if isinstance(raw_until, re.Pattern) else raw_until in line:
                 raw_until = None
             continue
         if fence is not None:
@@ -141,16 +202,46 @@ def prose_paragraphs(text: str) -> list[str]:
             continue
         if not line.strip(" \t"):
             flush()
-            quoted = False
+            quoted = html_block = after_underline = False
+            continue
+        if html_block:
+            drop(line)
             continue
         if _indent_columns(line) >= 4 and not quoted:
-            if current:
-                current.append(line)  # four columns continue a paragraph: nothing can interrupt it
-            continue  # otherwise, indented code
+            if current and not after_underline:
+                # Four columns continue a paragraph, unless the paragraph is in a list item and the line
+                # begins a block at the item's own indentation (not tracked): read both ways, hidden.
+                inner = line.lstrip(" \t")
+                if _fence_opening(inner) or _raw_block_end(inner) or _RAW_TEXT_BLOCK.match(inner):
+                    ended = True  # a block that blank lines do not end: hidden to the end
+                elif inner.startswith(("<", ">", "#")) or _without_container_markers(inner) != inner:
+                    current.poisoned = True
+                current.lines.append(line)
+            elif current:
+                current.poisoned = True  # code under a heading or a table, or the paragraph's own text
+            else:
+                drop(line)  # indented code, or a list item's paragraph read at the item's indentation
+            continue
+        stripped = line.lstrip(" \t")
+        if _THEMATIC_BREAK.match(stripped) and not (current and _UNDERLINE.match(stripped)):
+            flush()
+            after_underline = True
+            continue
+        after_underline = False
+        if not current and _EMPTY_ITEM.match(line):
+            continue  # an empty list item: the indented line after it is its code
         content = _without_container_markers(line)
         if content is None:
             flush()
+            drop(line)
             continue  # a list item's indented code
+        if current and len(content) < len(stripped):
+            # A list item: a bullet or "1." ends the paragraph above; another number may or may not.
+            marker = _LIST_MARKER.match(stripped)
+            if marker and marker.group(1).lstrip("0") not in ("", "1"):
+                current.poisoned = True
+            else:
+                flush()
         opening = _fence_opening(content)
         if opening is not None:
             flush()
@@ -158,6 +249,7 @@ def prose_paragraphs(text: str) -> list[str]:
             continue
         if content.startswith(">") or quoted:
             flush()
+            drop(line)
             quoted = True
             continue
         ends = _raw_block_end(content)
@@ -166,81 +258,32 @@ def prose_paragraphs(text: str) -> list[str]:
             # Searched for after the whole opener: "<!-->" reads as unclosed, the safe side.
             opener, end = ends
             raw_until = end if end not in content[len(opener):] else None
+            closing = content.rfind(end)
+            # A comment's text is never markup; what follows its end on the line is.
+            drop(content[closing:] if opener == COMMENT_OPEN and closing >= 0 else content)
             continue
-        current.append(line)
+        if _RAW_TEXT_BLOCK.match(content):
+            flush()
+            drop(content)
+            raw_until = None if _RAW_TEXT_END.search(content) else _RAW_TEXT_END
+            continue
+        if _BLOCK_TAG.match(content) or (_LONE_TAG.match(content) and not current):
+            flush()
+            drop(content)
+            html_block = True
+            continue
+        if _ATX_HEADING.match(content):
+            flush()
+            current.lines.append(content)
+            flush()
+            after_underline = True
+            continue
+        if current and (_LONE_TAG.match(content) or _UNDERLINE.match(stripped) or _DELIMITER_ROW.match(stripped)):
+            current.poisoned = True
+            after_underline = True
+        current.lines.append(line)
     flush()
     return paragraphs
-
-
-def without_code_spans(paragraph: str) -> str:
-    """``paragraph`` with each code span and inline HTML comment replaced by a space.
-
-    Left to right, whichever begins first wins, as in CommonMark: a run of backticks opens a span
-    closed by the next run of the same length (a run without one is literal); ``<!--`` opens a
-    comment closed by the next ``-->`` (an unclosed one hides the rest of the paragraph).
-    """
-    runs: list[tuple[int, int]] = []  # (start, length) of every backtick run, in order
-    escaped: set[int] = set()  # runs whose first backtick a backslash escapes: it opens nothing
-    at = paragraph.find("`")
-    while at >= 0:
-        end = at
-        while end < len(paragraph) and paragraph[end] == "`":
-            end += 1
-        backslashes = 0
-        while at - backslashes > 0 and paragraph[at - backslashes - 1] == "\\":
-            backslashes += 1
-        if backslashes % 2:
-            escaped.add(len(runs))
-        runs.append((at, end - at))
-        at = paragraph.find("`", end)
-    by_length: dict[int, list[int]] = {}
-    for index, (_, length) in enumerate(runs):
-        by_length.setdefault(length, []).append(index)
-    kept: list[str] = []
-    copied = 0  # paragraph[:copied] is decided
-    index = 0  # the next backtick run not yet passed
-    comment = paragraph.find(COMMENT_OPEN)  # the next comment opener at or after `copied`, or -1
-    while True:
-        tick = runs[index][0] if index < len(runs) else -1
-        if comment >= 0 and (tick < 0 or comment < tick):
-            kept += [paragraph[copied:comment], " "]
-            close = paragraph.find(COMMENT_CLOSE, comment + len(COMMENT_OPEN))
-            if close < 0:
-                return "".join(kept)
-            copied = close + len(COMMENT_CLOSE)
-            while index < len(runs) and runs[index][0] < copied:
-                index += 1
-        elif tick >= 0:
-            # Escapes work only outside a span: "\``x``" opens with its last two; a closer is whole.
-            length = runs[index][1] - (index in escaped)
-            if index in escaped:
-                tick += 1
-            same = by_length.get(length, [])
-            closer = bisect.bisect_right(same, index)
-            if closer == len(same):
-                index += 1  # no closing run of this length: literal backticks
-                continue
-            kept += [paragraph[copied:tick], " "]
-            close_index = same[closer]
-            copied = runs[close_index][0] + length
-            index = close_index + 1
-        else:
-            break
-        if comment >= 0 and comment < copied:
-            comment = paragraph.find(COMMENT_OPEN, copied)
-    kept.append(paragraph[copied:])
-    return "".join(kept)
-
-
-_ESCAPED = re.compile(r"\\([!-/:-@\[-`{-~])")
-# An HTML tag, declaration or processing instruction, over lines too: its attributes are never
-# shown ("<a title='@pi'>"), and unclosed it hides the rest ("</p @pi" shows nothing).
-_TAG = re.compile(r"<(?:/?[A-Za-z]|![A-Za-z\[]|\?)[^>]*(?:>|\Z)")
-
-
-def shown(paragraph: str) -> str:
-    """What a paragraph shows: code spans, HTML comments and tags as spaces, backslash escapes resolved."""
-    return _ESCAPED.sub(r"\1", _TAG.sub(" ", without_code_spans(paragraph)))
 
 
 def _bounded_at(text: str, start: int, phrase: str) -> bool:
@@ -275,4 +318,5 @@ def mentions(text: str, phrase: str) -> bool:
     """Whether ``phrase`` occurs as a mention (or a whole word) in the prose of ``text`` readers see."""
     if not phrase or phrase not in text:
         return False  # the common case, and the fast one
-    return any(phrase_in(shown(p), phrase) for p in prose_paragraphs(text))
+    elements = Elements()  # raw <a>, <code> and <pre> left open run on into the paragraphs after
+    return any(phrase_in(shown(p, elements), phrase) for p in prose_paragraphs(text))
