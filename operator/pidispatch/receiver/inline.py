@@ -46,7 +46,9 @@ _AUTOLINK = re.compile(
 # A raw element GitHub never links a mention in. Found leniently in text the matcher drops whole (a
 # browser's parser takes "<a @x>" for a tag that CommonMark would not).
 HIDING_ELEMENTS = ("a", "code", "pre")
-_LENIENT_OPENING = re.compile(r"<(?:a|code|pre)(?=[ \t\n\r\f\v/>]|\Z)", re.IGNORECASE)
+# A script or style element (raw text, never shown) survives GitHub's tag filter only where cmark passes
+# text through as it is, inside what a browser reads otherwise ("<?…<script>…?>").
+_LENIENT_OPENING = re.compile(r"<(?:a|code|pre|script|style)(?=[ \t\n\r\f\v/>]|\Z)", re.IGNORECASE)
 _PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 # GFM's extended autolinks begin at these; mailto: and xmpp: are read by the same rule.
 _URL_STARTS = ("://", "www.", "mailto:", "xmpp:")
@@ -65,7 +67,7 @@ def may_hide_what_follows(text: str) -> bool:
         return False
     tail = text[last:]
     return ">" not in tail or tail.count('"') % 2 == 1 or tail.count("'") % 2 == 1 or (
-        text.rfind("<!--") > text.rfind("-->"))
+        text.rfind("<!--") > text.rfind("-->")) or text.rfind("<![") > text.rfind("]]>")
 
 
 @dataclass
@@ -223,6 +225,12 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
                 # Unclosed, literal text to cmark but plainly meant as a comment; "<!-->" ends at once for
                 # cmark and a browser, and reaches the next "-->" for others: hidden either way.
                 return hide_rest(at)
+            if match is None and paragraph.startswith("<!--", at):
+                close = paragraph.find("-->", at + 4)
+                if paragraph[close - 1] == "-" and close > at + 4:
+                    # "--->" ends a comment for a browser and not for cmark, which reads on to a later
+                    # "-->" and passes what lies between through as markup: hidden either way.
+                    return hide_rest(at)
             unclosed = any(paragraph.startswith(opener, at) and at + 1 > end for opener, end in last_end.items())
             if match is None and not unclosed:
                 match = _RAW_HTML.match(paragraph, at)

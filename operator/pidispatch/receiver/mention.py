@@ -1,34 +1,35 @@
-"""Whether a comment's visible prose mentions a Trigger's phrase (``@pi``, ``/pi run``) as users read it.
+"""Whether a comment's visible prose mentions a Trigger's phrase (``@pi``, ``/pi run``) as GitHub shows it.
 
 A substring test starts jobs from ``@pip install``, ``someone@pi.dev``, a quoted ``> @pi``, a code span,
-a fenced block and ``<!-- @pi -->``, which GitHub never shows. :func:`mentions` looks only at the prose
-GitHub renders, in three passes over the Markdown, each linear in the text's length (it is fed
-whatever a webhook sender writes, and fuzzed):
+a fenced block, ``<!-- @pi -->``, a link's title or an image's alt text, which GitHub never shows as a
+mention. :func:`mentions` looks only at the prose GitHub renders (cmark-gfm, with its autolink, table,
+strikethrough and tag filter extensions), in three passes over the Markdown, each linear in the text's
+length but for long quoted attribute values (it is fed whatever a webhook sender writes, and fuzzed):
 
-1. **Blocks**, line by line: fenced code (`````` ``` `````` or ``~~~``, any length, closed by a fence of
-   the same character at least as long; an unclosed fence runs to the end, as in CommonMark),
-   indented code (four columns not continuing a paragraph, or five after a list marker), blockquote
-   lines (``>`` first, after up to three columns and any list markers) and the lines that lazily
-   continue them, and the HTML blocks blank lines do not end (a line beginning ``<!--``, ``<?``,
-   ``<!X`` or ``<![CDATA[``, through the line holding its end) are dropped. What remains are
-   paragraphs of prose.
-2. **Inline**, in each paragraph, left to right, whichever begins first: a run of backticks opens a
-   code span closed by the next run of the same length (a run without one is literal; a backslash
-   before it escapes its first backtick); ``<!--`` opens a comment closed by the next ``-->`` (unclosed,
-   it hides the rest of the paragraph). Both become a space; so do HTML tags (their attributes are
-   never shown; an unclosed one hides the rest), and backslash escapes are resolved.
+1. **Blocks**, line by line (:func:`prose_paragraphs`): fenced code, indented code (four columns not
+   continuing a paragraph, or five after a list marker, or under a heading, a thematic break or a
+   table), blockquotes and their lazy lines, HTML blocks (all seven of CommonMark's kinds: raw HTML,
+   whose text a browser reads, not Markdown), and paragraphs holding a link reference definition are
+   dropped. A bullet or ``1.`` list item ends a paragraph; a paragraph whose reading is uncertain (a
+   setext underline, a table's delimiter row, another number's list item, a tag alone on a line) is
+   dropped whole. Dropped raw text that may leave an ``<a>``, ``<code>``, ``<pre>``, a comment or a tag
+   open ends the prose there: a browser reads on inside it.
+2. **Inline**, in each paragraph (:func:`pidispatch.receiver.inline.shown`), left to right as cmark
+   reads it: code spans, raw HTML, autolinks and GFM's bare URLs, brackets (a link's text, an image's
+   alt, a reference) with an inline link's destination and title, and the inside of raw ``<a>``,
+   ``<code>`` and ``<pre>`` elements become spaces; backslash escapes are resolved.
 3. **The phrase**, at a boundary on each side: not glued to a word, an address or a path before it
    (the character before is none, or neither a word character nor one of ``@.-/``), and not the start
    of something longer after it (when the phrase ends in a word character, the next is none, or not a
    word character nor one of ``-/@``, and dots are allowed only at the end or before a non-word
    character: ``@pi.`` ends a sentence, ``@pi.dev`` is a host).
 
-Where Markdown is ambiguous the reading errs toward *not* matching (text after ``-->`` on a line that
-began a comment, which is raw HTML; paragraphs across list items read as one, so a span may reach
-further): a missed ``@pi`` can be written again, a job started by text nobody saw cannot be taken back.
-Not modelled: indentation relative to a list item's content (a quote or fence indented under a list
-item reads as its paragraph's text), and the older CommonMark rule that a comment may not hold ``--``.
-Case is kept: ``@PI`` is not ``@pi``, as before.
+Where the reading is uncertain it errs toward *not* matching (a bracket hides its text whether or not a
+definition makes it a link; text after ``-->`` on a line that began a comment; an unclosed ``<!--``
+hides the rest of its paragraph): a missed ``@pi`` can be written again, a job started by text nobody
+saw cannot be taken back. ``tests/test_receiver_mention_oracle.py`` holds it to GitHub's renderer over
+generated bodies: whatever it matches, cmark-gfm shows as a mention. Quotes are dropped by choice (GitHub
+shows a quoted ``@pi``, but it is someone else's request). Case is kept: ``@PI`` is not ``@pi``.
 """
 
 from __future__ import annotations
@@ -192,6 +193,11 @@ def prose_paragraphs(text: str) -> list[str]:
         if ended:
             break
         if raw_until is not None:
+            if raw_until == COMMENT_CLOSE:
+                if COMMENT_CLOSE in line:  # a comment's text is never markup; what follows its end is
+                    drop(line[line.find(COMMENT_CLOSE):])
+                    raw_until = None
+                continue
             drop(line)
             if raw_until.search(line) if isinstance(raw_until, re.Pattern) else raw_until in line:
                 raw_until = None
@@ -235,7 +241,7 @@ def prose_paragraphs(text: str) -> list[str]:
             flush()
             drop(line)
             continue  # a list item's indented code
-        if current and len(content) < len(stripped):
+        if current and len(content) < len(stripped) and content.strip(" \t"):
             # A list item: a bullet or "1." ends the paragraph above; another number may or may not.
             marker = _LIST_MARKER.match(stripped)
             if marker and marker.group(1).lstrip("0") not in ("", "1"):
@@ -255,12 +261,15 @@ def prose_paragraphs(text: str) -> list[str]:
         ends = _raw_block_end(content)
         if ends is not None:
             flush()
-            # Searched for after the whole opener: "<!-->" reads as unclosed, the safe side.
+            # "<!-->" and "<!--->" end where they begin, for cmark and for a browser.
             opener, end = ends
-            raw_until = end if end not in content[len(opener):] else None
-            closing = content.rfind(end)
+            closing = content.find(end, 2 if opener == COMMENT_OPEN else len(opener))
+            raw_until = end if closing < 0 else None
             # A comment's text is never markup; what follows its end on the line is.
-            drop(content[closing:] if opener == COMMENT_OPEN and closing >= 0 else content)
+            if opener != COMMENT_OPEN:
+                drop(content)
+            elif closing >= 0:
+                drop(content[closing:])
             continue
         if _RAW_TEXT_BLOCK.match(content):
             flush()
