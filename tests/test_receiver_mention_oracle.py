@@ -115,6 +115,30 @@ ISSUE_CASES = [
 ]
 
 
+# What the differential test found on the way, kept as cases.
+FOUND_BY_THE_ORACLE = [
+    ("an address taking the mention's letters", "@pi+x@y.z"),
+    ("an address in angle brackets", "<x@pi>"),
+    ("a URL running through a code span", "http://x.y/`y`@pi"),
+    ("a URL running on after an escaped <", "\"www.x.y/(\\<http://x>@pi"),
+    ("a list item's code after a tab", "1.  \t@pi"),
+    ("an empty list item's code", "*\n\t    @pi"),
+    ("a setext underline with a space, then code", "a\n- \n    @pi"),
+    ("a fence at a list item's indentation", "1. a\n    ~~~\n    @pi"),
+    ("a link's destination holding a backtick", "[[a](u)](`) @pi `"),
+    ("a comment a browser ends at --->", "x <!-- a ---> b --> <a href=y> @pi"),
+    ("a processing instruction a browser ends at >", "</code><?!</div>x<script>?>@pi"),
+    ("a bracket left open where a guess hid the rest", "[ @pi\nwww.x.y/`](u)"),
+    ("an HTML block leaving a comment open", "<div><!-- x\n\n@pi\n\n<!-- y -->"),
+]
+
+
+@pytest.mark.parametrize("text", [c[1] for c in FOUND_BY_THE_ORACLE], ids=[c[0] for c in FOUND_BY_THE_ORACLE])
+def test_what_the_differential_test_found_stays_fixed(text: str) -> None:
+    assert not github_mentions(text), "the oracle agrees it is not a mention"
+    assert not mentions(text, PHRASE)
+
+
 @pytest.mark.parametrize("text", [c[1] for c in ISSUE_CASES], ids=[c[0] for c in ISSUE_CASES])
 def test_text_github_does_not_show_as_a_mention_is_not_one(text: str) -> None:
     assert not github_mentions(text), "the oracle agrees it is not a mention"
@@ -129,9 +153,12 @@ def test_true_mentions_are_mentions_to_both(text: str) -> None:
 @pytest.mark.parametrize("text", [
     "see [the docs](https://example.com) @pi", "<code>x</code> @pi fix", '<a href="https://x">x</a> @pi',
     "# @pi fix the heading", "| who |\n|---|\n\n@pi after a table", "https://example.com and @pi",
-    "![logo](x.png) @pi"],
+    "![logo](x.png) @pi", "1. build\n2. @pi fix it", "<pre>log</pre>\n\n@pi fix", "a\n<br>\n@pi fix",
+    "<details><summary>Logs</summary>\n<pre>\nx <module>\n</pre>\n</details>\n\n@pi look",
+    "- [x] done\n- [ ] @pi rebase", "Per [the docs](https://x), @pi do X", "See https://x.com. @pi fix it"],
     ids=["after a link", "after raw code", "after a raw link", "in a heading", "after a table", "after a URL",
-         "after an image"])
+         "after an image", "a list's next item", "after a pre block", "after a lone tag", "after folded logs",
+         "after a task", "after a link at a sentence's start", "after a URL ending a sentence"])
 def test_a_mention_beside_what_hides_one_still_counts(text: str) -> None:
     assert github_mentions(text) and mentions(text, PHRASE)
 

@@ -49,9 +49,13 @@ HIDING_ELEMENTS = ("a", "code", "pre")
 # A script or style element (raw text, never shown) survives GitHub's tag filter only where cmark passes
 # text through as it is, inside what a browser reads otherwise ("<?…<script>…?>").
 _LENIENT_OPENING = re.compile(r"<(?:a|code|pre|script|style)(?=[ \t\n\r\f\v/>]|\Z)", re.IGNORECASE)
+_PLAIN_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[ \t]*>")
+_PLAIN_TAGS = re.compile(r"(?:[^<]|<(?:/?[A-Za-z][A-Za-z0-9-]*)[ \t]*>)*")
 _PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 # GFM's extended autolinks begin at these; mailto: and xmpp: are read by the same rule.
 _URL_STARTS = ("://", "www.", "mailto:", "xmpp:")
+_EMAIL_LOCAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+_-")
+_EMAIL_DOMAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") - {""}
 # What a guess must not swallow: each opens or closes something that hides text further on.
 _OPENERS = frozenset("`[]\\")  # and a backslash, which may escape the "<" that ends the guess
 
@@ -61,7 +65,19 @@ def may_hide_what_follows(text: str) -> bool:
     open an ``<a>``, ``<code>`` or ``<pre>``, or leave a tag, a quoted attribute value or a comment
     unclosed (raw HTML in an HTML block reaches a browser as written)."""
     if _LENIENT_OPENING.search(text) is not None:
-        return True
+        # Counted only where every "<" is a plain tag (no attribute, comment or quote a closing tag could
+        # hide in): "<pre>log</pre>" leaves nothing open; anything else may.
+        if _PLAIN_TAGS.fullmatch(text) is None:
+            return True
+        depth = dict.fromkeys(HIDING_ELEMENTS, 0)
+        for closing, name in _PLAIN_TAG.findall(text):
+            name = name.lower()
+            if name in ("script", "style"):
+                return True
+            if name in depth:
+                depth[name] = max(0, depth[name] - 1) if closing else depth[name] + 1
+        if any(depth.values()):
+            return True
     last = text.rfind("<")
     if last < 0:
         return False
@@ -271,6 +287,16 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
                 inactive_below = len(brackets)
             else:
                 inactive_below = min(inactive_below, len(brackets))
+        elif char == "@" and out and out[-1] in _EMAIL_LOCAL and paragraph[at + 1:at + 2] in _EMAIL_DOMAIN:
+            # GFM links an address ("pi.@x.y", "pi+x@y.z"), taking the letters of a mention just before it.
+            start = len(out)
+            while start and out[start - 1] in _EMAIL_LOCAL:
+                start -= 1
+            del out[start:]
+            out.append("-")  # hidden, and no boundary: whether GFM links it or not, no mention touches it
+            at += 1
+            while at < size and paragraph[at] in _EMAIL_DOMAIN:
+                at += 1
         elif paragraph.startswith(_URL_STARTS, at):
             start = len(out)
             while start and out[start - 1] not in _WS:

@@ -154,6 +154,18 @@ class _Paragraph:
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.poisoned = False
+        # Where the text of the list item the paragraph begins in starts (``None``: not in an item begun
+        # on its first line, or a tab makes it uncertain); whether it begins at the document's own level.
+        self.item_column: int | None = None
+        self.top_level = False
+
+    def append(self, line: str, content: str) -> None:
+        if not self.lines:
+            prefix = len(line) - len(content)
+            marked = len(content) < len(line.lstrip(" \t"))
+            self.item_column = prefix if marked and "\t" not in line[:prefix] else None
+            self.top_level = not marked and line[:1] not in (" ", "\t")
+        self.lines.append(line)
 
     def __bool__(self) -> bool:
         return bool(self.lines)
@@ -171,6 +183,12 @@ def prose_paragraphs(text: str) -> list[str]:
     quoted = False  # the previous line was quoted: a non-blank line right after continues the quote
     after_underline = False  # the line before ended a heading or may be a table's: an indented line is code
     ended = False  # something may be open to the end: nothing more is prose
+    raw: list[str] = []  # the lines of the HTML block being dropped, read whole at its end
+
+    def end_raw() -> None:
+        if raw:
+            drop("\n".join(raw))
+            raw.clear()
 
     def drop(dropped: str) -> None:
         nonlocal ended
@@ -198,9 +216,10 @@ def prose_paragraphs(text: str) -> list[str]:
                     drop(line[line.find(COMMENT_CLOSE):])
                     raw_until = None
                 continue
-            drop(line)
+            raw.append(line)
             if raw_until.search(line) if isinstance(raw_until, re.Pattern) else raw_until in line:
                 raw_until = None
+                end_raw()
             continue
         if fence is not None:
             if _fence_closes(line, fence):
@@ -208,10 +227,11 @@ def prose_paragraphs(text: str) -> list[str]:
             continue
         if not line.strip(" \t"):
             flush()
+            end_raw()
             quoted = html_block = after_underline = False
             continue
         if html_block:
-            drop(line)
+            raw.append(line)
             continue
         if _indent_columns(line) >= 4 and not quoted:
             if current and not after_underline:
@@ -222,7 +242,7 @@ def prose_paragraphs(text: str) -> list[str]:
                     ended = True  # a block that blank lines do not end: hidden to the end
                 elif inner.startswith(("<", ">", "#")) or _without_container_markers(inner) != inner:
                     current.poisoned = True
-                current.lines.append(line)
+                current.append(line, line)
             elif current:
                 current.poisoned = True  # code under a heading or a table, or the paragraph's own text
             else:
@@ -242,9 +262,12 @@ def prose_paragraphs(text: str) -> list[str]:
             drop(line)
             continue  # a list item's indented code
         if current and len(content) < len(stripped) and content.strip(" \t"):
-            # A list item: a bullet or "1." ends the paragraph above; another number may or may not.
+            # A list item: a bullet or "1." ends the paragraph above; another number does when it is left of
+            # the text of the item the paragraph is in (it is then the list's next item), and may not else.
             marker = _LIST_MARKER.match(stripped)
-            if marker and marker.group(1).lstrip("0") not in ("", "1"):
+            indent = len(line) - len(stripped)
+            column = current.item_column
+            if marker and marker.group(1).lstrip("0") not in ("", "1") and (column is None or indent >= column):
                 current.poisoned = True
             else:
                 flush()
@@ -267,31 +290,39 @@ def prose_paragraphs(text: str) -> list[str]:
             raw_until = end if closing < 0 else None
             # A comment's text is never markup; what follows its end on the line is.
             if opener != COMMENT_OPEN:
-                drop(content)
+                raw.append(content)
             elif closing >= 0:
-                drop(content[closing:])
+                raw.append(content[closing:])
+            if raw_until is None:
+                end_raw()
             continue
         if _RAW_TEXT_BLOCK.match(content):
             flush()
-            drop(content)
+            raw.append(content)
             raw_until = None if _RAW_TEXT_END.search(content) else _RAW_TEXT_END
+            if raw_until is None:
+                end_raw()
             continue
         if _BLOCK_TAG.match(content) or (_LONE_TAG.match(content) and not current):
             flush()
-            drop(content)
+            raw.append(content)
             html_block = True
             continue
         if _ATX_HEADING.match(content):
             flush()
-            current.lines.append(content)
+            current.append(content, content)
             flush()
             after_underline = True
             continue
-        if current and (_LONE_TAG.match(content) or _UNDERLINE.match(stripped) or _DELIMITER_ROW.match(stripped)):
+        # A tag alone on a line cannot interrupt a paragraph, but may begin an HTML block where a list item
+        # ends (not tracked): read inline only in a paragraph at the document's own level.
+        lone_tag = _LONE_TAG.match(content) and not current.top_level
+        if current and (lone_tag or _UNDERLINE.match(stripped) or _DELIMITER_ROW.match(stripped)):
             current.poisoned = True
             after_underline = True
-        current.lines.append(line)
+        current.append(line, content)
     flush()
+    end_raw()
     return paragraphs
 
 
