@@ -129,6 +129,11 @@ FOUND_BY_THE_ORACLE = [
     ("a comment a browser ends at --->", "x <!-- a ---> b --> <a href=y> @pi"),
     ("a processing instruction a browser ends at >", "</code><?!</div>x<script>?>@pi"),
     ("a bracket left open where a guess hid the rest", "[ @pi\nwww.x.y/`](u)"),
+    ("a closing tag in an image's alt text", "<code>x ![a</code>](u) @pi"),
+    ("a CDATA section cmark reads past ]]]>", "x <![CDATA[a]]]><script>@pi ]]>"),
+    ("cmark's memory of backtick runs", "` x ``` y ``` ``` <a href=z> ``` @pi"),
+    ("a fence after an HTML block in a list item", "1. <div>\n~~~\n@pi\n\n@pi"),
+    ("a fence after a comment in a list item", "- <!--\n\n```\n@pi"),
     ("an HTML block leaving a comment open", "<div><!-- x\n\n@pi\n\n<!-- y -->"),
 ]
 
@@ -185,8 +190,9 @@ def test_no_body_github_does_not_show_as_a_mention_starts_a_job(body: str) -> No
     _check(body)
 
 
-def test_a_seeded_sweep_of_generated_bodies_agrees_with_github() -> None:
+@pytest.mark.parametrize(("bodies", "pieces"), [(20_000, (1, 30)), (4_000, (20, 70))], ids=["short", "long"])
+def test_a_seeded_sweep_of_generated_bodies_agrees_with_github(bodies: int, pieces: tuple[int, int]) -> None:
     """Hypothesis shrinks; a plain seeded sweep covers many more bodies in the same second."""
     rng = random.Random(31)
-    for _ in range(20_000):
-        _check("".join(rng.choice(PIECES) for _ in range(rng.randint(1, 30))))
+    for _ in range(bodies):
+        _check("".join(rng.choice(PIECES) for _ in range(rng.randint(*pieces))))

@@ -97,17 +97,47 @@ class Elements:
         return self.forever or any(self.open.values())
 
 
-def _backtick_runs(paragraph: str) -> dict[int, list[int]]:
-    """The start of every maximal run of backticks, by the run's length, in order."""
-    by_length: dict[int, list[int]] = {}
-    at = paragraph.find("`")
-    while at >= 0:
-        end = at
-        while end < len(paragraph) and paragraph[end] == "`":
-            end += 1
-        by_length.setdefault(end - at, []).append(at)
-        at = paragraph.find("`", end)
-    return by_length
+# cmark reads a run of more backticks than this as literal text, and never remembers one.
+_MAX_BACKTICKS = 80
+
+
+class _Backticks:
+    """Where a code span opened at a run of backticks closes, found as cmark-gfm finds it.
+
+    cmark scans forward from the opener, run by run, remembering where it last saw a run of each length;
+    once a scan has reached the paragraph's end it trusts that memory ("no run of this length after
+    here") over scanning again. A later scan overwrites the memory with an earlier run, so cmark then
+    misses closers the CommonMark spec would find, and shows their text: the same is done here, or a
+    span read by the spec would hide a tag cmark passes through (an ``<a>`` it opens, for one).
+    Linear overall, as cmark is: a failed scan happens once, every other ends at its closer.
+    """
+
+    def __init__(self, paragraph: str) -> None:
+        self.starts: list[int] = []
+        self.lengths: list[int] = []
+        at = paragraph.find("`")
+        while at >= 0:
+            end = at
+            while end < len(paragraph) and paragraph[end] == "`":
+                end += 1
+            self.starts.append(at)
+            self.lengths.append(end - at)
+            at = paragraph.find("`", end)
+        self.scanned = False  # a scan has reached the end
+        self.seen: dict[int, int] = {}  # run length → where one was seen last, as cmark remembers it
+
+    def closer(self, end: int, length: int) -> int | None:
+        """Where the closing run begins for an opener of ``length`` backticks ending at ``end``, or ``None``."""
+        if length > _MAX_BACKTICKS or (self.scanned and self.seen.get(length, 0) <= end):
+            return None
+        for index in range(bisect.bisect_left(self.starts, end), len(self.starts)):
+            start, run = self.starts[index], self.lengths[index]
+            if run <= _MAX_BACKTICKS:
+                self.seen[run] = start
+            if run == length:
+                return start
+        self.scanned = True
+        return None
 
 
 def _skip_space(text: str, at: int) -> int:
@@ -187,12 +217,13 @@ class _Bracket:
 def shown(paragraph: str, elements: Elements | None = None) -> str:
     """What ``paragraph`` shows as text, every hidden run a single space; ``elements`` is updated."""
     elements = elements if elements is not None else Elements()
-    runs = _backtick_runs(paragraph)
+    backticks = _Backticks(paragraph)
     out: list[str] = []
     brackets: list[_Bracket] = []
     # Brackets below this index may sit inside a link already made: CommonMark makes them literal,
     # so what follows their "]" is read as text, not as a destination.
     inactive_below = 0
+    images = 0  # image brackets open in ``brackets``
     size = len(paragraph)
 
     def put(text: str) -> None:
@@ -226,14 +257,13 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
             end = at
             while end < size and paragraph[end] == "`":
                 end += 1
-            starts = runs.get(end - at, [])
-            closer = bisect.bisect_right(starts, at)
-            if closer == len(starts):
+            closer = backticks.closer(end, end - at)
+            if closer is None:
                 put(paragraph[at:end])  # no run of its length closes it: literal backticks
                 at = end
             else:
                 out.append(" ")
-                at = starts[closer] + end - at
+                at = closer + end - at
         elif char == "<":
             match = _AUTOLINK.match(paragraph, at)
             if match is None and paragraph.startswith("<!--", at) and (
@@ -241,12 +271,14 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
                 # Unclosed, literal text to cmark but plainly meant as a comment; "<!-->" ends at once for
                 # cmark and a browser, and reaches the next "-->" for others: hidden either way.
                 return hide_rest(at)
-            if match is None and paragraph.startswith("<!--", at):
-                close = paragraph.find("-->", at + 4)
-                if paragraph[close - 1] == "-" and close > at + 4:
-                    # "--->" ends a comment for a browser and not for cmark, which reads on to a later
-                    # "-->" and passes what lies between through as markup: hidden either way.
-                    return hide_rest(at)
+            for opener, closer in (("<!--", "-->"), ("<?", "?>"), ("<![CDATA[", "]]>")):
+                if match is None and paragraph.startswith(opener, at):
+                    close = paragraph.find(closer, at + len(opener))
+                    if close > at + len(opener) and paragraph[close - 1] == closer[0]:
+                        # "--->", "??>" and "]]]>" end the construct for a browser and not for cmark,
+                        # which reads on to a later end and passes what lies between through as
+                        # markup: hidden either way.
+                        return hide_rest(at)
             unclosed = any(paragraph.startswith(opener, at) and at + 1 > end for opener, end in last_end.items())
             if match is None and not unclosed:
                 match = _RAW_HTML.match(paragraph, at)
@@ -264,15 +296,19 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
                 elements.forever = True
             elif opened in elements.open and not groups.get("selfclosing"):
                 elements.open[opened] += 1
-            elif closed in elements.open and elements.open[closed]:
+            elif closed in elements.open and elements.open[closed] and not images:
+                # Inside an image's brackets a tag may end up as alt text, never closing anything: an
+                # opening tag there counts (hiding more is safe), a closing one does not.
                 elements.open[closed] -= 1
         elif char == "[" or (char == "!" and paragraph.startswith("[", at + 1)):
             brackets.append(_Bracket(len(out), char == "!"))
+            images += char == "!"
             put(paragraph[at:at + 1 + (char == "!")])
             at += 1 + (char == "!")
         elif char == "]" and brackets:
             index = len(brackets) - 1
             bracket = brackets.pop()
+            images -= bracket.image
             del out[bracket.at:]
             out.append(" ")
             at += 1

@@ -117,7 +117,7 @@ def _raw_block_end(content: str) -> tuple[str, str] | None:
         return "<![CDATA[", "]]>"
     if content.startswith("<?"):
         return "<?", "?>"
-    if content.startswith("<!") and content[2:3].isascii() and content[2:3].isalpha():
+    if content.startswith("<!") and content[2:3].isascii() and content[2:3].isupper():  # cmark-gfm: A-Z only
         return "<!", ">"
     return None
 
@@ -137,7 +137,7 @@ _ATX_HEADING = re.compile(r"#{1,6}(?:[ \t]|$)")
 _THEMATIC_BREAK = re.compile(r"(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")
 # A line that may underline a setext heading, or be a table's delimiter row, under the paragraph above.
 _UNDERLINE = re.compile(r"(?:=+|-+)[ \t]*$")
-_DELIMITER_ROW = re.compile(r"[|:\- \t]*(?:\|[|:\- \t]*-|-[|:\- \t]*\|)[|:\- \t]*$")
+_DELIMITER_ROW = re.compile(r"[|:\- \t]*-[|:\- \t]*$")
 _EMPTY_ITEM = re.compile(r"[ \t]{0,3}(?:[-+*]|[0-9]{1,9}[.)])[ \t]*$")
 _LIST_MARKER = re.compile(r"([0-9]{1,9})[.)]")
 
@@ -184,6 +184,7 @@ def prose_paragraphs(text: str) -> list[str]:
     after_underline = False  # the line before ended a heading or may be a table's: an indented line is code
     ended = False  # something may be open to the end: nothing more is prose
     raw: list[str] = []  # the lines of the HTML block being dropped, read whole at its end
+    raw_in_item = False  # that block began in a list item, and ends with it where the item ends (not tracked)
 
     def end_raw() -> None:
         if raw:
@@ -210,6 +211,11 @@ def prose_paragraphs(text: str) -> list[str]:
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         if ended:
             break
+        if (raw_until is not None or html_block) and raw_in_item and _indent_columns(line) < 4:
+            inner = line.lstrip(" \t")
+            if _fence_opening(inner) or _raw_block_end(inner) or _RAW_TEXT_BLOCK.match(inner):
+                ended = True  # the item may have ended, and this begun a block blank lines do not end
+                break
         if raw_until is not None:
             if raw_until == COMMENT_CLOSE:
                 if COMMENT_CLOSE in line:  # a comment's text is never markup; what follows its end is
@@ -257,7 +263,13 @@ def prose_paragraphs(text: str) -> list[str]:
         if not current and _EMPTY_ITEM.match(line):
             continue  # an empty list item: the indented line after it is its code
         content = _without_container_markers(line)
+        raw_in_item = content != line  # read only if an HTML block begins on this line
         if content is None:
+            marker = _LIST_MARKER.match(stripped)
+            if current and marker and marker.group(1).lstrip("0") not in ("", "1"):
+                current.poisoned = True  # "2." may not begin a list inside a paragraph: perhaps its text
+                current.append(line, line)
+                continue
             flush()
             drop(line)
             continue  # a list item's indented code
