@@ -307,6 +307,8 @@ def prose_paragraphs(text: str) -> list[str]:
                 raw.append(content[closing:])
             if raw_until is None:
                 end_raw()
+            elif raw_in_item:
+                ended = True  # ended by the item's end, perhaps, and left open in the HTML: hidden to the end
             continue
         if _RAW_TEXT_BLOCK.match(content):
             flush()
@@ -314,6 +316,8 @@ def prose_paragraphs(text: str) -> list[str]:
             raw_until = None if _RAW_TEXT_END.search(content) else _RAW_TEXT_END
             if raw_until is None:
                 end_raw()
+            elif raw_in_item:
+                ended = True  # ended by the item's end, perhaps, and left open in the HTML: hidden to the end
             continue
         if _BLOCK_TAG.match(content) or (_LONE_TAG.match(content) and not current):
             flush()
