@@ -134,6 +134,9 @@ FOUND_BY_THE_ORACLE = [
     ("cmark's memory of backtick runs", "` x ``` y ``` ``` <a href=z> ``` @pi"),
     ("a fence after an HTML block in a list item", "1. <div>\n~~~\n@pi\n\n@pi"),
     ("a fence after a comment in a list item", "- <!--\n\n```\n@pi"),
+    ("an address after an escaped @", "x @pi.\\@y.z"),
+    ("an address after an entity for @", "x @pi&#64;y.z"),
+    ("an empty list item's code after an item", "  - a\n   *\n    @pi"),
     ("an HTML block leaving a comment open", "<div><!-- x\n\n@pi\n\n<!-- y -->"),
 ]
 

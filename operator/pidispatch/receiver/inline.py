@@ -250,7 +250,9 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
     at = 0
     while at < size:
         char = paragraph[at]
-        if char == "\\" and at + 1 < size and paragraph[at + 1] in _PUNCTUATION:
+        if char == "\\" and paragraph.startswith("@", at + 1):
+            at += 1  # GFM's addresses are found after escapes are resolved: read the "@" as any other
+        elif char == "\\" and at + 1 < size and paragraph[at + 1] in _PUNCTUATION:
             put(paragraph[at + 1])
             at += 2
         elif char == "`":

@@ -21,7 +21,7 @@ length but for long quoted attribute values (it is fed whatever a webhook sender
 3. **The phrase**, at a boundary on each side: not glued to a word, an address or a path before it
    (the character before is none, or neither a word character nor one of ``@.-/``), and not the start
    of something longer after it (when the phrase ends in a word character, the next is none, or not a
-   word character nor one of ``-/@``, and dots are allowed only at the end or before a non-word
+   word character nor one of ``-/@&``, and dots are allowed only at the end or before a non-word
    character: ``@pi.`` ends a sentence, ``@pi.dev`` is a host).
 
 Where the reading is uncertain it errs toward *not* matching (a bracket hides its text whether or not a
@@ -39,7 +39,7 @@ import re
 from pidispatch.receiver.inline import Elements, may_hide_what_follows, shown
 
 _BOUNDARY_BEFORE = frozenset("@.-/")
-_BOUNDARY_AFTER = frozenset("-/@")
+_BOUNDARY_AFTER = frozenset("-/@&")  # "&": an entity may decode to an address's "@" or "."
 COMMENT_OPEN = "<!--"
 COMMENT_CLOSE = "-->"
 
@@ -260,7 +260,10 @@ def prose_paragraphs(text: str) -> list[str]:
             after_underline = True
             continue
         after_underline = False
-        if not current and _EMPTY_ITEM.match(line):
+        if _EMPTY_ITEM.match(line):
+            if current:  # an empty item of the list the paragraph is in, or the paragraph's text
+                current.poisoned = after_underline = True
+                continue
             continue  # an empty list item: the indented line after it is its code
         content = _without_container_markers(line)
         raw_in_item = content != line  # read only if an HTML block begins on this line
