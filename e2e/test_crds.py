@@ -3,13 +3,18 @@ rejected by CEL with our messages, printer columns served, and the committed fil
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from e2e.kube import ApiError, Kube, wait_for
 from pidispatch.api import crds
+from pidispatch.kubeapi import Api
+from pidispatch.receiver.cluster import ApiCluster, JobRefused
+from pidispatch.receiver.delivery import job_body, job_problem
 
 pytestmark = pytest.mark.e2e
 
@@ -125,3 +130,28 @@ def test_printer_columns_and_status_subresource(installed: Kube, namespace: str)
     names = [c["name"] for c in table["columnDefinitions"]]
     assert names[:6] == ["Name", "Repository", "Branch", "Stored", "Resumable", "Next"]
     assert table["rows"][0]["cells"][5] == "expired"
+
+
+@pytest.mark.parametrize(("spec", "field"), [
+    ({"authSource": "token"}, "spec.authSource"), ({"issue": 2**63}, "spec.issue"),
+    ({"comment": "x" * 65537}, "spec.comment")],
+    ids=["an unknown auth source", "an issue over int64", "a comment too long"])
+def test_the_receivers_client_reads_a_refusal_for_good_and_its_own_check_agrees(
+        installed: Kube, namespace: str, cluster: Any, spec: dict, field: str) -> None:
+    """The real API server's 422 and 403 ``Status`` answers, as the receiver's cluster client reads them: a
+    :class:`JobRefused` naming the status, the reason and the field, never the value; and the receiver's own
+    check (``job_problem``) refuses each body the API server refuses, so such a create is never sent."""
+    body = job_body("refused-x", {"trigger": "t", "forge": "github", "repository": "acme/widgets", **spec})
+    assert job_problem(body) is not None and field in (job_problem(body) or "")
+    admin = Api(cluster.server, ca_file=str(cluster.ca_file), cert_file=str(cluster.pki / "admin.crt"),
+                key_file=str(cluster.pki / "admin.key"), retries=0)
+    with pytest.raises(JobRefused) as refused:
+        asyncio.run(ApiCluster(admin, namespace).create_job(body))
+    assert (refused.value.status, refused.value.reason) == (422, "Invalid"), refused.value
+    assert field in refused.value.fields and "token" not in str(refused.value)
+    nobody = Api(cluster.server, ca_file=str(cluster.ca_file), retries=0,
+                 token=cluster.service_account_token(namespace, "nobody"))
+    allowed = job_body("refused-y", {"trigger": "t", "forge": "github", "repository": "acme/widgets"})
+    with pytest.raises(JobRefused) as forbidden:
+        asyncio.run(ApiCluster(nobody, namespace).create_job(allowed))
+    assert (forbidden.value.status, forbidden.value.reason) == (403, "Forbidden"), forbidden.value

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from test_receiver import SECRET, MemoryCluster, Running, trigger
 
 from e2e.fakegithub import Delivery
-from pidispatch.receiver.mention import mentions, phrase_in, prose_paragraphs, without_code_spans
+from pidispatch.receiver.inline import shown
+from pidispatch.receiver.mention import mentions, phrase_in, prose_paragraphs
 from pidispatch.receiver.settings import ReceiverSettings
 from pidispatch.receiver.signature import sign
 from pidispatch.settings import ConfigError
@@ -242,7 +243,7 @@ def test_a_mention_is_always_a_substring_and_never_crashes(text: str) -> None:
         assert not mentions(text, phrase) or phrase in text
     assert "\n".join(prose_paragraphs(text)).count("@pi") <= text.count("@pi")
     for paragraph in prose_paragraphs(text):
-        assert len(without_code_spans(paragraph)) <= len(paragraph) + 1
+        assert len(shown(paragraph)) <= len(paragraph) + 1
 
 
 @settings(max_examples=300, deadline=None)

@@ -22,7 +22,9 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
     the API server unavailable → 503 (a redelivery completes the set: names are deterministic). Names
     come from the Trigger and the body's SHA-256, so a replay of a body under a new delivery id is a
-    duplicate, never a second Job.
+    duplicate, never a second Job. A Job refused for good (the receiver's own check of the CRD's bounds,
+    or the API server's 400, 403 or 422) → 422 ``{"error", "jobs", "duplicates", "refused"}``, the others
+    still created: see :meth:`Receiver._refused`.
 
 Anyone can send a body, and it is held in memory until its HMAC is checked: the permits of step 3
 bound that memory (about ``BODY_BUDGET``, whatever the number of connections), and ``KEEPALIVE_SECONDS``
@@ -45,7 +47,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pidispatch.events import emit
 from pidispatch.receiver import delivery as core
-from pidispatch.receiver.cluster import Cluster, ClusterUnavailable
+from pidispatch.receiver.cluster import Cluster, ClusterUnavailable, JobRefused
 from pidispatch.receiver.metrics import ReceiverMetrics, Result
 from pidispatch.receiver.settings import DEFAULT_MAX_CONNECTIONS
 from pidispatch.receiver.signature import HEADER, WebhookSecret, header_problem, signature_matches
@@ -150,6 +152,24 @@ class Receiver:
                                 close=True)
         response.headers["Retry-After"] = str(BUSY_RETRY_AFTER)
         return response
+
+    def _refused(self, request: web.Request, started: float, created: list[str], duplicates: list[str],
+                 refused: dict[str, str]) -> web.Response:
+        """422: a Job of this delivery can never be created, so the delivery can never complete.
+
+        Not 503, which says "the server failed, try again": GitHub shows a 5xx as a failed delivery to be
+        redelivered, and a redelivery would be refused the same way. A 4xx says the request itself cannot
+        succeed; 422 (Unprocessable Content) says it was understood, verified and well-formed, and what
+        it asks for still cannot be made, as the API server's own 422 Invalid says. The Jobs the other
+        Triggers asked for are created all the same and listed. The log line and the answer carry each
+        refused Job's name, the status and reason and the fields at fault: never the refused value.
+        """
+        why = "; ".join(refused.values())
+        return self._answer(request, started, 422, Result.REFUSED,
+                            {"error": f"{why}: redelivering cannot change this; fix the Trigger or the "
+                                      f"receiver's permissions, then redeliver",
+                             "jobs": created, "duplicates": duplicates, "refused": list(refused)},
+                            why=why, jobs=created, duplicates=duplicates, refused=list(refused))
 
     def _ignore(self, request: web.Request, started: float, why: str, **extra: Any) -> web.Response:
         return self._answer(request, started, 202, Result.IGNORED, {"ignored": why, **extra}, why=why)
@@ -264,16 +284,27 @@ class Receiver:
                                 jobs=[], duplicates=[])
         created: list[str] = []
         duplicates: list[str] = []
+        refused: dict[str, str] = {}  # name → why, for each Job that can never be created
         for job in planned:
             name = job["metadata"]["name"]
+            problem = core.job_problem(job)
+            if problem is not None:
+                refused[name] = f"Job {name} would be refused by the API server: {problem}"
+                continue
             try:
                 fresh = await self.cluster.create_job(job)
+            except JobRefused as exc:
+                refused[name] = str(exc)
+                continue
             except ClusterUnavailable as exc:
+                self.metrics.jobs_created.inc(len(created))
                 return self._answer(request, started, 503, Result.FAILED,
                                     {"error": f"{exc}; redeliver to create the rest", "jobs": created,
                                      "duplicates": duplicates}, why=str(exc), jobs=created)
             (created if fresh else duplicates).append(name)
         self.metrics.jobs_created.inc(len(created))
+        if refused:
+            return self._refused(request, started, created, duplicates, refused)
         result = Result.CREATED if created else Result.DUPLICATE
         return self._answer(request, started, 202, result, {"jobs": created, "duplicates": duplicates},
                             jobs=created, duplicates=duplicates)

@@ -1,7 +1,8 @@
 """The receiver's two API calls: list the namespace's Triggers, create a Job. Nothing else.
 
 The JSON client (:mod:`pidispatch.kubeapi`) is synchronous; calls run in a worker thread with a
-deadline, so a slow API server costs a 503 (GitHub lets you redeliver) rather than a hung delivery.
+deadline, so a slow API server costs a 503 (GitHub lets you redeliver) rather than a hung delivery; a Job
+the API server refuses for good is a :class:`JobRefused`, which no redelivery can change.
 """
 
 from __future__ import annotations
@@ -20,8 +21,38 @@ CALL_DEADLINE = 8.0
 TRIGGER_CACHE_SECONDS = 2.0
 
 
+# What the API server answers for good: the same body will never be taken (400 BadRequest, 403 Forbidden,
+# 422 Invalid). 409 is a redelivery; 401, 404 (the CRD being installed), 429 and 5xx may pass.
+PERMANENT_REFUSALS = frozenset({400, 403, 422})
+
+
 class ClusterUnavailable(Exception):
-    """The API server could not be reached, timed out, or refused a call (the delivery answers 503)."""
+    """The API server could not be reached, timed out, or refused a call for now (the delivery answers 503)."""
+
+
+class JobRefused(Exception):
+    """The API server refused a Job for good (:data:`PERMANENT_REFUSALS`): no redelivery will create it.
+
+    Carries the status, the ``Status`` object's ``reason`` and the fields its causes name, never its
+    message: an Invalid answer quotes the refused value, which came from the webhook's body.
+    """
+
+    def __init__(self, name: str, status: int, reason: str, fields: tuple[str, ...] = ()) -> None:
+        self.name, self.status, self.reason, self.fields = name, status, reason, fields
+        named = f" ({', '.join(fields)})" if fields else ""
+        super().__init__(f"the API server refused Job {name} for good: {status} {reason}{named}")
+
+
+def _refusal(name: str, status: int, answer: Any) -> JobRefused:
+    """The :class:`JobRefused` of a ``metav1.Status`` answer (or of whatever else came back)."""
+    answer = answer if isinstance(answer, dict) else {}
+    reason = answer.get("reason")
+    reason = reason[:64] if isinstance(reason, str) and reason.isascii() and reason.isalnum() else "refused"
+    causes = (answer.get("details") or {}).get("causes") if isinstance(answer.get("details"), dict) else None
+    fields = tuple(dict.fromkeys(
+        cause["field"][:100] for cause in (causes if isinstance(causes, list) else [])
+        if isinstance(cause, dict) and isinstance(cause.get("field"), str) and cause["field"].isprintable()))
+    return JobRefused(name, status, reason, fields[:8])
 
 
 class Cluster(Protocol):
@@ -32,7 +63,8 @@ class Cluster(Protocol):
         ...
 
     async def create_job(self, body: dict[str, Any]) -> bool:
-        """Create the Job; ``False`` when one of that name already exists (a redelivery)."""
+        """Create the Job; ``False`` when one of that name already exists (a redelivery). Raises
+        :class:`JobRefused` when the API server refuses it for good, :class:`ClusterUnavailable` otherwise."""
         ...
 
 
@@ -71,6 +103,8 @@ class ApiCluster:
         except ApiError as exc:
             if exc.status == 409:
                 return False
+            if exc.status in PERMANENT_REFUSALS:
+                raise _refusal(body["metadata"]["name"], exc.status, exc.body) from None
             raise ClusterUnavailable(f"cannot create Job {body['metadata']['name']}: {exc.status} "
                                      f"{exc.message}") from None
         return True

@@ -49,10 +49,12 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from pidispatch.api.vocabulary import (
+    AUTH_SOURCES,
     COMMENT_MAX,
     DEFAULT_AUTHOR_ASSOCIATIONS,
     DELIVERY_MAX,
     GROUP,
+    JOB_FORGES,
     REPOSITORY_MAX,
     SENDER_MAX,
     VERSION,
@@ -381,6 +383,46 @@ def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: 
 def job_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job",
             "metadata": {"name": name, "labels": {CREATED_BY_LABEL: CREATED_BY}}, "spec": spec}
+
+
+# The Job CRD's bounds on each spec field the receiver writes (crds/pi-dispatch.dev_jobs.yaml, generated
+# from api.models.JobSpec). An integer field is an int64 to the API server, whatever the schema says.
+INT64_MAX = 2**63 - 1
+TRIGGER_NAME_MAX = 253
+_SPEC_STRINGS = {"trigger": TRIGGER_NAME_MAX, "repository": REPOSITORY_MAX, "comment": COMMENT_MAX,
+                 "sender": SENDER_MAX, "deliveryId": DELIVERY_MAX}
+_SPEC_NUMBERS = ("issue", "pullRequest")
+_SPEC_CHOICES = {"forge": JOB_FORGES, "authSource": AUTH_SOURCES}
+_SPEC_REQUIRED = ("trigger", "forge", "repository")
+
+
+def job_problem(body: dict[str, Any]) -> str | None:
+    """Why the API server would refuse ``body`` for good (422 Invalid), or ``None``: its name, and each spec
+    field against the CRD's type, range, length and choices. Checked before the create, so that such a
+    refusal never reaches the API server; the answer names the field and the bound, never the value."""
+    name = body["metadata"]["name"]
+    if not (isinstance(name, str) and len(name) <= NAME_MAX and _DNS_LABEL.fullmatch(name)):
+        return f"the Job's name is not a DNS label of at most {NAME_MAX} characters"
+    spec = body["spec"]
+    for key in _SPEC_REQUIRED:
+        if key not in spec:
+            return f"spec.{key} is missing"
+    for key, value in spec.items():
+        if key in _SPEC_STRINGS:
+            if not isinstance(value, str) or len(value) > _SPEC_STRINGS[key]:
+                return f"spec.{key} is not a string of at most {_SPEC_STRINGS[key]} characters"
+        elif key in _SPEC_NUMBERS:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
+                return f"spec.{key} is not a whole number from 1 to {INT64_MAX}"
+        elif key in _SPEC_CHOICES:
+            if value not in _SPEC_CHOICES[key]:
+                return f"spec.{key} is not one of {', '.join(_SPEC_CHOICES[key])}"
+        elif key == "fork":
+            if not isinstance(value, bool):
+                return "spec.fork is not true or false"
+        else:
+            return f"spec.{key} is not a field of the Job CRD"
+    return None
 
 
 def plan_jobs(triggers: list[dict[str, Any]], event: Event, delivery: str,

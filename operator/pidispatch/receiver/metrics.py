@@ -17,6 +17,7 @@ class Result(StrEnum):
     TOO_LARGE = "too_large"  # body over the cap
     MALFORMED = "malformed"  # verified, but not JSON or not the event's shape (or sent too slowly)
     FAILED = "failed"  # the API server could not be asked or refused (503; a redelivery completes it)
+    REFUSED = "refused"  # a Job the API server refuses for good, or would (422; no redelivery creates it)
     BUSY = "busy"  # every body-read permit taken (503 with Retry-After; a redelivery completes it)
 
 
