@@ -133,7 +133,7 @@ def _letter(letter: dict[str, Any] | None) -> str:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """``pidispatch ledger KEY``: print the key's ledger (read without following a link)."""
-    from pidispatch.store import fsio, handoff
+    from pidispatch.store import agenttext, fsio, handoff
 
     settings = _settings()
     assert settings.sessions_dir is not None
@@ -152,7 +152,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
                          f"pidispatch: the ledger of key {args.key} is not a regular UTF-8 file within "
                          f"{handoff.LEDGER_MAX_BYTES * 2} bytes; not printed\n")
         return 1
-    sys.stdout.write(handoff.printable(text))  # never a raw control byte to the terminal, whoever wrote the file
+    sys.stdout.write(agenttext.printable(text))  # never a raw control byte to the terminal, whoever wrote the file
     return 0
 
 

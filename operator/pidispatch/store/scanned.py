@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.record import SessionReason as R
-from pidispatch.store import fsio, handoff, sidecars
+from pidispatch.store import agenttext, fsio, handoff, sidecars
 from pidispatch.store.redact import SecretDigest, redact
 
 SCANNED = "scanned"
@@ -169,8 +169,8 @@ def _scan_handoff(stage_dir: str, dir_fd: int, secrets: tuple[SecretDigest, ...]
 def _scan_value(value: Any, secrets: tuple[SecretDigest, ...], kinds: Counter[str]) -> Any:
     if isinstance(value, str):
         # Scanned as it will be rendered: what the rendering removes (a control character, an escape sequence,
-        # a lone surrogate) could otherwise split a token here and join it in the letter (handoff.clean).
-        value = handoff.clean(value)
+        # a lone surrogate) could otherwise split a token here and join it in the letter (agenttext.clean).
+        value = agenttext.clean(value)
         result = redact(value.encode("utf-8"), secrets)
         kinds.update(result.kinds)
         return result.data.decode("utf-8") if result.hits else value
