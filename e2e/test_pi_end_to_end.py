@@ -83,7 +83,7 @@ def test_a_second_delivery_continues_the_first_conversation(release: Release, mo
     assert len(seen1) == 1
     assert "the cache test is flaky" in conversation(seen1)
     assert first["status"]["session"] == {"resumed": False, "reason": "absent",
-                                          "bytes": first["status"]["session"]["bytes"]}
+                                          "bytes": first["status"]["session"]["bytes"], "redacted": 0}
     assert first["status"]["tokens"]["input"] == 900 and first["status"]["tokens"]["output"] == 40
     stored = (release.key_dir(key_of(issue)) / "current.jsonl").read_bytes()
     assert check_transcript(stored) == [], "the store must hold a valid pi session"
