@@ -19,31 +19,19 @@ from pathlib import Path
 import pytest
 
 from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import Repos, git
+from e2e.gitforge import git
 from pidispatch.runner.checkout import CheckoutError, CheckoutSpec, check_out, final_state, tree_bytes
-
-REPO = "acme/widgets"
-PAT = "github_pat_checkout_0123456789"
+from workspacekit import PAT, REPO, job_env, served_forge
 
 
 @pytest.fixture
 def forge(tmp_path: Path) -> Iterator[FakeGitHubAPI]:
-    repos = Repos(tmp_path / "forge")
-    repos.create(REPO, {"README.md": "hello\n"})
-    with FakeGitHubAPI(pats={PAT}, repos=repos) as api:
+    with served_forge(tmp_path) as api:
         yield api
 
 
 def spec(api: FakeGitHubAPI, sha: str, branch: str | None = "pi/issue-7") -> CheckoutSpec:
     return CheckoutSpec(f"{api.web_url}/{REPO}.git", "refs/heads/main", sha, branch)
-
-
-def job_env(tmp_path: Path, token: str = PAT) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "GH_TOKEN": token,
-            "GIT_AUTHOR_NAME": "pi", "GIT_AUTHOR_EMAIL": "pi@example.invalid",
-            "GIT_COMMITTER_NAME": "pi", "GIT_COMMITTER_EMAIL": "pi@example.invalid"}
 
 
 def fetches(api: FakeGitHubAPI) -> int:

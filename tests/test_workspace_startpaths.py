@@ -18,29 +18,18 @@ from pathlib import Path
 import pytest
 
 from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import Repos, git
+from e2e.gitforge import git
 from pidispatch.runner.checkout import CheckoutError, CheckoutSpec, check_out
 from pidispatch.runner.startpaths import CONTEXT_FILES, UNTRUSTED_PATHS, start_path_problem
+from workspacekit import REPO, job_env, served_forge
 
-REPO = "acme/widgets"
-PAT = "github_pat_startpaths_0123456789"
 FORK_WORD = "WORD-FROM-THE-FORK"
 
 
 @pytest.fixture
 def forge(tmp_path: Path) -> Iterator[FakeGitHubAPI]:
-    repos = Repos(tmp_path / "forge")
-    repos.create(REPO, {"README.md": "hello\n"})
-    with FakeGitHubAPI(pats={PAT}, repos=repos) as api:
+    with served_forge(tmp_path) as api:
         yield api
-
-
-def job_env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "GH_TOKEN": PAT,
-            "GIT_AUTHOR_NAME": "pi", "GIT_AUTHOR_EMAIL": "pi@example.invalid",
-            "GIT_COMMITTER_NAME": "pi", "GIT_COMMITTER_EMAIL": "pi@example.invalid"}
 
 
 def checkout(api: FakeGitHubAPI, tmp_path: Path, sha: str, *, fork: bool) -> Path:

@@ -18,11 +18,9 @@ from pathlib import Path
 import pytest
 
 from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import Repos, git
+from e2e.gitforge import git
 from pidispatch.runner.checkout import CheckoutSpec, _workspace_config, agent_git_env, check_out, forge_origin
-
-REPO = "acme/widgets"
-PAT = "github_pat_scope_0123456789abcdef"
+from workspacekit import PAT, REPO, served_forge
 
 
 class Fisher:
@@ -66,9 +64,7 @@ def fisher() -> Iterator[Fisher]:
 
 @pytest.fixture
 def forge(tmp_path: Path) -> Iterator[FakeGitHubAPI]:
-    repos = Repos(tmp_path / "forge")
-    repos.create(REPO, {"README.md": "hello\n"})
-    with FakeGitHubAPI(pats={PAT}, repos=repos) as api:
+    with served_forge(tmp_path) as api:
         yield api
 
 
