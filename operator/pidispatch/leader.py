@@ -8,9 +8,9 @@ when the holder stops renewing it.
 
 The algorithm is client-go's (``tools/leaderelection``), written for this operator:
 
-* The holder renews ``spec.renewTime`` every ``retry_seconds``. Every write carries the Lease's
-  ``resourceVersion``, so two replicas racing for it cannot both win: the apiserver answers one of
-  them 409.
+* The holder renews ``spec.renewTime`` every ``retry_seconds``. Every write is an update carrying the
+  Lease's ``resourceVersion``, so two replicas racing for it cannot both win: the apiserver answers one
+  of them 409. (RBAC: ``get``, ``create`` and ``update`` on leases.)
 * A standby judges the holder by **its own** clock: the Lease has expired when its record has not
   changed for ``lease_seconds`` since this replica last saw it change. Clocks of different nodes are
   never compared, so a skewed node cannot steal a live lease.
@@ -127,16 +127,13 @@ class LeaderElector:
         return self._won(created, now, acquired=True)
 
     def _write(self, lease: dict[str, Any], now: float, *, renew: bool) -> bool:
-        spec = lease.get("spec") or {}
+        spec = dict(lease.get("spec") or {})
         stamp = self._wall()
-        patch: dict[str, Any] = {"metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
-                                 "spec": {"holderIdentity": self.config.identity, "renewTime": stamp,
-                                          "leaseDurationSeconds": self._duration()}}
+        spec.update(holderIdentity=self.config.identity, renewTime=stamp, leaseDurationSeconds=self._duration())
         if not renew:
-            patch["spec"]["acquireTime"] = stamp
-            patch["spec"]["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
+            spec.update(acquireTime=stamp, leaseTransitions=int(spec.get("leaseTransitions") or 0) + 1)
         try:
-            written = self.api.patch(f"{self._path}/{self.config.name}", patch)
+            written = self._update(lease, spec)
         except ApiError as exc:
             if exc.status in (404, 409):
                 return self.leading and renew and not self._deadline_passed()  # raced: judged again next time
@@ -149,6 +146,13 @@ class LeaderElector:
         if acquired:
             log.info("lease %s/%s acquired by %s", self.config.namespace, self.config.name, self.config.identity)
         return True
+
+    def _update(self, lease: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+        """PUT the Lease with ``spec``, under the ``resourceVersion`` it was read at (409 if it changed since)."""
+        md = lease["metadata"]
+        metadata = {"name": md["name"], "namespace": md["namespace"], "resourceVersion": md["resourceVersion"]}
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
+        return dict(self.api.request("PUT", f"{self._path}/{self.config.name}", body))
 
     def _deadline_passed(self) -> bool:
         return self._renewed_at is None or self._monotonic() - self._renewed_at >= self.config.renew_deadline_seconds
@@ -186,9 +190,8 @@ class LeaderElector:
             lease = self.api.get_or_none(f"{self._path}/{self.config.name}")
             if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.config.identity:
                 return
-            self.api.patch(f"{self._path}/{self.config.name}", {
-                "metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]},
-                "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": self._wall()}})
+            spec = {k: v for k, v in (lease.get("spec") or {}).items() if k != "holderIdentity"}
+            self._update(lease, {**spec, "leaseDurationSeconds": 1, "renewTime": self._wall()})
             log.info("lease %s/%s released by %s", self.config.namespace, self.config.name, self.config.identity)
         except ApiError as exc:  # the standby then waits out the lease: slower, never wrong
             log.warning("releasing lease %s/%s: %s", self.config.namespace, self.config.name, exc)
