@@ -19,10 +19,13 @@ GPU_POOL = Scheduling(
     tolerations=[{"key": "agents", "operator": "Exists", "effect": "NoSchedule"}],
     affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
         {"weight": 1, "preference": {"matchExpressions": [{"key": "spot", "operator": "DoesNotExist"}]}}]}},
-    image_pull_secrets=["registry-creds"], priority_class_name="agents-low",
+    image_pull_secrets=["registry-creds"], priority_class_name="agents-low", runtime_class_name="gvisor",
+    topology_spread_constraints=[{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                  "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"a": "b"}}}],
     pod_security_context={"runAsGroup": 3000, "fsGroup": 2000, "supplementalGroups": [4000]})
 
-SCHEDULING_FIELDS = ("nodeSelector", "tolerations", "affinity", "imagePullSecrets", "priorityClassName")
+SCHEDULING_FIELDS = ("nodeSelector", "tolerations", "affinity", "imagePullSecrets", "priorityClassName",
+                     "runtimeClassName", "topologySpreadConstraints")
 
 
 def spec(inputs: PodInputs) -> dict[str, Any]:
@@ -43,6 +46,8 @@ def test_the_deployments_rules_reach_every_job_pod() -> None:
     assert got["affinity"] == GPU_POOL.affinity
     assert got["imagePullSecrets"] == [{"name": "registry-creds"}]
     assert got["priorityClassName"] == "agents-low"
+    assert got["runtimeClassName"] == "gvisor"
+    assert got["topologySpreadConstraints"] == list(GPU_POOL.topology_spread_constraints)
     assert got["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 3000, "fsGroup": 2000,
                                       "supplementalGroups": [4000], "seccompProfile": {"type": "RuntimeDefault"}}
     assert got["containers"][0]["securityContext"]["runAsGroup"] == 3000, "the container does not undo the group"

@@ -2,7 +2,8 @@
 merged with what the staging volume requires.
 
 The deployment gives the rules (chart values ``job.nodeSelector``, ``job.tolerations``, ``job.affinity``,
-``job.imagePullSecrets``, ``job.priorityClassName``, ``job.podSecurityContext``); a Trigger may add a node
+``job.imagePullSecrets``, ``job.priorityClassName``, ``job.runtimeClassName``,
+``job.topologySpreadConstraints``, ``job.podSecurityContext``); a Trigger may add a node
 selector and tolerations of its own (``run.nodeSelector``, ``run.tolerations``: a Trigger may pick a node
 pool). On top, the staging mode's one requirement: a job Pod that mounts a ReadWriteOnce staging claim
 must run on the node that has it attached, the operator's. That is a required pod affinity to the
@@ -30,6 +31,9 @@ class Scheduling:
     affinity: Mapping[str, Any] = field(default_factory=dict)
     image_pull_secrets: Sequence[str] = ()
     priority_class_name: str | None = None
+    # A sandboxed runtime for the agent's untrusted code (gVisor, Kata), as the cluster names its RuntimeClass.
+    runtime_class_name: str | None = None
+    topology_spread_constraints: Sequence[Mapping[str, Any]] = ()
     # The Pod security context's groups: runAsGroup, fsGroup, supplementalGroups, fsGroupChangePolicy.
     # runAsUser is not among them: it must be the operator's uid, which owns the staged copy.
     pod_security_context: Mapping[str, Any] = field(default_factory=dict)
@@ -71,4 +75,8 @@ def scheduling_fields(rules: Scheduling, *, mounts_staging: bool,
         spec["imagePullSecrets"] = [{"name": name} for name in rules.image_pull_secrets]
     if rules.priority_class_name:
         spec["priorityClassName"] = rules.priority_class_name
+    if rules.runtime_class_name:
+        spec["runtimeClassName"] = rules.runtime_class_name
+    if rules.topology_spread_constraints:
+        spec["topologySpreadConstraints"] = [dict(c) for c in rules.topology_spread_constraints]
     return spec
