@@ -3,7 +3,9 @@
 Every reader takes the environment and the variable's name, returns the typed value (or the default
 when the variable is unset), and raises :class:`ConfigError` naming the variable and the accepted form
 when the value cannot be used. A malformed value is never a silent default: a typo in
-``PI_SESSION_MAX_BYTES`` must not quietly turn a bound off.
+``PI_SESSION_MAX_BYTES`` must not quietly turn a bound off. Three of the kinds also have a parser of a
+text already in hand (:func:`parse_strict_int`, :func:`parse_bytes`, :func:`parse_json`): a Trigger's
+quantity, a value whose empty form is itself an error.
 
 The kinds: a whole number within bounds (:func:`integer`), a Kubernetes quantity of bytes
 (:func:`quantity`), a ``true``/``false`` flag (:func:`flag`), free text (:func:`text`), one short line
@@ -153,8 +155,8 @@ def text(env: Mapping[str, str], name: str, default: str | None = None) -> str |
 def one_line(env: Mapping[str, str], name: str, default: str) -> str:
     """A short single-line text setting (a git identity), trimmed; unset: ``default``.
 
-    No newline, carriage return or NUL (it becomes a header line), and no ``<`` or ``>`` (a git identity
-    puts the email between them).
+    No newline, carriage return or NUL, and no ``<`` or ``>``: git writes an identity as ``name <email>``,
+    and a commit's author line must stay one line it can parse.
     """
     raw = given(env, name)
     if raw is None:
