@@ -103,8 +103,10 @@ def job_credentials(env: Mapping[str, str]) -> Credentials:
         why = credential_name_problem(variable) if isinstance(variable, str) else "not a name"
         if why is not None:
             raise ConfigError(name, env[name], f"{accepted}; {why}")
-        if not isinstance(ref, dict) or set(ref) != {"secretName", "key"} \
-                or not DNS_SUBDOMAIN.fullmatch(str(ref["secretName"])) or not SECRET_KEY.fullmatch(str(ref["key"])):
+        if not isinstance(ref, dict) or set(ref) != {"secretName", "key"}:
+            raise ConfigError(name, env[name], accepted)
+        secret_name, key = str(ref["secretName"]), str(ref["key"])
+        if not DNS_SUBDOMAIN.fullmatch(secret_name) or not SECRET_KEY.fullmatch(key):
             raise ConfigError(name, env[name], accepted)
         out.append((variable, ref["secretName"], ref["key"]))
     return tuple(sorted(out))

@@ -61,7 +61,8 @@ class Settings:
         refuse_empty(env, STORE_VARIABLES)
         sessions_dir = text(env, "PI_SESSIONS_DIR")  # spec §2.1: empty = unset
         max_context_pct = integer(
-            env, "PI_SESSION_MAX_CONTEXT_PCT", "an integer from 1 to 100, or unset for no bound", minimum=1, maximum=100
+            env, "PI_SESSION_MAX_CONTEXT_PCT", "an integer from 1 to 100, or unset for no bound",
+            minimum=1, maximum=100,
         )
         return cls(
             sessions_dir=None if sessions_dir is None else sessions_dir.strip(),
@@ -71,7 +72,9 @@ class Settings:
             max_bytes=integer(
                 env, "PI_SESSION_MAX_BYTES", "a whole number of bytes, 0 for no cap", default=DEFAULT_MAX_BYTES
             ),
-            max_age_days=integer(env, "PI_SESSION_MAX_AGE_DAYS", "a whole number of days, 0 for no bound", default=0),
+            max_age_days=integer(
+                env, "PI_SESSION_MAX_AGE_DAYS", "a whole number of days, 0 for no bound", default=0
+            ),
             max_resume_chain=integer(
                 env, "PI_SESSION_MAX_RESUME_CHAIN", "a whole number of deliveries, 0 for no bound", default=0
             ),
