@@ -22,7 +22,7 @@ NS=pi-demo
 # What runs Pods: a real node (containerd + runc, the images of `make images`) or the test kubelet.
 NODE="$(.venv/bin/python -c "import json; print(json.load(open('$STATE/cluster.json')).get('node', 'test'))")"
 if [ "$NODE" = real ]; then
-    HOST="$(.venv/bin/python -c 'from e2e.realnode import NODE_IP; print(NODE_IP)')"
+    HOST="$(.venv/bin/python -c "from e2e.cluster import Cluster; print(Cluster.load('$STATE').backend.ip)")"
     echo "Pods run in containers on a real node (kubelet + containerd + runc); Pods reach this machine at $HOST"
 else
     HOST=127.0.0.1
