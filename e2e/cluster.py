@@ -2,12 +2,15 @@
 
 Starts ``etcd``, ``kube-apiserver`` (RBAC on, x509 client certificates from a generated CA,
 ServiceAccount tokens signed by a generated key), ``kube-controller-manager`` (garbage collector,
-namespace deletion, PV binder, ServiceAccount controllers) and optionally the test kubelet
-(``e2e/kubelet.py``) on 127.0.0.1, from the binaries built by ``e2e/controlplane/build.sh``.
+namespace deletion, PV binder, ServiceAccount controllers) on 127.0.0.1, from the binaries built by
+``e2e/controlplane/build.sh``, and a node backend that runs Pods: the test kubelet (``e2e/testnode.py``,
+Pods as local processes, the default) or a real node (``e2e/realnode.py``, kubelet + containerd + runc).
+The backend is a parameter (``e2e/clusterkit.py`` says what it must do); this module knows no backend's
+internals.
 
 Command line (used by ``make cluster-up`` / ``make cluster-down``)::
 
-    python -m e2e.cluster up [--dir DIR] [--no-kubelet]
+    python -m e2e.cluster up [--dir DIR] [--node auto|real|test] [--no-kubelet]
     python -m e2e.cluster down [--dir DIR]
     python -m e2e.cluster status [--dir DIR]
 
@@ -15,6 +18,7 @@ Command line (used by ``make cluster-up`` / ``make cluster-down``)::
 kubeconfig is ``DIR/kubeconfig``. From Python::
 
     c = Cluster(state_dir); c.start(); ...; c.stop()
+    c = Cluster(state_dir, backend=RealNode()); c.start(); ...; c.stop()
 """
 
 from __future__ import annotations

@@ -516,12 +516,14 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     # stopping -------------------------------------------------------------------------------------------
     def stop_pods(self) -> None:
-        """Pods first (the kubelet tears their sandboxes down), then the node's daemons by their pids, then the
-        containers left in its containerd; the cluster stops the rest."""
+        """The scheduler first (a Pod a ReplicaSet makes again during the drain stays unbound, instead of
+        starting on the kubelet being drained), then the Pods (the kubelet tears their sandboxes down), then the
+        node's daemons by their pids, then the containers left in its containerd; the cluster stops the rest."""
         host = self.host
+        host.stop_component("kube-scheduler")
         if host.pids.get("node-kubelet") and host.pids.get("kube-apiserver"):
             self._drain()
-        for c in ("pv-provisioner", "node-kubelet", "kube-scheduler"):
+        for c in ("pv-provisioner", "node-kubelet"):
             host.stop_component(c)
         if host.pids.get("containerd"):
             self._remove_containers()
@@ -557,6 +559,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             self.ctr("tasks", "delete", "--force", task, check=False, timeout=30)
         for c in self.ctr("containers", "ls", "-q", check=False, timeout=20).stdout.split():
             self.ctr("containers", "delete", c, check=False, timeout=30)
+            # a sandbox removed by force had no CNI DEL: libcni's cache file of its loopback stays otherwise
+            Path("/var/lib/cni/results", f"cni-loopback-{c}-lo").unlink(missing_ok=True)
 
     def _unmount_all(self) -> None:
         """Every mount under the state directory (netns, shm, rootfs, Secret tmpfs), deepest first."""
