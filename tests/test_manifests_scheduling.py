@@ -7,7 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from pidispatch.manifests.pod import PodInputs, job_pod
-from pidispatch.manifests.scheduling import HOSTNAME_TOPOLOGY, Scheduling
+from pidispatch.manifests.scheduling import HOSTNAME_TOPOLOGY
+from pidispatch.settings.scheduling import Scheduling
 
 BASE = PodInputs(job_name="delivery-1234", job_uid="u-1", namespace="ns", image="pi-job:0.73.1",
                  command=["pidispatch", "runner"], staging_claim="staging")

@@ -109,6 +109,38 @@ app.kubernetes.io/component: operator
 - name: PI_DISPATCH_JOB_CREDENTIALS
   value: {{ toJson . | quote }}
 {{- end }}
+{{- with .Values.job.nodeSelector }}
+- name: PI_DISPATCH_JOB_NODE_SELECTOR
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.tolerations }}
+- name: PI_DISPATCH_JOB_TOLERATIONS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.affinity }}
+- name: PI_DISPATCH_JOB_AFFINITY
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.imagePullSecrets }}
+- name: PI_DISPATCH_JOB_IMAGE_PULL_SECRETS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.priorityClassName }}
+- name: PI_DISPATCH_JOB_PRIORITY_CLASS_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.job.runtimeClassName }}
+- name: PI_DISPATCH_JOB_RUNTIME_CLASS_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.job.topologySpreadConstraints }}
+- name: PI_DISPATCH_JOB_TOPOLOGY_SPREAD_CONSTRAINTS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.podSecurityContext }}
+- name: PI_DISPATCH_JOB_POD_SECURITY_CONTEXT
+  value: {{ toJson . | quote }}
+{{- end }}
 {{- with .Values.job.modelsConfigMap }}
 - name: PI_DISPATCH_JOB_MODELS_CONFIGMAP
   value: {{ . | quote }}
@@ -148,6 +180,10 @@ app.kubernetes.io/component: operator
   value: /var/lib/pi-dispatch/jobs
 - name: PI_DISPATCH_STAGING_CLAIM
   value: {{ include "pi-dispatch.stagingClaim" . | quote }}
+{{- if not (has "ReadWriteMany" .Values.sessions.staging.accessModes) }}
+- name: PI_DISPATCH_STAGING_COLOCATE
+  value: {{ include "pi-dispatch.operatorSelectorLabels" . | fromYaml | toJson | quote }}
+{{- end }}
 {{- $s := .Values.sessions }}
 {{- $bounds := list
       (list "PI_SESSIONS_TTL_DAYS" $s.ttlDays)

@@ -43,7 +43,8 @@ from pidispatch.contract import (
     WORKSPACE,
     credential_name_problem,
 )
-from pidispatch.manifests.scheduling import Scheduling, scheduling_fields
+from pidispatch.manifests.scheduling import scheduling_fields
+from pidispatch.settings.scheduling import Scheduling
 
 GH_TOKEN = "GH_TOKEN"
 TOKEN_SECRET_KEY = "token"

@@ -16,30 +16,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from pidispatch.settings.scheduling import Scheduling
+
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
-
-
-@dataclass(frozen=True)
-class Scheduling:
-    """The deployment's scheduling rules for job Pods, as the Kubernetes API spells them."""
-
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: Sequence[Mapping[str, Any]] = ()
-    affinity: Mapping[str, Any] = field(default_factory=dict)
-    image_pull_secrets: Sequence[str] = ()
-    priority_class_name: str | None = None
-    # A sandboxed runtime for the agent's untrusted code (gVisor, Kata), as the cluster names its RuntimeClass.
-    runtime_class_name: str | None = None
-    topology_spread_constraints: Sequence[Mapping[str, Any]] = ()
-    # The Pod security context's groups: runAsGroup, fsGroup, supplementalGroups, fsGroupChangePolicy.
-    # runAsUser is not among them: it must be the operator's uid, which owns the staged copy.
-    pod_security_context: Mapping[str, Any] = field(default_factory=dict)
-    # The operator Pod's labels when the staging claim is ReadWriteOnce (job Pods that mount it are
-    # co-scheduled with it); None: the claim is ReadWriteMany, or staging is not mounted.
-    colocate_with: Mapping[str, str] | None = None
 
 
 def colocation_term(operator_labels: Mapping[str, str]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pidispatch.settings.jobpod import (
     job_resources,
 )
 from pidispatch.settings.readers import flag, integer, object_name, one_line, one_of, refuse_empty, text
+from pidispatch.settings.scheduling import SCHEDULING_VARIABLES, Scheduling, job_scheduling
 from pidispatch.settings.store import STORE_VARIABLES, Settings
 
 DEFAULT_STAGING_DIR = "/var/lib/pi-dispatch/jobs"
@@ -61,6 +62,7 @@ OPERATOR_VARIABLES = (
     "PI_DISPATCH_JOB_WORKSPACE_SIZE_LIMIT",
     "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST",
     "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT",
+    *SCHEDULING_VARIABLES,
     *STORE_VARIABLES,
     *GITHUB_VARIABLES,
 )
@@ -120,6 +122,8 @@ class OperatorSettings:
     job_workspace_limit_bytes: int = 10 * 2**30
     job_ephemeral_storage_request: str = DEFAULT_EPHEMERAL_STORAGE_REQUEST
     job_ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
+    # Where job Pods run: the cluster's rules and the staging claim's co-location (settings/scheduling.py).
+    job_scheduling: Scheduling = Scheduling()
     github: GitHubSettings = GitHubSettings()
 
     @classmethod
@@ -175,6 +179,7 @@ class OperatorSettings:
             job_git_name=one_line(env, "PI_DISPATCH_JOB_GIT_NAME", DEFAULT_GIT_NAME),
             job_git_email=one_line(env, "PI_DISPATCH_JOB_GIT_EMAIL", DEFAULT_GIT_EMAIL),
             job_checkout=flag(env, "PI_DISPATCH_JOB_CHECKOUT", True),
+            job_scheduling=job_scheduling(env),
             metrics_port=integer(
                 env, "PI_DISPATCH_METRICS_PORT", "a TCP port, 0 to turn metrics off", default=9090, maximum=65535
             ),
