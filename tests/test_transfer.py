@@ -15,7 +15,6 @@ import ipaddress
 import json
 import os
 import socket
-import ssl
 import struct
 import subprocess
 import sys

@@ -41,8 +41,14 @@ from aiohttp import web
 
 from pidispatch.events import emit
 from pidispatch.transfer import archive
-from pidispatch.transfer.protocol import MARKER, SESSION_PATH, UPLOAD_PREFIX, is_uid, parse_digest_header
-from pidispatch.transfer.protocol import DIGEST_HEADER as _DIGEST_HEADER
+from pidispatch.transfer.protocol import (
+    DIGEST_HEADER,
+    MARKER,
+    SESSION_PATH,
+    UPLOAD_PREFIX,
+    is_uid,
+    parse_digest_header,
+)
 from pidispatch.transfer.token import token_matches
 
 SESSION = "session"  # store/staging.py's SESSION: the directory a mount would have put at /session
@@ -163,16 +169,16 @@ class _Handlers:
         upload = f"{UPLOAD_PREFIX}{secrets.token_hex(8)}"
         made = False
         try:
-            declared = parse_digest_header(request.headers.get(_DIGEST_HEADER))
+            declared = parse_digest_header(request.headers.get(DIGEST_HEADER))
             if declared is None:
-                raise _Refused(400, f"{_DIGEST_HEADER}: sha256=<hex of the body> is required")
+                raise _Refused(400, f"{DIGEST_HEADER}: sha256=<hex of the body> is required")
             if request.content_length is not None and request.content_length > self.config.max_bytes:
                 raise _Refused(413, f"the body is larger than the cap of {self.config.max_bytes} bytes")
             os.mkdir(upload, 0o700, dir_fd=job_fd)
             made = True
             received, size = await self._receive(request, job_fd, upload)
             if received != declared:
-                raise _Refused(400, "the body's SHA-256 is not the one in " + _DIGEST_HEADER)
+                raise _Refused(400, "the body's SHA-256 is not the one in " + DIGEST_HEADER)
             unpacked = await asyncio.to_thread(_unpack, job_fd, upload, self.config.max_bytes)
             async with self._lock(uid):
                 marker = await asyncio.to_thread(_commit, job_fd, upload, received, size, unpacked)
