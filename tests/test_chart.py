@@ -624,8 +624,9 @@ def test_the_receiver_is_off_by_default(helm: Any) -> None:
 def test_receiver_objects_and_the_operator_are_unchanged_by_it(helm: Any) -> None:
     off, on = render(helm, ALL_ON), render(helm, {**ALL_ON, **RECEIVER_ON})
     assert [(d["kind"], d["metadata"]["name"]) for d in receiver_objects(on)] == [
-        ("ServiceAccount", RECEIVER), ("Role", RECEIVER), ("RoleBinding", RECEIVER), ("Service", RECEIVER),
-        ("Deployment", RECEIVER)], "the receiver's own objects (no Secret: it names an existing one)"
+        ("PodDisruptionBudget", RECEIVER), ("ServiceAccount", RECEIVER), ("Role", RECEIVER), ("RoleBinding", RECEIVER),
+        ("Service", RECEIVER), ("Deployment", RECEIVER)], \
+        "the receiver's own objects (no Secret: it names an existing one)"
     webhook_test = one(on, "Pod", f"{FULLNAME}-webhook")  # helm test's check of the receiver (below)
     assert [d for d in on if d not in receiver_objects(on) and d is not webhook_test] == off, \
         "nothing of the operator changes"
@@ -997,3 +998,17 @@ def test_the_quickstart_trigger_is_valid_and_arms_resume() -> None:
     trigger = yaml.safe_load((EXAMPLES / "trigger.yaml").read_text())
     assert problem(TriggerSpec, trigger["spec"]) is None
     assert first_refusal(trigger["spec"]) is None and resume_armed(trigger["spec"])
+
+
+def test_two_receivers_by_default_spread_over_nodes_and_drained_one_at_a_time(helm: Any) -> None:
+    docs = render(helm, RECEIVER_ON)
+    deployment = one(docs, "Deployment", RECEIVER)
+    assert deployment["spec"]["replicas"] == 2
+    [spread] = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    pdb = one(docs, "PodDisruptionBudget", RECEIVER)
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spread["labelSelector"]["matchLabels"] == \
+        deployment["spec"]["selector"]["matchLabels"]
+    single = render(helm, {**RECEIVER_ON, "receiver.replicas": 1})
+    assert kinds(single, "PodDisruptionBudget") == [], "one replica: a budget would block every drain"
