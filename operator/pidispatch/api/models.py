@@ -144,7 +144,9 @@ Credentials = Annotated[dict[str, SecretKey] | None, Field(
                 "a plain value.")]
 
 
-LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+# A label key: an optional DNS-subdomain prefix and a slash, then the name.
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
 NodeSelector = Annotated[dict[Annotated[str, Field(max_length=316, pattern=LABEL_KEY)],
                               Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None, Field(
