@@ -8,6 +8,8 @@ helpers (checked by import-linter, ``.importlinter``).
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 VENUE = "kubernetes"  # the venue a job of this operator stamps and is judged by (spec §2.4)
 CONTAINER = "pi"  # the job container, whose termination message carries the report
 SESSION_MOUNT = "/session"  # the staged copy's directory, mounted only when the job has a session key
@@ -68,6 +70,6 @@ CA_BUNDLE_DIR = "/etc/pi-dispatch/ca"  # the CA bundle ConfigMap's mount in the 
 CA_BUNDLE_KEY = "ca.crt"
 
 
-def is_commit(value: object) -> bool:
+def is_commit(value: object) -> TypeGuard[str]:
     """A full commit id (SHA-1 or SHA-256, lower-case hex): the only form a checkout's commit takes."""
     return isinstance(value, str) and len(value) in (40, 64) and all(c in "0123456789abcdef" for c in value)
