@@ -91,12 +91,20 @@ cluster-status: venv
 test: venv controlplane pi images node
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
+	$(MAKE) --no-print-directory lint-workflows
 	$(MYPY)
 	$(PYTEST)
 
 # mypy over operator/ ([tool.mypy] in pyproject.toml: strict for the store, the transcript and the API types).
 typecheck: venv
 	$(MYPY)
+
+# The GitHub Actions workflows (.github/workflows: the release, CI) through the pinned actionlint, which
+# `make controlplane` builds into its bin dir; shellcheck and pyflakes off, so the result does not depend on
+# what else is on PATH. tests/test_workflows.py runs the same and proves it fails on broken workflows.
+.PHONY: lint-workflows
+lint-workflows: controlplane
+	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/actionlint" -shellcheck= -pyflakes= .github/workflows/*.yml
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
 demo: cluster-up pi
