@@ -1,5 +1,6 @@
 # pi-dispatch operator — developer entry points.
 #   make test           build the local control plane (cached), install pi, run all tests
+#   make typecheck      mypy over operator/ (pyproject.toml [tool.mypy]; part of make test)
 #   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
@@ -14,14 +15,15 @@ VPY := $(VENV)/bin/python
 # Extra pytest flags: make test PYTEST_ARGS='-x -k harness'
 PYTEST_ARGS ?=
 PYTEST ?= $(VPY) -m pytest $(PYTEST_ARGS)
+MYPY := $(VENV)/bin/mypy
 CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
+.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test typecheck demo demo-store bench bench-operator
 
 help:
-	@echo "targets: demo demo-store test fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test typecheck fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -84,12 +86,18 @@ cluster-status: venv
 	$(VPY) -m e2e.cluster status
 
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
-# the container contract, ...) and ruff's checks ([tool.ruff] in pyproject.toml), then every test.
+# the container contract, ...), ruff's checks ([tool.ruff] in pyproject.toml) and mypy's (`typecheck`),
+# then every test.
 test: venv controlplane pi images node
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(MAKE) --no-print-directory lint-workflows
+	$(MYPY)
 	$(PYTEST)
+
+# mypy over operator/ ([tool.mypy] in pyproject.toml: strict for the store, the transcript and the API types).
+typecheck: venv
+	$(MYPY)
 
 # The GitHub Actions workflows (.github/workflows: the release, CI) through the pinned actionlint, which
 # `make controlplane` builds into its bin dir; shellcheck and pyflakes off, so the result does not depend on

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from pidispatch.api.crds import TOKEN_FIELDS
+from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
+from pidispatch.contract.report import OUTCOMES, RunnerReport
 from pidispatch.record import MAX_SAFE_INTEGER, SESSION_REASONS, RunnerSession
-from pidispatch.report import OUTCOMES, TERMINATION_MESSAGE_LIMIT, RunnerReport, parse_report
 
 VALID: dict[str, Any] = {
     "session": {"resumed": True, "reason": "resumed"},
@@ -29,13 +30,13 @@ DROP = object()
 
 
 def test_a_valid_report_is_accepted_whole() -> None:
-    assert parse_report(json.dumps(VALID)) == RunnerReport(
+    assert RunnerReport.from_message(json.dumps(VALID)) == RunnerReport(
         session=RunnerSession(True, "resumed"), context=(1200, 200000),
         tokens={"input": 10, "output": 20, "total": 30, "cost": 0.125}, pi_version="0.73.1", outcome="completed")
 
 
 def test_an_empty_object_is_an_empty_report() -> None:
-    assert parse_report("{}") == RunnerReport()
+    assert RunnerReport.from_message("{}") == RunnerReport()
 
 
 def padded(size: int, char: str = "x") -> str:
@@ -55,7 +56,7 @@ def padded(size: int, char: str = "x") -> str:
     (padded(64 * 1024), False),
 ], ids=["exactly 4096 bytes", "4097 bytes", "4095 bytes of 2-byte chars", "4097 bytes of 2-byte chars", "64 KiB"])
 def test_size_limit_counts_bytes(message: str, accepted: bool) -> None:
-    result = parse_report(message)
+    result = RunnerReport.from_message(message)
     assert (result is not None) is accepted
     if accepted:
         assert result is not None and result.outcome == "completed"
@@ -67,7 +68,7 @@ def test_size_limit_counts_bytes(message: str, accepted: bool) -> None:
 ], ids=["absent", "empty", "not json", "truncated", "trailing garbage", "array", "string", "number", "null", "bool",
         "array of a report"])
 def test_not_a_json_object_is_no_report(message: str | None) -> None:
-    assert parse_report(message) is None
+    assert RunnerReport.from_message(message) is None
 
 
 @pytest.mark.parametrize("message", [
@@ -82,14 +83,14 @@ def test_deep_nesting_within_the_limit_is_no_report(message: str) -> None:
     completes and its slot is never freed.)
     """
     assert len(message.encode()) <= TERMINATION_MESSAGE_LIMIT
-    assert parse_report(message) in (None, RunnerReport())
+    assert RunnerReport.from_message(message) in (None, RunnerReport())
 
 
 # ---- session --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("reason", SESSION_REASONS)
 def test_every_enum_reason_is_accepted(reason: str) -> None:
-    result = parse_report(report(session={"resumed": False, "reason": reason}))
+    result = RunnerReport.from_message(report(session={"resumed": False, "reason": reason}))
     assert result is not None and result.session == RunnerSession(False, reason)
 
 
@@ -98,7 +99,7 @@ def test_every_enum_reason_is_accepted(reason: str) -> None:
     ["resumed"],
 ], ids=["a job reason", "wrong case", "trailing space", "a path", "a traversal", "empty", "number", "null", "list"])
 def test_reason_outside_the_closed_enum_becomes_none(reason: Any) -> None:
-    result = parse_report(report(session={"resumed": True, "reason": reason}))
+    result = RunnerReport.from_message(report(session={"resumed": True, "reason": reason}))
     assert result is not None and result.session == RunnerSession(True, None)
 
 
@@ -108,7 +109,7 @@ def test_reason_outside_the_closed_enum_becomes_none(reason: Any) -> None:
 ], ids=["resumed a string", "resumed a number", "resumed null", "resumed missing", "session a string",
         "session a list", "session null"])
 def test_session_without_a_boolean_resumed_is_dropped(session: Any) -> None:
-    result = parse_report(report(session=session))
+    result = RunnerReport.from_message(report(session=session))
     assert result is not None and result.session is None
     assert result.outcome == "completed", "the rest of the report still counts"
 
@@ -135,7 +136,7 @@ def test_session_without_a_boolean_resumed_is_dropped(session: Any) -> None:
         "fractional tokens", "fractional window", "tokens above 2^53-1", "huge window", "huge float tokens",
         "boolean tokens", "string tokens", "window missing", "not an object"])
 def test_context(context: Any, parsed: tuple[int, int] | None) -> None:
-    result = parse_report(report(context=context))
+    result = RunnerReport.from_message(report(context=context))
     assert result is not None and result.context == parsed
 
 
@@ -143,7 +144,7 @@ def test_context(context: Any, parsed: tuple[int, int] | None) -> None:
 def test_context_non_finite_is_dropped(literal: str) -> None:
     message = json.dumps(VALID).replace('"tokens": 1200', f'"tokens": {literal}')
     assert literal in message
-    result = parse_report(message)
+    result = RunnerReport.from_message(message)
     assert result is not None and result.context is None
 
 
@@ -151,7 +152,7 @@ def test_context_non_finite_is_dropped(literal: str) -> None:
 
 def test_every_known_token_field_is_kept() -> None:
     tokens = {name: i + 1 for i, name in enumerate(TOKEN_FIELDS)}
-    result = parse_report(report(tokens=tokens))
+    result = RunnerReport.from_message(report(tokens=tokens))
     assert result is not None and result.tokens == tokens
 
 
@@ -161,25 +162,25 @@ def test_every_known_token_field_is_kept() -> None:
 ], ids=["zero", "float cost", "max safe integer", "negative", "negative float", "true", "false",
         "above 2^53-1", "huge float", "string", "null", "list", "object"])
 def test_token_values(value: Any, kept: bool) -> None:
-    result = parse_report(report(tokens={"input": value, "output": 7}))
+    result = RunnerReport.from_message(report(tokens={"input": value, "output": 7}))
     assert result is not None
     assert result.tokens == ({"input": value, "output": 7} if kept else {"output": 7})
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_token_non_finite_is_dropped(literal: str) -> None:
-    result = parse_report(f'{{"tokens": {{"input": {literal}, "output": 7}}}}')
+    result = RunnerReport.from_message(f'{{"tokens": {{"input": {literal}, "output": 7}}}}')
     assert result is not None and result.tokens == {"output": 7}
 
 
 def test_unknown_token_fields_are_dropped() -> None:
-    result = parse_report(report(tokens={"input": 1, "apiKey": 2, "__proto__": 3, "Input": 4}))
+    result = RunnerReport.from_message(report(tokens={"input": 1, "apiKey": 2, "__proto__": 3, "Input": 4}))
     assert result is not None and result.tokens == {"input": 1}
 
 
 @pytest.mark.parametrize("tokens", [[1, 2], "30", 30, None], ids=["list", "string", "number", "null"])
 def test_tokens_not_an_object_are_empty(tokens: Any) -> None:
-    result = parse_report(report(tokens=tokens))
+    result = RunnerReport.from_message(report(tokens=tokens))
     assert result is not None and result.tokens == {}
 
 
@@ -193,13 +194,13 @@ def test_tokens_not_an_object_are_empty(tokens: Any) -> None:
 ], ids=["release", "pre-release and build", "prefix v", "64 chars", "65 chars", "empty", "trailing space",
         "newline", "path", "shell", "substitution", "fullwidth digits", "bidi control", "number", "null", "list"])
 def test_pi_version(version: Any, kept: bool) -> None:
-    result = parse_report(report(piVersion=version))
+    result = RunnerReport.from_message(report(piVersion=version))
     assert result is not None and result.pi_version == (version if kept else None)
 
 
 @pytest.mark.parametrize("outcome", OUTCOMES)
 def test_known_outcomes_are_kept(outcome: str) -> None:
-    result = parse_report(report(outcome=outcome))
+    result = RunnerReport.from_message(report(outcome=outcome))
     assert result is not None and result.outcome == outcome
 
 
@@ -211,11 +212,11 @@ def test_outcomes_are_the_closed_set() -> None:
                          ids=["wrong case", "unknown word", "trailing space", "empty", "number", "bool", "null",
                               "list"])
 def test_other_outcomes_are_dropped(outcome: Any) -> None:
-    result = parse_report(report(outcome=outcome))
+    result = RunnerReport.from_message(report(outcome=outcome))
     assert result is not None and result.outcome is None
     assert result.pi_version == "0.73.1", "the rest of the report still counts"
 
 
 def test_missing_fields_are_missing() -> None:
-    result = parse_report(report(session=DROP, context=DROP, tokens=DROP, piVersion=DROP))
+    result = RunnerReport.from_message(report(session=DROP, context=DROP, tokens=DROP, piVersion=DROP))
     assert result == RunnerReport(outcome="completed")

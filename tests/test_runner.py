@@ -12,27 +12,22 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from transcript_samples import sample
 
-from pidispatch.record import SESSION_REASONS
-from pidispatch.report import TERMINATION_MESSAGE_LIMIT, parse_report
+from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
+from pidispatch.contract.report import Rethread, RunnerReport, Workspace
+from pidispatch.record import SESSION_REASONS, RunnerSession
 from pidispatch.runner.checkout import CheckoutSpec
 from pidispatch.runner.config import ConfigError, Event, RunnerConfig, load_config
 from pidispatch.runner.mount import MOUNT_CHECKS, MountFacts, gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env
 from pidispatch.runner.prompt import build_prompt, fence
-from pidispatch.runner.report import (
-    Usage,
-    build_report,
-    context_window,
-    encode_report,
-    measure_context,
-    new_usage,
-)
+from pidispatch.runner.report import Usage, context_window, measure_context, new_usage
 from pidispatch.runner.session import (
     Repair,
     normalise,
@@ -42,6 +37,7 @@ from pidispatch.runner.session import (
     read_final,
 )
 from pidispatch.runner.version import parse_version_output, version_problem
+from pidispatch.store.redact import SecretDigest
 from pidispatch.transcript.parser import parse_transcript
 
 WORKSPACE = "/workspace"
@@ -677,53 +673,85 @@ def test_measure_context_is_absent_when_pi_would_say_null() -> None:
                            {"providers": {"fake": {"models": [{"id": "fake-model", "contextWindow": 0}]}}}) is None
 
 
-FULL = build_report(session=(True, "resumed"), context=(659, 32000),
-                    usage=Usage(input=700, output=7, total=1007, cost=0.0123, calls=2),
+FULL = RunnerReport(session=RunnerSession(True, "resumed"), context=(659, 32000),
+                    tokens=Usage(input=700, output=7, total=1007, cost=0.0123, calls=2).as_tokens(),
                     pi_version="0.73.1", outcome="completed")
 
 
 @pytest.mark.parametrize("reason", SESSION_REASONS)
 def test_report_round_trips_through_the_operators_parser(reason: str) -> None:
-    report = {**FULL, "session": {"resumed": reason == "resumed", "reason": reason}}
-    text = encode_report(report)
+    report = replace(FULL, session=RunnerSession(reason == "resumed", reason))
+    text = report.to_message()
     assert "\n" not in text and len(text.encode()) < TERMINATION_MESSAGE_LIMIT
-    parsed = parse_report(text)
+    parsed = RunnerReport.from_message(text)
     assert parsed is not None
     assert (parsed.session.resumed, parsed.session.reason) == (reason == "resumed", reason)
     assert parsed.context == (659, 32000)
-    assert parsed.tokens == FULL["tokens"]  # nothing dropped
+    assert parsed.tokens == FULL.tokens  # nothing dropped
     assert (parsed.pi_version, parsed.outcome) == ("0.73.1", "completed")
-    assert json.loads(text) == report
+    assert json.loads(text) == report.to_json()
 
 
 @pytest.mark.parametrize("outcome", ["completed", "failed", "aborted", "refused"])
 def test_every_outcome_the_runner_writes_is_accepted(outcome: str) -> None:
-    parsed = parse_report(encode_report({**FULL, "outcome": outcome}))
+    parsed = RunnerReport.from_message(replace(FULL, outcome=outcome).to_message())
     assert parsed is not None and parsed.outcome == outcome
 
 
 def test_report_at_its_largest_stays_under_the_limit() -> None:
     huge = 2**53 - 1
-    report = build_report(session=(False, "compaction-summary-empty"), context=(huge, huge),
-                          usage=Usage(input=huge, output=huge, total=huge, cost=float(huge), calls=huge),
+    report = RunnerReport(session=RunnerSession(False, "compaction-summary-empty"), context=(huge, huge),
+                          tokens=Usage(input=huge, output=huge, total=huge, cost=float(huge), calls=huge).as_tokens(),
                           pi_version="9" * 64, outcome="completed")
-    text = encode_report(report)
+    text = report.to_message()
     assert len(text.encode()) < TERMINATION_MESSAGE_LIMIT
-    assert json.loads(text) == report
-    parsed = parse_report(text)
-    assert parsed is not None and parsed.tokens == report["tokens"] and parsed.context == (huge, huge)
+    assert json.loads(text) == report.to_json()
+    parsed = RunnerReport.from_message(text)
+    assert parsed is not None and parsed.tokens == report.tokens and parsed.context == (huge, huge)
 
 
 def test_optional_parts_are_left_out_not_null() -> None:
-    report = build_report(session=(False, "disabled"), context=None, usage=None, pi_version=None, outcome="failed")
+    report = RunnerReport(session=RunnerSession(False, "disabled"), outcome="failed").to_json()
     assert report == {"session": {"resumed": False, "reason": "disabled"}, "outcome": "failed"}
-    refused = build_report(session=None, context=None, usage=None, pi_version="0.1.0", outcome="refused")
+    refused = RunnerReport(pi_version="0.1.0", outcome="refused").to_json()
     assert refused == {"piVersion": "0.1.0", "outcome": "refused"}
 
 
 def test_encode_report_drops_optional_parts_before_exceeding_the_limit() -> None:
-    report = {**FULL, "piVersion": "x" * 5000}
-    text = encode_report(report)
+    report = replace(FULL, pi_version="x" * 5000)
+    text = report.to_message()
     assert len(text.encode()) < TERMINATION_MESSAGE_LIMIT
-    assert json.loads(text)["session"] == FULL["session"] and "piVersion" not in json.loads(text)
+    assert json.loads(text)["session"] == FULL.to_json()["session"] and "piVersion" not in json.loads(text)
+
+
+# The termination message byte for byte, as the runner wrote it before the report became one model (the
+# operator of the previous release reads what this release's runner writes, and the other way round).
+WIRE = [
+    (RunnerReport(session=RunnerSession(True, "resumed"), context=(659, 32000),
+                  tokens=Usage(input=700, output=7, total=1007, cost=0.0123, calls=2).as_tokens(),
+                  pi_version="0.73.1", outcome="completed", workspace=Workspace(head="a" * 40),
+                  rethread=Rethread(True, None, "over the bound right after the unpack"),
+                  secrets=(SecretDigest(40, "0" * 64),)),
+     '{"rethread":{"unpacked":true,"packed":null,"detail":"over the bound right after the unpack"},'
+     '"workspace":{"head":"' + "a" * 40 + '","pushed":null},"session":{"resumed":true,"reason":"resumed"},'
+     '"context":{"tokens":659,"window":32000},"tokens":{"input":700,"output":7,"total":1007,"cost":0.0123,'
+     '"calls":2},"piVersion":"0.73.1","outcome":"completed","secrets":[{"length":40,"sha256":"' + "0" * 64 + '"}]}'),
+    (RunnerReport(pi_version="0.73.1", outcome="failed", workspace=Workspace(failure="commit-gone", detail="gone")),
+     '{"workspace":{"failure":"commit-gone","detail":"gone"},"piVersion":"0.73.1","outcome":"failed"}'),
+    (RunnerReport(session=RunnerSession(False, "disabled"), outcome="completed", rethread=Rethread(unpacked=True)),
+     '{"rethread":{"unpacked":true},"session":{"resumed":false,"reason":"disabled"},"outcome":"completed"}'),
+    (RunnerReport(session=RunnerSession(False, "disabled"), outcome="completed",
+                  rethread=Rethread(unpacked=False, packed="agent", detail="")),
+     '{"rethread":{"unpacked":false,"packed":"agent"},"session":{"resumed":false,"reason":"disabled"},'
+     '"outcome":"completed"}'),
+]
+
+
+@pytest.mark.parametrize(("report", "message"), WIRE, ids=["every part", "checkout failed", "unpacked only",
+                                                           "packed by the agent"])
+def test_the_message_is_byte_for_byte_the_wire_format_and_reads_back_whole(report: RunnerReport,
+                                                                           message: str) -> None:
+    assert report.to_message() == message
+    parsed = RunnerReport.from_message(message)
+    assert parsed is not None and parsed.to_message() == message  # the operator keeps every part
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from transcript_samples import sample
 
-from pidispatch.report import parse_report
+from pidispatch.contract.report import RunnerReport
 from pidispatch.store.redact import redact
 from pidispatch.transcript.parser import check_transcript, parse_transcript
 
@@ -143,7 +143,7 @@ def conversation(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def assert_report_survives_the_operator(result: Result) -> None:
     """The report is the last stdout line too, and the operator's parser keeps every field of it."""
     assert result.stdout.splitlines()[-1] == result.termination
-    parsed = parse_report(result.termination)
+    parsed = RunnerReport.from_message(result.termination)
     report = result.report
     assert parsed is not None
     assert parsed.outcome == report["outcome"] and parsed.pi_version == report.get("piVersion")
@@ -393,7 +393,7 @@ def test_pi_resumes_a_transcript_whose_leaked_token_and_model_key_were_redacted(
     first = job.run(host_resume=False, extra={"MY_MODEL_KEY": MODEL_KEY, "PI_SECRET_ENV": "MY_MODEL_KEY"})
     assert first.code == 0, first.stderr
     assert MODEL_KEY not in first.termination and LEAKED not in (first.termination or "")
-    reported = parse_report(first.termination)
+    reported = RunnerReport.from_message(first.termination)
     assert reported is not None and len(reported.secrets) == 1, "the runner reports the key's digest"
     leaked = job.session_file.read_bytes()
     assert LEAKED.encode() in leaked and MODEL_KEY.encode() in leaked, "pi wrote both into its session file"

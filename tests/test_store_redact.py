@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from pidispatch.contract.report import RunnerReport
 from pidispatch.record import merge_session
-from pidispatch.report import parse_report
 from pidispatch.runner.main import own_secrets
 from pidispatch.settings import Settings
 from pidispatch.store import handoff
 from pidispatch.store.journal import promote_once
-from pidispatch.store.redact import SecretDigest, digest_of, marker, redact
+from pidispatch.store.redact import SecretDigest, as_json, digest_of, marker, redact
 from pidispatch.store.staging import HOST, PROMOTION, HostRecord, JobDir
 from storekit import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
 
@@ -132,13 +132,14 @@ def test_a_secret_too_short_or_of_other_characters_is_never_reported_by_digest()
 def test_the_runner_reports_digests_of_its_forge_token_and_model_keys_and_the_operator_keeps_them() -> None:
     env = {"GH_TOKEN": GH, "MY_MODEL_KEY": OWN, "PI_SECRET_ENV": "MY_MODEL_KEY,UNSET", "OTHER": "x" * 40}
     reported = own_secrets(env)
-    assert [r["length"] for r in reported] == [len(GH), len(OWN)]
-    text = json.dumps({"outcome": "completed", "secrets": reported})
+    assert [r.length for r in reported] == [len(GH), len(OWN)]
+    text = json.dumps({"outcome": "completed", "secrets": as_json(reported)})
     assert GH not in text and OWN not in text
-    parsed = parse_report(text)
+    parsed = RunnerReport.from_message(text)
     assert parsed is not None and parsed.secrets == (digest_of(GH), digest_of(OWN))
-    hostile = parse_report(json.dumps({"secrets": [{"length": 3, "sha256": "0" * 64}, {"length": 40, "sha256": "x"},
-                                                   "ghs_", {"length": True, "sha256": "0" * 64}]}))
+    hostile = RunnerReport.from_message(json.dumps({"secrets": [{"length": 3, "sha256": "0" * 64},
+                                                                {"length": 40, "sha256": "x"},
+                                                                "ghs_", {"length": True, "sha256": "0" * 64}]}))
     assert hostile is not None and hostile.secrets == ()
 
 

@@ -8,6 +8,7 @@ would only be converted back. Connection details come from the official client's
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import os
@@ -137,7 +138,8 @@ class Api:
         """Every item, following ``continue`` tokens in pages of 500."""
         return [item for page in self.pages(path, **params) for item in page]
 
-    def pages(self, path: str, *, limit: int = 500, **params: Any) -> Iterator[list[dict[str, Any]]]:
+    # `builtins.list`: in this class `list` is the method above.
+    def pages(self, path: str, *, limit: int = 500, **params: Any) -> Iterator[builtins.list[dict[str, Any]]]:
         """The items a page at a time (``limit`` each), fetched as the caller asks for them.
 
         Only one page is held, so a walk over 100 000 objects stays small. Each page is fetched when the

@@ -29,7 +29,8 @@ def structural(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True)
     defs = raw.get("$defs", {})
     top = {k: v for k, v in raw.items() if k != "description"}  # the CRD gives the object its own words
-    return _convert(top, defs)
+    converted: dict[str, Any] = _convert(top, defs)
+    return converted
 
 
 def _convert(node: Any, defs: dict[str, Any]) -> Any:

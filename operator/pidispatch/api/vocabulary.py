@@ -1,10 +1,14 @@
 """The API's vocabulary: group and version, the closed lists the CRDs and the code share, the CEL rules.
 
-Plain constants, cheap to import (no pydantic): the receiver, the report reader and the command line
-use them; the models (``models.py``) and the CRDs (``crds.py``) are built from them.
+Plain constants, cheap to import (no pydantic): the receiver's parsing and the command line use them;
+the models (``models.py``) and the CRDs (``crds.py``) are built from them.
 """
 
 from __future__ import annotations
+
+# The token fields of `status.tokens` are the ones a runner's report may carry: defined with the container
+# contract (which the runner may import, and this package it may not), named here with the rest.
+from pidispatch.contract import TOKEN_FIELDS as TOKEN_FIELDS
 
 GROUP = "pi-dispatch.dev"
 VERSION = "v1alpha1"
@@ -19,10 +23,6 @@ AUTH_SOURCES = ("app", "pat", "gh")
 AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR", "CONTRIBUTOR", "FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER",
                        "MANNEQUIN", "NONE")
 DEFAULT_AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR")
-TOKEN_FIELDS = ("input", "output", "total", "cost", "metered", "rootTotal", "otherTotal", "looseTotal", "sessions",
-                "calls", "unresolved", "unpriced", "childTotal", "childProcesses", "unmeteredChildren",
-                "costUnreported", "costCapMicros", "costRefused", "boundExceeded", "longContext", "costUnjudged",
-                "costUnanswered", "modelRefused")
 
 # `resume` is typed boolean in the schema: CEL cannot see a field without a type, so a non-boolean
 # value is refused by the apiserver's own type check ("spec.run.resume ... must be of type boolean").

@@ -286,13 +286,12 @@ class Receiver:
         duplicates: list[str] = []
         refused: dict[str, str] = {}  # name → why, for each Job that can never be created
         for job in planned:
-            name = job["metadata"]["name"]
-            problem = core.job_problem(job)
-            if problem is not None:
-                refused[name] = f"Job {name} would be refused by the API server: {problem}"
+            name = job.name
+            if job.body is None:
+                refused[name] = f"Job {name} would be refused by the API server: {job.problem}"
                 continue
             try:
-                fresh = await self.cluster.create_job(job)
+                fresh = await self.cluster.create_job(job.body)
             except JobRefused as exc:
                 refused[name] = str(exc)
                 continue

@@ -48,13 +48,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
+from pydantic import ValidationError
+
+from pidispatch.api.models import JobSpec
 from pidispatch.api.vocabulary import (
-    AUTH_SOURCES,
     COMMENT_MAX,
     DEFAULT_AUTHOR_ASSOCIATIONS,
     DELIVERY_MAX,
     GROUP,
-    JOB_FORGES,
     REPOSITORY_MAX,
     SENDER_MAX,
     VERSION,
@@ -360,75 +361,89 @@ def job_name(digest: str, trigger: str) -> str:
     return f"{prefix or 'delivery'}-{hashed}"
 
 
-def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None) -> dict[str, Any]:
-    """The Job's spec: the event facts, exactly the CRD's fields; the comment cut to the CRD's length."""
-    spec: dict[str, Any] = {"trigger": trigger["metadata"]["name"], "forge": "github",
-                            "repository": event.repository}
-    if event.issue is not None:
-        spec["issue"] = event.issue
-    if event.pull_request is not None:
-        spec["pullRequest"] = event.pull_request
-    if event.text is not None:
-        spec["comment"] = event.text[:COMMENT_MAX]
-    spec["sender"] = event.sender
-    if event.fork is not None:
-        spec["fork"] = event.fork
+def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None) -> JobSpec | str:
+    """The Job's spec (the event facts, the comment cut to the CRD's length), or why the API server would
+    refuse it for good (:func:`spec_problem`)."""
     auth = ((trigger.get("spec") or {}).get("run") or {}).get("auth") or auth_source
-    if auth:
-        spec["authSource"] = auth
-    spec["deliveryId"] = delivery
-    return spec
+    return parse_spec({"trigger": trigger["metadata"]["name"], "forge": "github", "repository": event.repository,
+                       "issue": event.issue, "pullRequest": event.pull_request,
+                       "comment": event.text[:COMMENT_MAX] if event.text is not None else None,
+                       "sender": event.sender, "fork": event.fork, "authSource": auth or None,
+                       "deliveryId": delivery})
 
 
 def job_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """The Job object the API server is sent, around a spec as JSON."""
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job",
             "metadata": {"name": name, "labels": {CREATED_BY_LABEL: CREATED_BY}}, "spec": spec}
 
 
-# The Job CRD's bounds on each spec field the receiver writes (crds/pi-dispatch.dev_jobs.yaml, generated
-# from api.models.JobSpec). An integer field is an int64 to the API server, whatever the schema says.
+# The API server reads an integer field as an int64, whatever the schema says (the model has no upper bound).
 INT64_MAX = 2**63 - 1
-TRIGGER_NAME_MAX = 253
-_SPEC_STRINGS = {"trigger": TRIGGER_NAME_MAX, "repository": REPOSITORY_MAX, "comment": COMMENT_MAX,
-                 "sender": SENDER_MAX, "deliveryId": DELIVERY_MAX}
-_SPEC_NUMBERS = ("issue", "pullRequest")
-_SPEC_CHOICES = {"forge": JOB_FORGES, "authSource": AUTH_SOURCES}
-_SPEC_REQUIRED = ("trigger", "forge", "repository")
+_NUMBERS = ("issue", "pullRequest")
 
 
-def job_problem(body: dict[str, Any]) -> str | None:
-    """Why the API server would refuse ``body`` for good (422 Invalid), or ``None``: its name, and each spec
-    field against the CRD's type, range, length and choices. Checked before the create, so that such a
-    refusal never reaches the API server; the answer names the field and the bound, never the value."""
-    name = body["metadata"]["name"]
+def parse_spec(fields: dict[str, Any]) -> JobSpec | str:
+    """``fields`` (``None``: left out) as a :class:`JobSpec`, or why the API server would refuse them for good:
+    each field against the model the CRD is generated from (strictly: a bool is no number, as for the API
+    server), the int64 range, and no field the CRD lacks. The answer names the field and the bound, never the
+    value."""
+    for key in fields:
+        if key not in JobSpec.model_fields:
+            return f"spec.{key} is not a field of the Job CRD"
+    try:
+        spec = JobSpec.model_validate(fields, strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        return f"spec.{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"
+    for key in _NUMBERS:
+        value = getattr(spec, key)
+        if value is not None and value > INT64_MAX:
+            return f"spec.{key} is not a whole number from 1 to {INT64_MAX}"
+    return spec
+
+
+def name_problem(name: Any) -> str | None:
+    """Why the API server would refuse ``name`` for a Job, or ``None``."""
     if not (isinstance(name, str) and len(name) <= NAME_MAX and _DNS_LABEL.fullmatch(name)):
         return f"the Job's name is not a DNS label of at most {NAME_MAX} characters"
-    spec = body["spec"]
-    for key in _SPEC_REQUIRED:
-        if key not in spec:
-            return f"spec.{key} is missing"
-    for key, value in spec.items():
-        if key in _SPEC_STRINGS:
-            if not isinstance(value, str) or len(value) > _SPEC_STRINGS[key]:
-                return f"spec.{key} is not a string of at most {_SPEC_STRINGS[key]} characters"
-        elif key in _SPEC_NUMBERS:
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
-                return f"spec.{key} is not a whole number from 1 to {INT64_MAX}"
-        elif key in _SPEC_CHOICES:
-            if value not in _SPEC_CHOICES[key]:
-                return f"spec.{key} is not one of {', '.join(_SPEC_CHOICES[key])}"
-        elif key == "fork":
-            if not isinstance(value, bool):
-                return "spec.fork is not true or false"
-        else:
-            return f"spec.{key} is not a field of the Job CRD"
     return None
 
 
+def job_problem(body: dict[str, Any]) -> str | None:
+    """Why the API server would refuse ``body`` for good (422 Invalid), or ``None``: its name and its spec
+    (:func:`parse_spec`). The same check :func:`plan_jobs` makes, for a body built by hand."""
+    problem = name_problem(body["metadata"]["name"])
+    if problem is not None:
+        return problem
+    spec = parse_spec(body["spec"])
+    return spec if isinstance(spec, str) else None
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One Job a delivery plans: its name, and its body to create or why the API server would refuse it."""
+
+    name: str
+    body: dict[str, Any] | None
+    problem: str | None = None
+
+
+def plan_job(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None,
+             digest: str) -> PlannedJob:
+    """The Job ``trigger`` starts for ``event``: checked before the create, so that a refusal for good never
+    reaches the API server; the spec is dumped once, into the body."""
+    name = job_name(digest, trigger["metadata"]["name"])
+    spec = job_spec(trigger, event, delivery, auth_source)
+    problem = name_problem(name) or (spec if isinstance(spec, str) else None)
+    if problem is not None or isinstance(spec, str):
+        return PlannedJob(name, None, problem)
+    return PlannedJob(name, job_body(name, spec.model_dump(mode="json", exclude_none=True)))
+
+
 def plan_jobs(triggers: list[dict[str, Any]], event: Event, delivery: str,
-              auth_source: str | None, digest: str) -> list[dict[str, Any]]:
-    """One Job body per matching Trigger, in Trigger-name order (so a redelivery plans the same list),
-    named for the Trigger and the body's ``digest`` (a replay under a new delivery id meets the same names)."""
+              auth_source: str | None, digest: str) -> list[PlannedJob]:
+    """One Job per matching Trigger, in Trigger-name order (so a redelivery plans the same list), named for
+    the Trigger and the body's ``digest`` (a replay under a new delivery id meets the same names)."""
     matching = sorted((t for t in triggers if mismatch(t, event) is None), key=lambda t: t["metadata"]["name"])
-    return [job_body(job_name(digest, t["metadata"]["name"]), job_spec(t, event, delivery, auth_source))
-            for t in matching]
+    return [plan_job(t, event, delivery, auth_source, digest) for t in matching]

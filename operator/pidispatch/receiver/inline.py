@@ -273,10 +273,10 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
                 # Unclosed, literal text to cmark but plainly meant as a comment; "<!-->" ends at once for
                 # cmark and a browser, and reaches the next "-->" for others: hidden either way.
                 return hide_rest(at)
-            for opener, closer in (("<!--", "-->"), ("<?", "?>"), ("<![CDATA[", "]]>")):
+            for opener, ender in (("<!--", "-->"), ("<?", "?>"), ("<![CDATA[", "]]>")):
                 if match is None and paragraph.startswith(opener, at):
-                    close = paragraph.find(closer, at + len(opener))
-                    if close > at + len(opener) and paragraph[close - 1] == closer[0]:
+                    close = paragraph.find(ender, at + len(opener))
+                    if close > at + len(opener) and paragraph[close - 1] == ender[0]:
                         # "--->", "??>" and "]]]>" end the construct for a browser and not for cmark,
                         # which reads on to a later end and passes what lies between through as
                         # markup: hidden either way.
@@ -316,10 +316,10 @@ def shown(paragraph: str, elements: Elements | None = None) -> str:
             at += 1
             maybe_inactive = index < inactive_below and not bracket.image
             if at < size and paragraph[at] == "(":
-                end = None if maybe_inactive else inline_link_end(paragraph, at)
-                if end is None:  # literal text, or a link cmark reads otherwise: hidden either way
+                link_end = None if maybe_inactive else inline_link_end(paragraph, at)
+                if link_end is None:  # literal text, or a link cmark reads otherwise: hidden either way
                     return hide_rest(at)
-                at = end
+                at = link_end
             # A link is made here, or may be (a reference whose definition is not looked up).
             if not bracket.image:
                 inactive_below = len(brackets)

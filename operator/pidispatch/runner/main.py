@@ -24,20 +24,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from pidispatch.contract import ENV_SECRET_NAMES, FORGE_TOKEN_NAMES, TERMINATION_LOG
+from pidispatch.contract.report import Rethread, RunnerReport, Workspace
 from pidispatch.events import emit, log_to_stderr
+from pidispatch.record import RunnerSession
 from pidispatch.runner import rethread
 from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
-from pidispatch.runner.report import Usage, build_report, encode_report, measure_context, new_usage
+from pidispatch.runner.report import Usage, measure_context, new_usage
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.version import VersionError, version_problem
-from pidispatch.store.redact import MAX_SECRETS, as_json, digest_of
+from pidispatch.store.redact import MAX_SECRETS, SecretDigest, digest_of
 
 MODELS_JSON = "models.json"
 MODELS_JSON_LIMIT = 4 * 1024 * 1024
@@ -51,23 +54,20 @@ class Refused(Exception):
         self.pi_version = pi_version
 
 
-def own_secrets(env: Mapping[str, str]) -> list[dict[str, object]]:
+def own_secrets(env: Mapping[str, str]) -> tuple[SecretDigest, ...]:
     """The digests of the job's own secrets (its forge token, its model keys), for the operator's scan before
     the promotion: lengths and SHA-256 only, never a value, and none of a value too short to be safe
     (``store/redact.py``)."""
     names = [*FORGE_TOKEN_NAMES, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
     found = (digest_of(env[name]) for name in dict.fromkeys(names) if name and env.get(name))
-    return as_json(tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS])
+    return tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS]
 
 
-def deliver(report: dict[str, Any], termination_log: str) -> str:
+def deliver(report: RunnerReport, termination_log: str) -> str:
     """Write the report to the termination message file and as the last stdout line; return the text.
 
     Every report carries the digests of the job's own secrets (``own_secrets``)."""
-    secrets = own_secrets(os.environ)
-    if secrets:
-        report = {**report, "secrets": secrets}
-    text = encode_report(report)
+    text = replace(report, secrets=own_secrets(os.environ)).to_message()
     try:
         with open(termination_log, "w", encoding="utf-8") as sink:
             sink.write(text)
@@ -125,7 +125,7 @@ def clone(config: RunnerConfig, env: Mapping[str, str]) -> None:
          seconds=round(time.monotonic() - began, 3))
 
 
-def workspace_report(config: RunnerConfig, env: Mapping[str, str]) -> dict[str, Any] | None:
+def workspace_report(config: RunnerConfig, env: Mapping[str, str]) -> Workspace | None:
     """Where the run left the workspace: its HEAD and what it pushed (a checkout's jobs only)."""
     spec = config.event.checkout
     if spec is None:
@@ -135,7 +135,7 @@ def workspace_report(config: RunnerConfig, env: Mapping[str, str]) -> dict[str, 
     except (OSError, subprocess.SubprocessError) as error:
         emit("workspace_unread", reason=f"{type(error).__name__}: {error}")
         return None
-    return {"head": head, "pushed": pushed}
+    return Workspace(head=head, pushed=pushed)
 
 
 def _first_prompt(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession
@@ -175,16 +175,16 @@ def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | 
 
 
 def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, final: bytes | None,
-          context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> dict[str, Any] | None:
+          context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> Rethread | None:
     """The pack turn when the conversation reached the bound; the report's ``rethread`` part, or None."""
     fork = untrusted(config)
     if opened.session_file is None or fork or not rethread.should_pack(config.rethread_pct, context):
-        return {"unpacked": True} if unpack is not None else None
+        return Rethread(unpacked=True) if unpack is not None else None
     if unpack is not None and final is not None and rethread.should_pack(config.rethread_pct,
                                                                         _after_first_reply(final, config)):
         # Over the bound already with the letter alone: packing would only copy the handoff forward.
         emit("rethread_pack_skipped", reason="over the bound right after the unpack")
-        return {"unpacked": True, "packed": None, "detail": "over the bound right after the unpack"}
+        return Rethread(unpacked=True, packed=None, detail="over the bound right after the unpack")
     assert context is not None
     pct = context[0] * 100 // context[1]
     commit = config.event.checkout.sha if config.event.checkout is not None else None
@@ -195,14 +195,12 @@ def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, f
                            summary_text=rethread.template("summary", config.workspace, commit, env))
     emit("rethread_packed", job=config.job_name, writer=packed.writer, detail=packed.detail, contextPct=pct,
          seconds=round(time.monotonic() - began, 3))
-    part: dict[str, Any] = {"unpacked": unpack is not None, "packed": packed.writer}
-    if packed.detail:
-        part["detail"] = packed.detail[:200]
-    return part
+    # A detail, '' when the pack said nothing: the report then says who packed even when nobody could.
+    return Rethread(unpacked=unpack is not None, packed=packed.writer, detail=(packed.detail or "")[:200])
 
 
 def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
-            opened: OpenedSession) -> tuple[dict[str, Any], int]:
+            opened: OpenedSession) -> tuple[RunnerReport, int]:
     """Steps 7–8: run pi on the prepared session (then the pack turn, at the bound) and build the report."""
     prompt, unpack = _first_prompt(config, env, opened)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
@@ -216,21 +214,21 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     part = None
     if run.signalled is None and run.exit_code == 0:
         part = _pack(config, agent_env, opened, final, context, unpack)
-        if part is not None and part.get("packed"):
+        if part is not None and part.packed:
             final, usage, context = _measure(config, opened)  # the pack turn is part of the run and its cost
-    if opened.session_file is not None and not (part or {}).get("packed"):
+    if opened.session_file is not None and not (part is not None and part.packed):
         rethread.discard_handoff(opened.session_file)  # only the runner's pack writes a handoff
     elif unpack is not None:
-        part = {"unpacked": True}
+        part = Rethread(unpacked=True)
     if run.signalled is not None:
         outcome, code = "aborted", 128 + run.signalled
     elif run.exit_code == 0:
         outcome, code = "completed", Exit.COMPLETED
     else:
         outcome, code = "failed", Exit.INFRASTRUCTURE
-    report = build_report(session=(opened.resumed, opened.reason.value), context=context, usage=usage,
-                          pi_version=version, outcome=outcome, workspace=workspace_report(config, env),
-                          rethread=part)
+    report = RunnerReport(session=RunnerSession(opened.resumed, opened.reason.value), context=context,
+                          tokens=usage.as_tokens() if usage is not None else {}, pi_version=version,
+                          outcome=outcome, workspace=workspace_report(config, env), rethread=part)
     return report, int(code)
 
 
@@ -256,11 +254,11 @@ def run(env: Mapping[str, str]) -> int:
         report, code = execute(config, pienv, version, opened)
     except Exception as error:  # a runner fault after the checks: still report, as infrastructure
         emit("runner_failed", reason=f"{type(error).__name__}: {error}")
-        report = build_report(session=(opened.resumed, opened.reason.value), context=None, usage=None,
-                              pi_version=version, outcome="failed")
+        report = RunnerReport(session=RunnerSession(opened.resumed, opened.reason.value), pi_version=version,
+                              outcome="failed")
         code = int(Exit.INFRASTRUCTURE)
     deliver(report, config.termination_log)
-    emit("exit", exitCode=code, **report)
+    emit("exit", exitCode=code, **report.to_json())
     return code
 
 
@@ -270,8 +268,8 @@ def refuse_checkout(error: CheckoutError, termination_log: str, pi_version: str)
                      f"{error.detail}\n")
     sys.stderr.flush()
     emit("workspace_checkout_failed", failure=error.failure, detail=error.detail)
-    deliver(build_report(session=None, context=None, usage=None, pi_version=pi_version, outcome="failed",
-                         workspace={"failure": error.failure, "detail": error.detail}), termination_log)
+    deliver(RunnerReport(pi_version=pi_version, outcome="failed",
+                         workspace=Workspace(failure=error.failure, detail=error.detail)), termination_log)
     # A commit that is gone or a refused token fails the same way again: configuration, not infrastructure.
     return int(Exit.INFRASTRUCTURE if error.failure == "failed" else Exit.CONFIGURATION)
 
@@ -280,8 +278,7 @@ def refuse(message: str, termination_log: str, pi_version: str | None) -> int:
     """A configuration error: one line on stderr, a `refused` report, exit 2."""
     sys.stderr.write(f"pidispatch runner: {message}\n")
     sys.stderr.flush()
-    deliver(build_report(session=None, context=None, usage=None, pi_version=pi_version, outcome="refused"),
-            termination_log)
+    deliver(RunnerReport(pi_version=pi_version, outcome="refused"), termination_log)
     return int(Exit.CONFIGURATION)
 
 

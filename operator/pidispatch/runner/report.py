@@ -1,18 +1,7 @@
-"""The runner's report (container contract, ARCHITECTURE §5) and the measurements behind it (pure).
+"""The measurements behind the runner's report (pure): this run's token use and the context it left.
 
-One JSON object, written to the termination message and printed as the last stdout line:
-
-    {"session": {"resumed": bool, "reason": <closed enum token>},
-     "context": {"tokens": int, "window": int},            # only when measured (finite, window > 0)
-     "tokens": {"input", "output", "total", "cost", "calls"},  # only when a session file was kept
-     "piVersion": "<what pi --version said>",
-     "rethread": {"unpacked": bool, "packed": "agent" | "summary" | null, "detail": str},  # when either ran
-     "outcome": "completed" | "failed" | "aborted" | "refused",
-     "secrets": [{"length": int, "sha256": hex}]}  # the job's own secrets, by digest (store/redact.py)
-
-The operator accepts it field by field (`pidispatch.report.parse_report`); everything written here is
-in a shape that parser keeps, and the whole object stays far below the 4096-byte termination message
-limit (a test proves both).
+The report itself is one model shared with the operator that reads it (``pidispatch.contract.report``);
+these functions fill its ``tokens`` and ``context`` from the session file pi left.
 """
 
 from __future__ import annotations
@@ -22,7 +11,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
 from pidispatch.transcript.context import DEFAULT_CONTEXT_WINDOW, context_usage
 
 
@@ -36,7 +24,8 @@ class Usage:
     cost: float = 0.0
     calls: int = 0
 
-    def as_tokens(self) -> dict[str, int | float]:
+    def as_tokens(self) -> dict[str, float]:
+        """The report's ``tokens`` part."""
         return {"input": self.input, "output": self.output, "total": self.total,
                 "cost": round(self.cost, 10), "calls": self.calls}
 
@@ -121,39 +110,3 @@ def measure_context(final: bytes, model: str | None, models: Any) -> tuple[int, 
     if usage.tokens is None or usage.tokens < 0 or usage.window <= 0:
         return None
     return usage.tokens, usage.window
-
-
-def build_report(*, session: tuple[bool, str] | None, context: tuple[int, int] | None, usage: Usage | None,
-                 pi_version: str | None, outcome: str, workspace: dict[str, Any] | None = None,
-                 rethread: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The report object, with optional parts left out rather than sent as null."""
-    report: dict[str, Any] = {}
-    if rethread is not None:
-        report["rethread"] = rethread
-    if workspace is not None:
-        report["workspace"] = workspace
-    if session is not None:
-        report["session"] = {"resumed": session[0], "reason": session[1]}
-    if context is not None:
-        report["context"] = {"tokens": context[0], "window": context[1]}
-    if usage is not None:
-        report["tokens"] = usage.as_tokens()
-    if pi_version is not None:
-        report["piVersion"] = pi_version
-    report["outcome"] = outcome
-    return report
-
-
-def encode_report(report: dict[str, Any]) -> str:
-    """One line of compact JSON, always within the termination message limit.
-
-    Every field is bounded (the version by its shape, numbers by JSON), so this never trims in
-    practice; if it ever would, the optional parts go first and `session` and `outcome` stay.
-    """
-    text = json.dumps(report, separators=(",", ":"), ensure_ascii=True)
-    for optional in ("tokens", "context", "piVersion", "workspace", "rethread", "secrets"):
-        if len(text.encode("utf-8")) < TERMINATION_MESSAGE_LIMIT:
-            break
-        report = {k: v for k, v in report.items() if k != optional}
-        text = json.dumps(report, separators=(",", ":"), ensure_ascii=True)
-    return text

@@ -101,7 +101,7 @@ class ScanMemo(_Bounded):
     def get(self, version: Version) -> bool | None:
         with self._lock:
             entry = self._entries.get(version)
-            answer = entry[0] if isinstance(entry, tuple) else entry
+            answer: bool | None = entry[0] if isinstance(entry, tuple) else entry
             if answer is None:
                 return None
             self._hit(version)
@@ -120,7 +120,8 @@ class ScanMemo(_Bounded):
                 return None
             self._entries.move_to_end(version)
             self.digest_hits += 1
-            return entry[1]
+            digest: bytes = entry[1]
+            return digest
 
     def put_digest(self, version: Version, digest: bytes) -> None:
         with self._lock:

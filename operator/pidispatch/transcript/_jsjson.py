@@ -33,7 +33,7 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 # every stage parses at least the header line here, with cold caches, and those layers were about a
 # third of a parse's time then. The same steps: skip JSON whitespace, scan one value with the C
 # scanner (`StopIteration` when none starts there), refuse anything but JSON whitespace after it.
-_scan_value = _DECODER.scan_once
+_scan_value = _DECODER.scan_once  # type: ignore[attr-defined]  # set by JSONDecoder.__init__, not in typeshed
 _JSON_WHITESPACE = " \t\n\r"  # json.decoder.WHITESPACE, the only whitespace JSON allows
 
 
@@ -51,7 +51,8 @@ def _js_int(text: str) -> int | float:
 
 # The same parse for the rare line the digit limit refused: every integer goes through `_js_int`, a
 # Python call each, so it is only the second try.
-_scan_long_numbers = json.JSONDecoder(parse_constant=_reject_constant, parse_int=_js_int).scan_once
+_scan_long_numbers = json.JSONDecoder(parse_constant=_reject_constant,  # type: ignore[attr-defined]
+                                      parse_int=_js_int).scan_once
 
 
 # Returned as the value when parsing failed only because the nesting is deeper than Python's

@@ -111,40 +111,46 @@ def integer(value: Any) -> int:
 
 
 def non_negative_int(value: Any) -> int:
-    if integer(value) < 0:
+    number = integer(value)
+    if number < 0:
         _fail("Input should be greater than or equal to 0")
-    return value
+    return number
 
 
 def non_negative_number(value: Any) -> float:
     """A float, or an integer taken as one (as pydantic's strict mode does); at least 0."""
+    number: float
     if type(value) is int:
         try:
-            value = float(value)
+            number = float(value)
         except OverflowError:
             _fail("Input should be a valid number")
-    elif type(value) is not float:
+    elif type(value) is float:
+        number = value
+    else:
         _fail("Input should be a valid number")
     # `not >=` rather than `<` so that NaN is refused too.
-    if not value >= 0:
+    if not number >= 0:
         _fail("Input should be greater than or equal to 0")
-    return value
+    return number
 
 
 def non_empty_string(value: Any) -> str:
     """Ids: at least one character, and valid Unicode (no lone surrogate), as pydantic required."""
-    if not string(value):
+    text = string(value)
+    if not text:
         _fail("String should have at least 1 character")
-    if not _is_unicode(value):
+    if not _is_unicode(text):
         _fail("Input should be a valid string, unable to parse raw data as a unicode string")
-    return value
+    return text
 
 
 def iso_timestamp(value: Any) -> str:
     """What pi writes: ISO-8601 with `Z` or an offset (the same reading as the age gate's)."""
-    if parse_iso_timestamp_ms(string(value)) is None:
+    text = string(value)
+    if parse_iso_timestamp_ms(text) is None:
         _fail("not an ISO-8601 timestamp with Z or an offset")
-    return value
+    return text
 
 
 def json_object(value: Any) -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """The container contract (ARCHITECTURE §5): what the job Pod and the runner agree on, defined once.
 
-The operator builds the Pod from these (``manifests/pod.py``) and reads the runner's report by them
-(``report.py``); the runner (``runner/``) honours them inside the Pod. Nothing else is shared across
-that boundary, so the runner imports only this module and the store's and transcript's helpers
-(checked by import-linter, ``.importlinter``).
+The operator builds the Pod from these (``manifests/pod.py``); the runner (``runner/``) honours them inside
+the Pod and writes its report, which the operator reads, by the one model in ``contract/report.py``. Nothing
+else is shared across that boundary, so the runner imports only this package and the store's and transcript's
+helpers (checked by import-linter, ``.importlinter``).
 """
 
 from __future__ import annotations
+
+from typing import TypeGuard
 
 VENUE = "kubernetes"  # the venue a job of this operator stamps and is judged by (spec §2.4)
 CONTAINER = "pi"  # the job container, whose termination message carries the report
@@ -15,6 +17,11 @@ SESSION_FILE = f"{SESSION_MOUNT}/current.jsonl"
 WORKSPACE = "/workspace"  # always the same path: pi refuses a session whose header cwd does not exist
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet's cap on a termination message, in bytes
+# The token fields a report may carry (`contract/report.py`), the same as the Job's `status.tokens`.
+TOKEN_FIELDS = ("input", "output", "total", "cost", "metered", "rootTotal", "otherTotal", "looseTotal", "sessions",
+                "calls", "unresolved", "unpriced", "childTotal", "childProcesses", "unmeteredChildren",
+                "costUnreported", "costCapMicros", "costRefused", "boundExceeded", "longContext", "costUnjudged",
+                "costUnanswered", "modelRefused")
 
 AGENT_DIR = "/pi-agent"  # pi's agent directory (writable) when models.json comes from a ConfigMap
 MODELS_JSON = "models.json"
@@ -63,6 +70,6 @@ CA_BUNDLE_DIR = "/etc/pi-dispatch/ca"  # the CA bundle ConfigMap's mount in the 
 CA_BUNDLE_KEY = "ca.crt"
 
 
-def is_commit(value: object) -> bool:
+def is_commit(value: object) -> TypeGuard[str]:
     """A full commit id (SHA-1 or SHA-256, lower-case hex): the only form a checkout's commit takes."""
     return isinstance(value, str) and len(value) in (40, 64) and all(c in "0123456789abcdef" for c in value)
