@@ -334,7 +334,7 @@ async def start(app: web.Application, host: str | None, port: int,
     except BaseException:
         await runner.cleanup()
         raise
-    server = site._server  # the bound port when ``port`` is 0 (aiohttp exposes no public accessor)
-    bound = server.sockets[0].getsockname()[1] if server is not None and server.sockets else port
+    # The bound port when ``port`` is 0: the runner's addresses (aiohttp's public accessor).
+    bound = next((int(address[1]) for address in runner.addresses if isinstance(address, tuple)), port)
     emit("transfer_listening", port=bound)
     return runner, bound
