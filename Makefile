@@ -110,7 +110,7 @@ bench: venv pi
 FUZZ_ARGS ?=
 fuzz: venv
 	$(VPY) tests/fuzz_transcript.py $(FUZZ_ARGS)
-	$(VPY) tests/fuzz_webhook.py $(FUZZ_ARGS)
+	$(VPY) -m tests.fuzz_webhook $(FUZZ_ARGS)  # a module: it imports testkit from the repository root
 
 # Operator benchmarks (not tests): a fresh local control plane, the chart, Pod latency, API writes
 # per job, a 500-Job burst; one Pod create from our client against client-go's (JSON and protobuf,

@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +94,7 @@ def test_install_creates_the_release_and_its_crds_are_established(release: Relea
             return bool(crd) and any(c["type"] == "Established" and c["status"] == "True"
                                      for c in crd.get("status", {}).get("conditions", []))
 
-        wait_for(f"CRD {name} Established", established, timeout=60)
+        wait_until(f"CRD {name} Established", established, timeout=60)
     ns = release.namespace
     deployment = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{FULLNAME}")
     assert deployment["spec"]["strategy"]["type"] == "Recreate" and deployment["spec"]["replicas"] == 0
@@ -229,7 +230,7 @@ def test_uninstall_keeps_the_store_and_removes_everything_else(cluster: Cluster,
             pvc = kube.get_or_none(f"{pvcs}/{staging}")
             return pvc is None or bool(pvc["metadata"].get("deletionTimestamp"))
 
-        wait_for(f"PVC {staging} deleted by helm uninstall", staging_gone, timeout=60)
+        wait_until(f"PVC {staging} deleted by helm uninstall", staging_gone, timeout=60)
         kept = kube.get(f"{pvcs}/{store}")
         assert not kept["metadata"].get("deletionTimestamp"), "helm.sh/resource-policy: keep"
         assert kube.get_or_none(cluster_role) is None

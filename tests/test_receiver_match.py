@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_receiver import SECRET, MemoryCluster, Running, trigger
 
-from e2e.fakegithub import Delivery
 from pidispatch.receiver.inline import shown
 from pidispatch.receiver.mention import mentions, phrase_in, prose_paragraphs
 from pidispatch.receiver.settings import ReceiverSettings
 from pidispatch.receiver.signature import sign
 from pidispatch.settings import ConfigError
+from testkit.fakegithub import Delivery
+from testkit.receiver import SECRET, MemoryCluster, Running, trigger
 
 IGNORE_LOGINS = "PI_DISPATCH_RECEIVER_IGNORE_LOGINS"
 EXAMPLES = Path(__file__).resolve().parent / "data" / "webhooks"

@@ -32,10 +32,9 @@ PAGE = 4096
 
 
 def _child(case: str, workdir: Path) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pidispatch.store.promote import promote
     from pidispatch.store.resolve import resolve
-    from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
+    from testkit.store import KEY, MODEL, NOW_MS, PI, Store, sample
 
     events: list[dict[str, Any]] = []
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import test_runner_pi
 from test_runner_pi import Job
 
-from e2e.scripted_model import Usage, text_of
 from pidispatch.store.handoff import HANDOFF_MAX_BYTES, parse_handoff, read_staged_handoff
+from testkit.scripted_model import Usage, text_of
 
 job = test_runner_pi.job  # the real-pi fixture, by the name these tests ask for
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transcript_samples import sample
 
 from pidispatch.record import SESSION_REASONS
 from pidispatch.report import TERMINATION_MESSAGE_LIMIT, parse_report
@@ -43,6 +42,7 @@ from pidispatch.runner.session import (
 )
 from pidispatch.runner.version import parse_version_output, version_problem
 from pidispatch.transcript.parser import parse_transcript
+from testkit.transcripts import sample
 
 WORKSPACE = "/workspace"
 NOBODY = 65534

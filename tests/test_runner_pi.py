@@ -18,17 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transcript_samples import sample
 
 from pidispatch.report import parse_report
 from pidispatch.store.redact import redact
 from pidispatch.transcript.parser import check_transcript, parse_transcript
+from testkit.pitool import pi_binary, pi_env, pinned_version
+from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
+from testkit.transcripts import sample
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python -m pytest` has the repository on sys.path, plain `pytest` only tests/
-    sys.path.insert(0, str(ROOT))
-from e2e.pitool import pi_binary, pi_env, pinned_version  # noqa: E402
-from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir  # noqa: E402
 
 RUN_TIMEOUT_S = 90
 

@@ -12,7 +12,7 @@ import pytest
 from pidispatch.store import scanmemo
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import CHUNK, dry_run, resolve
-from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
+from testkit.store import KEY, MODEL, NOW_MS, PI, Store, sample
 
 A = sample("s1_after_turn2.jsonl")
 B = sample("s2_tool_call.jsonl")

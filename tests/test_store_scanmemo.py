@@ -11,7 +11,7 @@ import pytest
 
 from pidispatch.store import scanmemo
 from pidispatch.store.resolve import dry_run, resolve
-from storekit import KEY, MODEL, NOW_MS, PI, Store, rewrite_in_place, sample
+from testkit.store import KEY, MODEL, NOW_MS, PI, Store, rewrite_in_place, sample
 
 CLEAN = sample("s1_after_turn2.jsonl")
 

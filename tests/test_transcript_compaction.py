@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transcript_samples import sample
 
 from pidispatch.transcript._jsjson import loads
 from pidispatch.transcript.compaction import (
@@ -19,6 +18,7 @@ from pidispatch.transcript.compaction import (
     file_list_suffix,
     transcript_has_empty_compaction,
 )
+from testkit.transcripts import sample
 
 SPLIT = SPLIT_TURN_MARKER
 

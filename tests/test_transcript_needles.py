@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_transcript_compaction import HEAD, _lines, reference, scan
-from transcript_samples import sample
 
 from pidispatch.transcript import compaction
 from pidispatch.transcript._jsjson import JS_WHITESPACE
@@ -28,6 +27,7 @@ from pidispatch.transcript.compaction import (
     parsed_line_has_empty_compaction,
     transcript_has_empty_compaction,
 )
+from testkit.transcripts import sample
 
 
 def native() -> tuple[Search, Search]:

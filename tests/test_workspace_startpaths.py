@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import git
 from pidispatch.runner.checkout import CheckoutError, CheckoutSpec, check_out
 from pidispatch.runner.startpaths import CONTEXT_FILES, UNTRUSTED_PATHS, start_path_problem
-from workspacekit import REPO, job_env, served_forge
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import git
+from testkit.workspace import REPO, job_env, served_forge
 
 FORK_WORD = "WORD-FROM-THE-FORK"
 
@@ -170,9 +170,9 @@ def test_a_forks_tree_may_hold_no_path_pi_reads_at_start(tmp_path: Path, name: s
 
 def run_pi(ws: Path, tmp_path: Path, *, fork: bool, command: str = "echo hello") -> tuple[str, list[dict]]:
     """Real pi in ``ws`` as the runner starts it; the scripted model asks for one bash command."""
-    from e2e.pitool import pi_binary
-    from e2e.scripted_model import ScriptedModel, write_agent_dir
     from pidispatch.runner.pi import pi_command, pi_env
+    from testkit.pitool import pi_binary
+    from testkit.scripted_model import ScriptedModel, write_agent_dir
 
     with ScriptedModel() as model:
         agent = write_agent_dir(tmp_path / "agent", model.base_url)
