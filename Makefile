@@ -1,5 +1,6 @@
 # pi-dispatch operator — developer entry points.
 #   make test           build the local control plane (cached), install pi, run all tests
+#   make unit           the fast tier: tests/ without the real pi (no control plane running, no images)
 #   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
@@ -18,10 +19,10 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test demo demo-store bench bench-operator
+.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test unit demo demo-store bench bench-operator
 
 help:
-	@echo "targets: demo demo-store test fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -89,6 +90,14 @@ test: venv controlplane pi images node
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(PYTEST)
+
+# The fast tier: the layering contracts, ruff, and every test in tests/ but those marked `pi` (they run the
+# real pi). Nothing is started: no control plane, no kubelet, no images; `controlplane` only builds (cached)
+# the pinned helm the chart tests render with. The e2e/ tests and `make test` are the whole suite.
+unit: venv controlplane
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check --no-cache .
+	$(PYTEST) -m 'not pi' tests
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
 demo: cluster-up pi

@@ -10,9 +10,11 @@ stand-in for the job image, through the same kubelet.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -283,3 +285,16 @@ class Release:
     def digest(self, key: str) -> str | None:
         f = self.key_dir(key) / "current.jsonl"
         return hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None
+
+
+def create_secret(kube: Kube, ns: str, name: str, data: dict[str, bytes]) -> None:
+    kube.create(f"/api/v1/namespaces/{ns}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
+
+
+def received_digest(r: Release, job: dict) -> str | None:
+    """What the job saw at /session (sha256 as fakepi logged it), ``None`` for an empty file."""
+    m = re.search(r"received ([0-9a-f]{64}|empty)", r.pod_log(job["status"]["podName"]))
+    assert m, f"fakepi did not log what it received:\n{r.pod_log(job['status']['podName'])}"
+    return None if m.group(1) == "empty" else m.group(1)

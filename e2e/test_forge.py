@@ -25,8 +25,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.release import Release, base_values, fresh_namespace, merge
-from e2e.test_operator import received_digest
+from e2e.release import Release, base_values, create_secret, fresh_namespace, merge, received_digest
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
 from testkit.wait import wait_until
@@ -45,12 +44,6 @@ def app_values(api: FakeGitHubAPI, **env: str) -> dict[str, Any]:
     return merge(base_values(**env), {"job": {"checkout": False}, "github": {
         "authSource": "app", "apiUrl": api.url, "timeoutSeconds": TIMEOUT_SECONDS,
         "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}}})
-
-
-def create_secret(kube: Kube, ns: str, name: str, data: dict[str, bytes]) -> None:
-    kube.create(f"/api/v1/namespaces/{ns}/secrets", {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-        "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
 
 
 @pytest.fixture(scope="module")

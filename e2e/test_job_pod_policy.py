@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
-from e2e.test_chart_install import FULLNAME, RELEASE, fresh_namespace, helm, install
 from pidispatch.contract import CONTAINER
 from pidispatch.forge.credentials import token_secret_name
 from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod

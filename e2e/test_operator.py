@@ -17,7 +17,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, installed, merge
+from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, installed, merge, received_digest
 from pidispatch.store.keys import issue_key
 from testkit.wait import wait_until
 
@@ -47,13 +47,6 @@ def next_issue() -> int:
 
 def session(job: dict) -> dict:
     return job["status"].get("session") or {}
-
-
-def received_digest(r: Release, job: dict) -> str | None:
-    """What the job saw at /session (sha256 as fakepi logged it), ``None`` for an empty file."""
-    m = re.search(r"received ([0-9a-f]{64}|empty)", r.pod_log(job["status"]["podName"]))
-    assert m, f"fakepi did not log what it received:\n{r.pod_log(job['status']['podName'])}"
-    return None if m.group(1) == "empty" else m.group(1)
 
 
 # ---- the main flow ----------------------------------------------------------------------------------

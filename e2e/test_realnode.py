@@ -29,8 +29,7 @@ import pytest
 
 from e2e.kube import ApiError, Kube
 from e2e.realnode import NODE_IP, NODE_NAME, RealNodeCluster, images_env, unavailable
-from e2e.release import Release, fresh_namespace
-from e2e.test_forge import create_secret
+from e2e.release import Release, create_secret, fresh_namespace
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls

@@ -29,8 +29,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.release import Release, base_values, fresh_namespace, merge
-from e2e.test_forge import create_secret
+from e2e.release import Release, base_values, create_secret, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls

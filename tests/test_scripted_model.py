@@ -19,6 +19,8 @@ from pidispatch.transcript.parser import check_transcript
 from testkit.pitool import pi_binary, run_pi
 from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 
+pytestmark = pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

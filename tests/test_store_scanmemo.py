@@ -76,7 +76,7 @@ def test_a_new_transcript_renamed_over_the_key_is_read_again(store: Store) -> No
 
 
 def test_a_read_that_did_not_cover_the_judged_size_is_not_remembered(store: Store) -> None:
-    from test_store_races import BIG, At
+    from testkit.seams import BIG, At
 
     store.put(BIG)
 

@@ -168,6 +168,7 @@ def test_a_workspace_that_is_not_empty_is_refused(forge: FakeGitHubAPI, tmp_path
         check_out(spec(forge, forge.repos.tip(REPO, "main")), str(ws), job_env(tmp_path), sleep=lambda s: None)
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_the_repositorys_own_pi_configuration_is_never_checked_out_and_pi_runs_none_of_it(
         forge: FakeGitHubAPI, tmp_path: Path) -> None:
     """A repository's .pi/settings.json can give pi a shell of its choosing (shellPath, shellCommandPrefix)
@@ -204,6 +205,7 @@ def test_the_repositorys_own_pi_configuration_is_never_checked_out_and_pi_runs_n
     assert not marker.exists(), "pi ran the repository's shell, prefix or extension"
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 @pytest.mark.parametrize("fork", [False, True], ids=["same-repository", "fork"])
 def test_a_forks_agents_file_does_not_reach_pis_system_prompt(forge: FakeGitHubAPI, tmp_path: Path,
                                                               fork: bool) -> None:

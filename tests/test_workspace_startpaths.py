@@ -185,6 +185,7 @@ def run_pi(ws: Path, tmp_path: Path, *, fork: bool, command: str = "echo hello")
         return done.stderr, model.requests
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_the_attack_a_forks_pi_link_runs_nothing_and_reaches_no_prompt(forge: FakeGitHubAPI, tmp_path: Path) -> None:
     """The issue's attack end to end: fork tree with .pi as a link, .agents skills, AGENTS.md; real pi."""
     marker = tmp_path / "ran"
@@ -197,6 +198,7 @@ def test_the_attack_a_forks_pi_link_runs_nothing_and_reaches_no_prompt(forge: Fa
     assert FORK_WORD not in sent, "the fork's system prompt, skill or context file reached the model"
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_real_pi_reads_every_one_of_these_paths_when_they_are_there(tmp_path: Path) -> None:
     """The oracle for the list above: in a plain directory (no checkout, no flags beyond --no-extensions),
     pi 0.73.1 does run the prefix and send each file's words; were it not so, the tests above prove nothing."""
@@ -211,6 +213,7 @@ def test_real_pi_reads_every_one_of_these_paths_when_they_are_there(tmp_path: Pa
         assert f"{FORK_WORD}-{word}" in sent, word
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_fork_flags_turn_off_what_the_checkout_might_have_let_through(tmp_path: Path) -> None:
     """Belt and braces: even with .agents and AGENTS.md in the directory, a fork's pi reads neither."""
     ws = tmp_path / "plain"
