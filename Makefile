@@ -89,7 +89,15 @@ cluster-status: venv
 test: venv controlplane pi images node
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
+	$(MAKE) --no-print-directory lint-workflows
 	$(PYTEST)
+
+# The GitHub Actions workflows (.github/workflows: the release, CI) through the pinned actionlint, which
+# `make controlplane` builds into its bin dir; shellcheck and pyflakes off, so the result does not depend on
+# what else is on PATH. tests/test_workflows.py runs the same and proves it fails on broken workflows.
+.PHONY: lint-workflows
+lint-workflows: controlplane
+	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/actionlint" -shellcheck= -pyflakes= .github/workflows/*.yml
 
 # The fast tier: the layering contracts, ruff, and every test in tests/ but those marked `pi` (they run the
 # real pi). Nothing is started: no control plane, no kubelet, no images; `controlplane` only builds (cached)

@@ -22,7 +22,7 @@ NS=pi-demo
 # What runs Pods: a real node (containerd + runc, the images of `make images`) or the test kubelet.
 NODE="$(.venv/bin/python -c "import json; print(json.load(open('$STATE/cluster.json')).get('node', 'test'))")"
 if [ "$NODE" = real ]; then
-    HOST="$(.venv/bin/python -c 'from e2e.realnode import NODE_IP; print(NODE_IP)')"
+    HOST="$(.venv/bin/python -c "from e2e.cluster import Cluster; print(Cluster.load('$STATE').backend.ip)")"
     echo "Pods run in containers on a real node (kubelet + containerd + runc); Pods reach this machine at $HOST"
 else
     HOST=127.0.0.1
@@ -31,6 +31,13 @@ fi
 
 say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
 run() { printf '$ %s\n' "$*"; "$@"; }
+# Show a manifest on stderr, then apply it. Not `tee /dev/stderr`: tee opens the file behind stderr again, with
+# O_TRUNC, so `make demo > demo.log 2>&1` lost everything before the last manifest; `>&2` writes to the open fd.
+show_apply() {
+    local manifest; manifest="$(cat)"
+    printf '%s\n' "$manifest" >&2
+    printf '%s\n' "$manifest" | kubectl apply -n "$NS" -f -
+}
 port() { .venv/bin/python -c 'from e2e.cluster import free_port; print(free_port())'; }
 
 say "0. A fresh namespace on the local control plane"
@@ -106,7 +113,7 @@ kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubern
     --timeout=120s >/dev/null
 
 say "2. Two Triggers that resume: a label on an issue, and @pi in a comment (note the quoted \"on\": YAML 1.1 reads a bare on: as true)"
-cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f -
+show_apply <<YAML
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Trigger
 metadata: {name: triage}
@@ -133,7 +140,7 @@ commits() {
 }
 
 say "3. Issue 7 is labelled 'pi': the job clones octo/repo at main's tip, starts cold, commits on pi/issue-7, pushes, opens a PR with gh"
-cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f - >/dev/null
+show_apply <<YAML >/dev/null
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Job
 metadata: {name: issue-7-labeled}
@@ -145,7 +152,7 @@ commits
 run kubectl get pijobs,sessionkeys -n "$NS"
 
 say "4. A review comment on pull request 8 (the agent's, from pi/issue-7): the head comes from the API, same key, so the job resumes"
-cat <<YAML | tee /dev/stderr | kubectl apply -n "$NS" -f - >/dev/null
+show_apply <<YAML >/dev/null
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Job
 metadata: {name: pr-8-comment}

@@ -2,12 +2,15 @@
 
 Starts ``etcd``, ``kube-apiserver`` (RBAC on, x509 client certificates from a generated CA,
 ServiceAccount tokens signed by a generated key), ``kube-controller-manager`` (garbage collector,
-namespace deletion, PV binder, ServiceAccount controllers) and optionally the test kubelet
-(``e2e/kubelet.py``) on 127.0.0.1, from the binaries built by ``e2e/controlplane/build.sh``.
+namespace deletion, PV binder, ServiceAccount controllers) on 127.0.0.1, from the binaries built by
+``e2e/controlplane/build.sh``, and a node backend that runs Pods: the test kubelet (``e2e/testnode.py``,
+Pods as local processes, the default) or a real node (``e2e/realnode.py``, kubelet + containerd + runc).
+The backend is a parameter (``e2e/clusterkit.py`` says what it must do); this module knows no backend's
+internals.
 
 Command line (used by ``make cluster-up`` / ``make cluster-down``)::
 
-    python -m e2e.cluster up [--dir DIR] [--no-kubelet]
+    python -m e2e.cluster up [--dir DIR] [--node auto|real|test] [--no-kubelet]
     python -m e2e.cluster down [--dir DIR]
     python -m e2e.cluster status [--dir DIR]
 
@@ -15,46 +18,55 @@ Command line (used by ``make cluster-up`` / ``make cluster-down``)::
 kubeconfig is ``DIR/kubeconfig``. From Python::
 
     c = Cluster(state_dir); c.start(); ...; c.stop()
+    c = Cluster(state_dir, backend=RealNode()); c.start(); ...; c.stop()
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import ipaddress
 import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from e2e.clusterkit import (
+    REPO_ROOT,
+    ClusterError,
+    NodeBackend,
+    alive,
+    free_port,
+    node_ready,
+    pid_is,
+    tail,
+    write_kubeconfig,
+    write_pki,
+)
 from e2e.kube import ApiError, Kube, wait_for
+from e2e.realnode import RealNode, unavailable
+from e2e.testnode import NODE_NAME, TestKubeletNode
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+__all__ = ["Cluster", "ClusterError", "DEFAULT_STATE_DIR", "NODE_NAME", "REPO_ROOT", "bin_dir", "free_port",
+           "node_ready", "pvc_host_path", "write_kubeconfig"]
+
 BUILD_SCRIPT = REPO_ROOT / "e2e" / "controlplane" / "build.sh"
 DEFAULT_STATE_DIR = Path(
     os.environ.get("PIDISPATCH_CLUSTER_DIR")
     or Path(os.environ.get("PIDISPATCH_CACHE") or Path.home() / ".cache" / "pidispatch") / "cluster"
 )
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kubelet")
 # What a component's command line contains, when it is not the component's own name: a recorded pid is
 # signalled only while it still runs one of ours (never a process found by name).
 MARKERS = {"kubelet": "e2e.kubelet", "pv-provisioner": "--provision-only", "node-kubelet": "/bin/kubelet ",
            "containerd": "containerd --config="}
 SERVICE_CIDR = "10.0.0.0/24"
-NODE_NAME = "pidispatch-node"
-
-
-class ClusterError(RuntimeError):
-    pass
+#: what ``start`` wipes: everything a previous run of either node backend left in the state directory
+STATE_SUBDIRS = ("pki", "etcd", "logs", "kubelet", "node", "sa-kubeconfigs")
 
 
 def bin_dir(build: bool = True) -> Path:
@@ -64,119 +76,6 @@ def bin_dir(build: bool = True) -> Path:
     args = [str(BUILD_SCRIPT)] + ([] if build else ["--print-bin-dir"])
     out = subprocess.run(args, check=True, stdout=subprocess.PIPE, text=True).stdout
     return Path(out.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def tail(path: Path, n: int = 40) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return f"(no log file {path})"
-    return "\n".join(lines[-n:])
-
-
-# -- certificates --------------------------------------------------------------------------------
-def _write_pki(pki: Path, *, clients: tuple[tuple[str, str, str | None], ...] = (),
-               server_ips: tuple[str, ...] = ()) -> None:
-    """CA, apiserver serving cert, admin and controller-manager client certs, SA signing key.
-
-    ``clients``: more client certificates as ``(file name, common name, organization)``;
-    ``server_ips``: more addresses in the apiserver's serving certificate.
-    """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    pki.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    later = now + dt.timedelta(days=365)
-
-    def key() -> rsa.RSAPrivateKey:
-        return rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    def save_key(k: rsa.RSAPrivateKey, name: str) -> None:
-        p = pki / name
-        p.write_bytes(k.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                      serialization.NoEncryption()))
-        p.chmod(0o600)
-
-    def name(cn: str, org: str | None = None) -> x509.Name:
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
-    ca_key = key()
-    ca_cert = (
-        x509.CertificateBuilder().subject_name(name("pidispatch-local-ca")).issuer_name(name("pidispatch-local-ca"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(later)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    save_key(ca_key, "ca.key")
-    (pki / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-
-    def leaf(fname: str, subject: x509.Name, server: bool) -> None:
-        k = key()
-        b = (
-            x509.CertificateBuilder().subject_name(subject).issuer_name(ca_cert.subject)
-            .public_key(k.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now).not_valid_after(later)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        )
-        if server:
-            b = b.add_extension(x509.SubjectAlternativeName([
-                x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
-                x509.DNSName("kubernetes.default.svc"), x509.DNSName("kubernetes.default.svc.cluster.local"),
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-                *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips),
-            ]), critical=False)
-        save_key(k, f"{fname}.key")
-        (pki / f"{fname}.crt").write_bytes(b.sign(ca_key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
-
-    leaf("apiserver", name("kube-apiserver"), server=True)
-    leaf("admin", name("admin", "system:masters"), server=False)
-    leaf("kube-controller-manager", name("system:kube-controller-manager"), server=False)
-    for fname, cn, org in clients:
-        leaf(fname, name(cn, org), server=False)
-
-    sa = key()
-    save_key(sa, "sa.key")
-    (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(serialization.Encoding.PEM,
-                                                               serialization.PublicFormat.SubjectPublicKeyInfo))
-
-
-def write_kubeconfig(path: Path, server: str, ca_file: Path, *, cert: Path | None = None, key: Path | None = None,
-                     token: str | None = None, user: str = "admin", context: str = "pidispatch-local") -> Path:
-    u: dict[str, Any] = {}
-    if cert and key:
-        u = {"client-certificate": str(cert), "client-key": str(key)}
-    if token:
-        u["token"] = token
-    cfg = {
-        "apiVersion": "v1", "kind": "Config", "current-context": context,
-        "clusters": [{"name": "pidispatch-local",
-                      "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": user, "user": u}],
-        "contexts": [{"name": context, "context": {"cluster": "pidispatch-local", "user": user,
-                                                    "namespace": "default"}}],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    path.chmod(0o600)
-    return path
 
 
 # -- the cluster ------------------------------------------------------------------------------------
@@ -192,12 +91,19 @@ class Cluster:
     pids: dict[str, int] = field(default_factory=dict)
     #: set for a cluster we did not start (e.g. kind): everything goes through this kubeconfig
     external_kubeconfig: Path | None = None
-    #: what runs Pods: "test" (e2e/kubelet.py, Pods as local processes) or "real" (e2e/realnode.py)
-    node: str = "test"
+    #: what runs Pods: the test kubelet (``e2e/testnode.py``, Pods as local processes) or a real node
+    #: (``e2e/realnode.py``, containerd + runc)
+    backend: NodeBackend = field(default_factory=TestKubeletNode)
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.state_dir = Path(self.state_dir).resolve()
+        self.backend.attach(self)
+
+    @property
+    def node(self) -> str:
+        """What runs Pods: "test" or "real" (``cluster.json``'s ``node``)."""
+        return self.backend.kind
 
     # paths
     @property
@@ -321,7 +227,9 @@ class Cluster:
         return pvc_host_path(self.kube(), namespace, name, timeout=timeout)
 
     # lifecycle --------------------------------------------------------------------------------
-    def _spawn(self, component: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    def spawn(self, component: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Start ``component`` in a session of its own, its output in ``logs/<component>.log``; its pid is
+        recorded in ``cluster.json`` at once."""
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{component}.log", "ab")
         p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -329,7 +237,7 @@ class Cluster:
         log.close()
         self._procs[component] = p
         self.pids[component] = p.pid
-        self._save()
+        self.save()
 
     def _fail(self, component: str, why: str) -> ClusterError:
         msg = [f"{component}: {why}"]
@@ -338,7 +246,8 @@ class Cluster:
                 msg.append(f"---- last lines of {self.logs / f'{c}.log'} ----\n{tail(self.logs / f'{c}.log')}")
         return ClusterError("\n".join(msg))
 
-    def _await(self, component: str, what: str, fn, timeout: float) -> Any:
+    def await_up(self, component: str, what: str, fn: Callable[[], Any], timeout: float) -> Any:
+        """Wait for ``fn`` to be truthy; fail at once, with the component's last log lines, if it exits."""
         def probe():
             p = self._procs.get(component)
             if p is not None and p.poll() is not None:
@@ -352,43 +261,32 @@ class Cluster:
         except TimeoutError as e:
             raise self._fail(component, str(e)) from None
 
-    #: a list flag: a real node's kubelet needs Node first
-    authorization_mode = "RBAC"
-    #: the test kubelet does not heartbeat like a kubelet would: no node lifecycle/taint eviction; no cloud,
-    #: no IPAM, no CSR signing (a real node's kubelet needs the node lifecycle: it lifts the not-ready taint)
-    controllers = ("*,-nodelifecycle,-taint-eviction-controller,-nodeipam,-cloud-node-lifecycle,"
-                   "-service-lb-controller,-node-route-controller,-csrsigning")
-
     @property
     def components(self) -> tuple[str, ...]:
-        """The components in start order (stopped in reverse)."""
-        return COMPONENTS
+        """The components in start order (stopped in reverse): the node backend's choice."""
+        return self.backend.components
 
-    def _pki_extras(self) -> dict[str, Any]:
-        """More certificates for ``_write_pki`` (a real node adds its own)."""
-        return {}
-
-    def _apiserver_extra_args(self) -> list[str]:
-        return []
-
-    def start(self, *, kubelet: bool = True, timeout: float = 120) -> Cluster:
-        """Fresh cluster: wipes ``state_dir`` data, generates certs, starts and waits for each component."""
+    def start(self, *, kubelet: bool = True, timeout: float | None = None) -> Cluster:
+        """Fresh cluster: wipes ``state_dir`` data, generates certs, starts and waits for each component.
+        ``kubelet=False``: no test kubelet (a real node ignores it)."""
         if self.is_running():
             raise ClusterError(f"a cluster is already running from {self.state_dir}; stop it first")
+        timeout = timeout or self.backend.start_timeout
+        self.backend.prepare()
         bins = self.bin_dir
-        for sub in ("pki", "etcd", "logs", "kubelet", "sa-kubeconfigs"):
+        for sub in STATE_SUBDIRS:
             shutil.rmtree(self.state_dir / sub, ignore_errors=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.pids = {}
-        _write_pki(self.pki, **self._pki_extras())
+        write_pki(self.pki, **self.backend.pki_extras())
         self.etcd_port, self.etcd_peer_port, self.apiserver_port = free_port(), free_port(), free_port()
         t0 = time.monotonic()
         try:
+            self.backend.start_before(timeout)
             self._start_etcd(bins, timeout)
             self._start_apiserver(bins, timeout)
             self._start_controller_manager(bins, timeout)
-            if kubelet:
-                self.start_kubelet(timeout=timeout)
+            self.backend.start_after(timeout, kubelet=kubelet)
         except BaseException:
             self.stop()
             raise
@@ -401,26 +299,26 @@ class Cluster:
 
         url = f"http://127.0.0.1:{self.etcd_port}"
         peer = f"http://127.0.0.1:{self.etcd_peer_port}"
-        self._spawn("etcd", [
+        self.spawn("etcd", [
             str(bins / "etcd"), "--name=default", f"--data-dir={self.state_dir / 'etcd'}",
             f"--listen-client-urls={url}", f"--advertise-client-urls={url}",
             f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
             f"--initial-cluster=default={peer}", "--unsafe-no-fsync=true",
             "--quota-backend-bytes=4294967296", "--log-level=warn",
         ])
-        self._await("etcd", f"{url}/health",
+        self.await_up("etcd", f"{url}/health",
                     lambda: requests.get(f"{url}/health", timeout=2).json().get("health") == "true", timeout)
 
     def _start_apiserver(self, bins: Path, timeout: float) -> None:
         pki = self.pki
-        self._spawn("kube-apiserver", [
+        self.spawn("kube-apiserver", [
             str(bins / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.state_dir / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
-            f"--authorization-mode={self.authorization_mode}",
+            f"--authorization-mode={self.backend.authorization_mode}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
@@ -429,12 +327,12 @@ class Cluster:
             # loopback addresses are not valid Endpoints for the `kubernetes` Service
             "--endpoint-reconciler-type=none",
             "--profiling=false", "-v=1",
-            *self._apiserver_extra_args(),
+            *self.backend.apiserver_args(),
         ])
         k = self.kube()
-        self._await("kube-apiserver", f"{self.server}/readyz", lambda: k.request("GET", "/readyz") == "ok", timeout)
+        self.await_up("kube-apiserver", f"{self.server}/readyz", lambda: k.request("GET", "/readyz") == "ok", timeout)
         write_kubeconfig(self.kubeconfig, self.server, self.ca_file, cert=pki / "admin.crt", key=pki / "admin.key")
-        self._await("kube-apiserver", "namespace default",
+        self.await_up("kube-apiserver", "namespace default",
                     lambda: k.get_or_none("/api/v1/namespaces/default"), timeout)
 
     def _start_controller_manager(self, bins: Path, timeout: float) -> None:
@@ -442,7 +340,7 @@ class Cluster:
         kc = write_kubeconfig(self.state_dir / "kube-controller-manager.kubeconfig", self.server, self.ca_file,
                               cert=pki / "kube-controller-manager.crt", key=pki / "kube-controller-manager.key",
                               user="system:kube-controller-manager")
-        self._spawn("kube-controller-manager", [
+        self.spawn("kube-controller-manager", [
             str(bins / "kube-controller-manager"),
             f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
             "--bind-address=127.0.0.1", "--secure-port=0", "--leader-elect=false",
@@ -450,25 +348,12 @@ class Cluster:
             f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
             "--use-service-account-credentials=true",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            f"--controllers={self.controllers}",
+            f"--controllers={self.backend.controllers}",
             "--concurrent-gc-syncs=5", "-v=1",
         ])
         k = self.kube()
-        self._await("kube-controller-manager", "ServiceAccount default/default (serviceaccount controller)",
+        self.await_up("kube-controller-manager", "ServiceAccount default/default (serviceaccount controller)",
                     lambda: k.get_or_none("/api/v1/namespaces/default/serviceaccounts/default"), timeout)
-
-    def start_kubelet(self, *, timeout: float = 60) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep)
-        self._spawn("kubelet", [
-            sys.executable, "-m", "e2e.kubelet", f"--kubeconfig={self.kubeconfig}",
-            f"--data-dir={self.kubelet_dir}", f"--node-name={NODE_NAME}",
-        ], env=env)
-        k = self.kube()
-        self._await("kubelet", f"Node {NODE_NAME} Ready", lambda: node_ready(k, NODE_NAME), timeout)
-
-    def stop_kubelet(self) -> None:
-        self._stop_component("kubelet")
 
     def restart_apiserver(self, *, timeout: float = 120) -> float:
         """Stop kube-apiserver (SIGTERM) and start it again on the same port with the same flags.
@@ -480,11 +365,12 @@ class Cluster:
         if self.external_kubeconfig:
             raise ClusterError("restart_apiserver needs the local control plane, not an external cluster")
         started = time.monotonic()
-        self._stop_component("kube-apiserver")
+        self.stop_component("kube-apiserver")
         self._start_apiserver(self.bin_dir, timeout)
         return time.monotonic() - started
 
-    def _stop_component(self, component: str, grace: float = 10) -> None:
+    def stop_component(self, component: str, grace: float = 10) -> None:
+        """Stop ``component`` by the pid it recorded (SIGTERM, SIGKILL after ``grace``), if it is still ours."""
         pid = self.pids.pop(component, None)
         p = self._procs.pop(component, None)
         if pid is None:
@@ -500,7 +386,7 @@ class Cluster:
             if p is not None:
                 if p.poll() is not None:
                     break
-            elif not _alive(pid):
+            elif not alive(pid):
                 break
             time.sleep(0.1)
         else:
@@ -512,9 +398,13 @@ class Cluster:
                 p.wait(10)
 
     def stop(self) -> None:
+        """The node backend stops its Pods first, then every component stops in reverse start order, then the
+        backend removes what it created (a real node's bridge, iptables chain, mounts, cgroups)."""
+        self.backend.stop_pods()
         for c in reversed(self.components):
-            self._stop_component(c)
-        self._save()
+            self.stop_component(c)
+        self.backend.clean()
+        self.save()
 
     def is_running(self) -> bool:
         return any(self._owns(pid, c) for c, pid in self.pids.items())
@@ -523,61 +413,29 @@ class Cluster:
         """Is ``pid`` this cluster's ``component``? Its command line names the component and this cluster's
         state directory (every component is started with a path under it): the same binary serving another
         cluster, whose process took a stale pid of this one, is left alone."""
-        return _pid_is(pid, MARKERS.get(component, component), f"{self.state_dir}/")
+        return pid_is(pid, MARKERS.get(component, component), f"{self.state_dir}/")
 
-    def _save(self) -> None:
+    def save(self) -> None:
+        """Write ``cluster.json``: what ``load`` (``make cluster-down``, the demo) needs to find it again."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.state_file.write_text(json.dumps({
             "server": self.server, "kubeconfig": str(self.kubeconfig), "bin_dir": str(self.bin) if self.bin else None,
             "etcd_port": self.etcd_port, "etcd_peer_port": self.etcd_peer_port,
-            "apiserver_port": self.apiserver_port, "pids": self.pids, "node_name": NODE_NAME,
-            "kubelet_dir": str(self.kubelet_dir), "node": self.node, **self._state_extras(),
+            "apiserver_port": self.apiserver_port, "pids": self.pids, "node": self.backend.kind,
+            **self.backend.state(),
         }, indent=2))
-
-    def _state_extras(self) -> dict[str, Any]:
-        return {}
 
     @classmethod
     def load(cls, state_dir: Path | str = DEFAULT_STATE_DIR) -> Cluster:
         """Attach to a cluster started by ``python -m e2e.cluster up`` (reads ``cluster.json``)."""
         state_dir = Path(state_dir)
         st = json.loads((state_dir / "cluster.json").read_text())
-        if st.get("node") == "real" and cls is Cluster:
-            from e2e.realnode import RealNodeCluster
-
-            return RealNodeCluster.load(state_dir)
+        backend: NodeBackend = RealNode() if st.get("node") == "real" else TestKubeletNode()
+        backend.restore(st)
         return cls(state_dir=state_dir, bin=Path(st["bin_dir"]) if st.get("bin_dir") else None,
                    etcd_port=st["etcd_port"], etcd_peer_port=st["etcd_peer_port"],
-                   apiserver_port=st["apiserver_port"], pids={k: int(v) for k, v in st["pids"].items()})
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
-
-
-def _pid_is(pid: int, *markers: str) -> bool:
-    """Is ``pid`` alive and one of ours (its command line contains every one of ``markers``)?"""
-    if not _alive(pid):
-        return False
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    return all(marker in cmd for marker in markers)
-
-
-def node_ready(kube: Kube, name: str) -> bool:
-    """Does Node ``name`` exist with condition Ready=True?"""
-    n = kube.get_or_none(f"/api/v1/nodes/{name}")
-    conds = (n or {}).get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+                   apiserver_port=st["apiserver_port"], pids={k: int(v) for k, v in st["pids"].items()},
+                   backend=backend)
 
 
 def pvc_host_path(kube: Kube, namespace: str, name: str, timeout: float = 30) -> Path:
@@ -595,19 +453,18 @@ def pvc_host_path(kube: Kube, namespace: str, name: str, timeout: float = 30) ->
     return Path(src["path"])
 
 
-def _new(state: Path, node: str) -> Cluster:
-    """A cluster of the kind asked for; ``auto`` takes a real node when this machine can run one."""
+def node_backend(node: str) -> NodeBackend:
+    """The node backend asked for on the command line; ``auto`` takes a real node when this machine can run
+    one."""
     if node == "test":
-        return Cluster(state_dir=state)
-    from e2e.realnode import RealNodeCluster, unavailable
-
+        return TestKubeletNode()
     why = unavailable()
     if why is None:
-        return RealNodeCluster(state_dir=state)
+        return RealNode()
     if node == "real":
         raise ClusterError(f"no real node here: {why}")
     print(f"[cluster] a real node cannot run here ({why}): starting the test kubelet", file=sys.stderr)
-    return Cluster(state_dir=state)
+    return TestKubeletNode()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -627,12 +484,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"already running: {c.server}", file=sys.stderr)
         else:
             try:
-                c = _new(state, a.node).start(kubelet=not a.no_kubelet, timeout=a.timeout)
+                c = Cluster(state_dir=state, backend=node_backend(a.node))
+                c.start(kubelet=not a.no_kubelet, timeout=a.timeout)
             except ClusterError as e:
                 print(f"cluster-up failed: {e}", file=sys.stderr)
                 return 1
-        node = (f"real node {c.node_name} at {c.node_ip}: Pods run in containers (containerd + runc)"  # type: ignore[attr-defined]
-                if c.node == "real" else f"test kubelet {NODE_NAME}: Pods run as local processes")
+        b = c.backend
+        node = (f"real node {b.name} at {b.ip}: Pods run in containers (containerd + runc)"
+                if c.node == "real" else f"test kubelet {b.name}: Pods run as local processes")
         print(f"\nkube-apiserver: {c.server}\nnode:           {node}\nlogs:           {c.logs}/\n\n"
               f"  export KUBECONFIG={c.kubeconfig}\n  export PATH={c.bin_dir}:$PATH\n  kubectl get nodes\n")
         return 0

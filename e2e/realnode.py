@@ -1,16 +1,19 @@
 """A real node for the local control plane: Pods run in containers, as on a user's cluster.
 
-``RealNodeCluster`` is ``e2e.cluster.Cluster`` with the test kubelet replaced by:
+``RealNode`` is a node backend of ``e2e.cluster.Cluster`` (``Cluster(state_dir, backend=RealNode())``), in place
+of the test kubelet:
 
 * **containerd** and **runc** from Debian, with a private root, state, socket and config (never
   ``/etc/containerd`` or ``/var/lib/containerd``): runc by path, cgroupfs, ``restrict_oom_score_adj``
   (root here lacks ``CAP_SYS_RESOURCE``, so a negative OOM score would fail every Pod), the CNI plugins
   of Debian's ``containernetworking-plugins``, and a pause image built from Kubernetes' own
   ``build/pause/linux/pause.c`` (``gcc -static``), so nothing is pulled;
-* a **bridge** of its own (``pidisp0``, ``10.244.37.0/24``): the node's address is the bridge's, Pods
-  reach processes on this machine at that address (a scripted model, a fake forge), and one DNAT rule in
-  a chain of its own sends the ``kubernetes`` Service address (``10.0.0.1:443``) to the apiserver: the
-  only Service a Pod here needs, with no kube-proxy;
+* a **bridge** of its own (``pidisp<tag>``, a free ``/24`` in ``10.244.0.0/16``): the node's address is the
+  bridge's, Pods reach processes on this machine at that address (a scripted model, a fake forge), and one
+  DNAT rule in a chain of its own (``PIDISP-<TAG>``) sends the ``kubernetes`` Service address
+  (``10.0.0.1:443``) to the apiserver: the only Service a Pod here needs, with no kube-proxy. ``<tag>`` is
+  a hash of the state directory, and the kubelet's cgroups live under ``/pidispatch-<tag>``, so two real
+  nodes (the demo's and a test run's) run side by side without touching each other;
 * the **kubelet** and **kube-scheduler** built from the same pinned ``k8s.io/kubernetes`` module as the
   apiserver (``e2e/controlplane/build.sh``): the kubelet with x509 client auth (the apiserver's own
   client certificate, anonymous off), ``failCgroupV1: false`` (these machines are cgroup v1),
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import ipaddress
 import json
 import os
 import shutil
@@ -39,29 +43,29 @@ import sys
 import tarfile
 import time
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from e2e.cluster import (
+from e2e.clusterkit import (
     REPO_ROOT,
-    Cluster,
     ClusterError,
+    Host,
     free_port,
     node_ready,
+    python_module_env,
     write_kubeconfig,
 )
 from e2e.kube import wait_for
 
 NODE_NAME = "pidispatch-real-node"
-BRIDGE = "pidisp0"
-SUBNET = "10.244.37.0/24"
-NODE_IP = "10.244.37.1"  # the bridge's address: the node's InternalIP, reachable from every Pod
+#: the node subnets: one /24 of it per real node, the first free one from the state directory's tag on
+NODE_NETWORKS = ipaddress.IPv4Network("10.244.0.0/16")
 API_SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service (first address of SERVICE_CIDR)
 KUBELET_PORT = 10250
-KUBELET_HEALTHZ_PORT = 10248
 RUNC = "/usr/sbin/runc"
 CNI_BIN = Path("/usr/lib/cni")
 PACKAGES = ("containerd", "runc", "containernetworking-plugins", "iptables", "gcc")
@@ -156,43 +160,117 @@ def write_docker_archive(path: Path, name: str, files: dict[str, tuple[bytes, in
     tmp.rename(path)
 
 
-# -- the cluster ------------------------------------------------------------------------------------------
-@dataclass
-class RealNodeCluster(Cluster):
-    """The local control plane with a real kubelet, containerd and runc (see the module docstring)."""
+# -- names of its own, per state directory ----------------------------------------------------------------
+def node_tag(state_dir: Path) -> str:
+    """Eight hex digits of the state directory's hash: the bridge, the iptables chain and the cgroup root are
+    named after it, so real nodes from two state directories never share one."""
+    return hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
 
-    node: str = "real"
-    authorization_mode = "Node,RBAC"
-    controllers = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-csrsigning"
+
+def bridge_name(tag: str) -> str:
+    """``pidisp<tag>``: 14 characters, within Linux's 15 for an interface name."""
+    return f"pidisp{tag}"
+
+
+def chain_name(tag: str) -> str:
+    return f"PIDISP-{tag.upper()}"
+
+
+def choose_subnet(tag: str, taken: Iterable[ipaddress.IPv4Network]) -> ipaddress.IPv4Network:
+    """The node's ``/24`` in ``NODE_NETWORKS``: the tag's own, or the next one overlapping nothing ``taken``
+    (the addresses and routes this machine has: another real node's bridge among them)."""
+    subnets = list(NODE_NETWORKS.subnets(new_prefix=24))
+    taken = list(taken)
+    start = int(tag, 16) % len(subnets)
+    for i in range(len(subnets)):
+        candidate = subnets[(start + i) % len(subnets)]
+        if not any(candidate.overlaps(t) for t in taken):
+            return candidate
+    raise ClusterError(f"every /24 of {NODE_NETWORKS} is in use on this machine: `ip -4 route` says which")
+
+
+def networks_in_use() -> list[ipaddress.IPv4Network]:
+    """The IPv4 networks of this machine's addresses and routes (``ip -4 -o addr``, ``ip -4 route``)."""
+    words = run("ip", "-4", "-o", "addr", "show").stdout.split() + [
+        line.split()[0] for line in run("ip", "-4", "route", "show").stdout.splitlines() if line.strip()]
+    nets = []
+    for w in words:
+        if "/" in w or w[:1].isdigit():
+            try:
+                nets.append(ipaddress.IPv4Network(w, strict=False))
+            except ValueError:
+                pass
+    return nets
+
+
+# -- the node backend ---------------------------------------------------------------------------------------
+@dataclass
+class RealNode:
+    """A real kubelet, containerd and runc running the cluster's Pods (see the module docstring)."""
+
     #: docker-archive tars imported into containerd at start (default: the two of `make images`)
     images: tuple[Path, ...] | None = None
-    #: what this run created and must remove: {"bridge": name, "chain": iptables chain}
-    created: dict[str, str] | None = None
+    kind: str = "real"
+    components: tuple[str, ...] = NODE_COMPONENTS
+    #: a list flag: a real node's kubelet needs Node first
+    authorization_mode: str = "Node,RBAC"
+    #: the node lifecycle runs: it lifts the not-ready taint of a real kubelet's Node
+    controllers: str = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller,-csrsigning"
+    start_timeout: float = 180
+    #: what this run created and must remove: {"bridge": name, "chain": iptables chain, "cgroups": root}
+    created: dict[str, str] = field(default_factory=dict)
+    #: the node's /24, chosen at start (a free one) and kept in cluster.json
+    subnet: ipaddress.IPv4Network | None = None
+    healthz_port: int = 0
+    _host: Host | None = field(default=None, repr=False)
+
+    # names and addresses -------------------------------------------------------------------------------
+    @property
+    def host(self) -> Host:
+        if self._host is None:
+            raise RuntimeError("the node backend is not attached to a cluster")
+        return self._host
 
     @property
-    def components(self) -> tuple[str, ...]:
-        return NODE_COMPONENTS
+    def tag(self) -> str:
+        return node_tag(self.host.state_dir)
 
     @property
-    def node_name(self) -> str:
+    def bridge(self) -> str:
+        return bridge_name(self.tag)
+
+    @property
+    def chain(self) -> str:
+        return chain_name(self.tag)
+
+    @property
+    def cgroup_root(self) -> str:
+        """The kubelet's ``cgroupRoot``: its ``kubepods`` hierarchy goes under it, away from any other
+        kubelet's (a kubelet destroys the Pod cgroups it does not know)."""
+        return f"pidispatch-{self.tag}"
+
+    @property
+    def cni_network(self) -> str:
+        return f"pidispatch-{self.tag}"
+
+    @property
+    def name(self) -> str:
         return NODE_NAME
 
     @property
-    def node_ip(self) -> str:
+    def ip(self) -> str:
         """The node's (and the bridge's) address: where a Pod reaches a process on this machine."""
-        return NODE_IP
+        if self.subnet is None:
+            raise ClusterError("the real node has no address before it starts")
+        return str(self.subnet.network_address + 1)
 
     @property
     def node_dir(self) -> Path:
-        return self.state_dir / "node"
+        return self.host.state_dir / "node"
 
     @property
     def containerd_socket(self) -> Path:
         return self.node_dir / "containerd" / "containerd.sock"
-
-    @property
-    def chain(self) -> str:
-        return "PIDISP-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8].upper()
 
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         """``ctr`` against this node's containerd, in the CRI namespace ``k8s.io``."""
@@ -202,18 +280,21 @@ class RealNodeCluster(Cluster):
     def pod_log(self, namespace: str, pod: str, container: str | None = None, *, previous: bool = False) -> str:
         """``kubectl logs`` (the kubelet serves it)."""
         args = ["logs", "-n", namespace, pod] + (["-c", container] if container else [])
-        r = self.kubectl(*args + (["--previous"] if previous else []), check=False, timeout=30)
+        r = self.host.kubectl(*args + (["--previous"] if previous else []), check=False, timeout=30)
         return r.stdout + (r.stderr if r.returncode else "")
 
-    # certificates and flags -------------------------------------------------------------------------------
-    def _pki_extras(self) -> dict[str, Any]:
+    # the backend's part of the cluster ---------------------------------------------------------------------
+    def attach(self, host: Host) -> None:
+        self._host = host
+
+    def pki_extras(self) -> dict[str, Any]:
         return {"clients": (("kubelet-client", "kube-apiserver-kubelet-client", "system:masters"),
                             ("node", f"system:node:{NODE_NAME}", "system:nodes"),
                             ("kube-scheduler", "system:kube-scheduler", None)),
-                "server_ips": (NODE_IP,)}
+                "server_ips": (self.ip,)}
 
-    def _apiserver_extra_args(self) -> list[str]:
-        pki = self.pki
+    def apiserver_args(self) -> list[str]:
+        pki = self.host.pki
         return [
             # Pods reach the apiserver through the bridge (the DNAT rule), the admin through loopback
             "--bind-address=0.0.0.0",
@@ -223,61 +304,62 @@ class RealNodeCluster(Cluster):
             "--kubelet-preferred-address-types=InternalIP",
         ]
 
-    # lifecycle ------------------------------------------------------------------------------------------
-    def start(self, *, kubelet: bool = True, timeout: float = 180) -> RealNodeCluster:
+    def prepare(self) -> None:
+        """Before the certificates: what this machine allows, and the node's own names and address."""
         why = unavailable()
         if why:
             raise ClusterError(why)
-        if self.is_running():
-            raise ClusterError(f"a cluster is already running from {self.state_dir}; stop it first")
-        if run("ip", "link", "show", BRIDGE, check=False).returncode == 0:
-            raise ClusterError(f"the bridge {BRIDGE} already exists: is another real node running? "
-                               f"(`make cluster-down`, or `ip link delete {BRIDGE}` if it is left from a crash)")
-        bins = self.bin_dir
-        for sub in ("pki", "etcd", "logs", "node", "sa-kubeconfigs"):
-            shutil.rmtree(self.state_dir / sub, ignore_errors=True)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.pids, self.created = {}, {}
-        from e2e.cluster import _write_pki
+        if run("ip", "link", "show", self.bridge, check=False).returncode == 0:
+            raise ClusterError(f"the bridge {self.bridge} of {self.host.state_dir} already exists: is a real node "
+                               f"running from there? (`python -m e2e.cluster down --dir {self.host.state_dir}`, "
+                               f"or `ip link delete {self.bridge}` if it is left from a crash)")
+        self.created = {}
+        self.subnet = choose_subnet(self.tag, networks_in_use())
+        self.healthz_port = free_port()
 
-        _write_pki(self.pki, **self._pki_extras())
-        self.etcd_port, self.etcd_peer_port, self.apiserver_port = free_port(), free_port(), free_port()
-        t0 = time.monotonic()
-        try:
-            self._network()
-            self._start_containerd(timeout)
-            self._import_images()
-            self._start_etcd(bins, timeout)
-            self._start_apiserver(bins, timeout)
-            self._start_controller_manager(bins, timeout)
-            self._start_scheduler(bins, timeout)
-            if not any((base / "kubepods").exists() for base in Path("/sys/fs/cgroup").iterdir()):
-                self.created["cgroups"] = "kubepods"  # another kubelet's hierarchy is never touched
-                self._save()
-            self._start_node_kubelet(bins, timeout)
-            self._start_provisioner(timeout)
-        except BaseException:
-            self.stop()
-            raise
-        say(f"up in {time.monotonic() - t0:.0f}s: node {NODE_NAME} ({NODE_IP}, containerd + runc), "
-            f"apiserver {self.server}")
-        return self
+    # lifecycle ------------------------------------------------------------------------------------------
+    def start_before(self, timeout: float) -> None:
+        self._network()
+        self._start_containerd(timeout)
+        self._import_images()
+
+    def start_after(self, timeout: float, *, kubelet: bool) -> None:
+        bins = self.host.bin_dir
+        self._start_scheduler(bins, timeout)
+        self._cgroup_root()
+        self._start_node_kubelet(bins, timeout)
+        self._start_provisioner(timeout)
+        say(f"up: node {NODE_NAME} ({self.ip} on {self.bridge}, containerd + runc), apiserver {self.host.server}")
 
     def _network(self) -> None:
         """The bridge (the node's address) and the DNAT of the ``kubernetes`` Service to the apiserver."""
-        run("ip", "link", "add", BRIDGE, "type", "bridge")
-        self.created["bridge"] = BRIDGE
-        self._save()
-        run("ip", "addr", "add", f"{NODE_IP}/{SUBNET.split('/')[1]}", "dev", BRIDGE)
-        run("ip", "link", "set", BRIDGE, "up")
+        host, bridge = self.host, self.bridge
+        run("ip", "link", "add", bridge, "type", "bridge")
+        self.created["bridge"] = bridge
+        host.save()
+        run("ip", "addr", "add", f"{self.ip}/{self.subnet.prefixlen}", "dev", bridge)  # type: ignore[union-attr]
+        run("ip", "link", "set", bridge, "up")
         chain = self.chain
         run("iptables", "-w", "-t", "nat", "-N", chain)
         self.created["chain"] = chain
-        self._save()
+        host.save()
         run("iptables", "-w", "-t", "nat", "-A", chain, "-d", f"{API_SERVICE_IP}/32", "-p", "tcp", "--dport", "443",
-            "-j", "DNAT", "--to-destination", f"{NODE_IP}:{self.apiserver_port}")
-        run("iptables", "-w", "-t", "nat", "-I", "PREROUTING", "-i", BRIDGE, "-j", chain)
+            "-j", "DNAT", "--to-destination", f"{self.ip}:{host.apiserver_port}")
+        run("iptables", "-w", "-t", "nat", "-I", "PREROUTING", "-i", bridge, "-j", chain)
 
+    def _cgroup_root(self) -> None:
+        """``/<cgroup_root>`` in every hierarchy (the kubelet checks it exists); a new cpuset gets its parent's
+        CPUs and memory nodes, or no task could join it."""
+        for base in Path("/sys/fs/cgroup").iterdir():
+            d = base / self.cgroup_root
+            if not base.is_dir() or d.exists():
+                continue
+            d.mkdir()
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                if (d / f).exists() and not (d / f).read_text().strip():
+                    (d / f).write_text((base / f).read_text())
+        self.created["cgroups"] = self.cgroup_root
+        self.host.save()
     def _start_containerd(self, timeout: float) -> None:
         d = self.node_dir / "containerd"
         (d / "netns").mkdir(parents=True, exist_ok=True)
@@ -285,10 +367,10 @@ class RealNodeCluster(Cluster):
         cni_conf.mkdir(parents=True, exist_ok=True)
         pause, _ = pause_image(self._k8s_version())
         (cni_conf / "10-pidispatch.conflist").write_text(json.dumps({
-            "cniVersion": "1.0.0", "name": f"pidispatch-{self.chain[-8:].lower()}",
-            "plugins": [{"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+            "cniVersion": "1.0.0", "name": self.cni_network,
+            "plugins": [{"type": "bridge", "bridge": self.bridge, "isGateway": True, "ipMasq": False,
                          "hairpinMode": True,
-                         "ipam": {"type": "host-local", "ranges": [[{"subnet": SUBNET, "gateway": NODE_IP}]],
+                         "ipam": {"type": "host-local", "ranges": [[{"subnet": str(self.subnet), "gateway": self.ip}]],
                                   "routes": [{"dst": "0.0.0.0/0"}],
                                   "dataDir": str(self.node_dir / "cni" / "ipam")}}],
         }, indent=2))
@@ -325,12 +407,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     conf_dir = "{cni_conf}"
     max_conf_num = 1
 """)
-        self._spawn("containerd", ["containerd", f"--config={d / 'config.toml'}", "--log-level=warn"])
+        self.host.spawn("containerd", ["containerd", f"--config={d / 'config.toml'}", "--log-level=warn"])
 
         def ready():
             return self.containerd_socket.exists() and self.ctr("version", check=False, timeout=10).returncode == 0
 
-        self._await("containerd", f"{self.containerd_socket}", ready, timeout)
+        self.host.await_up("containerd", f"{self.containerd_socket}", ready, timeout)
 
     def _k8s_version(self) -> str:
         env = (REPO_ROOT / "e2e" / "controlplane" / "versions.env").read_text()
@@ -355,11 +437,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         import requests
         import urllib3
 
-        kc = write_kubeconfig(self.state_dir / "kube-scheduler.kubeconfig", self.server, self.ca_file,
-                              cert=self.pki / "kube-scheduler.crt", key=self.pki / "kube-scheduler.key",
+        host = self.host
+        kc = write_kubeconfig(host.state_dir / "kube-scheduler.kubeconfig", host.server, host.ca_file,
+                              cert=host.pki / "kube-scheduler.crt", key=host.pki / "kube-scheduler.key",
                               user="system:kube-scheduler")
         port = free_port()
-        self._spawn("kube-scheduler", [
+        self.host.spawn("kube-scheduler", [
             str(bins / "kube-scheduler"), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
             f"--authorization-kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
             f"--secure-port={port}", "--profiling=false", "-v=1",
@@ -374,25 +457,28 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 except requests.RequestException:
                     return False
 
-        self._await("kube-scheduler", "/healthz", healthy, timeout)
+        self.host.await_up("kube-scheduler", "/healthz", healthy, timeout)
 
     def _start_node_kubelet(self, bins: Path, timeout: float) -> None:
         import requests
 
         d = self.node_dir / "kubelet"
         d.mkdir(parents=True, exist_ok=True)
-        kc = write_kubeconfig(d / "kubeconfig", self.server, self.ca_file, cert=self.pki / "node.crt",
-                              key=self.pki / "node.key", user=f"system:node:{NODE_NAME}")
+        host = self.host
+        kc = write_kubeconfig(d / "kubeconfig", host.server, host.ca_file, cert=host.pki / "node.crt",
+                              key=host.pki / "node.key", user=f"system:node:{NODE_NAME}")
         config = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             # these machines are cgroup v1 (hybrid) with no systemd; 1.36 refuses v1 unless told
             "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupsPerQOS": True,
             "enforceNodeAllocatable": ["pods"], "failSwapOn": False,
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
-            "address": NODE_IP, "port": KUBELET_PORT, "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1", "healthzPort": KUBELET_HEALTHZ_PORT,
+            "address": self.ip, "port": KUBELET_PORT, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": self.healthz_port,
+            # its own hierarchy: a kubelet destroys every Pod cgroup under its root that it does not know
+            "cgroupRoot": f"/{self.cgroup_root}",
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
-                               "x509": {"clientCAFile": str(self.ca_file)}},
+                               "x509": {"clientCAFile": str(host.ca_file)}},
             # only holders of a certificate from this cluster's CA get past authentication
             "authorization": {"mode": "AlwaysAllow"},
             "podLogsDir": str(self.node_dir / "pod-logs"),
@@ -404,53 +490,54 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             "clusterDomain": "cluster.local", "maxPods": 60, "staticPodPath": "",
         }
         (d / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        self._spawn("node-kubelet", [
+        self.host.spawn("node-kubelet", [
             str(bins / "kubelet"), f"--config={d / 'config.yaml'}", f"--kubeconfig={kc}",
-            f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}", f"--node-ip={NODE_IP}",
+            f"--root-dir={d / 'root'}", f"--cert-dir={d / 'pki'}", f"--node-ip={self.ip}",
             f"--hostname-override={NODE_NAME}", "-v=1",
         ])
 
         def healthy():
             try:
-                return requests.get(f"http://127.0.0.1:{KUBELET_HEALTHZ_PORT}/healthz", timeout=2).text == "ok"
+                return requests.get(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2).text == "ok"
             except requests.RequestException:
                 return False
 
-        self._await("node-kubelet", "/healthz", healthy, timeout)
-        k = self.kube()
-        self._await("node-kubelet", f"Node {NODE_NAME} Ready", lambda: node_ready(k, NODE_NAME), timeout)
+        self.host.await_up("node-kubelet", "/healthz", healthy, timeout)
+        k = host.kube()
+        host.await_up("node-kubelet", f"Node {NODE_NAME} Ready", lambda: node_ready(k, NODE_NAME), timeout)
 
     def _start_provisioner(self, timeout: float) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = f"{REPO_ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}".rstrip(os.pathsep)
-        self._spawn("pv-provisioner", [
-            sys.executable, "-m", "e2e.kubelet", f"--kubeconfig={self.kubeconfig}",
+        log = self.host.logs / "pv-provisioner.log"
+        self.host.spawn("pv-provisioner", [
+            sys.executable, "-m", "e2e.kubelet", f"--kubeconfig={self.host.kubeconfig}",
             f"--data-dir={self.node_dir / 'volumes'}", "--provision-only",
-        ], env=env)
-        self._await("pv-provisioner", "start", lambda: (self.logs / "pv-provisioner.log").stat().st_size > 0
-                    if (self.logs / "pv-provisioner.log").exists() else False, timeout)
+        ], env=python_module_env())
+        self.host.await_up("pv-provisioner", "start", lambda: log.exists() and log.stat().st_size > 0, timeout)
 
     # stopping -------------------------------------------------------------------------------------------
-    def stop(self) -> None:
-        """Pods first (the kubelet tears their sandboxes down), then every daemon by its pid, then what the
-        run created: containers left in its containerd, mounts under its state directory, the bridge, the
-        iptables chain, the kubelet's cgroups."""
-        if self.pids.get("node-kubelet") and self.pids.get("kube-apiserver"):
+    def stop_pods(self) -> None:
+        """The scheduler first (a Pod a ReplicaSet makes again during the drain stays unbound, instead of
+        starting on the kubelet being drained), then the Pods (the kubelet tears their sandboxes down), then the
+        node's daemons by their pids, then the containers left in its containerd; the cluster stops the rest."""
+        host = self.host
+        host.stop_component("kube-scheduler")
+        if host.pids.get("node-kubelet") and host.pids.get("kube-apiserver"):
             self._drain()
-        for c in ("pv-provisioner", "node-kubelet", "kube-scheduler"):
-            self._stop_component(c)
-        if self.pids.get("containerd"):
+        for c in ("pv-provisioner", "node-kubelet"):
+            host.stop_component(c)
+        if host.pids.get("containerd"):
             self._remove_containers()
-        for c in ("kube-controller-manager", "kube-apiserver", "etcd", "containerd"):
-            self._stop_component(c)
+
+    def clean(self) -> None:
+        """What the run created, once every process is stopped: mounts under its state directory, the bridge,
+        the iptables chain, the kubelet's cgroups."""
         self._unmount_all()
         self._remove_network()
         self._remove_cgroups()
-        self._save()
 
     def _drain(self, timeout: float = 30) -> None:
         """Delete every Pod at once and wait (a while) for the kubelet to stop their containers."""
-        k = self.kube()
+        k = self.host.kube()
         try:
             pods = k.get("/api/v1/pods").get("items", [])
             for p in pods:
@@ -472,10 +559,12 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             self.ctr("tasks", "delete", "--force", task, check=False, timeout=30)
         for c in self.ctr("containers", "ls", "-q", check=False, timeout=20).stdout.split():
             self.ctr("containers", "delete", c, check=False, timeout=30)
+            # a sandbox removed by force had no CNI DEL: libcni's cache file of its loopback stays otherwise
+            Path("/var/lib/cni/results", f"cni-loopback-{c}-lo").unlink(missing_ok=True)
 
     def _unmount_all(self) -> None:
         """Every mount under the state directory (netns, shm, rootfs, Secret tmpfs), deepest first."""
-        root = str(self.state_dir)
+        root = str(self.host.state_dir)
         mounts = []
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             point = line.split()[4].encode().decode("unicode_escape")
@@ -496,30 +585,31 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         # libcni's result cache keeps one file per attachment, named after the network
         results = Path("/var/lib/cni/results")
         if results.is_dir():
-            for f in results.glob(f"pidispatch-{self.chain[-8:].lower()}-*"):
+            for f in results.glob(f"{self.cni_network}-*"):
                 f.unlink(missing_ok=True)
 
     def _remove_network(self) -> None:
-        created = self.created or {}
-        chain = created.get("chain")
+        created = self.created
+        chain, bridge = created.get("chain"), created.get("bridge")
         if chain:
-            while run("iptables", "-w", "-t", "nat", "-D", "PREROUTING", "-i", BRIDGE, "-j", chain,
+            while run("iptables", "-w", "-t", "nat", "-D", "PREROUTING", "-i", bridge or self.bridge, "-j", chain,
                       check=False).returncode == 0:
                 pass
             run("iptables", "-w", "-t", "nat", "-F", chain, check=False)
             run("iptables", "-w", "-t", "nat", "-X", chain, check=False)
             created.pop("chain")
-        if created.get("bridge"):
-            run("ip", "link", "delete", created["bridge"], check=False)
+        if bridge:
+            run("ip", "link", "delete", bridge, check=False)
             created.pop("bridge")
 
     def _remove_cgroups(self) -> None:
-        """The kubelet's ``kubepods`` hierarchy in each controller, when it is empty (rmdir, deepest first);
-        only when this run's kubelet made it."""
-        if not (self.created or {}).pop("cgroups", None):
+        """The kubelet's hierarchy under this node's cgroup root, in each controller, when it is empty (rmdir,
+        deepest first); only the root this run made."""
+        root = self.created.pop("cgroups", None)
+        if not root:
             return
         for base in Path("/sys/fs/cgroup").iterdir():
-            top = base / "kubepods"
+            top = base / root
             if not top.is_dir():
                 continue
             dirs = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True)
@@ -529,15 +619,15 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
                 except OSError:
                     pass
 
-    def _state_extras(self) -> dict[str, Any]:
-        return {"created": self.created or {}}
+    # cluster.json -------------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        return {"node_name": NODE_NAME, "created": self.created,
+                "network": {"bridge": self.bridge, "chain": self.chain, "subnet": str(self.subnet or ""),
+                            "node_ip": self.ip if self.subnet else ""},
+                "healthz_port": self.healthz_port, "cgroup_root": self.cgroup_root}
 
-    @classmethod
-    def load(cls, state_dir: Path | str) -> RealNodeCluster:
-        state_dir = Path(state_dir)
-        st = json.loads((state_dir / "cluster.json").read_text())
-        return cls(state_dir=state_dir, bin=Path(st["bin_dir"]) if st.get("bin_dir") else None,
-                   etcd_port=st["etcd_port"], etcd_peer_port=st["etcd_peer_port"],
-                   apiserver_port=st["apiserver_port"], pids={k: int(v) for k, v in st["pids"].items()},
-                   created=dict(st.get("created") or {}))
-
+    def restore(self, state: dict[str, Any]) -> None:
+        self.created = dict(state.get("created") or {})
+        subnet = (state.get("network") or {}).get("subnet")
+        self.subnet = ipaddress.IPv4Network(subnet) if subnet else None
+        self.healthz_port = int(state.get("healthz_port") or 0)

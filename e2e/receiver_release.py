@@ -39,7 +39,10 @@ def receiver_values(*, port: int | None = None, max_body: int = 1024 * 1024) -> 
     health_port = free_port()
     while health_port == port:
         health_port = free_port()
-    return {"receiver": {"enabled": True, "port": port, "healthPort": health_port, "maxBodyBytes": max_body,
+    # One replica (the chart's default is two): the test kubelet's Pods share the host's network, so a
+    # second receiver could not bind the same port.
+    return {"receiver": {"enabled": True, "replicas": 1, "port": port, "healthPort": health_port,
+                         "maxBodyBytes": max_body,
                          "webhookSecret": {"existingSecret": SECRET_NAME, "key": SECRET_KEY}}}
 
 

@@ -27,8 +27,9 @@ from typing import Any
 
 import pytest
 
+from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
-from e2e.realnode import NODE_IP, NODE_NAME, RealNodeCluster, images_env, unavailable
+from e2e.realnode import NODE_NAME, RealNode, images_env, unavailable
 from e2e.release import Release, create_secret, fresh_namespace
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
@@ -43,13 +44,13 @@ APP_ID, INSTALLATION = 6161, 99
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeCluster]:
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     why = unavailable()
     if why:
         if os.environ.get("PIDISPATCH_REQUIRE_REAL_NODE") == "1":
             pytest.fail(f"PIDISPATCH_REQUIRE_REAL_NODE=1 but no real node can run here: {why}")
         pytest.skip(f"no real node on this machine: {why}")
-    c = RealNodeCluster(state_dir=tmp_path_factory.mktemp("realnode"))
+    c = Cluster(state_dir=tmp_path_factory.mktemp("realnode"), backend=RealNode())
     c.start()
     try:
         yield c
@@ -58,32 +59,32 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNodeCluster]:
 
 
 @pytest.fixture(scope="module")
-def kube(node: RealNodeCluster) -> Kube:  # this module's clusters are the real node's, not the session's
+def kube(node: Cluster) -> Kube:  # this module's clusters are the real node's, not the session's
     return node.kube()
 
 
 @pytest.fixture(scope="module")
-def forge(tmp_path_factory: pytest.TempPathFactory, node: RealNodeCluster) -> Iterator[FakeGitHubAPI]:
+def forge(tmp_path_factory: pytest.TempPathFactory, node: Cluster) -> Iterator[FakeGitHubAPI]:
     root = tmp_path_factory.mktemp("forge")
-    ca, cert, key = make_tls(root / "tls", ips=("127.0.0.1", NODE_IP))
+    ca, cert, key = make_tls(root / "tls", ips=("127.0.0.1", node.backend.ip))
     repos = Repos(root / "repos")
     repos.create(REPO, {"README.md": "# widgets\n", "cache.py": "def get(k):\n    return None\n"})
     pem, public = generate_app_key()
     with FakeGitHubAPI(app_id=APP_ID, public_key=public, installation_id=INSTALLATION, installation_repos=(REPO,),
-                       repos=repos, tls=(str(cert), str(key)), prefix="/api/v3", bind=NODE_IP) as api:
+                       repos=repos, tls=(str(cert), str(key)), prefix="/api/v3", bind=node.backend.ip) as api:
         api.app_pem = pem  # type: ignore[attr-defined]
         api.ca = ca  # type: ignore[attr-defined]
         yield api
 
 
 @pytest.fixture(scope="module")
-def model(node: RealNodeCluster) -> Iterator[ScriptedModel]:
-    with ScriptedModel(host=NODE_IP) as m:  # job Pods reach it through the node's bridge
+def model(node: Cluster) -> Iterator[ScriptedModel]:
+    with ScriptedModel(host=node.backend.ip) as m:  # job Pods reach it through the node's bridge
         yield m
 
 
 @pytest.fixture(scope="module")
-def release(node: RealNodeCluster, kube: Kube, forge: FakeGitHubAPI, model: ScriptedModel,
+def release(node: Cluster, kube: Kube, forge: FakeGitHubAPI, model: ScriptedModel,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release]:
     images = images_env()
     agent = write_agent_dir(tmp_path_factory.mktemp("pi") / "agent", model.base_url)
@@ -135,14 +136,14 @@ def key_of(issue: int) -> str:
     return key
 
 
-def test_the_node_is_a_real_kubelet_on_containerd(node: RealNodeCluster, kube: Kube) -> None:
+def test_the_node_is_a_real_kubelet_on_containerd(node: Cluster, kube: Kube) -> None:
     info = kube.get(f"/api/v1/nodes/{NODE_NAME}")["status"]["nodeInfo"]
     assert info["containerRuntimeVersion"].startswith("containerd://"), info
     assert info["kubeletVersion"] == "v" + (Path(__file__).parent / "controlplane" / "versions.env").read_text(
     ).split("K8S_VERSION=")[1].split()[0]
 
 
-def test_the_apiserver_rejects_a_pod_the_restricted_standard_forbids(node: RealNodeCluster, kube: Kube) -> None:
+def test_the_apiserver_rejects_a_pod_the_restricted_standard_forbids(node: Cluster, kube: Kube) -> None:
     ns = fresh_namespace(kube, "psa")
     try:
         with pytest.raises(ApiError) as refused:
@@ -154,7 +155,7 @@ def test_the_apiserver_rejects_a_pod_the_restricted_standard_forbids(node: RealN
         kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
-def test_the_operator_runs_in_its_image_as_the_chart_says(node: RealNodeCluster, release: Release) -> None:
+def test_the_operator_runs_in_its_image_as_the_chart_says(node: Cluster, release: Release) -> None:
     [pod] = release.operator_pods()
     ready = next(c for c in pod["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", pod["status"]  # the readiness probe answers in the container
@@ -167,7 +168,7 @@ def test_the_operator_runs_in_its_image_as_the_chart_says(node: RealNodeCluster,
 
 
 def test_a_cold_delivery_then_a_resumed_one_with_real_pi_in_the_job_image(
-        node: RealNodeCluster, release: Release, forge: FakeGitHubAPI, model: ScriptedModel) -> None:
+        node: Cluster, release: Release, forge: FakeGitHubAPI, model: ScriptedModel) -> None:
     issue = next(_issues)
     forge.set_issue(REPO, issue, "The cache test is flaky", "It fails one run in ten.")
     model.tool_call("bash", {"command": "id -u; git log --oneline -1; cat cache.py"}).reply(
@@ -209,7 +210,7 @@ def test_a_failed_job_pod_leaves_the_stored_conversation_unchanged(release: Rele
 
 
 def test_the_operator_killed_mid_job_converges_with_one_pod_and_one_promotion(
-        node: RealNodeCluster, release: Release, model: ScriptedModel, forge: FakeGitHubAPI) -> None:
+        node: Cluster, release: Release, model: ScriptedModel, forge: FakeGitHubAPI) -> None:
     issue = next(_issues)
     forge.set_issue(REPO, issue, "Slow", "")
     model.reply("slow answer", delay=15)
@@ -222,7 +223,7 @@ def test_the_operator_killed_mid_job_converges_with_one_pod_and_one_promotion(
     restarts = op["status"]["containerStatuses"][0]["restartCount"]
     # the container's process, killed as the kernel or a crash would: the kubelet restarts it
     task = op["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    node.ctr("tasks", "kill", "--signal", "SIGKILL", task)
+    node.backend.ctr("tasks", "kill", "--signal", "SIGKILL", task)
     wait_until("the operator container restarted", lambda: release.operator_pods()[0]["status"][
         "containerStatuses"][0]["restartCount"] > restarts, timeout=120)
     job = release.wait_job(name, timeout=240)
@@ -230,7 +231,8 @@ def test_the_operator_killed_mid_job_converges_with_one_pod_and_one_promotion(
     assert [p["metadata"]["uid"] for p in release.pods_of(name)] in ([], [pod_uid]), "no second job Pod"
     # One promotion across both containers: the store logs each (a routine promotion posts no Event).
     [op] = release.operator_pods()
-    logs = "\n".join(node.pod_log(release.ns, op["metadata"]["name"], previous=previous) for previous in (True, False))
+    logs = "\n".join(node.backend.pod_log(release.ns, op["metadata"]["name"], previous=previous)
+                     for previous in (True, False))
     key = key_of(issue)
     promoted = [line for line in logs.splitlines()
                 if key in line and ('"session_promoted"' in line or '"session_promotion_recovered"' in line)]

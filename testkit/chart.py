@@ -52,6 +52,10 @@ def helm_runner(home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     return run
 
 
+# The store on, with an auth source it can resume under (the chart refuses sessions with the gh default).
+STORE_ON: dict[str, Any] = {"sessions.enabled": True, "github.authSource": "app"}
+
+
 def set_args(values: Mapping[str, Any]) -> list[str]:
     """``--set-json`` for each value, so types reach helm exactly as given (a string stays a string)."""
     return [arg for key, value in values.items() for arg in ("--set-json", f"{key}={json.dumps(value)}")]

@@ -33,6 +33,7 @@ from testkit.chart import (
     SERVICE_MONITOR_API,
     STAGING_DIR,
     STORE_DIR,
+    STORE_ON,
     doctor_pod,
     env_list,
     env_values,
@@ -142,8 +143,33 @@ def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
     assert (settings.metrics_port, settings.health_port, settings.peering) == (9090, 8080, "pi-dispatch")
 
 
+NEVER_RESUMES = [
+    ("the default auth source", {"sessions.enabled": True}),
+    ("gh named", {"sessions.enabled": True, "github.authSource": "gh", "github.token.secretName": "gh-login"}),
+]
+
+
+@pytest.mark.parametrize("values", [r[1] for r in NEVER_RESUMES], ids=[r[0] for r in NEVER_RESUMES])
+def test_a_store_that_could_never_resume_fails_the_install_naming_the_values(helm: Any,
+                                                                              values: dict[str, Any]) -> None:
+    result = template(helm, values)
+    assert result.returncode != 0, "rendered a release whose every resumed job would be refused"
+    assert "sessions.enabled=true with github.authSource gh" in result.stderr, result.stderr
+    assert "github.authSource=app" in result.stderr and "sessions.allowGhSource=true" in result.stderr
+
+
+@pytest.mark.parametrize("values", [
+    {"sessions.enabled": True, "github.authSource": "pat", "github.token.secretName": "pat"},
+    {"sessions.enabled": True, "github.authSource": "gh", "sessions.allowGhSource": True},
+    {"sessions.enabled": False, "github.authSource": "gh"},
+], ids=["pat", "gh with the escape hatch", "gh without a store"])
+def test_a_store_that_can_resume_or_no_store_installs(helm: Any, values: dict[str, Any]) -> None:
+    result = template(helm, values)
+    assert result.returncode == 0, result.stderr
+
+
 def test_sessions_enabled_mounts_both_claims_and_sets_the_bounds(helm: Any) -> None:
-    docs = render(helm, {"sessions.enabled": True})
+    docs = render(helm, {**STORE_ON})
     deployment = one(docs, "Deployment")
     container = operator_container(docs)
     env = env_values(container)
@@ -165,7 +191,8 @@ def test_sessions_enabled_mounts_both_claims_and_sets_the_bounds(helm: Any) -> N
         assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
     settings = OperatorSettings.from_env(env)
     defaults = Settings()
-    assert settings.store == Settings(sessions_dir=STORE_DIR), "the chart's bounds are the spec's defaults"
+    assert settings.store == Settings(sessions_dir=STORE_DIR, github_auth_source="app"), \
+        "the chart's bounds are the spec's defaults"
     assert env["PI_SESSION_MAX_BYTES"] == str(defaults.max_bytes), "no float formatting of large numbers"
     assert "PI_SESSION_MAX_CONTEXT_PCT" not in env, "null leaves the bound unset (off)"
     assert "PI_SESSIONS_ALLOW_GH_SOURCE" not in env
@@ -192,8 +219,8 @@ def test_values_reach_the_operator_as_given(helm: Any) -> None:
 
 @pytest.mark.parametrize("bound", ["ttlDays", "maxBytes", "maxAgeDays", "maxResumeChain", "maxContextPct"])
 def test_a_null_bound_leaves_its_variable_unset(helm: Any, bound: str) -> None:
-    on = env_values(operator_container(render(helm, {"sessions.enabled": True, "sessions.maxContextPct": 50})))
-    off = env_values(operator_container(render(helm, {"sessions.enabled": True, "sessions.maxContextPct": 50,
+    on = env_values(operator_container(render(helm, {**STORE_ON, "sessions.maxContextPct": 50})))
+    off = env_values(operator_container(render(helm, {**STORE_ON, "sessions.maxContextPct": 50,
                                                       f"sessions.{bound}": None})))
     assert set(on) - set(off) == {
         "ttlDays": {"PI_SESSIONS_TTL_DAYS"}, "maxBytes": {"PI_SESSION_MAX_BYTES"},
@@ -316,7 +343,7 @@ def test_rbac_is_least_privilege(helm: Any) -> None:
 # -- Pods: security, strategy, probes, the test hook -------------------------------------------------------------
 @pytest.mark.parametrize("which", ["operator", "helm test"])
 def test_pods_are_restricted(helm: Any, which: str) -> None:
-    docs = render(helm, {"sessions.enabled": True, "securityContext.runAsUser": 4242})
+    docs = render(helm, {**STORE_ON, "securityContext.runAsUser": 4242})
     pod_spec = one(docs, "Deployment")["spec"]["template"]["spec"] if which == "operator" else doctor_pod(docs)["spec"]
     psc = pod_spec["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 4242
@@ -367,7 +394,7 @@ def test_helm_test_hook_runs_doctor_like_the_operator(helm: Any) -> None:
 
 
 def test_test_pod_follows_the_operator_onto_its_node_when_claims_are_mounted(helm: Any) -> None:
-    docs = render(helm, {"sessions.enabled": True})
+    docs = render(helm, {**STORE_ON})
     term = doctor_pod(docs)["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
@@ -376,7 +403,7 @@ def test_test_pod_follows_the_operator_onto_its_node_when_claims_are_mounted(hel
 
 # -- storage options ------------------------------------------------------------------------------------------
 def test_store_claim_options(helm: Any) -> None:
-    docs = render(helm, {"sessions.enabled": True, "sessions.store.resourcePolicy": "",
+    docs = render(helm, {**STORE_ON, "sessions.store.resourcePolicy": "",
                          "sessions.store.storageClassName": "fast", "sessions.staging.accessModes": ["ReadWriteMany"],
                          "sessions.staging.storageClassName": "", "sessions.staging.size": "2Gi"})
     store = one(docs, "PersistentVolumeClaim", f"{FULLNAME}-sessions")
@@ -386,7 +413,7 @@ def test_store_claim_options(helm: Any) -> None:
     assert staging["spec"]["storageClassName"] == "", "'' (no dynamic provisioning) is not the same as null"
     assert staging["spec"]["accessModes"] == ["ReadWriteMany"]
     assert staging["spec"]["resources"]["requests"]["storage"] == "2Gi"
-    existing = render(helm, {"sessions.enabled": True, "sessions.store.existingClaim": "old-store"})
+    existing = render(helm, {**STORE_ON, "sessions.store.existingClaim": "old-store"})
     assert [p["metadata"]["name"] for p in kinds(existing, "PersistentVolumeClaim")] == [f"{FULLNAME}-staging"]
     volumes = one(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "sessions", "persistentVolumeClaim": {"claimName": "old-store"}} in volumes
@@ -508,9 +535,12 @@ def test_the_receiver_is_off_by_default(helm: Any) -> None:
 def test_receiver_objects_and_the_operator_are_unchanged_by_it(helm: Any) -> None:
     off, on = render(helm, ALL_ON), render(helm, {**ALL_ON, **RECEIVER_ON})
     assert [(d["kind"], d["metadata"]["name"]) for d in receiver_objects(on)] == [
-        ("ServiceAccount", RECEIVER), ("Role", RECEIVER), ("RoleBinding", RECEIVER), ("Service", RECEIVER),
-        ("Deployment", RECEIVER)], "the receiver's own objects (no Secret: it names an existing one)"
-    assert [d for d in on if d not in receiver_objects(on)] == off, "nothing of the operator changes"
+        ("PodDisruptionBudget", RECEIVER), ("ServiceAccount", RECEIVER), ("Role", RECEIVER), ("RoleBinding", RECEIVER),
+        ("Service", RECEIVER), ("Deployment", RECEIVER)], \
+        "the receiver's own objects (no Secret: it names an existing one)"
+    webhook_test = one(on, "Pod", f"{FULLNAME}-webhook")  # helm test's check of the receiver (below)
+    assert [d for d in on if d not in receiver_objects(on) and d is not webhook_test] == off, \
+        "nothing of the operator changes"
 
 
 def test_receiver_env_is_what_the_receiver_reads_with_its_defaults(helm: Any, tmp_path: Path) -> None:
@@ -577,7 +607,7 @@ def test_receiver_rbac_reads_triggers_and_creates_jobs_only(helm: Any) -> None:
 
 
 def test_receiver_pod_is_restricted_and_mounts_only_its_webhook_secret(helm: Any) -> None:
-    docs = render(helm, {**RECEIVER_ON, "sessions.enabled": True})
+    docs = render(helm, {**RECEIVER_ON, **STORE_ON})
     pod_spec = one(docs, "Deployment", RECEIVER)["spec"]["template"]["spec"]
     psc = pod_spec["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -746,3 +776,150 @@ def test_github_values_name_their_variables() -> None:
     for name in ("GITHUB_API_URL", "GITHUB_API_TIMEOUT_SECONDS", "GITHUB_APP_ID", "GITHUB_APP_INSTALLATION_ID",
                  "GITHUB_APP_PRIVATE_KEY_FILE", "GITHUB_TOKEN_FILE", "GITHUB_TOKEN_SECRET"):
         assert name in text, name
+
+
+# -- the receiver from outside the cluster: an Ingress or a Gateway API HTTPRoute ---------------------------------
+INGRESS_ON: dict[str, Any] = {**RECEIVER_ON, "receiver.ingress.enabled": True,
+                              "receiver.ingress.host": "pi.example.com"}
+
+
+def test_no_ingress_or_route_unless_asked(helm: Any) -> None:
+    docs = render(helm, RECEIVER_ON)
+    assert kinds(docs, "Ingress") == [] and kinds(docs, "HTTPRoute") == []
+
+
+def test_the_ingress_routes_the_webhook_path_alone_to_the_receiver(helm: Any) -> None:
+    docs = render(helm, {**INGRESS_ON, "receiver.ingress.className": "nginx",
+                         "receiver.ingress.tls.secretName": "pi-tls",
+                         "receiver.ingress.annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"}})
+    ingress = one(docs, "Ingress", RECEIVER)
+    assert ingress["metadata"]["annotations"] == {"cert-manager.io/cluster-issuer": "letsencrypt"}
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["spec"]["tls"] == [{"hosts": ["pi.example.com"], "secretName": "pi-tls"}]
+    [rule] = ingress["spec"]["rules"]
+    assert rule["host"] == "pi.example.com"
+    assert rule["http"]["paths"] == [{"path": "/webhook", "pathType": "Exact", "backend": {
+        "service": {"name": RECEIVER, "port": {"name": "http"}}}}], "only the webhook, never the health port"
+    assert [p["name"] for p in one(docs, "Service", RECEIVER)["spec"]["ports"]] == ["http"]
+
+
+def test_an_ingress_without_a_host_or_without_the_receiver(helm: Any) -> None:
+    result = template(helm, {**RECEIVER_ON, "receiver.ingress.enabled": True})
+    assert result.returncode != 0 and "receiver.ingress.host" in result.stderr, result.stderr
+    plain = render(helm, {"receiver.ingress.enabled": True, "receiver.ingress.host": "pi.example.com"})
+    assert kinds(plain, "Ingress") == [], "no receiver, nothing to route to"
+
+
+HTTPROUTE_API = ("--api-versions", "gateway.networking.k8s.io/v1/HTTPRoute")
+ROUTE_ON: dict[str, Any] = {**RECEIVER_ON, "receiver.httpRoute.enabled": True,
+                            "receiver.httpRoute.parentRefs": [
+                                {"name": "public", "namespace": "gw", "sectionName": "https"}],
+                            "receiver.httpRoute.hostnames": ["pi.example.com"]}
+
+
+def test_the_http_route_sends_post_webhook_to_the_receiver(helm: Any) -> None:
+    route = one(render(helm, ROUTE_ON, *HTTPROUTE_API), "HTTPRoute", RECEIVER)
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert route["spec"]["parentRefs"] == [{"name": "public", "namespace": "gw", "sectionName": "https"}]
+    assert route["spec"]["hostnames"] == ["pi.example.com"]
+    assert route["spec"]["rules"] == [{"matches": [{"path": {"type": "Exact", "value": "/webhook"}, "method": "POST"}],
+                                       "backendRefs": [{"name": RECEIVER, "port": 80}]}]
+
+
+@pytest.mark.parametrize(("values", "extra", "named"), [
+    (ROUTE_ON, (), "does not serve gateway.networking.k8s.io/v1 HTTPRoute"),
+    ({**ROUTE_ON, "receiver.httpRoute.parentRefs": []}, HTTPROUTE_API, "receiver.httpRoute.parentRefs"),
+], ids=["a cluster without the Gateway API", "no Gateway named"])
+def test_an_http_route_that_could_not_work_fails_the_install(helm: Any, values: dict[str, Any],
+                                                             extra: tuple[str, ...], named: str) -> None:
+    result = template(helm, values, *extra)
+    assert result.returncode != 0 and named in result.stderr, result.stderr
+
+
+def test_helm_test_checks_that_the_webhook_refuses_an_unsigned_delivery(helm: Any) -> None:
+    assert not [d for d in render(helm) if d["metadata"]["name"] == f"{FULLNAME}-webhook"], "no receiver, no check"
+    pod = one(render(helm, {**RECEIVER_ON, "receiver.service.port": 8080}), "Pod", f"{FULLNAME}-webhook")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    [container] = pod["spec"]["containers"]
+    assert container["command"] == ["pidispatch", "receiver", "check", f"http://{RECEIVER}.{NAMESPACE}.svc:8080/webhook"]
+    assert pod["spec"]["automountServiceAccountToken"] is False and "env" not in container, \
+        "it needs no credential: it proves that none is needed to be refused"
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+
+
+# -- the README's quickstart: its files, as committed -----------------------------------------------------------
+EXAMPLES = ROOT / "examples"
+QUICKSTART_SET = {"github.app.id": 123456, "github.app.installationId": 7890123,
+                  "receiver.ingress.host": "pi.example.com"}
+
+
+def test_the_quickstart_values_install_the_app_the_store_and_the_webhook(helm: Any) -> None:
+    docs = render(helm, QUICKSTART_SET, "-f", str(EXAMPLES / "quickstart-values.yaml"))
+    [operator] = one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"]
+    env = env_values(operator)
+    assert env["GITHUB_AUTH_SOURCE"] == "app" and env["GITHUB_APP_ID"] == "123456"
+    assert env["PI_SESSIONS_DIR"] == STORE_DIR, "the store is on: resume can work"
+    assert json.loads(env["PI_DISPATCH_JOB_CREDENTIALS"]) == {
+        "OPENAI_API_KEY": {"secretName": "model-keys", "key": "openai"}}
+    ingress = one(docs, "Ingress", RECEIVER)
+    assert ingress["spec"]["rules"][0]["host"] == "pi.example.com"
+    assert ingress["spec"]["tls"] == [{"hosts": ["pi.example.com"], "secretName": "pi-webhook-tls"}]
+    assert one(docs, "Pod", f"{FULLNAME}-webhook"), "helm test checks the webhook"
+
+
+def test_the_quickstart_values_without_the_set_values_fail_naming_what_is_missing(helm: Any) -> None:
+    result = template(helm, {}, "-f", str(EXAMPLES / "quickstart-values.yaml"))
+    assert result.returncode != 0 and "receiver.ingress.host" in result.stderr, result.stderr
+
+
+def test_the_app_manifest_asks_for_what_jobs_and_triggers_need() -> None:
+    from pidispatch.api.vocabulary import TRIGGER_EVENTS
+    from pidispatch.settings import DEFAULT_JOB_TOKEN_PERMISSIONS
+
+    manifest = json.loads((EXAMPLES / "github-app.json").read_text())
+    assert manifest["default_permissions"] == dict(DEFAULT_JOB_TOKEN_PERMISSIONS), \
+        "the App grants what a job token asks for, no more (the operator's own token asks for less)"
+    webhook_events = {event.split(".")[0] for event in TRIGGER_EVENTS if event != "cron"}
+    assert set(manifest["default_events"]) == webhook_events, "every event a Trigger can match is delivered"
+    assert manifest["public"] is False and manifest["hook_attributes"]["url"].endswith("/webhook")
+
+
+def test_the_readme_link_registers_the_app_of_the_manifest() -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    manifest = json.loads((EXAMPLES / "github-app.json").read_text())
+    [link] = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()
+              if line.strip().startswith("https://github.com/settings/apps/new?")]
+    query = parse_qs(urlsplit(link).query)
+    assert sorted(query.pop("events[]")) == sorted(manifest["default_events"])
+    permissions = {name: query.pop(name)[0] for name in list(query) if name in manifest["default_permissions"]}
+    assert permissions == manifest["default_permissions"]
+    assert query.pop("webhook_url") == ["https://$WEBHOOK_HOST/webhook"]
+    assert query == {"name": [manifest["name"]], "url": [manifest["url"]], "public": ["false"],
+                     "webhook_active": ["true"]}
+
+
+def test_the_quickstart_trigger_is_valid_and_arms_resume() -> None:
+    from pidispatch.api.models import TriggerSpec, problem
+    from pidispatch.api.trigger import first_refusal, resume_armed
+
+    trigger = yaml.safe_load((EXAMPLES / "trigger.yaml").read_text())
+    assert problem(TriggerSpec, trigger["spec"]) is None
+    assert first_refusal(trigger["spec"]) is None and resume_armed(trigger["spec"])
+
+
+def test_two_receivers_by_default_spread_over_nodes_and_drained_one_at_a_time(helm: Any) -> None:
+    docs = render(helm, RECEIVER_ON)
+    deployment = one(docs, "Deployment", RECEIVER)
+    assert deployment["spec"]["replicas"] == 2
+    [spread] = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    pdb = one(docs, "PodDisruptionBudget", RECEIVER)
+    assert pdb["spec"]["maxUnavailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spread["labelSelector"]["matchLabels"] == \
+        deployment["spec"]["selector"]["matchLabels"]
+    single = render(helm, {**RECEIVER_ON, "receiver.replicas": 1})
+    assert kinds(single, "PodDisruptionBudget") == [], "one replica: a budget would block every drain"

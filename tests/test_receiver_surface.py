@@ -256,3 +256,65 @@ def test_surface_settings_refuse_unusable_values(env: dict[str, str], named: str
     with pytest.raises(ConfigError) as err:
         ReceiverSettings.from_env({**BASE, **env})
     assert f"PI_DISPATCH_RECEIVER_{named}" in str(err.value)
+
+
+# -- `pidispatch receiver check`, what `helm test` runs against the receiver's Service ----------------------------
+
+def test_the_check_passes_against_the_real_receiver_and_nothing_is_created(surface: Callable[..., Surface],
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from pidispatch.cli import main as cli
+
+    running = surface()
+    assert cli(["receiver", "check", f"{running.url}/webhook"]) == 0
+    assert "refused an unsigned delivery (401)" in capsys.readouterr().out
+    assert running.cluster.jobs == {} and running.cluster.lists == 0, "refused before the body: nothing read or made"
+
+
+class _AnswersEverything(threading.Thread):
+    """A web server that answers every POST with ``status``: what a misrouted path or a receiver
+    without its secret would look like from the check's side."""
+
+    def __init__(self, status: int) -> None:
+        import http.server
+
+        answer = status
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(answer)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        super().__init__(target=self.server.serve_forever, daemon=True)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/webhook"
+
+
+@pytest.mark.parametrize(("status", "said"), [(200, "ACCEPTED an unsigned delivery (200)"),
+                                              (202, "ACCEPTED an unsigned delivery (202)"),
+                                              (404, "answered an unsigned delivery with 404, not 401")],
+                         ids=["accepted", "accepted for later", "something else on the path"])
+def test_the_check_fails_when_the_webhook_does_not_refuse(status: int, said: str,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from pidispatch.cli import main as cli
+
+    server = _AnswersEverything(status)
+    server.start()
+    try:
+        assert cli(["receiver", "check", server.url]) == 1
+    finally:
+        server.server.shutdown()
+    assert said in capsys.readouterr().err
+
+
+def test_the_check_fails_naming_the_url_when_nothing_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    from pidispatch.cli import main as cli
+
+    url = f"http://127.0.0.1:{free_port()}/webhook"
+    assert cli(["receiver", "check", url]) == 1
+    err = capsys.readouterr().err
+    assert f"no answer from {url}" in err and "kubectl get pods,endpoints" in err

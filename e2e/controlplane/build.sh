@@ -4,6 +4,7 @@
 #   kubelet kube-scheduler                           (wrapper module k8s/: the real node)
 #   etcd                                             (wrapper module etcd/)
 #   helm                                             (wrapper module helm/)
+#   actionlint                                       (wrapper module actionlint/: tests/test_workflows.py)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
 # A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum
 # changed (a stamp file next to it records their hash), so a second run builds
@@ -64,6 +65,9 @@ build kubectl k8s k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 build kubelet k8s k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
 build kube-scheduler k8s k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
 build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+# the workflow linter of .github/workflows (`make test` runs it through tests/test_workflows.py)
+build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
+    "-s -w -X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION"
 
 echo "[controlplane] $built binaries built, total $(( $(date +%s) - total_start ))s; bin dir:" >&2
 echo "$bin_dir"

@@ -9,6 +9,7 @@
 #          relative replaces, so `go install` refuses it).
 #   helm/  requires helm.sh/helm/v3 v$HELM_VERSION (separate module so its k8s.io
 #          dependencies do not collide with the kubernetes release above).
+#   actionlint/  requires github.com/rhysd/actionlint v$ACTIONLINT_VERSION (the workflow linter).
 #
 # Re-runnable: edit versions.env, run this script, commit */go.mod */go.sum.
 set -euo pipefail
@@ -70,4 +71,11 @@ new_module helm pidispatch.invalid/controlplane/helm
     go get -tool "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
     go mod tidy
 )
-echo "== done; commit e2e/controlplane/{k8s,etcd,helm}/go.{mod,sum}"
+echo "== actionlint wrapper: github.com/rhysd/actionlint v$ACTIONLINT_VERSION"
+new_module actionlint pidispatch.invalid/controlplane/actionlint
+(
+    cd "$here/actionlint"
+    go get -tool "github.com/rhysd/actionlint/cmd/actionlint@v$ACTIONLINT_VERSION"
+    go mod tidy
+)
+echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint}/go.{mod,sum}"

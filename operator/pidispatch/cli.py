@@ -254,6 +254,12 @@ def cmd_runner(args: argparse.Namespace) -> int:
     return runner_main(args)
 
 
+def cmd_receiver_check(args: argparse.Namespace) -> int:
+    from pidispatch.receiver.check import main as check_main
+
+    return check_main(args.url)
+
+
 def cmd_receiver(args: argparse.Namespace) -> int:
     from pidispatch.receiver.main import main as receiver_main
 
@@ -337,6 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     receiver = commands.add_parser("receiver", help="run the GitHub webhook receiver (creates Job CRs)")
     receiver.set_defaults(run=cmd_receiver)
+    receiver_commands = receiver.add_subparsers(dest="receiver_command", metavar="check")
+    receiver_check = receiver_commands.add_parser(
+        "check", help="exit 0 when the webhook at URL refuses an unsigned delivery (401), as `helm test` checks")
+    receiver_check.add_argument("url", metavar="URL", help="e.g. http://pi-dispatch-receiver.pi.svc/webhook")
+    receiver_check.set_defaults(run=cmd_receiver_check)
     return parser
 
 

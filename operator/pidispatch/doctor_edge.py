@@ -32,7 +32,7 @@ from pidispatch.settings import OperatorSettings
 
 
 def explicit_bounds(env: Mapping[str, str]) -> frozenset[str]:
-    """The bound variables that are set (settings.py has already refused an empty or malformed value)."""
+    """The bound variables that are set (pidispatch.settings has already refused an empty or malformed value)."""
     return frozenset(v for v in BOUND_VARIABLES if env.get(v) is not None)
 
 

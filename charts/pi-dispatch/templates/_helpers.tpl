@@ -109,6 +109,38 @@ app.kubernetes.io/component: operator
 - name: PI_DISPATCH_JOB_CREDENTIALS
   value: {{ toJson . | quote }}
 {{- end }}
+{{- with .Values.job.nodeSelector }}
+- name: PI_DISPATCH_JOB_NODE_SELECTOR
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.tolerations }}
+- name: PI_DISPATCH_JOB_TOLERATIONS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.affinity }}
+- name: PI_DISPATCH_JOB_AFFINITY
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.imagePullSecrets }}
+- name: PI_DISPATCH_JOB_IMAGE_PULL_SECRETS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.priorityClassName }}
+- name: PI_DISPATCH_JOB_PRIORITY_CLASS_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.job.runtimeClassName }}
+- name: PI_DISPATCH_JOB_RUNTIME_CLASS_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.job.topologySpreadConstraints }}
+- name: PI_DISPATCH_JOB_TOPOLOGY_SPREAD_CONSTRAINTS
+  value: {{ toJson . | quote }}
+{{- end }}
+{{- with .Values.job.podSecurityContext }}
+- name: PI_DISPATCH_JOB_POD_SECURITY_CONTEXT
+  value: {{ toJson . | quote }}
+{{- end }}
 {{- with .Values.job.modelsConfigMap }}
 - name: PI_DISPATCH_JOB_MODELS_CONFIGMAP
   value: {{ . | quote }}
@@ -139,12 +171,19 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- include "pi-dispatch.githubEnv" . }}
 {{- if .Values.sessions.enabled }}
+{{- if and (eq (.Values.github.authSource | default "gh") "gh") (not .Values.sessions.allowGhSource) }}
+{{- fail "sessions.enabled=true with github.authSource gh (the default when unset) can never resume: every job of a Trigger with run.resume would be refused (config-refused), because the whole gh login would reach every job and could be kept in its transcript. Set github.authSource=app (a GitHub App, see the README's quickstart) or pat (github.token.secretName), or knowingly set sessions.allowGhSource=true, or leave sessions.enabled false" }}
+{{- end }}
 - name: PI_SESSIONS_DIR
   value: /var/lib/pi-dispatch/sessions
 - name: PI_DISPATCH_STAGING_DIR
   value: /var/lib/pi-dispatch/jobs
 - name: PI_DISPATCH_STAGING_CLAIM
   value: {{ include "pi-dispatch.stagingClaim" . | quote }}
+{{- if not (has "ReadWriteMany" .Values.sessions.staging.accessModes) }}
+- name: PI_DISPATCH_STAGING_COLOCATE
+  value: {{ include "pi-dispatch.operatorSelectorLabels" . | fromYaml | toJson | quote }}
+{{- end }}
 {{- $s := .Values.sessions }}
 {{- $bounds := list
       (list "PI_SESSIONS_TTL_DAYS" $s.ttlDays)

@@ -144,6 +144,24 @@ Credentials = Annotated[dict[str, SecretKey] | None, Field(
                 "a plain value.")]
 
 
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+NodeSelector = Annotated[dict[Annotated[str, Field(max_length=316, pattern=LABEL_KEY)],
+                              Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None, Field(
+    max_length=16, description="Node labels the job Pods must run on (a node pool), laid over the deployment's "
+                               "job.nodeSelector: this Trigger's value wins for a key both name.")]
+
+
+class Toleration(_Model):
+    """A Kubernetes toleration, as the Pod spec takes it."""
+
+    key: Annotated[str, Field(max_length=316)] | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: Annotated[str, Field(max_length=63)] | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: Annotated[int | None, Field(json_schema_extra=INT64)] = None
+
+
 class TriggerRun(_Model):
     kind: Literal["forge", "local"] | None = None
     flow: Annotated[str, Field(max_length=253)] | None = None
@@ -169,6 +187,10 @@ class TriggerRun(_Model):
     resources: Annotated[Resources | None, Field(description=(
         "The job container's resources. Unset: the deployment's job.resources."))] = None
     credentials: Credentials = None
+    nodeSelector: NodeSelector = None
+    tolerations: Annotated[list[Toleration] | None, Field(
+        max_length=16, description="Taints the job Pods tolerate (a node pool's, a GPU's), added to the "
+                                   "deployment's job.tolerations.")] = None
 
     @field_validator("credentials")
     @classmethod

@@ -43,6 +43,8 @@ from pidispatch.contract import (
     WORKSPACE,
     credential_name_problem,
 )
+from pidispatch.manifests.scheduling import scheduling_fields
+from pidispatch.settings.scheduling import Scheduling
 
 GH_TOKEN = "GH_TOKEN"
 TOKEN_SECRET_KEY = "token"
@@ -121,6 +123,11 @@ class PodInputs:
     workspace_size_limit: tuple[str, int] | None = None
     # The operator's Helm release (RELEASE_LABEL), so that its uninstall hook deletes its own Pods only.
     release: str | None = None
+    # Where the Pod may run: the deployment's rules, the staging mode's co-location (scheduling.py).
+    scheduling: Scheduling = field(default_factory=Scheduling)
+    # The Trigger's own node pool: run.nodeSelector over the deployment's, run.tolerations added.
+    trigger_node_selector: dict[str, str] = field(default_factory=dict)
+    trigger_tolerations: tuple[dict[str, Any], ...] = ()
 
 
 def pod_name(job_name: str) -> str:
@@ -189,7 +196,8 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "command": list(p.command),
         "workingDir": WORKSPACE,
         "env": _env_list(env, p.github_token, p.credentials, enterprise=p.workspace.gh_host is not None),
-        "securityContext": restricted_security_context(p.run_as_user),
+        "securityContext": {**restricted_security_context(p.run_as_user),
+                            "runAsGroup": p.scheduling.pod_security_context.get("runAsGroup", p.run_as_user)},
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
@@ -218,10 +226,15 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": p.run_as_user, "runAsGroup": p.run_as_user,
-                            "fsGroup": p.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
+        # The groups may be the cluster's (scheduling.pod_security_context); the user is always the
+        # operator's, which owns the staged copy.
+        "securityContext": {"runAsGroup": p.run_as_user, "fsGroup": p.run_as_user,
+                            **p.scheduling.pod_security_context, "runAsNonRoot": True,
+                            "runAsUser": p.run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
         "volumes": volumes,
+        **scheduling_fields(p.scheduling, mounts_staging=mounted, trigger_node_selector=p.trigger_node_selector,
+                            trigger_tolerations=p.trigger_tolerations),
     }
     if p.active_deadline_seconds:
         spec["activeDeadlineSeconds"] = p.active_deadline_seconds

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pidispatch.api.vocabulary import AUTH_SOURCES
-from pidispatch.settings import ConfigError, parse_strict_int, refuse_empty
+from pidispatch.settings import ConfigError
+from pidispatch.settings.readers import integer, one_of, refuse_empty
 
 NAMESPACE = "PI_DISPATCH_NAMESPACE"
 SECRET = "GITHUB_WEBHOOK_SECRET"
@@ -115,18 +116,11 @@ class ReceiverSettings:
             raise ConfigError(SECRET, "", f"the GitHub webhook secret, in {SECRET} or in a file named by "
                               f"{SECRET_FILE}: without it no delivery can be verified")
 
-        def integer(name: str, default: int, accepted: str, minimum: int, maximum: int) -> int:
-            raw = env.get(name)
-            if raw is None or raw.strip() == "":
-                return default
-            return parse_strict_int(name, raw, accepted, minimum, maximum)
+        auth = one_of(env, AUTH_SOURCE, AUTH_SOURCES, f"one of {', '.join(AUTH_SOURCES)}, or unset")
 
-        auth = env.get(AUTH_SOURCE) or None
-        if auth is not None and auth not in AUTH_SOURCES:
-            raise ConfigError(AUTH_SOURCE, auth, f"one of {', '.join(AUTH_SOURCES)}, or unset")
-
-        port = integer(PORT, DEFAULT_PORT, "a TCP port from 1 to 65535", 1, 65535)
-        health_port = integer(HEALTH_PORT, DEFAULT_HEALTH_PORT, "a TCP port from 1 to 65535", 1, 65535)
+        port = integer(env, PORT, "a TCP port from 1 to 65535", default=DEFAULT_PORT, minimum=1, maximum=65535)
+        health_port = integer(env, HEALTH_PORT, "a TCP port from 1 to 65535", default=DEFAULT_HEALTH_PORT,
+                              minimum=1, maximum=65535)
         if health_port == port:
             raise ConfigError(HEALTH_PORT, str(health_port), f"a TCP port other than {PORT} ({port}): the probes "
                               f"and metrics must not be reachable where the webhooks arrive")
@@ -136,12 +130,12 @@ class ReceiverSettings:
             secret=secret,
             secret_file=path or None,
             port=port,
-            max_body=integer(MAX_BODY, DEFAULT_MAX_BODY, f"a whole number of bytes from 1024 to {MAX_MAX_BODY}",
-                             1024, MAX_MAX_BODY),
+            max_body=integer(env, MAX_BODY, f"a whole number of bytes from 1024 to {MAX_MAX_BODY}",
+                             default=DEFAULT_MAX_BODY, minimum=1024, maximum=MAX_MAX_BODY),
             auth_source=auth,
             health_port=health_port,
-            max_connections=integer(MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS,
+            max_connections=integer(env, MAX_CONNECTIONS,
                                     f"a whole number of connections from 1 to {MAX_MAX_CONNECTIONS}",
-                                    1, MAX_MAX_CONNECTIONS),
+                                    default=DEFAULT_MAX_CONNECTIONS, minimum=1, maximum=MAX_MAX_CONNECTIONS),
             ignore_logins=parse_logins(env[IGNORE_LOGINS]) if IGNORE_LOGINS in env else (),
         )

@@ -2,7 +2,7 @@
 
 Why not pydantic: `pidispatch transcript check` must return in well under 200 ms (CLI.md "Start-up
 cost"), and importing pydantic, defining the models and building their validators took about
-200 ms here. The models need a dozen kinds of check, so they are plain functions, as `settings.py`
+200 ms here. The models need a dozen kinds of check, so they are plain functions, as `settings/`
 did for pydantic-settings. Messages keep the wording pydantic gave them (what `transcript check`
 printed before), except where it named Python classes, echoed a whole value or repeated itself.
 

@@ -1,0 +1,140 @@
+"""Leader election (``pidispatch/leader.py``) against the real apiserver's Lease: one holder, a standby that
+takes over when the holder stops renewing (judged by its own clock) or releases, and no two holders when
+replicas race. Each replica's clock is a counter the test moves: what is judged is the algorithm and the
+apiserver's optimistic concurrency, not the speed of this machine."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from pidispatch.kubeapi import Api
+from pidispatch.leader import LeaderElector, LeaseConfig
+
+LEASE = "pi-dispatch-leader"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def admin(cluster: Any) -> Api:
+    return Api(cluster.server, ca_file=str(cluster.ca_file), cert_file=str(cluster.pki / "admin.crt"),
+               key_file=str(cluster.pki / "admin.key"), retries=0)
+
+
+def replica(cluster: Any, namespace: str, identity: str, clock: Clock | None = None) -> LeaderElector:
+    config = LeaseConfig(namespace=namespace, name=LEASE, identity=identity, lease_seconds=15,
+                         renew_deadline_seconds=10, retry_seconds=2)
+    return LeaderElector(admin(cluster), config, monotonic=clock or Clock())
+
+
+def lease(cluster: Any, namespace: str) -> dict[str, Any]:
+    return admin(cluster).get(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}")
+
+
+def test_one_holder_and_a_standby_that_waits_out_the_lease_by_its_own_clock(cluster: Any, namespace: str) -> None:
+    a_clock, b_clock = Clock(), Clock()
+    a, b = replica(cluster, namespace, "op-a", a_clock), replica(cluster, namespace, "op-b", b_clock)
+    assert a.step() is True, "no Lease yet: the first replica creates it and leads"
+    assert b.step() is False
+    for _ in range(10):  # the holder renews; however long that goes on, the standby stays a standby
+        a_clock.now += 2
+        b_clock.now += 14
+        assert a.step() is True and b.step() is False
+    spec = lease(cluster, namespace)["spec"]
+    assert spec["holderIdentity"] == "op-a" and spec["leaseTransitions"] == 0 and spec["leaseDurationSeconds"] == 15
+    # The holder stops renewing (killed, its node lost): the record stands still.
+    b_clock.now += 14
+    assert b.step() is False, "14 s of no change by the standby's clock: the lease may still be live"
+    b_clock.now += 1
+    assert b.step() is True, "15 s: the standby takes over"
+    spec = lease(cluster, namespace)["spec"]
+    assert spec["holderIdentity"] == "op-b" and spec["leaseTransitions"] == 1
+    a_clock.now += 2
+    assert a.step() is False, "the old holder sees another's name and stands by"
+
+
+def test_a_skewed_wall_clock_cannot_steal_a_live_lease(cluster: Any, namespace: str) -> None:
+    """renewTime is written for people; the standby never compares it with its own time."""
+    a = replica(cluster, namespace, "op-a")
+    b = LeaderElector(admin(cluster), LeaseConfig(namespace=namespace, name=LEASE, identity="op-b"),
+                      monotonic=Clock(), wall=lambda: "2099-01-01T00:00:00.000000Z")
+    assert a.step() is True
+    assert b.step() is False
+    a.api.patch(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{LEASE}",
+                {"spec": {"renewTime": "2000-01-01T00:00:00.000000Z"}})  # a holder whose clock is 26 years behind
+    assert b.step() is False, "an old renewTime is no expiry: the record changed just now, by b's clock"
+
+
+def test_a_released_lease_is_taken_at_once(cluster: Any, namespace: str) -> None:
+    a, b = replica(cluster, namespace, "op-a"), replica(cluster, namespace, "op-b")
+    assert a.step() is True and b.step() is False
+    a.release()
+    spec = lease(cluster, namespace)["spec"]
+    assert "holderIdentity" not in spec and spec["leaseDurationSeconds"] == 1
+    assert b.step() is True, "a rollout or a drain hands over without waiting out the lease"
+    assert a.leading is False
+
+
+def _attempt(e: LeaderElector, start: threading.Barrier, won: list[str]) -> None:
+    start.wait()
+    if e.step():
+        won.append(e.config.identity)
+
+
+def test_racing_replicas_elect_exactly_one(cluster: Any, namespace: str) -> None:
+    for round_ in range(3):
+        electors = [replica(cluster, namespace, f"op-{round_}-{i}") for i in range(6)]
+        if round_:
+            for e in electors:  # each has seen the current record; then all find it expired at once
+                e.step()
+                e._monotonic.now += 15  # type: ignore[attr-defined]
+        start = threading.Barrier(len(electors))
+        won: list[str] = []
+        threads = [threading.Thread(target=_attempt, args=(e, start, won)) for e in electors]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(won) == 1, f"round {round_}: {won} all believe they lead"
+        assert lease(cluster, namespace)["spec"]["holderIdentity"] == won[0]
+
+
+def test_a_holder_that_cannot_renew_stops_leading_at_the_deadline(cluster: Any, namespace: str) -> None:
+    clock = Clock()
+    a = replica(cluster, namespace, "op-a", clock)
+    assert a.step() is True
+    a.api = Api("https://127.0.0.1:1", retries=0, timeout=1)  # the apiserver unreachable from this replica
+    clock.now += 9.9
+    assert a.step() is True, "within the renew deadline a failed renewal is only a failed attempt"
+    clock.now += 0.1
+    assert a.step() is False, "at 10 s it stops: 5 s before any standby may take over"
+
+
+def test_run_starts_on_acquiring_and_releases_on_stop(cluster: Any, namespace: str) -> None:
+    a = replica(cluster, namespace, "op-a")
+    a.config = LeaseConfig(namespace=namespace, name=LEASE, identity="op-a", lease_seconds=3,
+                           renew_deadline_seconds=2, retry_seconds=0.2)
+    started, stop = threading.Event(), threading.Event()
+    stopped: list[bool] = []
+    thread = threading.Thread(target=a.run, args=(started.set, lambda: stopped.append(True), stop))
+    thread.start()
+    assert started.wait(30), "the only replica leads"
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive() and stopped == [], "a planned stop is not a lost lease"
+    assert "holderIdentity" not in lease(cluster, namespace)["spec"], "released on the way out"
+
+
+@pytest.mark.parametrize(("retry", "deadline", "duration"), [(2, 10, 10), (10, 10, 15), (0, 1, 2)])
+def test_a_lease_whose_holder_could_outlive_it_is_refused(retry: float, deadline: float, duration: float) -> None:
+    with pytest.raises(ValueError, match="retry < renew deadline < lease duration"):
+        LeaseConfig(namespace="ns", name=LEASE, identity="x", lease_seconds=duration,
+                    renew_deadline_seconds=deadline, retry_seconds=retry)

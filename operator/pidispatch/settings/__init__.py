@@ -1,0 +1,91 @@
+"""Settings from the environment, with the session-store spec's names and strict parsing.
+
+A malformed value is a configuration error naming the variable and the accepted form, never a
+silent default: a typo in ``PI_SESSION_MAX_BYTES`` must not quietly turn a bound off.
+
+One module per concern:
+
+- :mod:`.readers`: one reader per kind of value (a bounded whole number, a quantity of bytes, a flag,
+  text, a name, a path, a URL, JSON) and the one rule for an empty value;
+- :mod:`.store`: :class:`Settings`, the session store's bounds and switches (spec §2.1);
+- :mod:`.github`: :class:`GitHubSettings`, how the operator reaches GitHub and what a job's token may do;
+- :mod:`.jobpod`: what every job Pod is built with (image, command, env, resources, disk, credentials);
+- :mod:`.operator`: :class:`OperatorSettings`, the operator process's whole environment;
+- :mod:`.errors`: :class:`ConfigError`.
+
+The names below are re-exported so that ``from pidispatch.settings import X`` is the one way in.
+
+This package is plain Python on purpose: the ``key``/``store``/``transcript`` commands import it and
+must start in well under 200 ms, which pydantic-settings alone (about 200 ms to import) would spend.
+"""
+
+from __future__ import annotations
+
+from pidispatch.settings.errors import ConfigError
+from pidispatch.settings.github import (
+    AUTH_SOURCES,
+    DEFAULT_GITHUB_API_URL,
+    DEFAULT_GITHUB_WEB_URL,
+    DEFAULT_JOB_TOKEN_PERMISSIONS,
+    GITHUB_REPOSITORY_PERMISSIONS,
+    GITHUB_VARIABLES,
+    GitHubSettings,
+    job_token_permissions,
+)
+from pidispatch.settings.jobpod import (
+    DEFAULT_EPHEMERAL_STORAGE_LIMIT,
+    DEFAULT_EPHEMERAL_STORAGE_REQUEST,
+    DEFAULT_GIT_EMAIL,
+    DEFAULT_GIT_NAME,
+    DEFAULT_JOB_COMMAND,
+    DEFAULT_JOB_IMAGE,
+    DEFAULT_WORKSPACE_SIZE_LIMIT,
+)
+from pidispatch.settings.operator import DEFAULT_STAGING_DIR, MAX_SECONDS, OPERATOR_VARIABLES, OperatorSettings
+from pidispatch.settings.readers import (
+    EMPTY_MEANS_UNSET,
+    QUANTITY_ACCEPTED,
+    parse_bytes,
+    parse_strict_int,
+    refuse_empty,
+)
+from pidispatch.settings.store import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_RETHREAD_PCT,
+    DEFAULT_TTL_DAYS,
+    STORE_VARIABLES,
+    Settings,
+)
+
+__all__ = [
+    "AUTH_SOURCES",
+    "DEFAULT_EPHEMERAL_STORAGE_LIMIT",
+    "DEFAULT_EPHEMERAL_STORAGE_REQUEST",
+    "DEFAULT_GITHUB_API_URL",
+    "DEFAULT_GITHUB_WEB_URL",
+    "DEFAULT_GIT_EMAIL",
+    "DEFAULT_GIT_NAME",
+    "DEFAULT_JOB_COMMAND",
+    "DEFAULT_JOB_IMAGE",
+    "DEFAULT_JOB_TOKEN_PERMISSIONS",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_RETHREAD_PCT",
+    "DEFAULT_STAGING_DIR",
+    "DEFAULT_TTL_DAYS",
+    "DEFAULT_WORKSPACE_SIZE_LIMIT",
+    "EMPTY_MEANS_UNSET",
+    "GITHUB_REPOSITORY_PERMISSIONS",
+    "GITHUB_VARIABLES",
+    "MAX_SECONDS",
+    "OPERATOR_VARIABLES",
+    "QUANTITY_ACCEPTED",
+    "STORE_VARIABLES",
+    "ConfigError",
+    "GitHubSettings",
+    "OperatorSettings",
+    "Settings",
+    "job_token_permissions",
+    "parse_bytes",
+    "parse_strict_int",
+    "refuse_empty",
+]

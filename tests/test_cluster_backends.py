@@ -1,0 +1,39 @@
+"""The cluster takes its node backend as a parameter: no backend imports the cluster, so there is no import cycle
+(the real node used to subclass ``Cluster``, which built it in ``load``)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+E2E = Path(__file__).resolve().parent.parent / "e2e"
+
+
+def imported(module: Path) -> set[str]:
+    """Every module ``module`` imports, at any depth of its code (a function-level import counts too)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(module.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("module", ["clusterkit.py", "testnode.py", "realnode.py",
+                                    *(f"kubelet/{p.name}" for p in sorted((E2E / "kubelet").glob("*.py")))])
+def test_no_node_backend_imports_the_cluster(module: str) -> None:
+    assert "e2e.cluster" not in imported(E2E / module)
+
+
+def test_the_cluster_names_its_backends_through_one_contract() -> None:
+    from e2e.cluster import Cluster
+    from e2e.realnode import RealNode
+    from e2e.testnode import TestKubeletNode
+
+    for backend in (TestKubeletNode(), RealNode()):
+        cluster = Cluster(state_dir=Path("/nonexistent/state"), backend=backend)
+        assert cluster.backend is backend and cluster.node == backend.kind
+        assert cluster.components == backend.components
