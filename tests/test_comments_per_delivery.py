@@ -8,7 +8,6 @@ a delivery id that could close the hidden HTML comment is hashed; two deliveries
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,11 +20,9 @@ from pidispatch.forge.github import Forge
 from pidispatch.jobflow.comment import comment_refusal
 from pidispatch.record import JobReason
 from pidispatch.settings import GitHubSettings
+from testkit.fakegithub_api import FakeGitHubAPI
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77

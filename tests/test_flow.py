@@ -25,7 +25,7 @@ from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import branch_key, issue_key
 from pidispatch.store.lock import LOCK_STALE_MS
 from pidispatch.store.staging import HostRecord
-from storekit import DAY_MS, KEY, NOW_MS, PI, Store, set_mtime
+from testkit.store import DAY_MS, KEY, NOW_MS, PI, Store, set_mtime
 
 STORE = Settings(sessions_dir="/var/lib/pi-dispatch/sessions", github_auth_source="app")
 NO_STORE = Settings(sessions_dir=None, github_auth_source="app")

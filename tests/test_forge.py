@@ -1,4 +1,4 @@
-"""The operator's GitHub side against a local fake of the GitHub REST API (``e2e/fakegithub_api.py``), no cluster.
+"""The operator's GitHub side against a local fake of the GitHub REST API (``testkit/fakegithub_api.py``), no cluster.
 
 What is proven here: the App's JWT is one GitHub accepts (and the fake refuses a bad one); installation
 tokens are scoped to one repository; a pull request's head comes from the API and every way it can
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,9 @@ from pidispatch.manifests.pod import PodInputs, job_pod, job_token_secret, works
 from pidispatch.record import JobReason
 from pidispatch.settings import GitHubSettings
 from pidispatch.store.keys import branch_key, issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77

@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart import FULLNAME, RELEASE, env_values, helm, kinds, operator_container, render
-from test_operator_settings import clean_env
 
 from pidispatch.contract import ENV_WORKSPACE_LIMIT, JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from pidispatch.jobflow.pod import job_resources
@@ -24,8 +22,9 @@ from pidispatch.jobflow.retention import release_pods, stop_job_pods
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
+from testkit.chart import FULLNAME, RELEASE, env_values, kinds, operator_container, render
+from testkit.env import clean_env
 
-__all__ = ["helm"]  # the fixture, used by name
 GI = 2**30
 BASE = PodInputs(job_name="delivery-1", job_uid="u-1", namespace="ns", image="job:1", command=["pidispatch", "runner"])
 

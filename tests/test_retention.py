@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_queue import PODS, Clock, MemoryApi, api, clock, controller, new_job, pump
 
 from pidispatch.doctor import Status, terminating_claims
 from pidispatch.forge.credentials import token_secret_name
 from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at, split_for_uninstall
 from pidispatch.jobflow.table import NameLocks
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
+from testkit.jobflow import Clock, controller, new_job, pump
+from testkit.memoryapi import PODS, MemoryApi
 
-__all__ = ["api", "clock"]  # fixtures, used by name
 DONE = "2030-01-01T00:00:00Z"
 T0 = finished_at({"status": {"completedAt": DONE}}) or 0.0
 UID = "0b7e5c1e-0000-4000-8000-000000000001"
