@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.models import JobSpec
+from pidispatch.api.trigger import resume_armed
+from pidispatch.api.views import JobView
 from pidispatch.forge.appauth import AppKeyError, InstallationToken, app_jwt, load_private_key
 from pidispatch.forge.comments import has_marker, marker, posts_comment, refusal_comment
 from pidispatch.forge.github import Forge, GitHubError, NoCredentials, _next_link
 from pidispatch.forge.head import Head, NoHead, head_from_pull, no_key_reason
-from pidispatch.api.models import JobSpec
-from pidispatch.api.trigger import resume_armed
-from pidispatch.api.views import JobView
 from pidispatch.jobflow import comment as comment_step
 from pidispatch.jobflow import key as key_step
 from pidispatch.jobflow.key import KeyRef
