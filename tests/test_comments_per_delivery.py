@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.views import JobView
 from pidispatch.forge.comments import has_marker, marker, refusal_comment
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow.comment import comment_refusal
@@ -43,13 +44,13 @@ def forge(fake: FakeGitHubAPI, app_key: tuple[Path, Any]) -> Forge:
 
 
 def refused_job(uid: str, trigger: str, issue: int, delivery: str | None = DELIVERY,
-                reason: str = JobReason.SESSIONS_DIR_UNSET) -> dict[str, Any]:
+                reason: str = JobReason.SESSIONS_DIR_UNSET) -> JobView:
     spec: dict[str, Any] = {"trigger": trigger, "forge": "github", "repository": REPO, "issue": issue}
     if delivery is not None:
         spec["deliveryId"] = delivery
-    return {"metadata": {"name": f"{trigger}-{uid}", "uid": uid}, "spec": spec,
-            "status": {"phase": "Refused", "reason": reason, "conditions": [],
-                       "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
+    return JobView.of({"metadata": {"name": f"{trigger}-{uid}", "uid": uid}, "spec": spec,
+                       "status": {"phase": "Refused", "reason": reason, "conditions": [],
+                                  "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}})
 
 
 def posted(fake: FakeGitHubAPI, issue: int) -> list[str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.models import TriggerRun
 from pidispatch.contract import ENV_WORKSPACE_LIMIT, JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from pidispatch.jobflow.pod import job_resources
 from pidispatch.jobflow.retention import release_pods, stop_job_pods
@@ -117,7 +118,7 @@ DISK = OperatorSettings.from_env({})
 ], ids=["the deployment's bound alone", "added to the deployment's resources", "added to a Trigger's resources",
         "a Trigger's own limit is kept", "no request above a Trigger's lower limit (the apiserver would refuse)"])
 def test_every_job_container_has_an_ephemeral_storage_limit(deployment: tuple, run: dict, expected: dict) -> None:
-    assert job_resources(replace(DISK, job_resources=deployment), run) == expected
+    assert job_resources(replace(DISK, job_resources=deployment), TriggerRun.model_validate(run)) == expected
 
 
 # ---- the chart's values reach the operator ----------------------------------------------------

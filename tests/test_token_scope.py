@@ -22,11 +22,14 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.models import TriggerSpec
+from pidispatch.api.views import JobView
 from pidispatch.forge.appauth import broader_than
 from pidispatch.forge.credentials import JobToken, fork_permissions
 from pidispatch.forge.github import OPERATOR_TOKEN_PERMISSIONS, Forge, GitHubError
+from pidispatch.jobflow import pod as pod_step
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import TOKEN_MARGIN_SECONDS, create_pod, job_token, token_capped_deadline
+from pidispatch.jobflow.pod import TOKEN_MARGIN_SECONDS, token_capped_deadline
 from pidispatch.settings import (
     DEFAULT_JOB_TOKEN_PERMISSIONS,
     GITHUB_REPOSITORY_PERMISSIONS,
@@ -214,7 +217,24 @@ def app_settings(fake: FakeGitHubAPI, key: Path, **extra: str) -> OperatorSettin
         "PI_DISPATCH_JOB_CHECKOUT": "false", **extra})
 
 
-JOB = {"metadata": {"name": "fix-1", "uid": "u-1"}, "spec": {"trigger": "fix", "repository": REPO, "issue": 1}}
+JOB = {"metadata": {"name": "fix-1", "uid": "u-1"},
+       "spec": {"trigger": "fix", "forge": "github", "repository": REPO, "issue": 1}}
+
+
+# The steps take the typed views the dispatcher builds (api/views.py); a Trigger spec needs its ``on``.
+def _trigger(trigger: dict[str, Any]) -> TriggerSpec:
+    return TriggerSpec.model_validate({"on": {"event": "issue_comment.created"}, "run": {},
+                                       **(trigger.get("spec") or {})})
+
+
+def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
+              trigger: dict[str, Any], fork: bool = False) -> JobToken | None:
+    return pod_step.job_token(settings, cluster, forge, JobView.of(job), _trigger(trigger), fork)
+
+
+def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
+               host: Any, token: JobToken | None) -> dict[str, Any]:
+    return pod_step.create_pod(settings, cluster, JobView.of(job), _trigger(trigger), host, token)
 
 
 def test_an_app_token_job_pod_is_stopped_before_its_token_expires(fake: FakeGitHubAPI,
