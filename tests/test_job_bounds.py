@@ -20,10 +20,10 @@ from test_operator_settings import clean_env
 
 from pidispatch.contract import ENV_WORKSPACE_LIMIT, JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from pidispatch.jobflow.pod import job_resources
-from pidispatch.jobflow.retention import release_pods, stop_job_pods
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
+from pidispatch.uninstall import release_pods, stop_job_pods
 
 __all__ = ["helm"]  # the fixture, used by name
 GI = 2**30

@@ -16,9 +16,10 @@ from test_operator_queue import PODS, Clock, MemoryApi, api, clock, controller, 
 
 from pidispatch.doctor import Status, terminating_claims
 from pidispatch.forge.credentials import token_secret_name
-from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at, split_for_uninstall
+from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at
 from pidispatch.jobflow.table import NameLocks
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
+from pidispatch.uninstall import split_for_uninstall
 
 __all__ = ["api", "clock"]  # fixtures, used by name
 DONE = "2030-01-01T00:00:00Z"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
-from urllib.parse import quote
 
 from pidispatch.contract import CONTAINER, ENV_CHECKOUT, is_commit
 from pidispatch.forge.checkout import Checkout, Moved
@@ -36,12 +35,6 @@ def resolve(forge: Forge, job_spec: dict[str, Any]) -> Checkout:
     issue, pull = job_spec.get("issue"), job_spec.get("pullRequest")
     return forge.checkout(str(job_spec.get("repository", "")), issue if isinstance(issue, int) else None,
                           pull if isinstance(pull, int) else None)
-
-
-def clone_url(settings: OperatorSettings, repository: str) -> str:
-    """``<web URL>/<owner>/<name>.git``: what git fetches from. It never carries a credential."""
-    owner, _, name = repository.partition("/")
-    return f"{settings.github.web_url}/{quote(owner, safe='')}/{quote(name, safe='')}.git"
 
 
 def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, checkout: Checkout) -> Moved | None:

@@ -24,12 +24,12 @@ from typing import Any
 
 from pidispatch import failpoints
 from pidispatch.events import emit
+from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Unresolvable
 from pidispatch.forge.credentials import SecretRef, job_credential
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.forge.head import Head, NoHead
 from pidispatch.jobflow import checkout as checkout_step
-from pidispatch.jobflow.admit import trigger_auth_source
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.forks import fork_refusal, is_fork
 from pidispatch.jobflow.key import key_and_reason, needs_head_lookup
