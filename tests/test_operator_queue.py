@@ -316,7 +316,7 @@ def test_a_recreated_job_is_started_before_the_old_ones_deleted_arrives(api: Mem
     pump(c)
     assert phase(api, "reborn") == "Running", "the old Job's terminal phase made the new Job's ADDED be ignored"
     c.on_job("DELETED", old)
-    assert c.slots.running == 1 and c.table.phases.get("reborn") == "Running"
+    assert c.slots.running == 1 and c.table.phase("reborn") == "Running"
 
 
 def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: MemoryApi, ended_job: Dispatcher
@@ -332,7 +332,7 @@ def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: Memo
     assert phase(api, "behind") is None, "the late DELETED freed the slot the new Job's Pod holds"
     assert (c.slots.running, c.slots.queued) == (1, 1)
     c.on_job("MODIFIED", old)  # any later event of the old uid is ignored too
-    assert c.table.phases.get("reborn") == "Running"
+    assert c.table.phase("reborn") == "Running"
     end_pod(api, c, api.pods()[0])
     pump(c)
     assert (phase(api, "reborn"), phase(api, "behind")) == ("Succeeded", "Running")

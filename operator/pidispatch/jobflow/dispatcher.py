@@ -1,16 +1,20 @@
-"""The dispatcher: owns the threads, the job table and the queue, and calls the steps in order.
+"""The dispatcher: routes kopf's events to the steps, and runs the loops. It holds no decisions of its own.
 
-It holds no decisions of its own. For one delivery it goes, top to bottom:
+For one delivery, top to bottom:
 
-1. ``on_job`` → :meth:`admit` (``admit.py``: refusals before any spend, their comment) → the FIFO queue;
-2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's) → ``start.launch`` → ``Running``;
-3. ``on_pod`` → :meth:`complete` (``complete.py``: promote at most once, merge the record) →
-   ``sessionkey.update`` → the Job's terminal status → slot and staging freed;
-4. the timers (``timers.py``): resync, ``Resumable`` refresh, reaper and staging sweep.
+1. ``on_job`` → :meth:`admit` (``admit.py``: refusals before any spend; ``comment.py``: their comment) →
+   in line for a slot (``slots.py``), marked ``Queued`` if it waits (``queuepolicy.py``);
+2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's): ``start.py``'s
+   ``check`` → ``launch_ready`` → ``record_running``, each answering a value; a passing failure puts the
+   Job back in line after a back-off (``queuepolicy.py``);
+3. ``on_pod`` → :meth:`complete` (``complete.py``: ``ending`` → ``finished`` or ``abandon`` → ``record_end``)
+   → slot and staging freed;
+4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep.
 
-Every status write goes through ``Cluster.record`` (``summarize``: one writer of phase and conditions,
-and no write when nothing changed). Each Job's steps run under that Job's lock; kopf calls in from its
-worker threads, the timers from their own.
+What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
+budget's (``slots.py``). Every status write goes through ``Cluster.record`` (``summarize``). Each Job's
+steps run under that Job's lock; kopf calls in from its worker threads, the loops from their own. An
+exception stops at :meth:`_guarded`, where a loop (or a hand-off to another thread) meets the steps.
 """
 
 from __future__ import annotations
@@ -18,43 +22,33 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from pidispatch import metrics
+from pidispatch import metrics, queuepolicy
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.contract import JOB_LABEL
 from pidispatch.events import emit
 from pidispatch.forge.github import Forge
-from pidispatch.jobflow import sessionkey, timers
+from pidispatch.jobflow import complete, sessionkey, start, timers
 from pidispatch.jobflow.admit import arrival, refusal
-from pidispatch.jobflow.checkout import checkout_of
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
-from pidispatch.jobflow.complete import Completion, complete, record_end, unstarted
-from pidispatch.jobflow.pod import never_started, owner_name, owner_uid, pod_phase
-from pidispatch.jobflow.stage import session_view, start_message
-from pidispatch.jobflow.start import Launched, launch
-from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retrying, Running
+from pidispatch.jobflow.pod import never_started, owner_name, pod_phase
+from pidispatch.jobflow.refused import record_refusal
+from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retrying
 from pidispatch.jobflow.table import JobTable, NameLocks
 from pidispatch.jobflow.trigger import Triggers
-from pidispatch.kubeapi import Api, ApiError
+from pidispatch.kubeapi import Api
 from pidispatch.manifests.pod import pod_name
-from pidispatch.record import JobReason
 from pidispatch.settings import OperatorSettings
-from pidispatch.slots import Slots, backoff_seconds, waited_longer_than
+from pidispatch.slots import Slots
 from pidispatch.store.journal import release_interrupted
-from pidispatch.store.staging import HostRecord, JobDir
+from pidispatch.store.staging import JobDir
 
 log = logging.getLogger("pidispatch.operator")
 
 RESYNC_SECONDS = 30
-QUEUED_AFTER_SECONDS = 2.0  # a Job still waiting for a slot after this long is marked Queued (one write)
-
-
-class _StaleBody(Exception):
-    """The Job changed since the watch body a start acted on (the apiserver refused its resourceVersion)."""
 
 
 class Dispatcher:
@@ -62,67 +56,44 @@ class Dispatcher:
 
     ``clock`` stamps status times (RFC 3339); ``monotonic`` measures waits (the Queued grace, back-offs);
     ``wall`` ages Pods against the start timeout (their creation time is the apiserver's wall clock).
+    ``forge`` ``None``: no GitHub credentials for the operator's own calls (PR heads then come from the
+    Job's ``spec.resolved``, and refusals post no comment).
     """
 
     def __init__(self, settings: OperatorSettings, api: Api, namespace: str, forge: Forge | None = None, *,
                  clock: Callable[[], str] = now_rfc3339, monotonic: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
-        self.s = settings
-        self.store = settings.store
-        self.api = api
-        self.ns = namespace
+        self.s, self.store, self.api, self.ns, self.forge = settings, settings.store, api, namespace, forge
         self.cluster = Cluster(api, namespace, clock)
-        # None: no GitHub credentials for the operator's own calls. PR heads then come from the Job's
-        # spec.resolved (as before the GitHub client existed) and refusals post no comment.
-        self.forge = forge
-        self._monotonic = monotonic
-        self._wall = wall
+        self._monotonic, self._wall = monotonic, wall
         self.slots = Slots(settings.max_concurrent_jobs, monotonic)
-        self.table = JobTable(self._current_uid)
-        self._order: dict[str, tuple[str, str]] = {}
+        self.table = JobTable(lambda name: ((self.cluster.job(name) or {}).get("metadata") or {}).get("uid"))
         self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
         self.triggers = Triggers(self.cluster, self.store)
-        # Waiting for a slot, not yet marked Queued: name → (monotonic time queued, wall-clock stamp).
-        self._unmarked: dict[str, tuple[float, str]] = {}
-        # Failed starts in a row, for the back-off of a Job whose start keeps failing for a passing reason.
-        self._failures: dict[str, int] = {}
-        self._mark = threading.Event()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
+        self._mark, self._wake, self._stop = threading.Event(), threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
 
-    def _current_uid(self, name: str) -> str | None:
-        return ((self.cluster.job(name) or {}).get("metadata") or {}).get("uid")
-
-    def _lock(self, job: str) -> AbstractContextManager[None]:
-        return self._locks.hold(job)
-
-    # ---- life cycle --------------------------------------------------------------------------------
+    # ---- life cycle and loops ----------------------------------------------------------------------
 
     def start(self) -> None:
         """Free what a killed predecessor held, seed the queue from the Jobs that exist (oldest first), then
-        start the worker threads."""
+        start the loops."""
         release_interrupted(self.store, self.s.staging_dir)
         jobs = sorted(self.cluster.jobs(), key=arrival)
-        self.table.preexisting = {job["metadata"]["uid"] for job in jobs if _phase(job) not in TERMINAL_PHASES}
+        self.table.note_preexisting({job["metadata"]["uid"] for job in jobs if _phase(job) not in TERMINAL_PHASES})
         for job in jobs:  # running Jobs hold their slots before any waiting Job is admitted
             self.table.claim(job["metadata"]["name"], job["metadata"]["uid"])
             self.table.track(job["metadata"]["name"], _phase(job))
             if _phase(job) == "Running":
                 self.slots.hold(job["metadata"]["name"])
-        for job in jobs:
-            if _phase(job) not in TERMINAL_PHASES | {"Running"}:
-                self._guarded(self.admit, job)
-            elif comment_pending(job):  # refused before a restart, its comment not yet recorded
-                self._guarded(self.comment_refusal, job["metadata"]["name"])
-        loops: list[tuple[str, Callable[[], None], float]] = [
-            ("pump", self._pump_once, 0), ("queued", self._mark_queued, -1), ("resync", self.resync, RESYNC_SECONDS),
-            ("sessionkeys", self.refresh_sessionkeys, self.s.resumable_refresh_seconds),
-            ("sweep", self.sweep, self.s.sweep_interval_seconds),
-        ]
-        for name, fn, interval in loops:
-            thread = threading.Thread(target=self._loop, args=(name, fn, interval), name=f"pidispatch-{name}",
-                                      daemon=True)
+        self._each(self._take_in, [job for job in jobs if _phase(job) != "Running"])
+        loops: list[tuple[str, Callable[[], None], Callable[[], bool]]] = [
+            ("pump", self._pump_once, self._wait_pump), ("queued", self._mark_queued, self._wait_mark),
+            ("resync", self.resync, self._every(RESYNC_SECONDS)),
+            ("sessionkeys", self.refresh_sessionkeys, self._every(self.s.resumable_refresh_seconds)),
+            ("sweep", self.sweep, self._every(self.s.sweep_interval_seconds))]
+        for name, fn, wait in loops:
+            thread = threading.Thread(target=self._loop, args=(fn, wait), name=f"pidispatch-{name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         self._wake.set()
@@ -134,73 +105,81 @@ class Dispatcher:
         for thread in self._threads:
             thread.join(timeout=10)
 
-    def _loop(self, name: str, fn: Callable[[], None], interval: float) -> None:
+    def _loop(self, fn: Callable[[], None], wait: Callable[[], bool]) -> None:
         while not self._stop.is_set():
-            if interval > 0:
-                if self._stop.wait(interval):
-                    return
-            elif interval < 0:  # the Queued marker: until the next Job's wait is due, or a new arrival
-                self._mark.wait(self._next_mark_in())
-                self._mark.clear()
-            else:  # the pump: a wake-up (slot freed, arrival), or the end of the earliest back-off
-                ready_in = self.slots.next_ready_in()
-                self._wake.wait(5 if ready_in is None else min(5.0, max(0.05, ready_in)))
-                self._wake.clear()
+            if wait():
+                return
             self._guarded(fn)
 
-    def _guarded(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _every(self, seconds: float) -> Callable[[], bool]:
+        return lambda: self._stop.wait(seconds)
+
+    def _wait_pump(self) -> bool:
+        """Until a wake-up (a slot freed, an arrival) or the end of the earliest back-off."""
+        ready_in = self.slots.next_ready_in()
+        self._wake.wait(5 if ready_in is None else min(5.0, max(0.05, ready_in)))
+        self._wake.clear()
+        return False
+
+    def _wait_mark(self) -> bool:
+        """Until the next Job's Queued mark is due, or a new arrival."""
+        self._mark.wait(queuepolicy.next_mark_in(self.table.unmarked().values(), self._monotonic()))
+        self._mark.clear()
+        return False
+
+    def _each(self, fn: Callable[[dict[str, Any]], None], jobs: Iterable[dict[str, Any]]) -> None:
+        for job in jobs:  # one Job's failure must not keep the others from their turn
+            self._guarded(fn, job)
+
+    def _guarded(self, fn: Callable[..., Any], *args: Any) -> None:
+        """The one place an exception stops: a loop's turn, one Job of a sweep, or work handed to a thread."""
         try:
-            return fn(*args)
-        except Exception as exc:  # one failure must not stop the loop; the resync retries
+            fn(*args)
+        except Exception as exc:  # the loop goes on; the resync retries
             log.warning("%s failed: %s: %s", getattr(fn, "__name__", fn), type(exc).__name__, exc)
-            return None
 
     # ---- events from kopf --------------------------------------------------------------------------
 
     def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
-        name = job["metadata"]["name"]
+        name, uid, phase = job["metadata"]["name"], job["metadata"].get("uid"), _phase(job)
         if event_type == "DELETED":
-            self._deleted(name, job["metadata"].get("uid"))
-            return
-        if not self.table.claim(name, job["metadata"].get("uid")):
+            self._deleted(name, uid)
+        elif not self.table.claim(name, uid):
             return  # a late event of a Job deleted or re-created since
-        phase = _phase(job)
-        if self.table.ended(name) and phase not in TERMINAL_PHASES:
+        elif self.table.ended(name) and phase not in TERMINAL_PHASES:
             return  # a stale body from before our own terminal status write
-        self.table.keep_body(job, phase)
-        self.table.track(name, phase)
-        if phase in TERMINAL_PHASES:
-            if self.slots.release(name):
-                self._wake.set()
-        elif phase == "Running":
-            self.slots.hold(name)
-        elif self.admit(job) and self.slots.free:
-            self._guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off before the Pod
         else:
-            self._wake.set()
+            self.table.keep_body(job, phase)
+            self.table.track(name, phase)
+            if phase in TERMINAL_PHASES:
+                self._free_slot(name)
+            elif phase == "Running":
+                self.slots.hold(name)
+            elif self.admit(job) and self.slots.free:
+                self._guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off
+            else:
+                self._wake.set()
 
     def on_pod(self, pod: dict[str, Any]) -> None:
         # The Job's name from the owner reference: the label holds a short form when the name is long.
         job = owner_name(pod) or (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
-        if not job:
-            return
-        if pod_phase(pod) is not None:
-            self.complete(job, pod)
-        else:
-            self._check_started(job, pod)
+        if job:
+            self._pod_seen(job, pod)
 
-    def _check_started(self, name: str, pod: dict[str, Any]) -> None:
-        """A Pod still not started after the start timeout ends its Job (checked on its events and by the resync)."""
-        why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds)
-        if why is not None:
-            self.give_up(name, pod, why)
+    def _pod_seen(self, name: str, pod: dict[str, Any]) -> None:
+        """An ended Pod completes its Job; one still not started after the start timeout ends it."""
+        if pod_phase(pod) is not None:
+            self.complete(name, pod)
+        else:
+            why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds)
+            if why is not None:
+                self.give_up(name, pod, why)
 
     def on_sessionkey(self, event_type: str | None, sk: dict[str, Any]) -> None:
         md = sk["metadata"]
-        if (event_type == "DELETED" or not md.get("deletionTimestamp")
-                or sessionkey.FINALIZER not in (md.get("finalizers") or [])):
-            return
-        sessionkey.finalize(self.s, self.cluster, sk)
+        if (event_type != "DELETED" and md.get("deletionTimestamp")
+                and sessionkey.FINALIZER in (md.get("finalizers") or [])):
+            sessionkey.finalize(self.s, self.cluster, sk)
 
     def on_trigger(self, trigger: dict[str, Any]) -> None:
         self.triggers.on_trigger(trigger)
@@ -208,62 +187,52 @@ class Dispatcher:
     def on_trigger_deleted(self, name: str) -> None:
         self.triggers.forget(name)
 
-    # ---- 1. admit ----------------------------------------------------------------------------------
+    # ---- 1. admit: refused, or in line (and marked Queued if it waits) ------------------------------
+
+    def _take_in(self, job: dict[str, Any]) -> None:
+        """A listed Job (start-up, resync): put in line if it may still start, else post a comment still owed."""
+        if _phase(job) not in TERMINAL_PHASES:
+            self.admit(job)
+        elif comment_pending(job):  # refused before a restart, its comment not yet recorded
+            self.comment_refusal(job["metadata"]["name"])
 
     def admit(self, job: dict[str, Any]) -> bool:
         """Refuse ``job`` or put it in line: True when it waits for a slot (the caller starts it or wakes the pump)."""
         name = job["metadata"]["name"]
-        with self._lock(name):
+        with self._locks.hold(name):
             if not self.table.claim(name, job["metadata"].get("uid")):
                 return False  # a listed body of a Job the watch has since seen replaced or deleted
             refused = refusal(name, job["spec"], self.triggers.of(job), self.store, self.s.github)
             if refused is not None:
                 self._refuse(job, refused)
-                self._comment_refusal_locked(name)
                 return False
-            self._order[name] = arrival(job)
-            self.slots.enqueue(name, self._order[name])
-            place = self.slots.position(name)
-            if place is not None and place > self.slots.free and _phase(job) != "Queued":
-                # Marked Queued only if it is still waiting a moment later (``_mark_queued``): a Job that
-                # gets a slot within QUEUED_AFTER_SECONDS goes straight to Running, one write fewer.
-                self._unmarked.setdefault(name, (self._monotonic(), self.cluster.clock()))
+            self.table.line_up(name, arrival(job))
+            self.slots.enqueue(name, self.table.order(name))
+            if queuepolicy.marks_later(self.slots.position(name), self.slots.free, _phase(job)):
+                self.table.wait_unmarked(name, (self._monotonic(), self.cluster.clock()))
                 self._mark.set()
         return True
 
-    def _next_mark_in(self) -> float:
-        due = [since + QUEUED_AFTER_SECONDS for since, _ in list(self._unmarked.values())]
-        return max(0.05, min(due) - self._monotonic()) if due else 5.0
-
     def _mark_queued(self) -> None:
-        """Write ``Queued`` for each Job that has waited for a slot longer than QUEUED_AFTER_SECONDS."""
-        since = {name: mark[0] for name, mark in list(self._unmarked.items())}
-        for name in waited_longer_than(since, self._monotonic(), QUEUED_AFTER_SECONDS):
-            with self._lock(name):
-                marked = self._unmarked.pop(name, None)
+        """Write ``Queued`` for each Job that has waited for a slot longer than the grace."""
+        for name in queuepolicy.due_for_mark(self.table.unmarked(), self._monotonic()):
+            with self._locks.hold(name):
+                marked = self.table.take_unmarked(name)
                 if marked is None or self.slots.position(name) is None:
                     continue  # it got its slot, or went away, in the meantime
-                job = self.table.bodies.get(name) or self.cluster.job(name)
+                job = self.table.body(name) or self.cluster.job(name)
                 if job is None or _phase(job) in TERMINAL_PHASES | {"Queued", "Running"}:
                     continue
-                updated = self.cluster.record(job, Queued(marked[1], self.slots.capacity))
-                self.table.keep_body(updated, "Queued")
+                self.table.keep_body(self.cluster.record(job, Queued(marked[1], self.slots.capacity)), "Queued")
 
     def _refuse(self, job: dict[str, Any], refused: Refused) -> None:
-        self.cluster.record(job, refused)
+        record_refusal(self.cluster, job, refused)
         self.table.track(job["metadata"]["name"], refused.phase)  # a stale event must not admit it again
-        emit("job_refused", job=job["metadata"]["name"], reason=refused.reason or refused.condition_reason)
-        # The spec's own refusal events (§9.3, §10), by the names pi-dispatch hosts log them under.
-        kind = str((job.get("spec") or {}).get("forge") or "local")  # the job's forge kind (spec §1.2)
-        if refused.reason == JobReason.SESSIONS_DIR_UNSET:
-            emit("refused_sessions_dir_unset", kind=kind)
-        elif refused.reason == JobReason.CONFIG_REFUSED:
-            emit("refused_config", kind=kind, refunded=False)  # refused before any budget was reserved
-        self.cluster.event(job, "Warning", refused.condition_reason, refused.message)
+        self._comment_refusal_locked(job["metadata"]["name"])
 
     def comment_refusal(self, name: str) -> None:
         """Post a refused Job's issue comment if it is still owed (restart, resync)."""
-        with self._lock(name):
+        with self._locks.hold(name):
             self._comment_refusal_locked(name)
 
     def _comment_refusal_locked(self, name: str) -> None:
@@ -278,166 +247,102 @@ class Dispatcher:
         while not self._stop.is_set() and (name := self.slots.take_next()) is not None:
             try:
                 self.start_job(name)
-            except Exception as exc:
+            except Exception as exc:  # a passing failure (an outage): back in line after a back-off
                 self._retry_later(name, exc)
             else:
-                self._failures.pop(name, None)
+                self.table.start_succeeded(name)
         self._gauges()
 
     def _retry_later(self, name: str, exc: Exception) -> None:
-        """A start that failed for a passing reason (GitHub or apiserver outage, an old Pod of the name not
-        yet collected): back in line at its place after a back-off, while the Jobs behind it start. Only
-        the first failure in a row is written (``StartRetrying``): a long outage costs one write.
-        """
-        failures = self._failures.get(name, 0) + 1
-        self._failures[name] = failures
-        delay = backoff_seconds(failures)
+        """Back in line at its place after a back-off, while the Jobs behind it start (``queuepolicy.py``)."""
+        failures = self.table.failed_start(name)
+        delay = queuepolicy.backoff_seconds(failures)
         log.warning("starting job %s failed (attempt %d), retried in %.0f s: %s", name, failures, delay, exc)
         emit("job_start_retrying", job=name, attempt=failures, delaySeconds=delay, error=type(exc).__name__)
-        self.table.bodies.pop(name, None)  # the retry reads the Job afresh
-        self.slots.defer(name, self._order.get(name, ("", name)), delay)
-        if failures == 1:
+        self.table.drop_body(name)  # the retry reads the Job afresh
+        self.slots.defer(name, self.table.order(name), delay)
+        if queuepolicy.writes_retrying(failures):
             self._guarded(self._note_retrying, name, exc)
 
     def _note_retrying(self, name: str, exc: Exception) -> None:
-        with self._lock(name):
+        with self._locks.hold(name):
             job = self.cluster.job(name)
-            if job is None or self.slots.position(name) is None or _phase(job) in TERMINAL_PHASES | {"Running"}:
-                return  # gone, or started by now
-            self.cluster.record(job, Retrying(
-                f"Starting the job failed ({type(exc).__name__}: {str(exc)[:300]}); it is retried with a back-off "
-                "of up to a minute, and the Jobs queued behind it start meanwhile."))
+            if job is not None and self.slots.position(name) is not None and \
+                    _phase(job) not in TERMINAL_PHASES | {"Running"}:  # not gone, not started by now
+                self.cluster.record(job, Retrying(queuepolicy.retrying_message(exc)))
 
     def start_job(self, name: str) -> None:
-        with self._lock(name):
-            watched = self.table.bodies.get(name)
-            if watched is not None:
-                try:
-                    self._start_locked(name, watched, watched=True)
-                    return
-                except _StaleBody:
-                    if self.table.bodies.get(name) is watched:
-                        self.table.bodies.pop(name, None)
-            self._start_locked(name, self.cluster.job(name), watched=False)
+        """Start ``name`` from the watch's body when there is one (it saves a GET before the Pod), else, or when
+        that body turns out ``Stale``, from a fresh read. Raises for a passing failure (the pump retries)."""
+        with self._locks.hold(name):
+            watched = self.table.body(name)
+            outcome = self._start(name, watched, watched=True) if watched is not None else start.Stale()
+            if isinstance(outcome, start.Stale):
+                if watched is not None:
+                    self.table.drop_body(name, only=watched)
+                outcome = self._start(name, self.cluster.job(name), watched=False)
+            if isinstance(outcome, start.Started):
+                self.table.track(name, "Running")
+                self.table.started(outcome.uid)
+                self.table.take_unmarked(name)
+                if pod_phase(outcome.launched.pod) is not None:  # it already ended while we were away
+                    threading.Thread(target=self._guarded, args=(self.complete, name, outcome.launched.pod),
+                                     daemon=True).start()
+            else:  # Gone or Refusal (a fresh read is never Stale)
+                self.slots.release(name)
+                if isinstance(outcome, start.Refusal):
+                    self._refuse(outcome.job, outcome.refused)
 
-    def _start_locked(self, name: str, job: dict[str, Any] | None, *, watched: bool) -> None:
-        """Start ``job`` from the watch's body (``watched``) or from a fresh read.
-
-        A watched body saves a GET before the Pod, but it may be behind the Job: this operator is the
-        only writer of Job status, yet the Job may have been deleted and re-created under its name, or
-        edited. So it is used only for the straight path, and the ``Running`` write carries its
-        resourceVersion: if the Job changed since, the write is refused (409) and the start is redone
-        from a fresh read, which finds the Pod (host record written) or, for a re-created Job, a Pod
-        that belongs to the old uid (garbage-collected; the pump retries). Anything off the straight
-        path (a refusal, a token GitHub refused) is decided on a fresh read too.
-        """
-        if job is None:
-            self.slots.release(name)
-            return
-        if watched and (_phase(job) in TERMINAL_PHASES or self.table.ended(name)):
-            raise _StaleBody(name)
-        if _phase(job) in TERMINAL_PHASES:
-            self.slots.release(name)
-            return
-        trigger = self.triggers.of(job)
-        refused = refusal(name, job["spec"], trigger, self.store, self.s.github)
-        if refused is not None or trigger is None:
-            if watched:
-                raise _StaleBody(name)
-            self.slots.release(name)
-            if refused is not None:
-                self._refuse(job, refused)
-                self._comment_refusal_locked(name)
-            return
-        uid = job["metadata"]["uid"]
+    def _start(self, name: str, job: dict[str, Any] | None, *, watched: bool
+               ) -> start.Started | start.Refusal | start.Stale | start.Gone:
+        checked = start.check(self.s, job, self.triggers.of, watched=watched, ended=self.table.ended(name))
+        if not isinstance(checked, start.Ready):
+            return checked
         if not watched:
-            self.table.adopt(name, uid)
-        jd = JobDir(self.s.staging_dir, uid)
-        launched = launch(self.s, self.cluster, self.forge, job, trigger, jd,
-                          listed_at_start=uid in self.table.preexisting)
-        if not isinstance(launched, Launched):
-            if watched:
-                raise _StaleBody(name)  # refused for good: confirmed on a fresh read first
-            if launched.staging_used:
-                jd.remove()
-            self.slots.release(name)
-            self._refuse(job, launched.refused)
-            self._comment_refusal_locked(name)  # fork-not-allowed found by the forge API owes its comment
-            return
+            self.table.adopt(name, checked.uid)
+        launched = start.launch_ready(self.s, self.cluster, self.forge, checked, watched=watched,
+                                      listed_at_start=self.table.listed_at_start(checked.uid))
+        if not isinstance(launched, start.Launched):
+            return launched
         if launched.created and launched.host is not None:
-            self.table.in_flight[name] = launched.host.key
-            self._guarded(sessionkey.ensure, self.cluster, launched.host)
-        running = Running(launched.pod["metadata"]["name"], session_view(launched.host), start_message(launched.host),
-                          checkout_of(launched.pod))
-        try:
-            self.cluster.record(job, running, resource_version=job["metadata"].get("resourceVersion") if watched
-                                else None)
-        except ApiError as exc:
-            if watched and exc.status in (404, 409):
-                raise _StaleBody(name) from exc
-            raise
-        self.table.track(name, "Running")
-        self.table.preexisting.discard(uid)
-        self._unmarked.pop(name, None)
-        if pod_phase(launched.pod) is not None:  # it already ended while we were away
-            threading.Thread(target=self._guarded, args=(self.complete, name, launched.pod), daemon=True).start()
+            self.table.fly(name, launched.host.key)
+            start.open_sessionkey(self.cluster, launched.host)
+        return start.record_running(self.cluster, checked.job, launched, watched=watched)
 
     # ---- 3. complete -------------------------------------------------------------------------------
 
     def complete(self, name: str, pod: dict[str, Any] | None) -> None:
-        with self._lock(name):
-            found = self._job_of(name, pod)
-            if found is None:
-                return
-            job, jd = found
-            host = jd.read_host()
-            done = complete(self.s, jd, host, pod, name)
-            if done is not None:
-                self._finish(name, job, jd, host, done)
+        with self._locks.hold(name):
+            end = self._ending(name, pod)
+            if end is not None:
+                self._finish(name, end, complete.finished(self.s, end, pod))
 
     def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
-        """The Pod never started: delete it, then end the Job ``Failed`` (``PodNeverStarted``) and free its slot."""
-        with self._lock(name):
-            found = self._job_of(name, pod)
-            if found is None:
-                return
-            job, jd = found
-            # Judged again on a fresh read, under the Job's lock: the Pod may have started since.
-            pod = self.api.get_or_none(self.cluster.pods(pod["metadata"]["name"])) or {}
-            why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds) if pod else None
-            if why is None or owner_uid(pod) != job["metadata"]["uid"]:
-                return  # started, gone (its end is the completion's), or another Job's
-            try:
-                self.api.delete(self.cluster.pods(pod["metadata"]["name"]))
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise  # the Pod might still start: the Job stays Running, and the resync tries again
-            emit("job_pod_never_started", job=name, reason=why.split(":", 1)[0])
-            host = jd.read_host()
-            self._finish(name, job, jd, host, unstarted(jd, host, why, self.s.job_start_timeout_seconds))
+        """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""
+        with self._locks.hold(name):
+            end = self._ending(name, pod)
+            if end is not None:
+                self._finish(name, end, complete.abandon(self.s, self.cluster, end, pod, self._wall()))
 
-    def _job_of(self, name: str, pod: dict[str, Any] | None) -> tuple[dict[str, Any], JobDir] | None:
-        """The Job ``pod`` belongs to, if it has not ended yet (an ended one only gets its slot and staging freed)."""
-        job = self.cluster.job(name)
-        if job is None:
+    def _ending(self, name: str, pod: dict[str, Any] | None) -> complete.Ending | None:
+        found = complete.ending(self.s, self.cluster, name, pod)
+        if isinstance(found, complete.Over):  # ended already: only its slot and staging are left to free
+            self._release(name, found.jd)
             return None
-        uid = job["metadata"]["uid"]
-        jd = JobDir(self.s.staging_dir, uid)
-        if _phase(job) in TERMINAL_PHASES:
-            self._release(name, jd)
-            return None
-        if pod is not None and owner_uid(pod) != uid:
-            return None  # a Pod of an earlier Job with the same name
-        return job, jd
+        return found
 
-    def _finish(self, name: str, job: dict[str, Any], jd: JobDir, host: HostRecord | None, done: Completion) -> None:
-        record_end(self.s, self.cluster, job, host, done)
-        self.table.track(name, done.ended.outcome)
-        self._release(name, jd)
+    def _finish(self, name: str, end: complete.Ending, done: complete.Finished | None) -> None:
+        if done is not None:
+            complete.record_end(self.s, self.cluster, end.job, done.host, done.done)
+            self.table.track(name, done.done.ended.outcome)
+            self._release(name, end.jd)
 
     def _release(self, name: str, jd: JobDir) -> None:
-        self.table.in_flight.pop(name, None)
+        self.table.land(name)
         jd.remove()
+        self._free_slot(name)
+
+    def _free_slot(self, name: str) -> None:
         if self.slots.release(name):
             self._wake.set()
 
@@ -446,45 +351,34 @@ class Dispatcher:
         line) only if it is still that Job's (a Job re-created under the name may have taken it over)."""
         if uid:
             JobDir(self.s.staging_dir, uid).remove()
-            self.table.preexisting.discard(uid)
+            self.table.started(uid)
             if not self.table.owns(name, uid):
                 self.table.drop_uid(name, uid)
                 return
-        self._forget_name(name, uid)
-
-    def _forget_name(self, name: str, uid: str | None) -> None:
-        self.table.forget(name, uid)
-        self._order.pop(name, None)
-        self._unmarked.pop(name, None)
-        self._failures.pop(name, None)
-        if self.slots.release(name):
-            self._wake.set()
+        self.table.forget(name, uid, place_too=True)
+        self._free_slot(name)
         self._gauges()
 
     # ---- 4. timers ---------------------------------------------------------------------------------
 
     def resync(self) -> None:
         """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs."""
-        for job in sorted(self.cluster.jobs(), key=arrival):
-            name = job["metadata"]["name"]
-            if _phase(job) == "Running":
-                if not self.table.claim(name, job["metadata"].get("uid")):
-                    continue  # listed before the watch saw it replaced or deleted
-                self.slots.hold(name)
-                pod = self.api.get_or_none(self.cluster.pods(pod_name(name)))
-                if pod_phase(pod) is not None:
-                    self._guarded(self.complete, name, pod)
-                elif pod is not None:
-                    self._guarded(self._check_started, name, pod)
-            elif _phase(job) not in TERMINAL_PHASES:
-                self._guarded(self.admit, job)
-            elif comment_pending(job):
-                self._guarded(self.comment_refusal, name)
+        self._each(self._resync_job, sorted(self.cluster.jobs(), key=arrival))
         self._wake.set()  # for what it put in line
         self._gauges()
 
+    def _resync_job(self, job: dict[str, Any]) -> None:
+        name = job["metadata"]["name"]
+        if _phase(job) != "Running":
+            self._take_in(job)
+        elif self.table.claim(name, job["metadata"].get("uid")):  # else listed before the watch saw it replaced
+            self.slots.hold(name)
+            pod = self.api.get_or_none(self.cluster.pods(pod_name(name)))
+            if pod is not None:
+                self._pod_seen(name, pod)
+
     def refresh_sessionkeys(self) -> None:
-        timers.refresh_sessionkeys(self.s, self.cluster, busy=set(self.table.in_flight.values()))
+        timers.refresh_sessionkeys(self.s, self.cluster, busy=self.table.keys_in_flight())
 
     def sweep(self) -> None:
         timers.sweep(self.s, self.cluster)
