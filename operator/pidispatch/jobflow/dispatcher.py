@@ -14,7 +14,7 @@ For one delivery, top to bottom:
 What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
 budget's (``slots.py``). Every status write goes through ``Cluster.record`` (``summarize``). Each Job's
 steps run under that Job's lock; kopf calls in from its worker threads, the loops from their own. An
-exception stops at :meth:`_guarded`, where a loop (or a hand-off to another thread) meets the steps.
+exception stops at ``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from pidispatch import metrics, queuepolicy
@@ -34,6 +34,7 @@ from pidispatch.jobflow import complete, sessionkey, start, timers
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
+from pidispatch.jobflow.loops import Loops, guarded
 from pidispatch.jobflow.pod import never_started, owner_name, pod_phase
 from pidispatch.jobflow.refused import record_refusal
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retrying
@@ -70,10 +71,11 @@ class Dispatcher:
         self.table = JobTable(lambda name: ((self.cluster.job(name) or {}).get("metadata") or {}).get("uid"))
         self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
         self.triggers = Triggers(self.cluster, self.store)
-        self._mark, self._wake, self._stop = threading.Event(), threading.Event(), threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._mark, self._wake = threading.Event(), threading.Event()  # wake the Queued marker, the pump
+        self._loops = Loops()
+        self._stop = self._loops.stopping
 
-    # ---- life cycle and loops ----------------------------------------------------------------------
+    # ---- life cycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Free what a killed predecessor held, seed the queue from the Jobs that exist (oldest first), then
@@ -86,57 +88,24 @@ class Dispatcher:
             self.table.track(job["metadata"]["name"], _phase(job))
             if _phase(job) == "Running":
                 self.slots.hold(job["metadata"]["name"])
-        self._each(self._take_in, [job for job in jobs if _phase(job) != "Running"])
-        loops: list[tuple[str, Callable[[], None], Callable[[], bool]]] = [
-            ("pump", self._pump_once, self._wait_pump), ("queued", self._mark_queued, self._wait_mark),
-            ("resync", self.resync, self._every(RESYNC_SECONDS)),
-            ("sessionkeys", self.refresh_sessionkeys, self._every(self.s.resumable_refresh_seconds)),
-            ("sweep", self.sweep, self._every(self.s.sweep_interval_seconds))]
-        for name, fn, wait in loops:
-            thread = threading.Thread(target=self._loop, args=(fn, wait), name=f"pidispatch-{name}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for job in jobs:
+            if _phase(job) != "Running":
+                guarded(self._take_in, job)
+        self._loops.start("pump", self._pump_once, self._loops.woken(self._wake, self._next_ready_in))
+        self._loops.start("queued", self._mark_queued, self._loops.woken(  # the next mark due, or an arrival
+            self._mark, lambda: queuepolicy.next_mark_in(self.table.unmarked().values(), self._monotonic())))
+        self._loops.start("resync", self.resync, self._loops.every(RESYNC_SECONDS))
+        self._loops.start("sessionkeys", self.refresh_sessionkeys, self._loops.every(self.s.resumable_refresh_seconds))
+        self._loops.start("sweep", self.sweep, self._loops.every(self.s.sweep_interval_seconds))
         self._wake.set()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self._mark.set()
-        for thread in self._threads:
-            thread.join(timeout=10)
+        self._loops.stop(self._wake, self._mark)
 
-    def _loop(self, fn: Callable[[], None], wait: Callable[[], bool]) -> None:
-        while not self._stop.is_set():
-            if wait():
-                return
-            self._guarded(fn)
-
-    def _every(self, seconds: float) -> Callable[[], bool]:
-        return lambda: self._stop.wait(seconds)
-
-    def _wait_pump(self) -> bool:
-        """Until a wake-up (a slot freed, an arrival) or the end of the earliest back-off."""
+    def _next_ready_in(self) -> float:
+        """The pump's wait when nothing wakes it (a slot freed, an arrival): until the earliest back-off ends."""
         ready_in = self.slots.next_ready_in()
-        self._wake.wait(5 if ready_in is None else min(5.0, max(0.05, ready_in)))
-        self._wake.clear()
-        return False
-
-    def _wait_mark(self) -> bool:
-        """Until the next Job's Queued mark is due, or a new arrival."""
-        self._mark.wait(queuepolicy.next_mark_in(self.table.unmarked().values(), self._monotonic()))
-        self._mark.clear()
-        return False
-
-    def _each(self, fn: Callable[[dict[str, Any]], None], jobs: Iterable[dict[str, Any]]) -> None:
-        for job in jobs:  # one Job's failure must not keep the others from their turn
-            self._guarded(fn, job)
-
-    def _guarded(self, fn: Callable[..., Any], *args: Any) -> None:
-        """The one place an exception stops: a loop's turn, one Job of a sweep, or work handed to a thread."""
-        try:
-            fn(*args)
-        except Exception as exc:  # the loop goes on; the resync retries
-            log.warning("%s failed: %s: %s", getattr(fn, "__name__", fn), type(exc).__name__, exc)
+        return 5.0 if ready_in is None else min(5.0, max(0.05, ready_in))
 
     # ---- events from kopf --------------------------------------------------------------------------
 
@@ -156,7 +125,7 @@ class Dispatcher:
             elif phase == "Running":
                 self.slots.hold(name)
             elif self.admit(job) and self.slots.free:
-                self._guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off
+                guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off
             else:
                 self._wake.set()
 
@@ -262,7 +231,7 @@ class Dispatcher:
         self.table.drop_body(name)  # the retry reads the Job afresh
         self.slots.defer(name, self.table.order(name), delay)
         if queuepolicy.writes_retrying(failures):
-            self._guarded(self._note_retrying, name, exc)
+            guarded(self._note_retrying, name, exc)
 
     def _note_retrying(self, name: str, exc: Exception) -> None:
         with self._locks.hold(name):
@@ -272,70 +241,43 @@ class Dispatcher:
                 self.cluster.record(job, Retrying(queuepolicy.retrying_message(exc)))
 
     def start_job(self, name: str) -> None:
-        """Start ``name`` from the watch's body when there is one (it saves a GET before the Pod), else, or when
-        that body turns out ``Stale``, from a fresh read. Raises for a passing failure (the pump retries)."""
+        """Start ``name`` in the slot it was given (``start.py``). Raises for a passing failure (the pump retries)."""
         with self._locks.hold(name):
-            watched = self.table.body(name)
-            outcome = self._start(name, watched, watched=True) if watched is not None else start.Stale()
-            if isinstance(outcome, start.Stale):
-                if watched is not None:
-                    self.table.drop_body(name, only=watched)
-                outcome = self._start(name, self.cluster.job(name), watched=False)
+            outcome = start.start_job(self.s, self.cluster, self.forge, self.table, self.triggers.of, name)
             if isinstance(outcome, start.Started):
                 self.table.track(name, "Running")
-                self.table.started(outcome.uid)
+                self.table.unlist(outcome.uid)
                 self.table.take_unmarked(name)
                 if pod_phase(outcome.launched.pod) is not None:  # it already ended while we were away
-                    threading.Thread(target=self._guarded, args=(self.complete, name, outcome.launched.pod),
-                                     daemon=True).start()
-            else:  # Gone or Refusal (a fresh read is never Stale)
-                self.slots.release(name)
-                if isinstance(outcome, start.Refusal):
-                    self._refuse(outcome.job, outcome.refused)
-
-    def _start(self, name: str, job: dict[str, Any] | None, *, watched: bool
-               ) -> start.Started | start.Refusal | start.Stale | start.Gone:
-        checked = start.check(self.s, job, self.triggers.of, watched=watched, ended=self.table.ended(name))
-        if not isinstance(checked, start.Ready):
-            return checked
-        if not watched:
-            self.table.adopt(name, checked.uid)
-        launched = start.launch_ready(self.s, self.cluster, self.forge, checked, watched=watched,
-                                      listed_at_start=self.table.listed_at_start(checked.uid))
-        if not isinstance(launched, start.Launched):
-            return launched
-        if launched.created and launched.host is not None:
-            self.table.fly(name, launched.host.key)
-            start.open_sessionkey(self.cluster, launched.host)
-        return start.record_running(self.cluster, checked.job, launched, watched=watched)
+                    self._loops.hand_off(self.complete, name, outcome.launched.pod)
+                return
+            self.slots.release(name)
+            if isinstance(outcome, start.Refusal):
+                self._refuse(outcome.job, outcome.refused)
 
     # ---- 3. complete -------------------------------------------------------------------------------
 
     def complete(self, name: str, pod: dict[str, Any] | None) -> None:
+        """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed."""
         with self._locks.hold(name):
-            end = self._ending(name, pod)
-            if end is not None:
-                self._finish(name, end, complete.finished(self.s, end, pod))
+            self._end(name, pod, lambda end: complete.finished(self.s, end, pod))
 
     def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""
         with self._locks.hold(name):
-            end = self._ending(name, pod)
-            if end is not None:
-                self._finish(name, end, complete.abandon(self.s, self.cluster, end, pod, self._wall()))
+            self._end(name, pod, lambda end: complete.abandon(self.s, self.cluster, end, pod, self._wall()))
 
-    def _ending(self, name: str, pod: dict[str, Any] | None) -> complete.Ending | None:
+    def _end(self, name: str, pod: dict[str, Any] | None,
+             decide: Callable[[complete.Ending], complete.Finished | None]) -> None:
         found = complete.ending(self.s, self.cluster, name, pod)
-        if isinstance(found, complete.Over):  # ended already: only its slot and staging are left to free
-            self._release(name, found.jd)
-            return None
-        return found
-
-    def _finish(self, name: str, end: complete.Ending, done: complete.Finished | None) -> None:
-        if done is not None:
-            complete.record_end(self.s, self.cluster, end.job, done.host, done.done)
+        if isinstance(found, complete.Ending):
+            done = decide(found)
+            if done is None:
+                return
+            complete.record_end(self.s, self.cluster, found.job, done.host, done.done)
             self.table.track(name, done.done.ended.outcome)
-            self._release(name, end.jd)
+        if found is not None:  # ended now, or already: its slot and staging go
+            self._release(name, found.jd)
 
     def _release(self, name: str, jd: JobDir) -> None:
         self.table.land(name)
@@ -351,7 +293,7 @@ class Dispatcher:
         line) only if it is still that Job's (a Job re-created under the name may have taken it over)."""
         if uid:
             JobDir(self.s.staging_dir, uid).remove()
-            self.table.started(uid)
+            self.table.unlist(uid)
             if not self.table.owns(name, uid):
                 self.table.drop_uid(name, uid)
                 return
@@ -363,7 +305,8 @@ class Dispatcher:
 
     def resync(self) -> None:
         """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs."""
-        self._each(self._resync_job, sorted(self.cluster.jobs(), key=arrival))
+        for job in sorted(self.cluster.jobs(), key=arrival):
+            guarded(self._resync_job, job)  # one Job's failure must not keep the others from their turn
         self._wake.set()  # for what it put in line
         self._gauges()
 

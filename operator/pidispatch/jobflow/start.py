@@ -1,15 +1,16 @@
 """Steps 2–4 in a free slot: the checkout, the token, the key, the staged session, the Pod — in that order.
 
-The dispatcher starts a Job in four calls, each answering a value (never an exception, except the
-passing failures it retries with a back-off):
+:func:`start_job` is the start protocol the dispatcher calls in a free slot. It answers a value,
+``Started | Refusal | Gone``, and raises only for a passing failure (the dispatcher retries it after a
+back-off). It goes through four steps, each answering a value too:
 
 * :func:`check`: is there still a Job to start, and may it run? ``Ready | Refusal | Stale | Gone``;
 * :func:`launch_ready`: :func:`launch`, with a refusal turned into ``Refusal`` (``Launched | Refusal | Stale``);
 * :func:`open_sessionkey`: the new key's SessionKey, with the Pod (best effort);
 * :func:`record_running`: the ``Running`` write, ``Started | Stale``.
 
-``Stale`` comes only from a watched body (the watch's latest, kept to save a GET before the Pod): it
-may be behind the Job, so anything off the straight path is decided again on a fresh read.
+``Stale`` comes only from the watch's body (kept in the job table to save a GET before the Pod): it may
+be behind the Job, so anything off the straight path is decided again on a fresh read.
 
 ``launch`` is one Job's start, idempotent across restarts:
 
@@ -51,6 +52,7 @@ from pidispatch.jobflow.key import key_and_reason, needs_head_lookup
 from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
 from pidispatch.jobflow.stage import session_view, stage_session, start_message
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused, Running
+from pidispatch.jobflow.table import JobTable
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import pod_name
 from pidispatch.settings import OperatorSettings
@@ -114,6 +116,8 @@ class Started:
     launched: Launched
     uid: str
 
+
+TriggerOf = Callable[[dict[str, Any]], dict[str, Any] | None]  # a Job's Trigger, ``None`` when it has none
 
 # A head lookup that failed this way says nothing of the pull request (a 404 or a malformed answer does).
 PASSING_LOOKUP_FAILURES = frozenset({NoHead.LOOKUP_TIMEOUT, NoHead.LOOKUP_UNREACHABLE, NoHead.NO_CREDENTIALS})
@@ -210,8 +214,7 @@ def _phase(job: dict[str, Any]) -> str | None:
     return (job.get("status") or {}).get("phase")
 
 
-def check(settings: OperatorSettings, job: dict[str, Any] | None,
-          trigger_of: Callable[[dict[str, Any]], dict[str, Any] | None], *, watched: bool,
+def check(settings: OperatorSettings, job: dict[str, Any] | None, trigger_of: TriggerOf, *, watched: bool,
           ended: bool) -> Ready | Refusal | Stale | Gone:
     """May ``job`` start now? ``watched``: it is the watch's body, not a fresh read; ``ended``: this process
     recorded its terminal phase (so a watched body that does not say so is behind). A refusal from a
@@ -272,3 +275,41 @@ def record_running(cluster: Cluster, job: dict[str, Any], launched: Launched, *,
             return Stale()
         raise
     return Started(launched, str(job["metadata"]["uid"]))
+
+
+
+def start_job(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, table: JobTable,
+              trigger_of: TriggerOf, name: str) -> Started | Refusal | Gone:
+    """Start the Job ``name`` (the caller holds its lock and a slot for it).
+
+    From the watch's body when the table keeps one (it saves a GET before the Pod): only on the straight
+    path, and the ``Running`` write carries its resourceVersion. This operator is the only writer of Job
+    status, yet the Job may have been edited, or deleted and re-created under its name: when the body
+    is ``Stale`` the start is done again from a fresh read. Raises for a passing failure.
+    """
+    watched = table.body(name)
+    if watched is not None:
+        outcome = _start(settings, cluster, forge, table, trigger_of, name, watched, watched=True)
+        if not isinstance(outcome, Stale):
+            return outcome
+        table.drop_body(name, only=watched)
+    outcome = _start(settings, cluster, forge, table, trigger_of, name, cluster.job(name), watched=False)
+    return Gone() if isinstance(outcome, Stale) else outcome  # a fresh read is never Stale
+
+
+def _start(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, table: JobTable,
+           trigger_of: TriggerOf, name: str, job: dict[str, Any] | None, *,
+           watched: bool) -> Started | Refusal | Stale | Gone:
+    checked = check(settings, job, trigger_of, watched=watched, ended=table.ended(name))
+    if not isinstance(checked, Ready):
+        return checked
+    if not watched:
+        table.adopt(name, checked.uid)  # the start in progress keeps the slot for the Job it read
+    launched = launch_ready(settings, cluster, forge, checked, watched=watched,
+                            listed_at_start=table.listed_at_start(checked.uid))
+    if not isinstance(launched, Launched):
+        return launched
+    if launched.created and launched.host is not None:
+        table.fly(name, launched.host.key)
+        open_sessionkey(cluster, launched.host)
+    return record_running(cluster, checked.job, launched, watched=watched)

@@ -169,7 +169,7 @@ class JobTable:
     def listed_at_start(self, uid: str) -> bool:
         return uid in self._preexisting
 
-    def started(self, uid: str) -> None:
+    def unlist(self, uid: str) -> None:
         """The Job reads ``Running`` (or is gone): no need to look for an earlier process's Pod again."""
         self._preexisting.discard(uid)
 
