@@ -3,32 +3,27 @@
 For one delivery, top to bottom:
 
 1. ``on_job`` → :meth:`admit` (``admit.py``: refusals before any spend; ``comment.py``: their comment) →
-   in line for a slot (``slots.py``), marked ``Queued`` if it waits (``queuepolicy.py``);
-2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's): ``start.py``'s
-   ``check`` → ``launch_ready`` → ``record_running``, each answering a value; a passing failure puts the
-   Job back in line after a back-off (``queuepolicy.py``);
+   in line for a slot (``queue.py``: the budget of ``slots.py``, marked ``Queued`` if it waits);
+2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's) → ``start.start_job``:
+   ``Started | Refusal | Gone``; a passing failure puts the Job back in line after a back-off (``queue.py``);
 3. ``on_pod`` → :meth:`complete` (``complete.py``: ``ending`` → ``finished`` or ``abandon`` → ``record_end``)
    → slot and staging freed;
 4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep.
 
 What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
-budget's (``slots.py``). Every status write goes through ``Cluster.record`` (``summarize``). Each Job's
+budget's (``slots.py``), the waiting is the queue's (``queue.py``, its policy in ``queuepolicy.py``). Every status write goes through ``Cluster.record`` (``summarize``). Each Job's
 steps run under that Job's lock; kopf calls in from its worker threads, the loops from their own. An
 exception stops at ``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from pidispatch import metrics, queuepolicy
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.contract import JOB_LABEL
-from pidispatch.events import emit
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import complete, sessionkey, start, timers
 from pidispatch.jobflow.admit import arrival, refusal
@@ -36,8 +31,9 @@ from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
 from pidispatch.jobflow.loops import Loops, guarded
 from pidispatch.jobflow.pod import never_started, owner_name, pod_phase
+from pidispatch.jobflow.queue import JobQueue
 from pidispatch.jobflow.refused import record_refusal
-from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Refused, Retrying
+from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused
 from pidispatch.jobflow.table import JobTable, NameLocks
 from pidispatch.jobflow.trigger import Triggers
 from pidispatch.kubeapi import Api
@@ -46,8 +42,6 @@ from pidispatch.settings import OperatorSettings
 from pidispatch.slots import Slots
 from pidispatch.store.journal import release_interrupted
 from pidispatch.store.staging import JobDir
-
-log = logging.getLogger("pidispatch.operator")
 
 RESYNC_SECONDS = 30
 
@@ -66,14 +60,22 @@ class Dispatcher:
                  wall: Callable[[], float] = time.time) -> None:
         self.s, self.store, self.api, self.ns, self.forge = settings, settings.store, api, namespace, forge
         self.cluster = Cluster(api, namespace, clock)
-        self._monotonic, self._wall = monotonic, wall
-        self.slots = Slots(settings.max_concurrent_jobs, monotonic)
+        self._wall = wall
         self.table = JobTable(lambda name: ((self.cluster.job(name) or {}).get("metadata") or {}).get("uid"))
         self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
+        self.queue = JobQueue(Slots(settings.max_concurrent_jobs, monotonic), self.table, self._locks, self.cluster,
+                              monotonic)
         self.triggers = Triggers(self.cluster, self.store)
-        self._mark, self._wake = threading.Event(), threading.Event()  # wake the Queued marker, the pump
         self._loops = Loops()
         self._stop = self._loops.stopping
+
+    @property
+    def slots(self) -> Slots:
+        return self.queue.slots
+
+    @slots.setter
+    def slots(self, slots: Slots) -> None:  # a test's budget with its own clock
+        self.queue.slots = slots
 
     # ---- life cycle ------------------------------------------------------------------------------
 
@@ -91,21 +93,15 @@ class Dispatcher:
         for job in jobs:
             if _phase(job) != "Running":
                 guarded(self._take_in, job)
-        self._loops.start("pump", self._pump_once, self._loops.woken(self._wake, self._next_ready_in))
-        self._loops.start("queued", self._mark_queued, self._loops.woken(  # the next mark due, or an arrival
-            self._mark, lambda: queuepolicy.next_mark_in(self.table.unmarked().values(), self._monotonic())))
+        self._loops.start("pump", self._pump_once, self._loops.woken(self.queue.wake, self.queue.next_ready_in))
+        self._loops.start("queued", self.queue.mark_queued, self._loops.woken(self.queue.mark, self.queue.next_mark_in))
         self._loops.start("resync", self.resync, self._loops.every(RESYNC_SECONDS))
         self._loops.start("sessionkeys", self.refresh_sessionkeys, self._loops.every(self.s.resumable_refresh_seconds))
         self._loops.start("sweep", self.sweep, self._loops.every(self.s.sweep_interval_seconds))
-        self._wake.set()
+        self.queue.wake.set()
 
     def stop(self) -> None:
-        self._loops.stop(self._wake, self._mark)
-
-    def _next_ready_in(self) -> float:
-        """The pump's wait when nothing wakes it (a slot freed, an arrival): until the earliest back-off ends."""
-        ready_in = self.slots.next_ready_in()
-        return 5.0 if ready_in is None else min(5.0, max(0.05, ready_in))
+        self._loops.stop(self.queue.wake, self.queue.mark)
 
     # ---- events from kopf --------------------------------------------------------------------------
 
@@ -121,13 +117,13 @@ class Dispatcher:
             self.table.keep_body(job, phase)
             self.table.track(name, phase)
             if phase in TERMINAL_PHASES:
-                self._free_slot(name)
+                self.queue.free(name)
             elif phase == "Running":
                 self.slots.hold(name)
             elif self.admit(job) and self.slots.free:
                 guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off
             else:
-                self._wake.set()
+                self.queue.wake.set()
 
     def on_pod(self, pod: dict[str, Any]) -> None:
         # The Job's name from the owner reference: the label holds a short form when the name is long.
@@ -175,24 +171,8 @@ class Dispatcher:
             if refused is not None:
                 self._refuse(job, refused)
                 return False
-            self.table.line_up(name, arrival(job))
-            self.slots.enqueue(name, self.table.order(name))
-            if queuepolicy.marks_later(self.slots.position(name), self.slots.free, _phase(job)):
-                self.table.wait_unmarked(name, (self._monotonic(), self.cluster.clock()))
-                self._mark.set()
+            self.queue.line_up(job, arrival(job))
         return True
-
-    def _mark_queued(self) -> None:
-        """Write ``Queued`` for each Job that has waited for a slot longer than the grace."""
-        for name in queuepolicy.due_for_mark(self.table.unmarked(), self._monotonic()):
-            with self._locks.hold(name):
-                marked = self.table.take_unmarked(name)
-                if marked is None or self.slots.position(name) is None:
-                    continue  # it got its slot, or went away, in the meantime
-                job = self.table.body(name) or self.cluster.job(name)
-                if job is None or _phase(job) in TERMINAL_PHASES | {"Queued", "Running"}:
-                    continue
-                self.table.keep_body(self.cluster.record(job, Queued(marked[1], self.slots.capacity)), "Queued")
 
     def _refuse(self, job: dict[str, Any], refused: Refused) -> None:
         record_refusal(self.cluster, job, refused)
@@ -217,28 +197,11 @@ class Dispatcher:
             try:
                 self.start_job(name)
             except Exception as exc:  # a passing failure (an outage): back in line after a back-off
-                self._retry_later(name, exc)
+                if self.queue.retry_later(name, exc):
+                    guarded(self.queue.note_retrying, name, exc)
             else:
                 self.table.start_succeeded(name)
-        self._gauges()
-
-    def _retry_later(self, name: str, exc: Exception) -> None:
-        """Back in line at its place after a back-off, while the Jobs behind it start (``queuepolicy.py``)."""
-        failures = self.table.failed_start(name)
-        delay = queuepolicy.backoff_seconds(failures)
-        log.warning("starting job %s failed (attempt %d), retried in %.0f s: %s", name, failures, delay, exc)
-        emit("job_start_retrying", job=name, attempt=failures, delaySeconds=delay, error=type(exc).__name__)
-        self.table.drop_body(name)  # the retry reads the Job afresh
-        self.slots.defer(name, self.table.order(name), delay)
-        if queuepolicy.writes_retrying(failures):
-            guarded(self._note_retrying, name, exc)
-
-    def _note_retrying(self, name: str, exc: Exception) -> None:
-        with self._locks.hold(name):
-            job = self.cluster.job(name)
-            if job is not None and self.slots.position(name) is not None and \
-                    _phase(job) not in TERMINAL_PHASES | {"Running"}:  # not gone, not started by now
-                self.cluster.record(job, Retrying(queuepolicy.retrying_message(exc)))
+        self.queue.gauges()
 
     def start_job(self, name: str) -> None:
         """Start ``name`` in the slot it was given (``start.py``). Raises for a passing failure (the pump retries)."""
@@ -282,11 +245,7 @@ class Dispatcher:
     def _release(self, name: str, jd: JobDir) -> None:
         self.table.land(name)
         jd.remove()
-        self._free_slot(name)
-
-    def _free_slot(self, name: str) -> None:
-        if self.slots.release(name):
-            self._wake.set()
+        self.queue.free(name)
 
     def _deleted(self, name: str, uid: str | None) -> None:
         """A Job's DELETED: its staging and uid-keyed state always; its name-keyed state (slot, place in
@@ -298,8 +257,8 @@ class Dispatcher:
                 self.table.drop_uid(name, uid)
                 return
         self.table.forget(name, uid, place_too=True)
-        self._free_slot(name)
-        self._gauges()
+        self.queue.free(name)
+        self.queue.gauges()
 
     # ---- 4. timers ---------------------------------------------------------------------------------
 
@@ -307,8 +266,8 @@ class Dispatcher:
         """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs."""
         for job in sorted(self.cluster.jobs(), key=arrival):
             guarded(self._resync_job, job)  # one Job's failure must not keep the others from their turn
-        self._wake.set()  # for what it put in line
-        self._gauges()
+        self.queue.wake.set()  # for what it put in line
+        self.queue.gauges()
 
     def _resync_job(self, job: dict[str, Any]) -> None:
         name = job["metadata"]["name"]
@@ -325,13 +284,6 @@ class Dispatcher:
 
     def sweep(self) -> None:
         timers.sweep(self.s, self.cluster)
-
-    def _gauges(self) -> None:
-        counts = self.table.phase_counts()
-        for phase in ("Pending", "Refused", "Queued", "Running", "Succeeded", "Failed"):
-            metrics.JOBS.labels(phase).set(counts.get(phase, 0))
-        metrics.QUEUE_DEPTH.set(self.slots.queued)
-        metrics.SLOTS_IN_USE.set(self.slots.running)
 
 
 def _phase(job: dict[str, Any]) -> str | None:
