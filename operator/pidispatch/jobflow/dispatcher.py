@@ -11,9 +11,10 @@ For one delivery, top to bottom:
 4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep.
 
 What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
-budget's (``slots.py``), the waiting is the queue's (``queue.py``, its policy in ``queuepolicy.py``). Every status write goes through ``Cluster.record`` (``summarize``). Each Job's
-steps run under that Job's lock; kopf calls in from its worker threads, the loops from their own. An
-exception stops at ``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
+budget's (``slots.py``), the waiting is the queue's (``queue.py``, its policy in ``queuepolicy.py``).
+Every status write goes through ``Cluster.record`` (``summarize``). Each Job's steps run under that
+Job's lock; kopf calls in from its worker threads, the loops from their own. An exception stops at
+``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
 """
 
 from __future__ import annotations
