@@ -19,7 +19,8 @@ from pidispatch.kubeapi import Api, name_segment
 
 def split_for_uninstall(pods: Iterable[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """Job Pods as (ended, not ended) names: the ended ones go quietly, the others are named as stopped."""
-    ended, running = [], []
+    ended: list[str] = []
+    running: list[str] = []
     for pod in pods:
         if pod["metadata"].get("deletionTimestamp") and pod_ended(pod):
             continue

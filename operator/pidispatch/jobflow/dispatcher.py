@@ -26,7 +26,9 @@ from typing import Any
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
-from pidispatch.jobflow import complete, sessionkey, start, timers
+from pidispatch.jobflow import complete as completion
+from pidispatch.jobflow import sessionkey, timers
+from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
@@ -207,8 +209,8 @@ class Dispatcher:
     def start_job(self, name: str) -> None:
         """Start ``name`` in the slot it was given (``start.py``). Raises for a passing failure (the pump retries)."""
         with self._locks.hold(name):
-            outcome = start.start_job(self.s, self.cluster, self.forge, self.table, self.triggers.of, name)
-            if isinstance(outcome, start.Started):
+            outcome = starting.start_job(self.s, self.cluster, self.forge, self.table, self.triggers.of, name)
+            if isinstance(outcome, starting.Started):
                 self.table.track(name, "Running")
                 self.table.unlist(outcome.uid)
                 self.table.take_unmarked(name)
@@ -216,7 +218,7 @@ class Dispatcher:
                     self._loops.hand_off(self.complete, name, outcome.launched.pod)
                 return
             self.slots.release(name)
-            if isinstance(outcome, start.Refusal):
+            if isinstance(outcome, starting.Refusal):
                 self._refuse(outcome.job, outcome.refused)
 
     # ---- 3. complete -------------------------------------------------------------------------------
@@ -224,21 +226,21 @@ class Dispatcher:
     def complete(self, name: str, pod: dict[str, Any] | None) -> None:
         """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed."""
         with self._locks.hold(name):
-            self._end(name, pod, lambda end: complete.finished(self.s, end, pod))
+            self._end(name, pod, lambda end: completion.finished(self.s, end, pod))
 
     def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""
         with self._locks.hold(name):
-            self._end(name, pod, lambda end: complete.abandon(self.s, self.cluster, end, pod, self._wall()))
+            self._end(name, pod, lambda end: completion.abandon(self.s, self.cluster, end, pod, self._wall()))
 
     def _end(self, name: str, pod: dict[str, Any] | None,
-             decide: Callable[[complete.Ending], complete.Finished | None]) -> None:
-        found = complete.ending(self.s, self.cluster, name, pod)
-        if isinstance(found, complete.Ending):
+             decide: Callable[[completion.Ending], completion.Finished | None]) -> None:
+        found = completion.ending(self.s, self.cluster, name, pod)
+        if isinstance(found, completion.Ending):
             done = decide(found)
             if done is None:
                 return
-            complete.record_end(self.s, self.cluster, found.job, done.host, done.done)
+            completion.record_end(self.s, self.cluster, found.job, done.host, done.done)
             self.table.track(name, done.done.ended.outcome)
         if found is not None:  # ended now, or already: its slot and staging go
             self._release(name, found.jd)
