@@ -388,3 +388,16 @@ def test_the_sweep_removes_an_orphaned_staging_directory_and_says_so(
     assert not orphan.parent.exists()
     assert [r.fields["event"] for r in caplog.records if getattr(r, "fields", {}).get("job") == "uid-gone"] == [
         "staging_swept"]
+
+
+def test_the_resync_ends_a_running_job_whose_pod_vanished_and_frees_its_slot(api: MemoryApi, clock: Clock,
+                                                                              tmp_path: Path) -> None:
+    """A Pod deleted while no operator watched (``helm uninstall``'s hook): the resync finds no Pod at all."""
+    c = controller(api, clock, tmp_path)
+    c.on_job("ADDED", new_job(api, "held", issue=1))
+    pump(c)
+    assert phase(api, "held") == "Running"
+    api.delete(f"{PODS}/{api.pods()[0]['metadata']['name']}")  # its DELETED is not forwarded (handlers/)
+    c.resync()
+    assert phase(api, "held") == "Failed", "a vanished Pod's Job stays Running for ever"
+    assert (c.slots.running, c.slots.queued) == (0, 0)

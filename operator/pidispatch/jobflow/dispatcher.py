@@ -134,11 +134,12 @@ class Dispatcher:
         if job:
             self._pod_seen(job, pod)
 
-    def _pod_seen(self, name: str, pod: dict[str, Any]) -> None:
-        """An ended Pod completes its Job; one still not started after the start timeout ends it."""
+    def _pod_seen(self, name: str, pod: dict[str, Any] | None) -> None:
+        """An ended Pod (or a vanished one, ``None``) completes its Job; one still not started after the start
+        timeout ends it."""
         if pod_phase(pod) is not None:
             self.complete(name, pod)
-        else:
+        elif pod is not None:
             why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds)
             if why is not None:
                 self.give_up(name, pod, why)
@@ -278,9 +279,7 @@ class Dispatcher:
             self._take_in(job)
         elif self.table.claim(name, job["metadata"].get("uid")):  # else listed before the watch saw it replaced
             self.slots.hold(name)
-            pod = self.api.get_or_none(self.cluster.pods(pod_name(name)))
-            if pod is not None:
-                self._pod_seen(name, pod)
+            self._pod_seen(name, self.api.get_or_none(self.cluster.pods(pod_name(name))))
 
     def refresh_sessionkeys(self) -> None:
         timers.refresh_sessionkeys(self.s, self.cluster, busy=self.table.keys_in_flight())
