@@ -72,3 +72,24 @@ def test_validation_is_as_strict_as_the_apiserver(spec: dict[str, Any], named: s
 
 def test_a_valid_spec_with_fields_a_newer_version_adds_is_accepted() -> None:
     assert problem(TriggerSpec, {"on": {"event": "cron", "schedule": "* * * * *"}, "run": {"newField": 1}}) is None
+
+
+def test_the_crd_schemas_are_structural_without_what_the_apiserver_refuses() -> None:
+    """A CRD whose schema has propertyNames or patternProperties is refused whole by the apiserver
+    ("patternProperties is not supported"): every install would fail. A dict's keys are checked by the model."""
+    from pidispatch.api.crds import ALL
+    from pidispatch.api.models import TriggerSpec, problem
+
+    def walk(node: object, where: str) -> list[str]:
+        if isinstance(node, dict):
+            found = [f"{where}.{k}" for k in node if k in ("propertyNames", "patternProperties", "$ref", "$defs")]
+            return found + [f for k, v in node.items() for f in walk(v, f"{where}.{k}")]
+        if isinstance(node, list):
+            return [f for i, v in enumerate(node) for f in walk(v, f"{where}[{i}]")]
+        return []
+
+    for name, build in ALL.items():
+        assert walk(build(), name) == []
+    on = {"event": "issue_comment.created"}
+    assert problem(TriggerSpec, {"on": on, "run": {"nodeSelector": {"pool": "gpu"}}}) is None
+    assert "not a label key" in str(problem(TriggerSpec, {"on": on, "run": {"nodeSelector": {"bad key!": "x"}}}))
