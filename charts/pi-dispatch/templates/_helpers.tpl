@@ -171,6 +171,9 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- include "pi-dispatch.githubEnv" . }}
 {{- if .Values.sessions.enabled }}
+{{- if eq (.Values.sessions.staging.mode | default "mount") "transfer" }}
+{{- fail "sessions.staging.mode=transfer is not wired into the operator yet (its server, client and certificates are built, the job flow does not use them): leave mode at mount, with a ReadWriteMany staging class on several nodes or the default co-location on the operator's node" }}
+{{- end }}
 {{- if and (eq (.Values.github.authSource | default "gh") "gh") (not .Values.sessions.allowGhSource) }}
 {{- fail "sessions.enabled=true with github.authSource gh (the default when unset) can never resume: every job of a Trigger with run.resume would be refused (config-refused), because the whole gh login would reach every job and could be kept in its transcript. Set github.authSource=app (a GitHub App, see the README's quickstart) or pat (github.token.secretName), or knowingly set sessions.allowGhSource=true, or leave sessions.enabled false" }}
 {{- end }}
