@@ -114,7 +114,7 @@ def test_the_real_scheduler_spreads_a_deployment_over_every_node(mkube: Kube, ns
     # the scheduler bound them, not a kubelet
     for p in pods:
         scheduled = events(mkube, ns, p["metadata"]["name"], "Scheduled")
-        assert scheduled and scheduled[0]["source"].get("component") == "default-scheduler", scheduled
+        assert scheduled and scheduled[0].get("reportingComponent") == "default-scheduler", scheduled
 
 
 def test_a_readwriteonce_claim_attaches_to_one_node_at_a_time(mkube: Kube, ns: str) -> None:
