@@ -12,7 +12,9 @@ Fixtures (import nothing; pytest finds them for every test under e2e/):
   there Pods run on real kubelets and tests that need the test kubelet are skipped.
 * ``multinode_cluster`` (session) -- a second ``Cluster`` of three nodes (``e2e/multinode.py``: test kubelets
   ``node-a``, ``node-b``, ``node-c``, the real kube-scheduler, ReadWriteOnce volumes that attach to one node at a
-  time, a ReadWriteMany class). Started only for the tests that ask for it, in a temporary directory.
+  time, a ReadWriteMany class). Started only for the tests that ask for it, in a temporary directory; set
+  ``PIDISPATCH_E2E_MULTINODE_CLUSTER=<state dir>`` to reuse one started by ``python -m e2e.cluster up --node
+  multi --dir <state dir>``.
 * ``kube`` (session) -- admin ``Kube`` client.
 * ``kubelet`` (session) -- ``KubeletHandle``: node name, data dir, ``pod_log(ns, pod, container)``.
 * ``namespace`` (function) -- a fresh namespace (its ``default`` ServiceAccount exists), deleted after.
@@ -60,6 +62,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 def multinode_cluster(tmp_path_factory: pytest.TempPathFactory):
     if os.environ.get("PIDISPATCH_E2E_KUBECONFIG"):
         pytest.skip("needs the local multi-node cluster (test kubelets and the real kube-scheduler)")
+    reuse = os.environ.get("PIDISPATCH_E2E_MULTINODE_CLUSTER")
+    if reuse:
+        c = Cluster.load(reuse)
+        if not c.is_running():
+            pytest.fail(f"PIDISPATCH_E2E_MULTINODE_CLUSTER={reuse}: no running cluster there "
+                        "(python -m e2e.cluster up --node multi --dir ...)")
+        yield c
+        return
     c = Cluster(state_dir=tmp_path_factory.mktemp("multinode"), backend=MultiNode())
     c.start(kubelet=True)
     try:
