@@ -58,6 +58,22 @@ def test_the_converter_speaks_structural_openapi() -> None:
     assert "$defs" not in schema and "title" not in str(schema)
 
 
+class _Labels(BaseModel):
+    labels: dict[Annotated[str, Field(max_length=9, pattern=r"^[a-z]+$")], str] = {}
+
+
+def test_a_map_with_constrained_keys_becomes_cel_rules() -> None:
+    """The apiserver refuses ``patternProperties`` and ``propertyNames`` in a CRD (a Trigger CRD with them could
+    not be installed): the values' schema goes to ``additionalProperties``, the keys' limits to CEL rules."""
+    labels = structural(_Labels)["properties"]["labels"]
+    assert labels["additionalProperties"] == {"type": "string"}
+    assert [r["rule"] for r in labels["x-kubernetes-validations"]] == [
+        "self.all(k, size(k) <= 9)", "self.all(k, k.matches(r'^[a-z]+$'))"]
+    for crd in (crds.trigger_crd(), crds.job_crd(), crds.sessionkey_crd()):
+        text = str(crd)
+        assert "patternProperties" not in text and "propertyNames" not in text, crd["metadata"]["name"]
+
+
 @pytest.mark.parametrize(("spec", "named"), [
     ({"on": {"event": "issue_comment.created"}, "run": {"resume": "true"}}, "run.resume"),
     ({"on": {"event": "issue_comment.created"}, "run": {"replicas": 2.0}}, "run.replicas"),
