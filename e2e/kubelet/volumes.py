@@ -64,7 +64,8 @@ class PodVolumes:
                 src = pv["spec"].get("hostPath") or pv["spec"].get("local")
                 if not src:
                     raise PodFailed("UnsupportedVolume", f"PV {pv['metadata']['name']} is not hostPath/local")
-                if self.config.kl.exclusive_attach:
+                # (a kubelet without the option, e.g. a test's stand-in, mounts as the single node always did)
+                if getattr(self.config.kl, "exclusive_attach", False):
                     self.attach(pv["metadata"]["name"], claim)
                 path = Path(src["path"])
                 path.mkdir(parents=True, exist_ok=True)
