@@ -1,6 +1,7 @@
 # pi-dispatch operator — developer entry points.
 #   make test           build the local control plane (cached), install pi, run all tests
-#   make typecheck      mypy over operator/ (pyproject.toml [tool.mypy]; part of make test)
+#   make unit           the fast tier: tests/ without the real pi (no control plane running, no images)
+#   make typecheck      mypy over operator/ (pyproject.toml [tool.mypy]; part of make test and make unit)
 #   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
@@ -20,10 +21,10 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test typecheck demo demo-store bench bench-operator
+.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator
 
 help:
-	@echo "targets: demo demo-store test typecheck fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit typecheck fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -106,6 +107,15 @@ typecheck: venv
 lint-workflows: controlplane
 	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/actionlint" -shellcheck= -pyflakes= .github/workflows/*.yml
 
+# The fast tier: the layering contracts, ruff, and every test in tests/ but those marked `pi` (they run the
+# real pi). Nothing is started: no control plane, no kubelet, no images; `controlplane` only builds (cached)
+# the pinned helm the chart tests render with. The e2e/ tests and `make test` are the whole suite.
+unit: venv controlplane
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check --no-cache .
+	$(MYPY)
+	$(PYTEST) -m 'not pi' tests
+
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
 demo: cluster-up pi
 	bash demo/operator-demo.sh
@@ -126,7 +136,7 @@ bench: venv pi
 FUZZ_ARGS ?=
 fuzz: venv
 	$(VPY) tests/fuzz_transcript.py $(FUZZ_ARGS)
-	$(VPY) tests/fuzz_webhook.py $(FUZZ_ARGS)
+	$(VPY) -m tests.fuzz_webhook $(FUZZ_ARGS)  # a module: it imports testkit from the repository root
 
 # Operator benchmarks (not tests): a fresh local control plane, the chart, Pod latency, API writes
 # per job, a 500-Job burst; one Pod create from our client against client-go's (JSON and protobuf,

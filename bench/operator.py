@@ -3,7 +3,7 @@
 
 Not a test: timings are never assertions. Starts a fresh control plane (etcd, kube-apiserver,
 kube-controller-manager with its default flags, the test kubelet) in a temp directory, installs the chart
-with sessions on (``e2e.release.Release``; job Pods run ``e2e/fakepi.py``), and measures our Jobs against
+with sessions on (``e2e.release.Release``; job Pods run ``testkit/fakepi.py``), and measures our Jobs against
 ``batch/v1`` Jobs run by the kube-controller-manager's Job controller on the same apiserver, in the same
 run, their Pods the same fakepi process through the same kubelet (a bare Pod is reported as context). Like
 for like: the ``batch/v1`` Jobs' and the bare Pods' spec is the spec of one of our Job Pods, taken from the

@@ -29,9 +29,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench._common import machine, progress  # noqa: E402
-from e2e.pitool import pi_binary, pi_env, pinned_version  # noqa: E402
-from e2e.scripted_model import ScriptedModel, _estimate, _prompt_chars, write_agent_dir  # noqa: E402
 from pidispatch.store.handoff import LedgerEntry, parse_handoff, render_entry, render_ledger, render_letter  # noqa: E402
+from testkit.pitool import pi_binary, pi_env, pinned_version  # noqa: E402
+from testkit.scripted_model import ScriptedModel, _estimate, _prompt_chars, write_agent_dir  # noqa: E402
 
 FILES = 6
 FILE_BYTES = 15 * 1024

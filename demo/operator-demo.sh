@@ -2,7 +2,7 @@
 # The operator's main job, end to end, on the local control plane (kube-apiserver + etcd +
 # kube-controller-manager, started by `make cluster-up`) with a real node where this machine allows it
 # (kubelet + containerd + runc running the chart's images, `make images`), else the test kubelet:
-#   a local forge (e2e/forge_server.py: HTTPS, real git repositories, GitHub Enterprise's API layout) ->
+#   a local forge (testkit/forge_server.py: HTTPS, real git repositories, GitHub Enterprise's API layout) ->
 #   helm install the chart (sessions on, the forge's URLs, CA and token) -> kubectl apply resume Triggers ->
 #   two Jobs: issue 7 clones main, starts cold, commits on pi/issue-7, pushes and opens PR 8 with gh; a
 #   comment on PR 8 clones its head, resumes the conversation and pushes a second commit. The commit log
@@ -59,7 +59,7 @@ for pidfile in "$STATE/demo-model.pid" "$STATE/demo-forge.pid"; do
 done
 rm -rf "$DEMO_DIR" && mkdir -p "$DEMO_DIR/home"
 PAT="demo_pat_$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(12))')"
-nohup .venv/bin/python -m e2e.forge_server --dir "$DEMO_DIR/forge" --pat "$PAT" --repo octo/repo --host "$HOST" \
+nohup .venv/bin/python -m testkit.forge_server --dir "$DEMO_DIR/forge" --pat "$PAT" --repo octo/repo --host "$HOST" \
     --issue "7=The cache test is flaky" >"$DEMO_DIR/forge.log" 2>&1 &
 echo $! > "$STATE/demo-forge.pid"
 for _ in $(seq 100); do [ -s "$DEMO_DIR/forge/forge.json" ] && break; sleep 0.1; done
@@ -77,7 +77,7 @@ cat > "$DEMO_DIR/script.json" <<'JSON'
   "{\"command\": \"set -e; echo '- the cache is per-test (#7)' > CHANGELOG.md; git add CHANGELOG.md; git commit -qm 'Add a changelog entry'; git push -q\"}"}]},
  {"kind": "reply", "text": "Added a changelog entry for the cache fix I made earlier, pushed to pi/issue-7."}]
 JSON
-nohup .venv/bin/python -m e2e.scripted_model --host "$HOST" --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
+nohup .venv/bin/python -m testkit.scripted_model --host "$HOST" --port-file "$DEMO_DIR/port" --log "$DEMO_DIR/requests.jsonl" \
     --script "$DEMO_DIR/script.json" --agent-dir "$DEMO_DIR/agent" >"$DEMO_DIR/model.log" 2>&1 &
 echo $! > "$STATE/demo-model.pid"
 for _ in $(seq 50); do [ -s "$DEMO_DIR/port" ] && break; sleep 0.1; done

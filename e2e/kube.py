@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import requests
 import urllib3
 import yaml
+
+from testkit.wait import wait_until
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -181,26 +182,5 @@ def _data_file(b64: str) -> str:
     return path
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2,
-             fatal: tuple[type[BaseException], ...] = ()) -> Any:
-    """Poll ``fn`` until it returns something truthy; raise TimeoutError naming ``what``.
-
-    Exceptions raised by ``fn`` count as "not yet" (the last one is reported on timeout), except
-    those in ``fatal``, which propagate at once.
-    """
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    last_val: Any = None
-    while True:
-        try:
-            last_val = fn()
-            if last_val:
-                return last_val
-        except fatal:
-            raise
-        except Exception as e:  # noqa: BLE001 - reported below
-            last_exc = e
-        if time.monotonic() >= deadline:
-            detail = f"; last error: {last_exc!r}" if last_exc else f"; last value: {last_val!r}"
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{detail}")
-        time.sleep(interval)
+# The harness (cluster.py, realnode.py, conftest.py) still says ``wait_for``: the same function.
+wait_for = wait_until

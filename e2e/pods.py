@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
+from testkit.wait import wait_until
 
 
 def pod_path(namespace: str, name: str = "") -> str:
@@ -20,12 +21,12 @@ def wait_pod_phase(kube: Kube, namespace: str, name: str, phases: str | tuple[st
         pod = kube.get(pod_path(namespace, name))
         return pod if pod.get("status", {}).get("phase") in phases else None
 
-    return wait_for(f"Pod {namespace}/{name} phase in {phases}", check, timeout=timeout)
+    return wait_until(f"Pod {namespace}/{name} phase in {phases}", check, timeout=timeout)
 
 
 def wait_pod_gone(kube: Kube, namespace: str, name: str, timeout: float = 60) -> None:
-    wait_for(f"Pod {namespace}/{name} to be deleted",
-             lambda: kube.get_or_none(pod_path(namespace, name)) is None, timeout=timeout)
+    wait_until(f"Pod {namespace}/{name} to be deleted",
+               lambda: kube.get_or_none(pod_path(namespace, name)) is None, timeout=timeout)
 
 
 def container_status(pod: dict, container: str) -> dict:

@@ -3,7 +3,7 @@
 The test kubelet runs the receiver Pod as a local process (``pidispatch receiver`` from this venv)
 with the chart's env, its webhook Secret mounted as a file and a real projected token of the
 receiver's ServiceAccount; Pods share the host's network, so the receiver listens on
-``127.0.0.1:<receiver.port>`` and tests post to it there with :class:`e2e.fakegithub.Webhooks`; its
+``127.0.0.1:<receiver.port>`` and tests post to it there with :class:`testkit.fakegithub.Webhooks`; its
 probes and metrics answer on ``127.0.0.1:<receiver.healthPort>``.
 """
 
@@ -17,9 +17,10 @@ from typing import Any
 import requests
 
 from e2e.cluster import free_port
-from e2e.fakegithub import Webhooks
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import RELEASE, Release
+from testkit.fakegithub import Webhooks
+from testkit.wait import wait_until
 
 RECEIVER = f"{RELEASE}-receiver"
 SECRET_NAME = "github-webhook"
@@ -84,16 +85,16 @@ class Receiver:
             return any((p.get("status") or {}).get("phase") == "Running" for p in self.pods())
 
         try:
-            wait_for("the receiver Pod Running", running, timeout=timeout)
-            wait_for(f"the receiver's /readyz on {self.health_url}", lambda: self.get("/readyz").status_code == 200,
-                     timeout=timeout)
+            wait_until("the receiver Pod Running", running, timeout=timeout)
+            wait_until(f"the receiver's /readyz on {self.health_url}", lambda: self.get("/readyz").status_code == 200,
+                       timeout=timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\nreceiver log:\n{self.log()[-4000:]}") from None
 
     def await_triggers(self, count: int, timeout: float = 30) -> None:
         """Until the receiver's Trigger list (it caches for a moment) holds ``count`` Triggers."""
-        wait_for(f"the receiver to see {count} Triggers",
-                 lambda: self.get("/readyz").json().get("triggers") == count, timeout=timeout)
+        wait_until(f"the receiver to see {count} Triggers",
+                   lambda: self.get("/readyz").json().get("triggers") == count, timeout=timeout)
 
     def log(self) -> str:
         out = []

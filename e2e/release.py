@@ -4,15 +4,17 @@
 and RBAC, the store and staging PVCs. The kube-controller-manager turns the Deployment into a Pod,
 and the test kubelet runs that Pod as a local process (``pidispatch operator`` from this venv) with
 a real projected ServiceAccount token: the operator talks to the API server *as the chart's
-ServiceAccount*, so a missing RBAC rule fails a test. Job Pods run ``e2e/fakepi.py``, the scripted
+ServiceAccount*, so a missing RBAC rule fails a test. Job Pods run ``testkit/fakepi.py``, the scripted
 stand-in for the job image, through the same kubelet.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -26,12 +28,13 @@ from typing import Any
 import yaml
 
 from e2e.cluster import Cluster, free_port
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from pidispatch.api.crds import GROUP, VERSION
+from testkit.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "pi-dispatch"
-FAKEPI = ROOT / "e2e" / "fakepi.py"
+FAKEPI = ROOT / "testkit" / "fakepi.py"
 RELEASE = "pi-dispatch"
 TERMINAL = ("Succeeded", "Failed", "Refused")
 PI_VERSION = "0.73.1"
@@ -45,7 +48,7 @@ def fresh_namespace(kube: Kube, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {
         "pidispatch.dev/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}}})
-    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
+    wait_until(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
         f"/api/v1/namespaces/{name}/serviceaccounts/default"), timeout=30)
     return name
 
@@ -157,8 +160,8 @@ class Release:
             self.helm("upgrade", RELEASE, str(CHART), "--values", path)
         finally:
             os.unlink(path)
-        wait_for("a new operator Pod", lambda: any(p["metadata"]["uid"] not in old for p in self.operator_pods()),
-                 timeout=60)
+        wait_until("a new operator Pod", lambda: any(p["metadata"]["uid"] not in old for p in self.operator_pods()),
+                   timeout=60)
         self.await_operator()
 
     def operator_pods(self) -> list[dict[str, Any]]:
@@ -171,11 +174,11 @@ class Release:
             return any((p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get(
                 "deletionTimestamp") for p in self.operator_pods())
 
-        wait_for("the operator Pod Running", running, timeout=90)
+        wait_until("the operator Pod Running", running, timeout=90)
         probe = f"probe-{int(time.time() * 1000)}"
         self.trigger(probe, resume=False)
         try:
-            wait_for(f"the operator to report on Trigger {probe}", lambda: (self.get("triggers", probe).get(
+            wait_until(f"the operator to report on Trigger {probe}", lambda: (self.get("triggers", probe).get(
                 "status") or {}).get("conditions"), timeout=60)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\noperator log:\n{self.operator_log()[-4000:]}") from None
@@ -186,7 +189,7 @@ class Release:
         for sk in self.kube.list(self.path("sessionkeys")):
             self.kube.delete_ignore_missing(self.path("sessionkeys", sk["metadata"]["name"]))
         try:
-            wait_for("SessionKeys finalized", lambda: not self.kube.list(self.path("sessionkeys")), timeout=30)
+            wait_until("SessionKeys finalized", lambda: not self.kube.list(self.path("sessionkeys")), timeout=30)
         except TimeoutError:
             for sk in self.kube.list(self.path("sessionkeys")):
                 self.kube.patch(self.path("sessionkeys", sk["metadata"]["name"]), {"metadata": {"finalizers": []}})
@@ -244,7 +247,7 @@ class Release:
             return job if (job.get("status") or {}).get("phase") in phases else None
 
         try:
-            return wait_for(f"Job {name} in {phases}", done, timeout=timeout)
+            return wait_until(f"Job {name} in {phases}", done, timeout=timeout)
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\nJob: {json.dumps(self.get('jobs', name).get('status'))}\n"
                                f"operator log:\n{self.operator_log()[-4000:]}") from None
@@ -282,3 +285,16 @@ class Release:
     def digest(self, key: str) -> str | None:
         f = self.key_dir(key) / "current.jsonl"
         return hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None
+
+
+def create_secret(kube: Kube, ns: str, name: str, data: dict[str, bytes]) -> None:
+    kube.create(f"/api/v1/namespaces/{ns}/secrets", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
+
+
+def received_digest(r: Release, job: dict) -> str | None:
+    """What the job saw at /session (sha256 as fakepi logged it), ``None`` for an empty file."""
+    m = re.search(r"received ([0-9a-f]{64}|empty)", r.pod_log(job["status"]["podName"]))
+    assert m, f"fakepi did not log what it received:\n{r.pod_log(job['status']['podName'])}"
+    return None if m.group(1) == "empty" else m.group(1)

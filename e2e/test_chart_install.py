@@ -9,7 +9,6 @@ storage classes leave them Pending while no Pod uses them.
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,15 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from e2e.chartinstall import CHART, FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
-CHART = ROOT / "charts" / "pi-dispatch"
-RELEASE = "pid"
-FULLNAME = f"{RELEASE}-pi-dispatch"
 GROUP, VERSION = "pi-dispatch.dev", "v1alpha1"
 
 
@@ -42,30 +39,6 @@ class Release:
     @property
     def user(self) -> str:
         return f"system:serviceaccount:{self.namespace}:{self.service_account}"
-
-
-def helm(cluster: Cluster, home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {**cluster.env(), "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_DATA_HOME": str(home / "data")}
-    result = subprocess.run([str(cluster.helm_path), *args], capture_output=True, text=True, env=env, timeout=300)
-    if check:
-        assert result.returncode == 0, f"helm {' '.join(args)} failed ({result.returncode}):\n{result.stderr}"
-    return result
-
-
-def fresh_namespace(kube: Kube, base: str) -> str:
-    name = f"{base}-{uuid.uuid4().hex[:6]}"
-    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {"pidispatch.dev/e2e": "true"}}})
-    return name
-
-
-def install(cluster: Cluster, home: Path, namespace: str, *values: str) -> str:
-    # replicas=0: the operator's own code is not under test here; everything else is installed. The App
-    # auth source: the chart refuses a store under the gh default (it could never resume); `values` may
-    # name another.
-    return helm(cluster, home, "install", RELEASE, str(CHART), "--namespace", namespace,
-                "--set", "sessions.enabled=true", "--set", "github.authSource=app", "--set", "replicas=0",
-                *values).stdout
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +69,7 @@ def test_install_creates_the_release_and_its_crds_are_established(release: Relea
             return bool(crd) and any(c["type"] == "Established" and c["status"] == "True"
                                      for c in crd.get("status", {}).get("conditions", []))
 
-        wait_for(f"CRD {name} Established", established, timeout=60)
+        wait_until(f"CRD {name} Established", established, timeout=60)
     ns = release.namespace
     deployment = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{FULLNAME}")
     assert deployment["spec"]["strategy"]["type"] == "Recreate" and deployment["spec"]["replicas"] == 0
@@ -232,7 +205,7 @@ def test_uninstall_keeps_the_store_and_removes_everything_else(cluster: Cluster,
             pvc = kube.get_or_none(f"{pvcs}/{staging}")
             return pvc is None or bool(pvc["metadata"].get("deletionTimestamp"))
 
-        wait_for(f"PVC {staging} deleted by helm uninstall", staging_gone, timeout=60)
+        wait_until(f"PVC {staging} deleted by helm uninstall", staging_gone, timeout=60)
         kept = kube.get(f"{pvcs}/{store}")
         assert not kept["metadata"].get("deletionTimestamp"), "helm.sh/resource-policy: keep"
         assert kube.get_or_none(cluster_role) is None

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import CHART, RELEASE, Release, base_values, fresh_namespace, merge
 from pidispatch.contract import JOB_LABEL, MANAGED_BY, RELEASE_LABEL
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +71,7 @@ def run_jobs(r: Release) -> dict[str, Any]:
         assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
     r.job("held", issue=3, comment="@pi hold=never")
     running = r.wait_job("held", phases=("Running",))
-    wait_for("the held job's Pod Running", lambda: [p for p in r.pods_of("held")
+    wait_until("the held job's Pod Running", lambda: [p for p in r.pods_of("held")
                                                      if (p.get("status") or {}).get("phase") == "Running"], timeout=60)
     for pod in job_pods(r):
         claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"]["volumes"]
@@ -119,15 +120,15 @@ def test_an_install_never_adopts_a_claim_that_is_being_deleted(release: Release)
     r = release
     run_jobs(r)
     r.kube.delete(r.path("jobs", "held"))  # (its Pod goes by garbage collection: only finished Pods are left)
-    wait_for("the held job's Pod gone", lambda: not r.pods_of("held"), timeout=60)
+    wait_until("the held job's Pod gone", lambda: not r.pods_of("held"), timeout=60)
     finished = sorted(p["metadata"]["name"] for p in job_pods(r))
     assert finished == ["pij-first", "pij-second"]
 
     # What an uninstall without the hook leaves: finished Pods keep the claim (pvc-protection).
     r.helm("uninstall", RELEASE, "--no-hooks")
-    wait_for("the staging claim Terminating", lambda: (pvc(r, STAGING) or {}).get("metadata", {}).get(
+    wait_until("the staging claim Terminating", lambda: (pvc(r, STAGING) or {}).get("metadata", {}).get(
         "deletionTimestamp"), timeout=30)
-    wait_for("the operator Pod gone", lambda: not r.operator_pods(), timeout=90)
+    wait_until("the operator Pod gone", lambda: not r.operator_pods(), timeout=90)
     stuck = pvc(r, STAGING)
     assert stuck is not None and "kubernetes.io/pvc-protection" in stuck["metadata"]["finalizers"], \
         "ended Pods hold the claim on this control plane"
@@ -143,6 +144,6 @@ def test_an_install_never_adopts_a_claim_that_is_being_deleted(release: Release)
 
     for name in finished:
         r.kube.delete(f"/api/v1/namespaces/{r.ns}/pods/{name}")
-    wait_for("the staging claim gone once no Pod holds it", lambda: pvc(r, STAGING) is None, timeout=60)
+    wait_until("the staging claim gone once no Pod holds it", lambda: pvc(r, STAGING) is None, timeout=60)
     r.install()
     assert pvc(r, STAGING)["metadata"]["uid"] != stuck["metadata"]["uid"]

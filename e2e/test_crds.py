@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube
 from pidispatch.api import crds
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.cluster import ApiCluster, JobRefused
 from pidispatch.receiver.delivery import job_body, job_problem
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -45,8 +46,8 @@ def installed(kube: Kube) -> Kube:
             return any(c["type"] == "Established" and c["status"] == "True"
                        for c in crd.get("status", {}).get("conditions", []))
 
-        wait_for(f"CRD {name} Established", established, timeout=60)
-    wait_for("pi-dispatch.dev served", lambda: kube.get_or_none(f"/apis/{crds.GROUP}/{crds.VERSION}"), timeout=60)
+        wait_until(f"CRD {name} Established", established, timeout=60)
+    wait_until("pi-dispatch.dev served", lambda: kube.get_or_none(f"/apis/{crds.GROUP}/{crds.VERSION}"), timeout=60)
     return kube
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.pods import pod_path, wait_pod_phase
 from pidispatch.api import crds
 from pidispatch.doctor import CRD_NAMES, REQUIRED_ACCESS
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +57,7 @@ def grant_operator_role(cluster: Cluster, kube: Kube, namespace: str, sa: str) -
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator"},
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": namespace}]})
     who = f"--as=system:serviceaccount:{namespace}:{sa}"
-    wait_for("the operator Role to be in force", lambda: cluster.kubectl(
+    wait_until("the operator Role to be in force", lambda: cluster.kubectl(
         "auth", "can-i", "create", "events", who, "-n", namespace, check=False).stdout.strip() == "yes", timeout=30)
 
 
@@ -64,7 +65,7 @@ def bound_pvc(kube: Kube, namespace: str, name: str) -> None:
     kube.create(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims", {
         "metadata": {"name": name},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
-    wait_for(f"PVC {namespace}/{name} Bound", lambda: kube.get(
+    wait_until(f"PVC {namespace}/{name} Bound", lambda: kube.get(
         f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}").get("status", {}).get("phase") == "Bound",
         timeout=30)
 

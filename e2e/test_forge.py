@@ -1,6 +1,6 @@
 """The operator and GitHub end to end: the chart installed with a GitHub App (or a pat) pointing at a local
-fake of the GitHub REST API (``e2e/fakegithub_api.py``), the operator running as the chart's
-ServiceAccount through the test kubelet, ``e2e/fakepi.py`` as the job image.
+fake of the GitHub REST API (``testkit/fakegithub_api.py``), the operator running as the chart's
+ServiceAccount through the test kubelet, ``testkit/fakepi.py`` as the job image.
 
 What is proven: a pull request's head comes from the API (the Job's own ``spec.resolved`` is ignored);
 forks, forks that differ only by case, deleted forks and failed lookups (404, 500, a timeout) never
@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
-from e2e.kube import Kube, wait_for
-from e2e.release import Release, base_values, fresh_namespace, merge
-from e2e.test_operator import received_digest
+from e2e.kube import Kube
+from e2e.release import Release, base_values, create_secret, fresh_namespace, merge, received_digest
 from pidispatch.store.keys import issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -44,12 +44,6 @@ def app_values(api: FakeGitHubAPI, **env: str) -> dict[str, Any]:
     return merge(base_values(**env), {"job": {"checkout": False}, "github": {
         "authSource": "app", "apiUrl": api.url, "timeoutSeconds": TIMEOUT_SECONDS,
         "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}}})
-
-
-def create_secret(kube: Kube, ns: str, name: str, data: dict[str, bytes]) -> None:
-    kube.create(f"/api/v1/namespaces/{ns}/secrets", {
-        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
-        "data": {k: base64.b64encode(v).decode() for k, v in data.items()}})
 
 
 @pytest.fixture(scope="module")
@@ -173,8 +167,8 @@ def test_a_pr_from_the_issue_branch_continues_the_issue_conversation(release: Re
     assert job["status"]["session"]["resumed"] is True and job["status"]["session"]["reason"] == "resumed"
     assert received_digest(r, job) == stored, "the PR job was handed the issue job's transcript"
     assert (r.key_dir(key) / "resume-chain").read_text().strip() == "1"
-    wait_for("SessionKey lastJob = the PR job",
-             lambda: r.sessionkey(key)["status"].get("lastJob") == f"review-{pr}", timeout=15)
+    wait_until("SessionKey lastJob = the PR job",
+               lambda: r.sessionkey(key)["status"].get("lastJob") == f"review-{pr}", timeout=15)
     assert [e["reason"] for e in events_of(r, "pr_head_unresolved") if e.get("job") == f"review-{pr}"] == []
 
 
@@ -237,7 +231,7 @@ def test_the_installation_token_reaches_the_pod_and_nowhere_else(release: Releas
         assert token[4:20] not in text, f"part of the token appears in {where}"
 
     r.kube.delete(r.path("jobs", job["metadata"]["name"]))
-    wait_for("the garbage collector to remove the job's token Secret", lambda: r.kube.get_or_none(
+    wait_until("the garbage collector to remove the job's token Secret", lambda: r.kube.get_or_none(
         f"/api/v1/namespaces/{r.ns}/secrets/{secret_name}") is None, timeout=60)
 
 
@@ -297,7 +291,7 @@ def test_config_refused_posts_one_comment_and_mints_nothing(release: Release, gi
     minted = len(github.issued())
     job = r.run(f"gh-{issue}", trigger="gh", issue=issue)
     assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "config-refused")
-    wait_for("Commented=True", lambda: (r.condition(r.get("jobs", f"gh-{issue}"), "Commented") or {}).get(
+    wait_until("Commented=True", lambda: (r.condition(r.get("jobs", f"gh-{issue}"), "Commented") or {}).get(
         "status") == "True", timeout=30)
     assert r.condition(r.get("jobs", f"gh-{issue}"), "Commented")["reason"] == "Posted"
     [comment] = github.comments(REPO, issue)
@@ -336,7 +330,7 @@ def commented(r: Release, name: str) -> dict[str, Any]:
         return cond if cond and cond["status"] == "True" else None
 
     try:
-        return wait_for(f"Job {name} Commented=True", done, timeout=60)
+        return wait_until(f"Job {name} Commented=True", done, timeout=60)
     except TimeoutError as exc:
         raise TimeoutError(f"{exc}\n{json.dumps(r.get('jobs', name).get('status'))}\n"
                            f"{r.operator_log()[-3000:]}") from None
@@ -388,7 +382,7 @@ def test_killed_right_after_posting_the_comment_is_not_posted_twice(no_store: Re
     issue = number()
     before = restarts(r)
     r.job("killed", issue=issue)
-    wait_for("the operator killed and restarted", lambda: restarts(r) > before, timeout=60)
+    wait_until("the operator killed and restarted", lambda: restarts(r) > before, timeout=60)
     condition = commented(r, "killed")
     assert condition["reason"] == "AlreadyPosted", "the restarted operator found its marker"
     posts = github.calls("POST", f"/repos/{REPO}/issues/{issue}/comments")
@@ -399,8 +393,8 @@ def test_killed_right_after_posting_the_comment_is_not_posted_twice(no_store: Re
     old = {p["metadata"]["uid"] for p in r.operator_pods()}
     for pod in r.operator_pods():
         r.kube.delete(f"/api/v1/namespaces/{r.ns}/pods/{pod['metadata']['name']}")
-    wait_for("a new operator Pod", lambda: any(p["metadata"]["uid"] not in old for p in r.operator_pods()),
-             timeout=60)
+    wait_until("a new operator Pod", lambda: any(p["metadata"]["uid"] not in old for p in r.operator_pods()),
+               timeout=60)
     r.await_operator()
     assert len(github.calls("GET", f"/repos/{REPO}/issues/{issue}/comments")) == listed
     assert len(github.comments(REPO, issue)) == 1
@@ -449,7 +443,7 @@ def test_a_fork_under_a_pat_is_refused_unless_its_trigger_allows_forks(
         assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "fork-not-allowed"), job["status"]
         assert "run.forks: true" in r.condition(job, "Started")["message"]
         assert r.pods_of(job["metadata"]["name"]) == [], "no Pod: the pat Secret was never referenced"
-        wait_for("the refusal comment", lambda: len(github.comments(REPO, pr)) == 1, timeout=30)
+        wait_until("the refusal comment", lambda: len(github.comments(REPO, pr)) == 1, timeout=30)
         assert "comes from a fork" in github.comments(REPO, pr)[0]["body"]
         r.trigger("review", resume=False, forks=True)  # the operator, knowingly
         allowed = r.run(f"fork-allowed-{pr}", trigger="review", pullRequest=pr, deliveryId=f"e-{pr}")

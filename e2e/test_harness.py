@@ -17,9 +17,10 @@ import requests
 import yaml
 
 from e2e.cluster import Cluster, ClusterError
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube
 from e2e.kubelet import PodRunner
 from e2e.pods import container_status, pod_path, restricted_security_context, wait_pod_gone, wait_pod_phase
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -64,7 +65,7 @@ def test_crd_cel_rule_rejects_invalid_object_at_apply(cluster: Cluster, kube: Ku
                                "spec": {"min": lo, "max": hi}})
 
     # discovery may lag Established by a moment: wait until the good object is accepted
-    wait_for("Widget kind served", lambda: cluster.kubectl("apply", "-f", "-", input=widget("good", 1, 2),
+    wait_until("Widget kind served", lambda: cluster.kubectl("apply", "-f", "-", input=widget("good", 1, 2),
                                                            check=False).returncode == 0, timeout=30)
     bad = cluster.kubectl("apply", "-f", "-", input=widget("bad", 5, 1), check=False)
     assert bad.returncode != 0, f"invalid Widget was accepted: {bad.stdout}"
@@ -99,8 +100,8 @@ def test_service_account_without_rolebinding_is_denied(cluster: Cluster, kube: K
         "metadata": {"name": "nobody-reads-pods"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-reader"},
         "subjects": [{"kind": "ServiceAccount", "name": "nobody", "namespace": namespace}]})
-    wait_for("RBAC to allow nobody to list pods",
-             lambda: sa.kubectl("get", "pods", "-n", namespace, check=False).returncode == 0, timeout=30)
+    wait_until("RBAC to allow nobody to list pods",
+               lambda: sa.kubectl("get", "pods", "-n", namespace, check=False).returncode == 0, timeout=30)
     assert sa.kubectl("auth", "can-i", "delete", "pods", "-n", namespace, check=False).stdout.strip() == "no"
 
 
@@ -191,7 +192,7 @@ def test_a_volume_over_the_checkout_does_not_hide_the_code(kube: Kube, namespace
     from pathlib import Path
 
     parent = str(Path(__file__).resolve().parents[2])
-    fakepi = str(Path(__file__).resolve().parent / "fakepi.py")
+    fakepi = str(Path(__file__).resolve().parents[1] / "testkit" / "fakepi.py")
     marker = f"{parent}/pod-wrote-{uuid.uuid4().hex[:8]}"
     script = f"import os, pidispatch; assert os.path.isfile({fakepi!r}); open({marker!r}, 'w').write('x')"
     if os.geteuid() != 0:
@@ -223,21 +224,21 @@ def test_deleting_owner_garbage_collects_running_pod(kube: Kube, namespace: str,
     assert os.path.exists(f"/proc/{pid}")
     kube.delete(f"/api/v1/namespaces/{namespace}/configmaps/{owner['metadata']['name']}")
     wait_pod_gone(kube, namespace, "owned", timeout=60)
-    wait_for(f"process {pid} of the deleted Pod to exit", lambda: not _alive(pid), timeout=15)
+    wait_until(f"process {pid} of the deleted Pod to exit", lambda: not _alive(pid), timeout=15)
 
 
 def test_namespace_deletion_completes(kube: Kube, kubelet):
     name = f"doomed-{uuid.uuid4().hex[:6]}"
     kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    wait_for(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
+    wait_until(f"ServiceAccount {name}/default", lambda: kube.get_or_none(
         f"/api/v1/namespaces/{name}/serviceaccounts/default"))
     kube.create(pod_path(name), {"metadata": {"name": "p"}, "spec": {
         "automountServiceAccountToken": False, "terminationGracePeriodSeconds": 2,
         "containers": [{"name": "main", "image": "ignored", "command": ["sleep", "300"]}]}})
     wait_pod_phase(kube, name, "p", "Running")
     kube.delete(f"/api/v1/namespaces/{name}")
-    wait_for(f"namespace {name} to finish deleting",
-             lambda: kube.get_or_none(f"/api/v1/namespaces/{name}") is None, timeout=90)
+    wait_until(f"namespace {name} to finish deleting",
+               lambda: kube.get_or_none(f"/api/v1/namespaces/{name}") is None, timeout=90)
 
 
 def test_pod_with_default_service_account_token_can_call_the_api(cluster: Cluster, kube: Kube, namespace: str,

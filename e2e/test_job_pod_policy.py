@@ -19,13 +19,14 @@ from typing import Any
 
 import pytest
 
+from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube, wait_for
-from e2e.test_chart_install import FULLNAME, RELEASE, fresh_namespace, helm, install
+from e2e.kube import ApiError, Kube
 from pidispatch.contract import CONTAINER
 from pidispatch.forge.credentials import token_secret_name
 from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod
 from pidispatch.store.staging import session_subpath
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +46,7 @@ def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFac
                 "--set", f"github.caBundle.configMap={CA_CONFIGMAP}",
                 "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}')
         # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
-        wait_for("the policy in force", lambda: refuses(cluster, ns), timeout=30)
+        wait_until("the policy in force", lambda: refuses(cluster, ns), timeout=30)
         yield ns
     finally:
         helm(cluster, home, "uninstall", RELEASE, "--namespace", ns, check=False)
@@ -183,7 +184,7 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
 def test_the_policy_type_checks_clean(kube: Kube, namespace: str) -> None:
     path = f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{FULLNAME}-{namespace}"
     generation = kube.get(path)["metadata"]["generation"]
-    status = wait_for("the policy type-checked", lambda: (
+    status = wait_until("the policy type-checked", lambda: (
         s if (s := kube.get(path).get("status") or {}).get("observedGeneration") == generation else None), timeout=30)
     assert not (status.get("typeChecking") or {}).get("expressionWarnings"), status
 

@@ -1,5 +1,5 @@
 """The operator end to end: installed by its Helm chart, running as the chart's ServiceAccount, on the
-real kube-apiserver with the test kubelet; a scripted stand-in (``e2e/fakepi.py``) plays the job image.
+real kube-apiserver with the test kubelet; a scripted stand-in (``testkit/fakepi.py``) plays the job image.
 
 What a user watches (``kubectl get pijobs,sessionkeys``) is what these tests assert: the Job's phase
 and ``status.session``, the SessionKey's conditions, and the store's bytes on the PVC.
@@ -16,9 +16,10 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
-from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, installed, merge
+from e2e.kube import Kube
+from e2e.release import DAY, TAMPER, TAMPER_BOUNDS, Release, base_values, installed, merge, received_digest
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -46,13 +47,6 @@ def next_issue() -> int:
 
 def session(job: dict) -> dict:
     return job["status"].get("session") or {}
-
-
-def received_digest(r: Release, job: dict) -> str | None:
-    """What the job saw at /session (sha256 as fakepi logged it), ``None`` for an empty file."""
-    m = re.search(r"received ([0-9a-f]{64}|empty)", r.pod_log(job["status"]["podName"]))
-    assert m, f"fakepi did not log what it received:\n{r.pod_log(job['status']['podName'])}"
-    return None if m.group(1) == "empty" else m.group(1)
 
 
 # ---- the main flow ----------------------------------------------------------------------------------
@@ -83,8 +77,8 @@ def test_cold_then_resumed_on_the_same_key(release: Release) -> None:
     assert len(release.pods_of(f"warm-{issue}")) == 1
     # the staging directory is gone once the Job ended
     assert not (release.staging / second["metadata"]["uid"]).exists()
-    wait_for("SessionKey lastJob updated", lambda: release.sessionkey(key)["status"].get("lastJob") == f"warm-{issue}",
-             timeout=10)
+    wait_until("SessionKey lastJob updated",
+               lambda: release.sessionkey(key)["status"].get("lastJob") == f"warm-{issue}", timeout=10)
 
 
 def test_helm_test_runs_doctor_and_it_passes(release: Release) -> None:
@@ -205,8 +199,8 @@ def test_each_cold_reason_shows_on_the_sessionkey_and_the_job(release: Release, 
         return cond["reason"] if cond and cond["status"] == "False" else None
 
     camel = "".join(p.capitalize() for p in reason.split("-"))
-    wait_for(f"SessionKey Resumable=False/{camel} (refreshed by the timer)", lambda: resumable_says() == camel,
-             timeout=30)
+    wait_until(f"SessionKey Resumable=False/{camel} (refreshed by the timer)", lambda: resumable_says() == camel,
+               timeout=30)
     job = release.run(f"cold-{reason}-{issue}", issue=issue)
     assert job["status"]["phase"] == "Succeeded"
     assert session(job) == {"resumed": False, "reason": reason, "bytes": session(job)["bytes"], "redacted": 0}
@@ -224,7 +218,7 @@ def test_deleting_a_sessionkey_forgets_the_conversation(release: Release) -> Non
     release.run(f"forget-{issue}", issue=issue)
     assert release.key_dir(key).is_dir()
     release.kube.delete(release.path("sessionkeys", key))
-    wait_for("SessionKey gone", lambda: release.sessionkey(key) is None, timeout=30)
+    wait_until("SessionKey gone", lambda: release.sessionkey(key) is None, timeout=30)
     assert not release.key_dir(key).exists()
     job = release.run(f"after-forget-{issue}", issue=issue)
     assert session(job)["reason"] == "absent"
@@ -239,9 +233,9 @@ def test_the_reaper_and_the_staging_sweep_run_on_their_timer(cluster: Cluster, k
         orphan = r.staging / "00000000-0000-0000-0000-000000000000"
         (orphan / "session").mkdir(parents=True)
         os.utime(orphan, (time.time() - 3600,) * 2)
-        wait_for("the reaper removed the expired key", lambda: not r.key_dir(key).exists(), timeout=40)
-        wait_for("its SessionKey deleted", lambda: r.sessionkey(key) is None, timeout=30)
-        wait_for("the orphaned staging directory swept", lambda: not orphan.exists(), timeout=40)
+        wait_until("the reaper removed the expired key", lambda: not r.key_dir(key).exists(), timeout=40)
+        wait_until("its SessionKey deleted", lambda: r.sessionkey(key) is None, timeout=30)
+        wait_until("the orphaned staging directory swept", lambda: not orphan.exists(), timeout=40)
 
 
 def test_two_jobs_finishing_together_on_one_key_one_is_locked(cluster: Cluster, kube: Kube, kubelet) -> None:
@@ -269,7 +263,7 @@ def test_a_burst_is_queued_fifo_and_none_is_lost(cluster: Cluster, kube: Kube, k
             assert running <= 4, f"{running} jobs running with maxConcurrentJobs 4"
             return sum(1 for j in jobs if (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")) == count
 
-        wait_for(f"{count} jobs finished", finished, timeout=60 + count * 3, interval=1)
+        wait_until(f"{count} jobs finished", finished, timeout=60 + count * 3, interval=1)
         jobs = r.kube.list(r.path("jobs"))
         assert {j["status"]["phase"] for j in jobs} == {"Succeeded"}
         assert len(r.kube.list(f"/api/v1/namespaces/{r.ns}/pods", labelSelector="pi-dispatch.dev/job")) == count
@@ -283,7 +277,7 @@ def test_a_burst_is_queued_fifo_and_none_is_lost(cluster: Cluster, kube: Kube, k
 
 def test_resume_without_a_store_is_refused_before_any_spend(cluster: Cluster, kube: Kube, kubelet) -> None:
     with installed(cluster, kube, "nostore", base_values()) as r:
-        wait_for("Trigger SessionStore=False", lambda: (r.condition(r.get("triggers", "fix"), "SessionStore")
+        wait_until("Trigger SessionStore=False", lambda: (r.condition(r.get("triggers", "fix"), "SessionStore")
                                                         or {}).get("reason") == "SessionsDirUnset", timeout=30)
         job = r.run("refused", issue=1)
         assert job["status"]["phase"] == "Refused"
@@ -291,10 +285,10 @@ def test_resume_without_a_store_is_refused_before_any_spend(cluster: Cluster, ku
         assert "sessions.enabled=true" in r.condition(job, "Started")["message"]
         assert r.pods_of("refused") == []
         # The Event is written after the Job's status: wait for it, as a reader of `kubectl get events` would.
-        wait_for("the SessionsDirUnset Event", lambda: any(
+        wait_until("the SessionsDirUnset Event", lambda: any(
             e["reason"] == "SessionsDirUnset" for e in kube.list(f"/api/v1/namespaces/{r.ns}/events",
                                                                   fieldSelector="involvedObject.name=refused")),
-                 timeout=30)
+                   timeout=30)
         r.trigger("plain", resume=False)
         assert r.run("plain", trigger="plain", issue=1)["status"]["phase"] == "Succeeded"
 
@@ -334,10 +328,10 @@ def test_a_job_asking_for_more_than_its_trigger_allows_is_refused(release: Relea
     assert release.pods_of(name) == []
     assert [s for s in release.kube.list(f"/api/v1/namespaces/{release.ns}/secrets")
             if s["metadata"]["name"].startswith("pi-job-token-")] == [], "no token"
-    wait_for("the BeyondTrigger Event", lambda: any(
+    wait_until("the BeyondTrigger Event", lambda: any(
         e["reason"] == "BeyondTrigger" for e in release.kube.list(f"/api/v1/namespaces/{release.ns}/events",
                                                                   fieldSelector=f"involvedObject.name={name}")),
-             timeout=30)
+               timeout=30)
 
 
 def test_a_job_as_the_receiver_writes_it_runs_on_a_bounded_trigger(release: Release, bounded: str) -> None:

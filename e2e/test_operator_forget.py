@@ -17,9 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +59,7 @@ def test_a_key_forgotten_while_its_job_runs_stays_forgotten(release: Release, is
     assert running["status"]["session"]["reason"] == "resumed", "the job holds a copy of the conversation"
 
     r.kube.delete(r.path("sessionkeys", key))
-    wait_for(f"SessionKey {key} gone", lambda: r.sessionkey(key) is None, timeout=120)
+    wait_until(f"SessionKey {key} gone", lambda: r.sessionkey(key) is None, timeout=120)
     assert not r.key_dir(key).exists()
     if issue == KILLED_ISSUE:
         assert (r.staging / ".failpoints" / f"key-forgotten@{key}").exists(), "the failpoint never fired"

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +59,7 @@ def test_a_pod_that_never_starts_fails_its_job_and_the_next_one_runs(release: Re
     done = r.condition(stuck, "Completed")
     assert done is not None and done["reason"] == "PodNeverStarted", done
     assert "ImagePullBackOff" in done["message"] or "ErrImagePull" in done["message"], done["message"]
-    wait_for("the stuck Job's Pod deleted", lambda: not r.pods_of("stuck"), timeout=60)
+    wait_until("the stuck Job's Pod deleted", lambda: not r.pods_of("stuck"), timeout=60)
     behind = r.wait_job("behind")
     assert behind["status"]["phase"] == "Succeeded", "the slot was not freed for the next queued Job"
 

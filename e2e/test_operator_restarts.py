@@ -17,9 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +83,7 @@ def test_killed_at_a_step_converges_without_duplicates(crashing: Release, step: 
     assert mark.exists(), f"the failpoint {step} never fired"
     # Killed at "status-written", the operator has already written the Job's end: the Job can read
     # Succeeded before the kubelet has noticed the kill and counted the restart. So wait for it.
-    wait_for("the operator's restart", lambda: restarts(r) > before, timeout=60)
+    wait_until("the operator's restart", lambda: restarts(r) > before, timeout=60)
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
     assert len(r.pods_of(name)) == 1, "a duplicate Pod was created"
     assert job["status"]["session"]["resumed"] is True

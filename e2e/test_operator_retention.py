@@ -2,7 +2,7 @@
 ``job.podRetentionSeconds``, the pijob itself after ``job.ttlSecondsAfterFinished``, a job still running
 keeps everything, and the SessionKey of the conversation stays.
 
-The operator runs as installed by its chart, with a GitHub App (the fake API of ``e2e/fakegithub_api.py``)
+The operator runs as installed by its chart, with a GitHub App (the fake API of ``testkit/fakegithub_api.py``)
 so that every job gets its own token Secret, and deletes as the chart's ServiceAccount: a missing RBAC
 rule fails the test.
 """
@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.fakegithub_api import FakeGitHubAPI, generate_app_key
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import Release, base_values, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,7 @@ def test_a_finished_job_loses_its_pod_and_secret_then_itself_and_its_conversatio
     r = release
     held = r.job("held", issue=901, comment="@pi hold=release")
     running = r.wait_job("held", phases=("Running",))
-    wait_for("the held job's Pod Running", lambda: [p for p in r.pods_of("held")
+    wait_until("the held job's Pod Running", lambda: [p for p in r.pods_of("held")
                                                      if (p.get("status") or {}).get("phase") == "Running"], timeout=60)
     assert secret(r, held) is not None
 
@@ -77,8 +78,8 @@ def test_a_finished_job_loses_its_pod_and_secret_then_itself_and_its_conversatio
     key = issue_key("github", REPO, 902)
     assert r.sessionkey(key) is not None
 
-    wait_for("the finished job's Pod deleted", lambda: not r.pods_of("done"), timeout=RETENTION + 60)
-    wait_for("the finished job's token Secret deleted", lambda: secret(r, done) is None, timeout=30)
+    wait_until("the finished job's Pod deleted", lambda: not r.pods_of("done"), timeout=RETENTION + 60)
+    wait_until("the finished job's token Secret deleted", lambda: secret(r, done) is None, timeout=30)
     gone_at = time.monotonic()
     assert r.kube.get_or_none(r.path("jobs", "done")) is not None, "the pijob stays until its ttl"
     events = r.kube.list(f"/api/v1/namespaces/{r.ns}/events", fieldSelector="involvedObject.name=done")
@@ -89,13 +90,13 @@ def test_a_finished_job_loses_its_pod_and_secret_then_itself_and_its_conversatio
     assert pod["status"]["phase"] == "Running" and not pod["metadata"].get("deletionTimestamp")
     assert secret(r, held) is not None
 
-    wait_for("the finished pijob deleted after its ttl", lambda: r.kube.get_or_none(r.path("jobs", "done")) is None,
-             timeout=TTL + 60)
+    wait_until("the finished pijob deleted after its ttl", lambda: r.kube.get_or_none(r.path("jobs", "done")) is None,
+               timeout=TTL + 60)
     assert time.monotonic() - gone_at > 5, "the pijob went with its Pod, not at its own ttl"
     assert r.sessionkey(key) is not None, "the conversation outlives the Jobs that continued it"
     assert r.key_dir(key).is_dir()
 
     (r.staging / running["metadata"]["uid"] / "session" / "release").touch()
     assert r.wait_job("held")["status"]["phase"] == "Succeeded"
-    wait_for("the held job's Pod deleted once it finished", lambda: not r.pods_of("held"), timeout=RETENTION + 60)
+    wait_until("the held job's Pod deleted once it finished", lambda: not r.pods_of("held"), timeout=RETENTION + 60)
     assert r.sessionkey(issue_key("github", REPO, 901)) is not None

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -59,11 +60,11 @@ class Recorder(threading.Thread):
 def test_a_job_that_waits_is_marked_queued_then_runs(one_slot: Release) -> None:
     r = one_slot
     r.job("long-first", issue=101, comment="@pi sleep=8")
-    wait_for("long-first Running", lambda: (r.get("jobs", "long-first").get("status") or {}).get("phase")
-             == "Running", timeout=60)
+    wait_until("long-first Running", lambda: (r.get("jobs", "long-first").get("status") or {}).get("phase")
+               == "Running", timeout=60)
     with Recorder(r, "jobs", "waits") as seen:
         r.job("waits", issue=102)
-        queued = wait_for("waits Queued", lambda: (lambda s: s if s.get("phase") == "Queued" else None)(
+        queued = wait_until("waits Queued", lambda: (lambda s: s if s.get("phase") == "Queued" else None)(
             r.get("jobs", "waits").get("status") or {}), timeout=60)
         assert queued["queuedAt"]
         assert r.condition(r.get("jobs", "waits"), "Started")["reason"] == "WaitingForSlot"
@@ -85,8 +86,8 @@ def test_a_new_key_gets_one_status_write_however_long_its_job(one_slot: Release)
     with Recorder(r, "sessionkeys", key) as seen:
         job = r.run("slow-new-key", issue=201, comment="@pi sleep=12", timeout=120)
         assert job["status"]["phase"] == "Succeeded"
-        wait_for("the SessionKey's status", lambda: (r.sessionkey(key) or {}).get("status", {}).get("lastJob"),
-                 timeout=30)
+        wait_until("the SessionKey's status", lambda: (r.sessionkey(key) or {}).get("status", {}).get("lastJob"),
+                   timeout=30)
     writes = [status for kind, status in seen.events if kind == "MODIFIED"]
     # Created with the Pod (no status), then one status write at the job's end; the 5 s refreshes that
     # ran during the job left it alone.
@@ -99,11 +100,11 @@ def test_a_new_key_gets_one_status_write_however_long_its_job(one_slot: Release)
 def test_a_queued_job_deleted_and_recreated_under_its_name_runs_as_the_new_one(one_slot: Release) -> None:
     r = one_slot
     r.job("holder", issue=301, comment="@pi sleep=6")
-    wait_for("holder Running", lambda: (r.get("jobs", "holder").get("status") or {}).get("phase") == "Running",
-             timeout=60)
+    wait_until("holder Running", lambda: (r.get("jobs", "holder").get("status") or {}).get("phase") == "Running",
+               timeout=60)
     old = r.job("reborn", issue=302)  # waits behind holder; the operator keeps this body
     r.kube.delete(r.path("jobs", "reborn"))
-    wait_for("the first reborn gone", lambda: r.kube.get_or_none(r.path("jobs", "reborn")) is None, timeout=30)
+    wait_until("the first reborn gone", lambda: r.kube.get_or_none(r.path("jobs", "reborn")) is None, timeout=30)
     new = r.job("reborn", issue=303)
     assert new["metadata"]["uid"] != old["metadata"]["uid"]
     job = r.wait_job("reborn", timeout=120)

@@ -17,12 +17,12 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.pitool import pi_binary, pi_env
 from e2e.release import TAMPER as STORE_TAMPER
 from e2e.release import TAMPER_BOUNDS, Release, base_values, installed, merge
-from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 from pidispatch.store.keys import issue_key
 from pidispatch.transcript.parser import check_transcript
+from testkit.pitool import pi_binary, pi_env
+from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 
 pytestmark = pytest.mark.e2e
 

@@ -28,14 +28,14 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.fakegithub_api import FakeGitHubAPI, generate_app_key
-from e2e.gitforge import Repos, make_tls
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube
 from e2e.realnode import NODE_NAME, RealNode, images_env, unavailable
-from e2e.release import Release, fresh_namespace
-from e2e.scripted_model import ScriptedModel, text_of, write_agent_dir
-from e2e.test_forge import create_secret
+from e2e.release import Release, create_secret, fresh_namespace
 from pidispatch.store.keys import issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
+from testkit.gitforge import Repos, make_tls
+from testkit.scripted_model import ScriptedModel, text_of, write_agent_dir
+from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
@@ -216,7 +216,7 @@ def test_the_operator_killed_mid_job_converges_with_one_pod_and_one_promotion(
     model.reply("slow answer", delay=15)
     name = f"i{issue}-kill"
     release.job(name, issue=issue, comment="@pi take your time")
-    wait_for("the job Pod running", lambda: any(p["status"].get("phase") == "Running"
+    wait_until("the job Pod running", lambda: any(p["status"].get("phase") == "Running"
                                                 for p in release.pods_of(name)), timeout=120)
     [pod_uid] = [p["metadata"]["uid"] for p in release.pods_of(name)]
     [op] = release.operator_pods()
@@ -224,7 +224,7 @@ def test_the_operator_killed_mid_job_converges_with_one_pod_and_one_promotion(
     # the container's process, killed as the kernel or a crash would: the kubelet restarts it
     task = op["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     node.backend.ctr("tasks", "kill", "--signal", "SIGKILL", task)
-    wait_for("the operator container restarted", lambda: release.operator_pods()[0]["status"][
+    wait_until("the operator container restarted", lambda: release.operator_pods()[0]["status"][
         "containerStatuses"][0]["restartCount"] > restarts, timeout=120)
     job = release.wait_job(name, timeout=240)
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
@@ -249,7 +249,7 @@ def test_a_job_image_that_does_not_exist_names_the_pull_failure_and_the_next_job
     done = release.condition(job, "Completed")
     assert done and done["reason"] == "PodNeverStarted", job["status"]
     assert "ErrImagePull" in done["message"] or "ImagePullBackOff" in done["message"], done["message"]
-    wait_for("the Pod deleted", lambda: not release.pods_of(job["metadata"]["name"]), timeout=60)
+    wait_until("the Pod deleted", lambda: not release.pods_of(job["metadata"]["name"]), timeout=60)
     model.reply("after the missing image")  # the release has one slot: this runs only if it was freed
     following = next(_issues)
     forge.set_issue(REPO, following, "Next", "")

@@ -1,6 +1,6 @@
 """The webhook receiver end to end: installed by the Helm chart next to the operator, running as its own
 ServiceAccount (read Triggers, create Jobs) on the real kube-apiserver, fed signed GitHub-format
-deliveries by ``e2e/fakegithub.py``. A matching delivery becomes a Job CR that the operator runs to a
+deliveries by ``testkit/fakegithub.py``. A matching delivery becomes a Job CR that the operator runs to a
 terminal phase with the scripted job stand-in; forged, unsigned, replayed, oversized and malformed
 deliveries create nothing (a signed body replayed under a new delivery id included: Job names come
 from the Trigger and the body's digest, and the API server refuses the second), a phrase quoted, in
@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.fakegithub import Delivery, Webhooks, signature
-from e2e.kube import ApiError, Kube, wait_for
+from e2e.kube import ApiError, Kube
 from e2e.receiver_release import RECEIVER, Receiver, create_webhook_secret, receiver_values
 from e2e.release import PI_VERSION, Release, base_values, fresh_namespace, merge
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.receiver.delivery import body_digest, job_name
+from testkit.fakegithub import Delivery, Webhooks, signature
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -234,7 +235,7 @@ def test_the_receiver_logs_neither_the_secret_nor_bodies(receiver: Receiver) -> 
     marker = f"@pi zebra-{uuid.uuid4().hex[:8]}"
     sent = hooks.send(hooks.issue_comment(next(_numbers), marker))
     assert sent.status == 202
-    wait_for("the delivery's log line", lambda: sent.delivery.id in receiver.log(), timeout=10)
+    wait_until("the delivery's log line", lambda: sent.delivery.id in receiver.log(), timeout=10)
     log = receiver.log()
     assert SECRET.decode() not in log and marker not in log and "acme/widgets" not in log
     events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]

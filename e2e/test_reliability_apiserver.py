@@ -17,9 +17,10 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +50,7 @@ def test_an_apiserver_restart_mid_run_finishes_every_job_exactly_once(release: R
     names = {issue: f"run-{issue}" for issue in [*RESUMED, *COLD]}
     for issue, name in names.items():
         r.job(name, issue=issue, comment="@pi sleep=3")
-    wait_for("a first job Pod running", lambda: any(
+    wait_until("a first job Pod running", lambda: any(
         (p.get("status") or {}).get("phase") == "Running" for name in names.values() for p in r.pods_of(name)),
         timeout=120)
     print(f"[apiserver] restarting with {sum(_phase(r, n) == 'Succeeded' for n in names.values())}/20 done",
@@ -58,8 +59,8 @@ def test_an_apiserver_restart_mid_run_finishes_every_job_exactly_once(release: R
     started = time.monotonic()
     restart_s = cluster.restart_apiserver()
     r.job("after-restart", issue=830)
-    wait_for("the operator to create a Pod for a Job made after the restart",
-             lambda: r.pods_of("after-restart"), timeout=180)
+    wait_until("the operator to create a Pod for a Job made after the restart",
+               lambda: r.pods_of("after-restart"), timeout=180)
     first_pod_s = time.monotonic() - started
     for name in [*names.values(), "after-restart"]:
         job = r.wait_job(name, timeout=300)

@@ -22,11 +22,11 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.pitool import pi_binary
 from e2e.release import TAMPER, Release, base_values, installed, merge
-from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 from pidispatch.store.handoff import LETTER_CUT, LETTER_MAX_BYTES
 from pidispatch.store.keys import issue_key
+from testkit.pitool import pi_binary
+from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
 
 pytestmark = pytest.mark.e2e
 

@@ -3,12 +3,12 @@
 The release of the last ``v*`` tag before HEAD is installed as a user of that tag has it: its CRDs, its chart
 (``git archive <tag>``), its operator code (the tag's ``operator/`` first on the operator Pod's
 ``PYTHONPATH``: the test kubelet runs ``pidispatch`` from this venv, so without it the old chart would run
-HEAD's code) and its job stand-in (the tag's ``e2e/fakepi.py``). One job stores a conversation; a second
-resumes it and is held Running (``@pi hold=release``). Then the README's "Upgrading" steps, as written:
-``kubectl apply --server-side --force-conflicts`` of HEAD's ``crds/`` (Helm never upgrades them) and
-``helm upgrade`` to HEAD's chart, which replaces the operator (``Recreate``) while the job runs. Released,
-the job must complete under the new operator and promote exactly once, and a third job on the key must
-resume what it promoted.
+HEAD's code) and its job stand-in (the tag's ``fakepi.py``, in ``testkit/`` or, before it, ``e2e/``). One job
+stores a conversation; a second resumes it and is held Running (``@pi hold=release``). Then the README's
+"Upgrading" steps, as written: ``kubectl apply --server-side --force-conflicts`` of HEAD's ``crds/`` (Helm
+never upgrades them) and ``helm upgrade`` to HEAD's chart, which replaces the operator (``Recreate``) while
+the job runs. Released, the job must complete under the new operator and promote exactly once, and a third job
+on the key must resume what it promoted.
 
 No tag is a failure, not a skip: a shallow clone has none (``git fetch --tags --unshallow``).
 """
@@ -31,9 +31,10 @@ import pytest
 import yaml
 
 from e2e.cluster import Cluster
-from e2e.kube import Kube, wait_for
+from e2e.kube import Kube
 from e2e.release import CHART, FAKEPI, RELEASE, ROOT, Release, base_values, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -58,10 +59,18 @@ def last_tag() -> str:
                    "Fetch the tags (`git fetch --tags`), or tag the last release (`git tag -a vX.Y.Z <commit>`)."))
 
 
+def stand_in(tag: str) -> str:
+    """Where the tag keeps the job stand-in: ``testkit/fakepi.py``, or ``e2e/fakepi.py`` before the test kit."""
+    for path in ("testkit/fakepi.py", "e2e/fakepi.py"):
+        if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{tag}:{path}"]).returncode == 0:
+            return path
+    raise AssertionError(f"{tag} has no fakepi.py in testkit/ or e2e/")
+
+
 def extract(tag: str, dest: Path) -> Path:
     """The tag's chart, operator package and job stand-in, as ``git archive`` has them."""
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", tag, "charts/pi-dispatch", "operator",
-                              "e2e/fakepi.py"], check=True, capture_output=True).stdout
+                              stand_in(tag)], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(dest, filter="data")
     return dest
@@ -116,7 +125,7 @@ def test_helm_upgrade_from_the_last_tag_with_a_job_in_flight(cluster: Cluster, k
     base = base_values()
     old_values = merge(base, {
         "sessions": {"enabled": True},
-        "job": {"command": ["python3", str(tree / "e2e" / "fakepi.py")]},
+        "job": {"command": ["python3", str(tree / stand_in(tag))]},
         "extraEnv": [*base["extraEnv"], {"name": "PYTHONPATH", "value": str(tree / "operator")}],
     })
     new_values = merge(base, {"sessions": {"enabled": True}, "job": {"command": ["python3", str(FAKEPI)]}})
@@ -152,7 +161,7 @@ def test_helm_upgrade_from_the_last_tag_with_a_job_in_flight(cluster: Cluster, k
         cluster.kubectl(*step[:-1], str(ROOT / step[-1]))
         r.values = new_values
         helm_values(r, CHART, new_values, "upgrade")
-        wait_for("the new operator Pod", lambda: any(
+        wait_until("the new operator Pod", lambda: any(
             p["metadata"]["uid"] not in old_operators for p in r.operator_pods()), timeout=90)
         r.await_operator()
         assert history(r) == [(1, f"pi-dispatch-{chart_version(old_chart)}", "superseded"),
@@ -169,7 +178,7 @@ def test_helm_upgrade_from_the_last_tag_with_a_job_in_flight(cluster: Cluster, k
         assert r.digest(key) not in (None, stored), "the in-flight job's conversation was not promoted"
         assert (r.key_dir(key) / "resume-chain").read_text().strip() == "1", "promoted more or less than once"
         assert not (r.key_dir(key) / "lock").exists()
-        wait_for("the SessionKey names the in-flight job", lambda: (r.sessionkey(key) or {}).get("status", {}).get(
+        wait_until("the SessionKey names the in-flight job", lambda: (r.sessionkey(key) or {}).get("status", {}).get(
             "lastJob") == "in-flight", timeout=30)
         assert r.sessionkey(key)["status"]["resumeChain"] == 1
 
@@ -181,7 +190,7 @@ def test_helm_upgrade_from_the_last_tag_with_a_job_in_flight(cluster: Cluster, k
         assert r.digest(key) != promoted
         transcript = (r.key_dir(key) / "current.jsonl").read_bytes()
         assert transcript.count(b'"role":"user"') == 3, "the conversation of all three jobs, in one transcript"
-        wait_for("the SessionKey names the job after the upgrade", lambda: r.sessionkey(key)["status"].get(
+        wait_until("the SessionKey names the job after the upgrade", lambda: r.sessionkey(key)["status"].get(
             "lastJob") == "after-upgrade", timeout=30)
         assert r.sessionkey(key)["status"]["resumeChain"] == 2
     finally:

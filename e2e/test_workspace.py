@@ -1,6 +1,6 @@
 """Jobs do real work (issue 14): the workspace, git and gh, end to end on the local control plane.
 
-A local forge on loopback over HTTPS with a throwaway CA (``e2e/gitforge.py``: real repositories behind
+A local forge on loopback over HTTPS with a throwaway CA (``testkit/gitforge.py``: real repositories behind
 ``git http-backend``, requiring a token) and the fake GitHub API in GitHub Enterprise's layout
 (``/api/v3``, GraphQL at ``/api/graphql``) with a GitHub App. The chart is installed with
 ``github.webUrl``, ``github.apiUrl`` and ``github.caBundle.configMap``. Job Pods run ``pidispatch runner``
@@ -28,14 +28,13 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.fakegithub_api import FakeGitHubAPI, generate_app_key
-from e2e.gitforge import Repos, make_tls
 from e2e.kube import Kube
-from e2e.pitool import pi_binary
-from e2e.release import Release, base_values, fresh_namespace, merge
-from e2e.scripted_model import ScriptedModel, text_of, write_agent_dir
-from e2e.test_forge import create_secret
+from e2e.release import Release, base_values, create_secret, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
+from testkit.gitforge import Repos, make_tls
+from testkit.pitool import pi_binary
+from testkit.scripted_model import ScriptedModel, text_of, write_agent_dir
 
 pytestmark = pytest.mark.e2e
 

@@ -6,11 +6,11 @@ never raising, never 5xx; a delivery not signed with the secret over its exact b
 cap) and creates no Job; a Job comes only from a signed delivery with a usable id and event whose payload
 ``parse_delivery`` and ``sender_problem`` accept, of a Trigger it matches, answered 202. Anything else is
 a crash, saved to ``tests/fuzz_crashes/webhook-<seed>-<index>.json`` (the run exits 1). Inputs: GitHub-format
-deliveries (``e2e/fakegithub.py``) mutated (random and malformed JSON, wrong types, deleted fields, deep
+deliveries (``testkit/fakegithub.py``) mutated (random and malformed JSON, wrong types, deleted fields, deep
 nesting, huge values, byte flips, bodies altered after signing, absent, garbage and wrong-secret signatures,
 odd event names and ids, form-encoded bodies); input ``i`` of seed ``s`` depends on ``(s, i)`` alone.
 
-    .venv/bin/python tests/fuzz_webhook.py [-n 1000000] [--seed 1] [--workers N] [--replay INDEX]
+    .venv/bin/python -m tests.fuzz_webhook [-n 1000000] [--seed 1] [--workers N] [--replay INDEX]
 """
 
 from __future__ import annotations
@@ -42,27 +42,23 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+from aiohttp import HttpVersion11, web
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.test_utils import make_mocked_request
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
+from pidispatch.receiver import delivery as core
+from pidispatch.receiver.app import Receiver
+from pidispatch.receiver.metrics import ReceiverMetrics
+from pidispatch.receiver.signature import WebhookSecret
+from testkit import fakegithub
+from testkit.fakegithub import Delivery, Webhooks
+from testkit.receiver import MemoryCluster, trigger
+
 HERE = Path(__file__).resolve().parent
-for _path in (HERE, HERE.parent):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
-
-from aiohttp import HttpVersion11, web  # noqa: E402
-from aiohttp.http_parser import RawRequestMessage  # noqa: E402
-from aiohttp.streams import StreamReader  # noqa: E402
-from aiohttp.test_utils import make_mocked_request  # noqa: E402
-from multidict import CIMultiDict, CIMultiDictProxy  # noqa: E402
-from test_receiver import MemoryCluster, trigger  # noqa: E402
-from yarl import URL  # noqa: E402
-
-from e2e import fakegithub  # noqa: E402
-from e2e.fakegithub import Delivery, Webhooks  # noqa: E402
-from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS  # noqa: E402
-from pidispatch.receiver import delivery as core  # noqa: E402
-from pidispatch.receiver.app import Receiver  # noqa: E402
-from pidispatch.receiver.metrics import ReceiverMetrics  # noqa: E402
-from pidispatch.receiver.signature import WebhookSecret  # noqa: E402
-
 CRASH_DIR = HERE / "fuzz_crashes"
 SECRET = b"fuzz-webhook-secret"
 FORM = "application/x-www-form-urlencoded"
@@ -464,7 +460,7 @@ def fuzz(total: int, seed: int = 1, *, workers: int = 1, chunk: int = 2000, hang
                 {"seed": seed, "index": crash.index, "strategy": crash.strategy,
                  "headers": (case := gen.input(crash.index)[1]).headers(), "error": crash.error,
                  "body_base64": base64.b64encode(case.body).decode(),
-                 "replay": f".venv/bin/python tests/fuzz_webhook.py --seed {seed} --replay {crash.index}"}, indent=1))
+                 "replay": f".venv/bin/python -m tests.fuzz_webhook --seed {seed} --replay {crash.index}"}, indent=1))
     return Result(done, time.monotonic() - started, crashes, counts, with_jobs)
 
 

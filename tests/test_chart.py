@@ -9,9 +9,6 @@ installs the chart on a real apiserver.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -22,104 +19,31 @@ from kopf._cogs.structs.references import NAMESPACED_PEERINGS_K
 
 from pidispatch.api.crds import AUTH_SOURCES
 from pidispatch.settings import OperatorSettings, Settings
-
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python -m pytest` has the repository on sys.path, plain `pytest` only tests/
-    sys.path.insert(0, str(ROOT))
-from e2e.cluster import bin_dir  # noqa: E402  (the helm of the pinned control plane)
-
-CHART = ROOT / "charts" / "pi-dispatch"
-RELEASE, NAMESPACE = "rel", "pi-ns"
-POD_NAME = "rel-pi-dispatch-5d9c7b-x2x4q"
-FULLNAME = f"{RELEASE}-pi-dispatch"
-STORE_DIR, STAGING_DIR = "/var/lib/pi-dispatch/sessions", "/var/lib/pi-dispatch/jobs"
-SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
-APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
-
-
-def _versions() -> dict[str, str]:
-    lines = (ROOT / "e2e" / "controlplane" / "versions.env").read_text().splitlines()
-    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
-
-
-# The pinned helm is built without Kubernetes' version stamped in and would assume v1.20 (below the
-# chart's kubeVersion): render for the pinned control plane's version instead.
-KUBE_VERSION = _versions()["K8S_VERSION"]
-
-
-@pytest.fixture(scope="session")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    path = bin_dir(build=False) / "helm"
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"helm not found at {path}: run `make controlplane` (builds the pinned helm, cached)")
-    home = tmp_path_factory.mktemp("helm-home")
-    env = {**os.environ, "HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_DATA_HOME": str(home / "data")}
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(path), *args], capture_output=True, text=True, env=env, timeout=120)
-
-    yield run
-
-
-# The store on, with an auth source it can resume under (the chart refuses sessions with the gh default).
-STORE_ON: dict[str, Any] = {"sessions.enabled": True, "github.authSource": "app"}
-
-
-def set_args(values: Mapping[str, Any]) -> list[str]:
-    """``--set-json`` for each value, so types reach helm exactly as given (a string stays a string)."""
-    return [arg for key, value in values.items() for arg in ("--set-json", f"{key}={json.dumps(value)}")]
-
-
-def template(helm: Any, values: Mapping[str, Any] | None = None, *extra: str) -> subprocess.CompletedProcess[str]:
-    return helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
-                *set_args(values or {}), *extra)
-
-
-def render(helm: Any, values: Mapping[str, Any] | None = None, *extra: str) -> list[dict[str, Any]]:
-    result = template(helm, values, *extra)
-    assert result.returncode == 0, f"helm template failed:\n{result.stderr}"
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-
-
-def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {[d['metadata']['name'] for d in found]}"
-    return found[0]
-
-
-def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert [c["name"] for c in containers] == ["operator"]
-    return containers[0]
-
-
-def doctor_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The ``helm test`` hook Pod."""
-    return one([d for d in kinds(docs, "Pod") if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"],
-               "Pod")
-
-
-def env_list(container: dict[str, Any]) -> list[dict[str, Any]]:
-    return container.get("env", [])
-
-
-def env_values(container: dict[str, Any], namespace: str = NAMESPACE) -> dict[str, str]:
-    """The container's env as the process would see it (the downward-API namespace filled in)."""
-    out: dict[str, str] = {}
-    for var in env_list(container):
-        if "value" in var:
-            out[var["name"]] = var["value"]
-        elif var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}:
-            out[var["name"]] = POD_NAME
-        else:
-            assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
-            out[var["name"]] = namespace
-    return out
+from testkit.chart import (
+    ALL_ON,
+    APP_VERSION,
+    CHART,
+    FULLNAME,
+    NAMESPACE,
+    POD_NAME,
+    RECEIVER,
+    RECEIVER_ON,
+    RELEASE,
+    ROOT,
+    SERVICE_MONITOR_API,
+    STAGING_DIR,
+    STORE_DIR,
+    STORE_ON,
+    doctor_pod,
+    env_list,
+    env_values,
+    kinds,
+    one,
+    operator_container,
+    render,
+    set_args,
+    template,
+)
 
 
 class _RecordingEnv(Mapping[str, str]):
@@ -145,14 +69,6 @@ def names_the_operator_reads() -> set[str]:
     return env.read
 
 
-ALL_ON: dict[str, Any] = {
-    "sessions.enabled": True, "sessions.maxContextPct": 80, "sessions.allowGhSource": True,
-    "github.authSource": "app", "github.app.id": 1234, "github.app.installationId": 5678,
-    "github.app.privateKeySecret.name": "gh-app",
-    "job.credentials.OPENAI_API_KEY.secretName": "model-keys", "job.credentials.OPENAI_API_KEY.key": "openai",
-    "job.modelsConfigMap": "pi-models", "job.resources.limits.memory": "2Gi", "job.resources.requests.cpu": 1,
-    "job.timeoutSeconds": 900, "job.startTimeoutSeconds": 120,
-}
 
 
 # -- lint and the CRD copies -------------------------------------------------------------------------------------
@@ -580,11 +496,6 @@ def test_images_run_what_the_chart_expects(helm: Any) -> None:
 
 
 # -- the webhook receiver (receiver.enabled) -------------------------------------------------------------------
-RECEIVER = f"{FULLNAME}-receiver"
-RECEIVER_ON: dict[str, Any] = {"receiver.enabled": True, "receiver.webhookSecret.existingSecret": "gh-webhook",
-                               "receiver.webhookSecret.key": "token"}
-
-
 def receiver_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "receiver"]
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_chart import ALL_ON, CHART, FULLNAME, RECEIVER_ON, helm, kinds, render, set_args, template
 
 from pidispatch.manifests.pod import PodInputs, job_pod
+from testkit.chart import ALL_ON, CHART, FULLNAME, RECEIVER_ON, kinds, render, set_args, template
 
-__all__ = ["helm"]  # the fixture, used by name
 FORGE = {"name": "forge", "cidrs": ["140.82.112.0/20", "192.30.252.0/22"], "ports": [443]}
 MODEL = {"name": "model", "cidrs": ["203.0.113.10/32", "2001:db8::/32"], "ports": [443, 8443]}
 ON: dict[str, Any] = {"job.networkPolicy.enabled": True, "job.networkPolicy.egress": [FORGE, MODEL]}

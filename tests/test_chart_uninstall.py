@@ -1,7 +1,7 @@
 """The chart's retention values and its pre-delete hook, rendered offline (issue 14 item 6).
 
-Beside ``test_chart.py`` (whose helpers and ``helm`` fixture this uses) to keep that file from growing;
-``e2e/test_chart_uninstall.py`` runs the hook on a real control plane.
+Beside ``test_chart.py`` to keep that file from growing (the helpers are in ``testkit/chart.py``, the ``helm``
+fixture in ``conftest.py``); ``e2e/test_chart_uninstall.py`` runs the hook on a real control plane.
 """
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_chart import ALL_ON, FULLNAME, NAMESPACE, RELEASE, env_values, helm, one, operator_container, render, template
 
 from pidispatch.contract import JOB_LABEL
 from pidispatch.settings import OperatorSettings
+from testkit.chart import ALL_ON, FULLNAME, NAMESPACE, RELEASE, env_values, one, operator_container, render, template
 
-__all__ = ["helm"]  # the fixture, used by name
 HOOK = f"{FULLNAME}-stop-jobs"
 POLICY = "before-hook-creation,hook-succeeded"
 

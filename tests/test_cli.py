@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from storekit import DAY_MS, KEY, PI, Store, sample
+from testkit.store import DAY_MS, KEY, PI, Store, sample
 
 ENV_KEYS = ("PI_SESSIONS_DIR", "PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_BYTES", "PI_SESSION_MAX_AGE_DAYS",
             "PI_SESSION_MAX_RESUME_CHAIN", "PI_SESSION_MAX_CONTEXT_PCT", "PI_SESSIONS_ALLOW_GH_SOURCE")

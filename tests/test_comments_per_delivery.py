@@ -8,7 +8,6 @@ a delivery id that could close the hidden HTML comment is hashed; two deliveries
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,16 +15,15 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.views import JobView
 from pidispatch.forge.comments import has_marker, marker, refusal_comment
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow.comment import comment_refusal
 from pidispatch.record import JobReason
 from pidispatch.settings import GitHubSettings
+from testkit.fakegithub_api import FakeGitHubAPI
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77
@@ -46,13 +44,13 @@ def forge(fake: FakeGitHubAPI, app_key: tuple[Path, Any]) -> Forge:
 
 
 def refused_job(uid: str, trigger: str, issue: int, delivery: str | None = DELIVERY,
-                reason: str = JobReason.SESSIONS_DIR_UNSET) -> dict[str, Any]:
+                reason: str = JobReason.SESSIONS_DIR_UNSET) -> JobView:
     spec: dict[str, Any] = {"trigger": trigger, "forge": "github", "repository": REPO, "issue": issue}
     if delivery is not None:
         spec["deliveryId"] = delivery
-    return {"metadata": {"name": f"{trigger}-{uid}", "uid": uid}, "spec": spec,
-            "status": {"phase": "Refused", "reason": reason, "conditions": [],
-                       "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
+    return JobView.of({"metadata": {"name": f"{trigger}-{uid}", "uid": uid}, "spec": spec,
+                       "status": {"phase": "Refused", "reason": reason, "conditions": [],
+                                  "completedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}})
 
 
 def posted(fake: FakeGitHubAPI, issue: int) -> list[str]:

@@ -11,13 +11,16 @@ from typing import Any
 import pytest
 
 from pidispatch.api.crds import TRIGGER_RULES
-from pidispatch.api.models import SessionKeyStatus, TriggerStatus, problem
-from pidispatch.api.trigger import RESUME_NOT_BOOLEAN
-from pidispatch.jobflow.admit import refusal
-from pidispatch.jobflow.key import KeyRef, job_key
-from pidispatch.jobflow.pod import pod_env, pod_phase, termination_message
+from pidispatch.api.models import JobSession, JobSpec, Resolved, SessionKeyStatus, TriggerSpec, TriggerStatus, problem
+from pidispatch.api.trigger import RESUME_NOT_BOOLEAN, resume_armed
+from pidispatch.api.views import JobView, TriggerView
+from pidispatch.jobflow import admit
+from pidispatch.jobflow import key as key_step
+from pidispatch.jobflow import pod as pod_step
+from pidispatch.jobflow import trigger as trigger_step
+from pidispatch.jobflow.key import KeyRef
+from pidispatch.jobflow.pod import pod_phase, termination_message
 from pidispatch.jobflow.sessionkey import last_job_facts, sessionkey_status
-from pidispatch.jobflow.trigger import trigger_status
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.record import JobReason
 from pidispatch.settings import Settings
@@ -25,7 +28,7 @@ from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import branch_key, issue_key
 from pidispatch.store.lock import LOCK_STALE_MS
 from pidispatch.store.staging import HostRecord
-from storekit import DAY_MS, KEY, NOW_MS, PI, Store, set_mtime
+from testkit.store import DAY_MS, KEY, NOW_MS, PI, Store, set_mtime
 
 STORE = Settings(sessions_dir="/var/lib/pi-dispatch/sessions", github_auth_source="app")
 NO_STORE = Settings(sessions_dir=None, github_auth_source="app")
@@ -42,6 +45,31 @@ def trigger(run: dict[str, Any] | None = None, event: str = "issue_comment.creat
 
 
 ARMED = {"resume": True}
+
+
+# The steps take the typed views; these read the raw objects as the dispatcher's edge does (api/views.py).
+def refusal(name: str, spec: dict[str, Any], trigger_body: dict[str, Any] | None, settings: Settings) -> Any:
+    job = JobView.of({"metadata": {"name": name}, "spec": spec})
+    return admit.refusal(job, TriggerView.of(trigger_body) if trigger_body is not None else None, settings)
+
+
+def job_key(spec: dict[str, Any], trigger_spec: dict[str, Any]) -> KeyRef | None:
+    """The key step's decision on the facts as given, unvalidated (``model_construct``): what it makes of a spec
+    the admission would refuse first (an unknown forge, issue 0) is still its own answer."""
+    fields = {"repository": "", **spec}
+    if isinstance(spec.get("resolved"), dict):
+        fields["resolved"] = Resolved.model_construct(**spec["resolved"])
+    return key_step.job_key(JobSpec.model_construct(**fields), resume_armed(trigger_spec))
+
+
+def pod_env(name: str, spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:
+    return pod_step.pod_env(name, JobSpec.model_validate(spec, strict=True), TriggerSpec.model_validate(trigger_spec))
+
+
+def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | None,
+                   conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    view = TriggerView.of({"metadata": {"name": "fix-it"}, "spec": spec})
+    return trigger_step.trigger_status(view, settings, generation, conditions)
 
 
 def pr(**changes: Any) -> dict[str, Any]:
@@ -486,7 +514,7 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
     assert status["next"] == nxt
     assert status["bytes"] == view["bytes"]
     last = last_job_facts("job-1", HostRecord(key=KEY, forge="github", repository="octo/repo", branch="pi/issue-7",
-                                              venue="kubernetes", pi_version=PI), {"reason": nxt}, None)
+                                              venue="kubernetes", pi_version=PI), JobSession(reason=nxt), None)
     assert problem(SessionKeyStatus, sessionkey_status(view, None, last, 2)) is None, \
         "the operator writes a status its own CRD would refuse"
 

@@ -1,4 +1,4 @@
-"""The operator's GitHub side against a local fake of the GitHub REST API (``e2e/fakegithub_api.py``), no cluster.
+"""The operator's GitHub side against a local fake of the GitHub REST API (``testkit/fakegithub_api.py``), no cluster.
 
 What is proven here: the App's JWT is one GitHub accepts (and the fake refuses a bad one); installation
 tokens are scoped to one repository; a pull request's head comes from the API and every way it can
@@ -10,28 +10,29 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pidispatch.api.models import JobSpec
+from pidispatch.api.trigger import resume_armed
+from pidispatch.api.views import JobView
 from pidispatch.forge.appauth import AppKeyError, InstallationToken, app_jwt, load_private_key
 from pidispatch.forge.comments import has_marker, marker, posts_comment, refusal_comment
 from pidispatch.forge.github import Forge, GitHubError, NoCredentials, _next_link
 from pidispatch.forge.head import Head, NoHead, head_from_pull, no_key_reason
-from pidispatch.jobflow.comment import comment_pending
-from pidispatch.jobflow.key import job_key, key_and_reason, needs_head_lookup
+from pidispatch.jobflow import comment as comment_step
+from pidispatch.jobflow import key as key_step
+from pidispatch.jobflow.key import KeyRef
 from pidispatch.manifests.pod import PodInputs, job_pod, job_token_secret, workspace_env
 from pidispatch.record import JobReason
 from pidispatch.settings import GitHubSettings
 from pidispatch.store.keys import branch_key, issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77
@@ -243,6 +244,23 @@ def test_a_wrong_pat_is_a_failed_lookup(fake: FakeGitHubAPI, tmp_path: Path) -> 
 
 ARMED = {"run": {"resume": True}}
 PR = {"trigger": "t", "forge": "github", "repository": REPO, "pullRequest": 9}
+
+
+# The steps take typed specs, and whether the Trigger arms resume (api/views.py builds both at the edge).
+def key_and_reason(job: dict[str, Any], trigger: dict[str, Any], head: Head | None) -> tuple[KeyRef | None, Any]:
+    return key_step.key_and_reason(JobSpec.model_validate(job, strict=True), resume_armed(trigger), head)
+
+
+def job_key(job: dict[str, Any], trigger: dict[str, Any], head: Head | None) -> KeyRef | None:
+    return key_step.job_key(JobSpec.model_validate(job, strict=True), resume_armed(trigger), head)
+
+
+def needs_head_lookup(job: dict[str, Any], trigger: dict[str, Any]) -> bool:
+    return key_step.needs_head_lookup(JobSpec.model_validate(job, strict=True), resume_armed(trigger))
+
+
+def comment_pending(job: dict[str, Any]) -> bool:
+    return comment_step.comment_pending(JobView.of(job))
 
 
 def test_the_api_head_wins_over_the_jobs_resolved_field() -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import Repos
 from pidispatch.forge.checkout import Unresolvable
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.settings import GitHubSettings
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import Repos
 
 REPO = "acme/widgets"
 PAT = "github_pat_forge_checkout"

@@ -15,17 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart import FULLNAME, RELEASE, env_values, helm, kinds, operator_container, render
-from test_operator_settings import clean_env
 
+from pidispatch.api.models import TriggerRun
 from pidispatch.contract import ENV_WORKSPACE_LIMIT, JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from pidispatch.jobflow.pod import job_resources
 from pidispatch.jobflow.retention import release_pods, stop_job_pods
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
+from testkit.chart import FULLNAME, RELEASE, env_values, kinds, operator_container, render
+from testkit.env import clean_env
 
-__all__ = ["helm"]  # the fixture, used by name
 GI = 2**30
 BASE = PodInputs(job_name="delivery-1", job_uid="u-1", namespace="ns", image="job:1", command=["pidispatch", "runner"])
 
@@ -118,7 +118,7 @@ DISK = OperatorSettings.from_env({})
 ], ids=["the deployment's bound alone", "added to the deployment's resources", "added to a Trigger's resources",
         "a Trigger's own limit is kept", "no request above a Trigger's lower limit (the apiserver would refuse)"])
 def test_every_job_container_has_an_ephemeral_storage_limit(deployment: tuple, run: dict, expected: dict) -> None:
-    assert job_resources(replace(DISK, job_resources=deployment), run) == expected
+    assert job_resources(replace(DISK, job_resources=deployment), TriggerRun.model_validate(run)) == expected
 
 
 # ---- the chart's values reach the operator ----------------------------------------------------

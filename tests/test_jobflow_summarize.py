@@ -6,11 +6,12 @@ from typing import Any
 
 import pytest
 
-from pidispatch.api.models import JobStatus, problem
+from pidispatch.api.models import JobSession, JobStatus, problem
 from pidispatch.jobflow.summarize import Change, Commented, Ended, Queued, Refused, Retrying, Running, summarize
 
 T0, T1 = "2030-01-01T00:00:00Z", "2030-01-01T00:05:00Z"
 SESSION = {"resumed": True, "reason": "resumed", "bytes": 10}
+SESSION_MODEL = JobSession(**SESSION)  # what the steps hand summarize; it writes SESSION
 
 CASES: list[tuple[str, Change, str | None, str, bool]] = [
     # (id, change, phase it sets, the condition it owns, that condition's status)
@@ -18,8 +19,9 @@ CASES: list[tuple[str, Change, str | None, str, bool]] = [
     ("refused", Refused("Refused", "sessions-dir-unset", "SessionsDirUnset", "no store"), "Refused", "Started", False),
     ("failed before its pod", Refused("Failed", None, "PodRefused", "422"), "Failed", "Started", False),
     ("retrying", Retrying("GitHub is down"), None, "Started", False),
-    ("running", Running("pij-a", SESSION, "Pod created"), "Running", "Started", True),
-    ("succeeded", Ended("Succeeded", SESSION, {"total": 5.0}, "PodSucceeded", "ok"), "Succeeded", "Completed", True),
+    ("running", Running("pij-a", SESSION_MODEL, "Pod created"), "Running", "Started", True),
+    ("succeeded", Ended("Succeeded", SESSION_MODEL, {"total": 5.0}, "PodSucceeded", "ok"), "Succeeded", "Completed",
+     True),
     ("failed", Ended("Failed", None, None, "PodFailed", "failed"), "Failed", "Completed", False),
     ("commented", Commented(True, "Posted", "posted"), None, "Commented", True),
 ]
@@ -57,8 +59,8 @@ def test_a_condition_keeps_its_transition_time_while_its_status_holds() -> None:
 
 
 def test_the_end_keeps_the_start_and_adds_its_own_condition() -> None:
-    running = summarize({}, Running("pij-a", SESSION, "up"), 1, T0)
-    ended = summarize(running, Ended("Succeeded", SESSION, None, "PodSucceeded", "done"), 1, T1)
+    running = summarize({}, Running("pij-a", SESSION_MODEL, "up"), 1, T0)
+    ended = summarize(running, Ended("Succeeded", SESSION_MODEL, None, "PodSucceeded", "done"), 1, T1)
     assert [c["type"] for c in ended["conditions"]] == ["Started", "Completed"]
     assert (ended["phase"], ended["completedAt"]) == ("Succeeded", T1)
     assert "session" not in ended, "an unchanged session is not written again"

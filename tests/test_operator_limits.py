@@ -13,14 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_queue import PODS, TRIGGERS, Clock, MemoryApi, api, clock, condition, new_job, phase, pump
 
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.pod import never_started
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.slots import Slots
+from testkit.jobflow import Clock, condition, new_job, phase, pump
+from testkit.memoryapi import PODS, TRIGGERS, MemoryApi
 
-__all__ = ["api", "clock"]  # fixtures, used by name
 CREATED = "2030-01-01T00:00:00Z"
 EPOCH = calendar.timegm(time.strptime(CREATED, "%Y-%m-%dT%H:%M:%SZ"))
 

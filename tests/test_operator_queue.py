@@ -1,176 +1,29 @@
 """The controller's queue, driven through its handlers in the orders kopf can deliver events.
 
-An in-memory apiserver stands in for the cluster (``MemoryApi``): it keeps objects by path, assigns
-uids and resourceVersions, honours a status patch's resourceVersion precondition, checks label values
-as the real apiserver does, and can be told to refuse a Pod create. The e2e tests
+An in-memory apiserver stands in for the cluster (``testkit.memoryapi.MemoryApi``): it keeps objects by
+path, assigns uids and resourceVersions, honours a status patch's resourceVersion precondition, checks
+label values as the real apiserver does, and can be told to refuse a Pod create. The e2e tests
 (``e2e/test_operator_queue.py``) check the same fixes on the real control plane; these pin the exact
 event orders, which a real cluster rarely produces on demand.
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import os
-import re
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import JOB_LABEL, job_label
-from pidispatch.settings import OperatorSettings, Settings
-from pidispatch.slots import Slots
-
-NS = "ns"
-JOBS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/jobs"
-PODS = f"/api/v1/namespaces/{NS}/pods"
-TRIGGERS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/triggers"
-LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?)?")
-PUMP_DEADLINE = 10.0  # seconds the pump may take to return; before the fixes it never did
-
-
-class MemoryApi:
-    """Just enough of the apiserver for the controller: objects by path, merge patches, preconditions."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.writes: list[tuple[str, str]] = []
-        # Called with (path, body) before a create is stored; raise ApiError to refuse it.
-        self.on_create: Callable[[str, dict[str, Any]], None] = lambda path, body: None
-        self._uids = itertools.count(1)
-        self._rv = itertools.count(1)
-        self._lock = threading.Lock()
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        with self._lock:
-            obj = self.objects.get(path)
-            return copy.deepcopy(obj) if obj is not None else None
-
-    def get(self, path: str) -> dict[str, Any]:
-        obj = self.get_or_none(path)
-        if obj is None:
-            raise ApiError(404, "GET", path, "not found")
-        return obj
-
-    def list(self, path: str, **_: Any) -> list[dict[str, Any]]:
-        with self._lock:
-            return [copy.deepcopy(o) for p, o in self.objects.items() if p.rsplit("/", 1)[0] == path]
-
-    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.on_create(path, body)
-        md = body.setdefault("metadata", {})
-        bad = {k: v for k, v in (md.get("labels") or {}).items() if len(v) > 63 or not LABEL_VALUE.fullmatch(v)}
-        if bad:
-            raise ApiError(422, "POST", path, f"metadata.labels: Invalid value: {bad}")
-        with self._lock:
-            name = md.get("name") or f"{md.get('generateName', 'x')}{next(self._uids)}"
-            full = f"{path}/{name}"
-            if full in self.objects:
-                raise ApiError(409, "POST", path, "already exists")
-            md.update(name=name, uid=f"uid-{next(self._uids)}", resourceVersion=str(next(self._rv)),
-                      creationTimestamp=f"2030-01-01T00:00:{len(self.objects):02d}Z")
-            self.objects[full] = copy.deepcopy(body)
-            self.writes.append(("POST", full))
-            return copy.deepcopy(body)
-
-    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        target = path.removesuffix("/status")
-        with self._lock:
-            obj = self.objects.get(target)
-            if obj is None:
-                raise ApiError(404, "PATCH", path, "not found")
-            wanted = (body.get("metadata") or {}).get("resourceVersion")
-            if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
-                raise ApiError(409, "PATCH", path, "the object has been modified")
-            _merge(obj, {k: v for k, v in body.items() if k != "metadata"})
-            obj["metadata"]["resourceVersion"] = str(next(self._rv))
-            self.writes.append(("PATCH", path))
-            return copy.deepcopy(obj)
-
-    def delete(self, path: str) -> None:
-        with self._lock:
-            if self.objects.pop(path, None) is None:
-                raise ApiError(404, "DELETE", path, "not found")
-
-    def job(self, name: str) -> dict[str, Any]:
-        return self.get(f"{JOBS}/{name}")
-
-    def pods(self) -> list[dict[str, Any]]:
-        return self.list(PODS)
-
-
-def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
-    for key, value in patch.items():
-        if value is None:
-            into.pop(key, None)
-        elif isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
-
-
-class Clock:
-    """The slots' clock, moved by the test: back-offs end when the test says so, not after a sleep."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def api() -> MemoryApi:
-    api = MemoryApi()
-    api.create(TRIGGERS, {"metadata": {"name": "fix"}, "spec": {
-        "on": {"event": "issue_comment.created", "phrase": "@pi"},
-        "run": {"model": "fake/fake-model", "piVersion": "0.73.1"}}})
-    return api
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-def controller(api: MemoryApi, clock: Clock, tmp_path: Path, capacity: int = 1) -> Dispatcher:
-    settings = OperatorSettings(store=Settings(), staging_dir=str(tmp_path), max_concurrent_jobs=capacity)
-    c = Dispatcher(settings, api, NS)  # type: ignore[arg-type]
-    c.slots = Slots(capacity, clock=clock)
-    return c
-
-
-def new_job(api: MemoryApi, name: str, issue: int = 1) -> dict[str, Any]:
-    return api.create(JOBS, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job", "metadata": {"name": name},
-                             "spec": {"trigger": "fix", "forge": "github", "repository": "acme/widgets",
-                                      "comment": "@pi go", "issue": issue}})
-
-
-def pump(c: Dispatcher) -> None:
-    """One pump pass, as the pump thread runs it; fails (instead of hanging) if it never returns."""
-    worker = threading.Thread(target=c._pump_once, daemon=True)
-    worker.start()
-    worker.join(PUMP_DEADLINE)
-    if worker.is_alive():
-        c._stop.set()
-        worker.join(PUMP_DEADLINE)
-        pytest.fail("the pump kept retrying one Job and never returned to the queue")
-
-
-def phase(api: MemoryApi, name: str) -> str | None:
-    return (api.job(name).get("status") or {}).get("phase")
-
-
-def condition(api: MemoryApi, name: str, type_: str) -> dict[str, Any]:
-    return next(c for c in api.job(name)["status"]["conditions"] if c["type"] == type_)
+from testkit.jobflow import Clock, condition, controller, new_job, phase, pump
+from testkit.memoryapi import JOBS, PODS, MemoryApi
 
 
 def end_pod(api: MemoryApi, c: Dispatcher, pod: dict[str, Any], outcome: str = "Succeeded") -> None:

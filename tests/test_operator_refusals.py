@@ -5,23 +5,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_operator_queue import JOBS, NS, TRIGGERS, Clock, MemoryApi, pump
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow.pod import job_pod_uid
 from pidispatch.manifests.pod import PodInputs
 from pidispatch.settings import OperatorSettings, Settings
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.jobflow import Clock, pump
+from testkit.memoryapi import JOBS, NS, TRIGGERS, MemoryApi
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI  # noqa: E402
 
 ARMED = {"model": "fake/fake-model", "piVersion": "0.73.1", "resume": True}
 

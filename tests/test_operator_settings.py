@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from pidispatch.settings import (
     OperatorSettings,
     Settings,
 )
+from testkit.env import clean_env
 
 OPERATOR_VARIABLES = (
     "PI_DISPATCH_NAMESPACE", "PI_DISPATCH_STAGING_DIR", "PI_DISPATCH_STAGING_CLAIM", "PI_DISPATCH_MAX_CONCURRENT_JOBS",
@@ -85,14 +85,6 @@ def test_malformed_value_is_a_config_error_naming_the_variable(variable: str, va
         OperatorSettings.from_env({variable: value})
     assert err.value.variable == variable
     assert str(err.value).startswith(f"{variable}=") and "expected" in str(err.value)
-
-
-def clean_env(tmp_path: Path, **env: str) -> dict[str, str]:
-    """No cluster to find: no kubeconfig, no in-cluster service variables, a HOME with nothing in it."""
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
-            "KUBECONFIG": str(tmp_path / "no-kubeconfig"), **env}
 
 
 @pytest.mark.parametrize(("variable", "value"), [

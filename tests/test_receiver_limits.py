@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
-from test_receiver import MemoryCluster, Running, _final_answer, raw_exchange, request_head, trigger
 
-from e2e.fakegithub import Delivery, Webhooks
 from pidispatch.receiver import delivery as core
 from pidispatch.receiver.app import KEEPALIVE_SECONDS
+from testkit.fakegithub import Delivery, Webhooks
+from testkit.receiver import MemoryCluster, Running, final_answer, raw_exchange, request_head, trigger
+from testkit.wait import wait_until
 
 WAIT = 10.0  # seconds: the bound on anything awaited here; never a measure of speed
 WRONG_SIGNATURE = "sha256=" + "0" * 64  # well formed, so the body is read before the HMAC refuses it
@@ -55,15 +56,6 @@ def served() -> Iterator[Callable[..., Served]]:
         running.stop()
 
 
-def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    """Poll ``predicate`` until it holds; fail naming ``what`` was awaited when ``WAIT`` runs out."""
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT:.0f}s: {what}")
-        time.sleep(0.01)
-
-
 def comment(hooks: Webhooks) -> Delivery:
     return hooks.issue_comment(7, "@pi please fix")
 
@@ -88,7 +80,7 @@ def finish_upload(upload: Upload) -> int:
     """Send the rest of a stalled upload's body; the status of the answer."""
     upload.sock.sendall(upload.rest)
     data = b""
-    while (answer := _final_answer(data)) is None:
+    while (answer := final_answer(data)) is None:
         more = upload.sock.recv(65536)
         assert more, f"the server closed without answering: {data[:200]!r}"
         data += more
@@ -112,7 +104,8 @@ def test_an_upload_beyond_the_permits_is_503_at_once_and_a_delivery_passes_once_
     running = served(max_body_reads=2)
     stalled = [stalled_upload(running), stalled_upload(running)]
     try:
-        wait_until(lambda: running.permits_taken() == 2, "both stalled uploads hold a permit")
+        wait_until("both stalled uploads hold a permit",
+                   lambda: running.permits_taken() == 2, timeout=WAIT, interval=0.01)
 
         # Answered before the stalled reads' 10 s deadline (raw_exchange waits half of WAIT): refused, not queued.
         status, head = busy_upload_answer(running, expect_continue=expect_continue)
@@ -125,7 +118,8 @@ def test_an_upload_beyond_the_permits_is_503_at_once_and_a_delivery_passes_once_
     finally:
         for upload in stalled:
             upload.sock.close()
-    wait_until(lambda: running.permits_taken() == 0, "the finished reads give their permits back")
+    wait_until("the finished reads give their permits back",
+               lambda: running.permits_taken() == 0, timeout=WAIT, interval=0.01)
 
     sent = running.hooks.send(comment(running.hooks))
     assert sent.status == 202, sent.json
@@ -136,15 +130,18 @@ def test_an_upload_beyond_the_permits_is_503_at_once_and_a_delivery_passes_once_
 def test_a_permit_comes_back_when_the_client_goes_away_mid_body(served: Callable[..., Served]) -> None:
     running = served(max_body_reads=1)
     gone = stalled_upload(running)
-    wait_until(lambda: running.permits_taken() == 1, "the first upload holds the only permit")
+    wait_until("the first upload holds the only permit",
+               lambda: running.permits_taken() == 1, timeout=WAIT, interval=0.01)
     gone.sock.close()
-    wait_until(lambda: running.permits_taken() == 0, "the permit of the client that went away is given back")
+    wait_until("the permit of the client that went away is given back",
+               lambda: running.permits_taken() == 0, timeout=WAIT, interval=0.01)
 
     # The permit is whole again: the next upload gets it (its read ends in the HMAC's 401, not a 503)
     # while a third, with no permit left, is refused.
     second = stalled_upload(running)
     try:
-        wait_until(lambda: running.permits_taken() == 1, "the second upload holds the permit")
+        wait_until("the second upload holds the permit",
+                   lambda: running.permits_taken() == 1, timeout=WAIT, interval=0.01)
         status, head = busy_upload_answer(running)
         assert status == 503, head
         assert finish_upload(second) == 401
@@ -184,11 +181,11 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_timeout(served: Calla
     with socket.create_connection(("127.0.0.1", running.port), timeout=WAIT) as s:
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         data = b""
-        while _final_answer(data) is None:
+        while final_answer(data) is None:
             more = s.recv(65536)
             assert more, data
             data += more
-        status, head = _final_answer(data)  # type: ignore[misc]
+        status, head = final_answer(data)  # type: ignore[misc]
         # The webhook port answers /webhook alone (the probes are on the health port): a 404, kept alive.
         assert status == 404 and b"Connection: close" not in head, "a keep-alive answer"
         body = data.split(b"\r\n\r\n", 1)[1] + closed_without_answer(s)

@@ -28,9 +28,9 @@ import pytest
 from cmarkgfm.cmark import Options
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_receiver_match import A_MENTION
 
 from pidispatch.receiver.mention import mentions
+from testkit.mentions import A_MENTION
 
 PHRASE = "@pi"
 EXTENSIONS = ["autolink", "table", "strikethrough", "tagfilter"]

@@ -17,13 +17,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from test_receiver import NAMESPACE, Running, check_against_crd, free_port, trigger
 
 from pidispatch.api.vocabulary import GROUP, VERSION
 from pidispatch.kubeapi import Api
 from pidispatch.receiver import delivery as core
 from pidispatch.receiver.cluster import ApiCluster
 from pidispatch.receiver.metrics import Result
+from testkit.receiver import NAMESPACE, Running, check_against_crd, free_port, trigger
 
 MARKER = "zebra-41c9"  # in the comment; the fake's Invalid answer quotes it, as the real one quotes a value
 BASE = f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}"

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_receiver import MemoryCluster, Running, trigger
 
-from e2e.fakegithub import Delivery
 from pidispatch.receiver import delivery as core
+from testkit.fakegithub import Delivery
+from testkit.receiver import MemoryCluster, Running, trigger
 
 
 @pytest.fixture

@@ -14,21 +14,21 @@ import asyncio
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
 import pytest
 import requests
-from test_receiver import SECRET, MemoryCluster, _final_answer, free_port, raw_exchange, request_head, trigger
 
-from e2e.fakegithub import Webhooks
 from pidispatch.receiver import app as receiver_app
 from pidispatch.receiver.app import Receiver, build_app, serve
 from pidispatch.receiver.settings import DEFAULT_MAX_BODY, ReceiverSettings
 from pidispatch.receiver.signature import WebhookSecret, sign
 from pidispatch.settings import ConfigError
+from testkit.fakegithub import Webhooks
+from testkit.receiver import SECRET, MemoryCluster, final_answer, free_port, raw_exchange, request_head, trigger
+from testkit.wait import wait_until
 
 WAIT = 10.0  # seconds: the bound on anything awaited here; never a measure of speed
 PROBES = ["/healthz", "/readyz", "/metrics"]
@@ -102,14 +102,6 @@ def surface() -> Iterator[Callable[..., Surface]]:
         running.stop()
 
 
-def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WAIT:.0f}s: {what}")
-        time.sleep(0.01)
-
-
 def get(url: str) -> int:
     with requests.Session() as s:
         s.trust_env = False
@@ -161,7 +153,7 @@ def served_unsigned(s: socket.socket) -> int:
     """The status of an unsigned delivery sent on the open connection ``s`` (401 from the handler, when served)."""
     s.sendall(b"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
     data = b""
-    while (answer := _final_answer(data)) is None:
+    while (answer := final_answer(data)) is None:
         more = s.recv(65536)
         assert more, f"closed without an answer: {data[:200]!r}"
         data += more
@@ -191,7 +183,8 @@ def test_over_the_cap_nothing_is_read_and_the_count_recovers(surface: Callable[.
     signed = request_head(delivery, sign(SECRET, delivery.body), f"Content-Length: {len(delivery.body)}\r\n")
     with ExitStack() as stack:
         held = open_idle(running.port, cap, stack)
-        wait_until(lambda: running.metric("pidispatch_receiver_connections") == cap, f"{cap} connections counted")
+        wait_until(f"{cap} connections counted",
+                   lambda: running.metric("pidispatch_receiver_connections") == cap, timeout=WAIT, interval=0.01)
         for _ in range(5):
             # A signed delivery over the cap: told 503 (or reset, if the close beats the send), never read.
             with socket.create_connection(("127.0.0.1", running.port), timeout=WAIT) as s:
@@ -207,11 +200,12 @@ def test_over_the_cap_nothing_is_read_and_the_count_recovers(surface: Callable[.
         # The connections held are still served, a delivery on one of them included.
         held[0].sendall(signed + delivery.body)
         data = b""
-        while _final_answer(data) is None:
+        while final_answer(data) is None:
             data += held[0].recv(65536)
-        assert _final_answer(data)[0] == 202 and len(running.cluster.jobs) == 1  # type: ignore[index]
+        assert final_answer(data)[0] == 202 and len(running.cluster.jobs) == 1  # type: ignore[index]
         assert [served_unsigned(s) for s in held[1:]] == [401] * (cap - 1)
-    wait_until(lambda: running.metric("pidispatch_receiver_connections") == 0, "every connection counted out")
+    wait_until("every connection counted out",
+               lambda: running.metric("pidispatch_receiver_connections") == 0, timeout=WAIT, interval=0.01)
     with ExitStack() as stack:
         # Exactly the cap again (no leak, no drift): the cap-th is served, the one after it refused.
         again = open_idle(running.port, cap + 1, stack)
@@ -227,7 +221,8 @@ def test_a_connection_dropped_mid_body_is_counted_out(surface: Callable[..., Sur
         with socket.create_connection(("127.0.0.1", running.port), timeout=WAIT) as s:
             s.sendall(head + delivery.body[:10])
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
-    wait_until(lambda: running.metric("pidispatch_receiver_connections") == 0, "the reset connections counted out")
+    wait_until("the reset connections counted out",
+               lambda: running.metric("pidispatch_receiver_connections") == 0, timeout=WAIT, interval=0.01)
     status, _ = raw_exchange(running.port, head, (delivery.body,))
     assert status == 202 and len(running.cluster.jobs) == 1
 

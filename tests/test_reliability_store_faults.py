@@ -32,10 +32,9 @@ PAGE = 4096
 
 
 def _child(case: str, workdir: Path) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from pidispatch.store.promote import promote
     from pidispatch.store.resolve import resolve
-    from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
+    from testkit.store import KEY, MODEL, NOW_MS, PI, Store, sample
 
     events: list[dict[str, Any]] = []
 
@@ -228,8 +227,11 @@ def _run_case(case: str, tmp_path: Path) -> dict[str, Any]:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) for a private mount namespace with a tmpfs store")
     (tmp_path / "store").mkdir(mode=0o700)
+    # A module run from the repository root, so the child imports ``testkit`` as the tests do.
     done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", sys.executable, __file__, case, str(tmp_path)],
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "tests.test_reliability_store_faults",
+         case, str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
         timeout=120,

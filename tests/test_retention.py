@@ -12,17 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_queue import PODS, Clock, MemoryApi, api, clock, controller, new_job, pump
 
+from pidispatch.api.views import JobView
 from pidispatch.doctor import Status, terminating_claims
 from pidispatch.forge.credentials import token_secret_name
 from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at, split_for_uninstall
 from pidispatch.jobflow.table import NameLocks
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
+from testkit.jobflow import Clock, controller, new_job, pump
+from testkit.memoryapi import PODS, MemoryApi
 
-__all__ = ["api", "clock"]  # fixtures, used by name
 DONE = "2030-01-01T00:00:00Z"
-T0 = finished_at({"status": {"completedAt": DONE}}) or 0.0
+T0 = finished_at(JobView.of({"status": {"completedAt": DONE}})) or 0.0
 UID = "0b7e5c1e-0000-4000-8000-000000000001"
 
 
@@ -73,7 +74,8 @@ DUE = [
     ("a refused job whose comment is owed waits for it", job("Refused", **REFUSED_UNCOMMENTED), [], 10**6,
      {"ttl": 0, "secret_gone": True}, []),
     ("a refused job whose comment is recorded goes", job("Refused", reason="sessions-dir-unset", conditions=[
-        {"type": "Commented", "status": "True", "reason": "Posted"}]), [], 10, {"ttl": 0},
+        {"type": "Commented", "status": "True", "reason": "Posted", "message": "",
+         "lastTransitionTime": DONE}]), [], 10, {"ttl": 0},
      [Delete(Kind.JOB, "j1", UID, "j1", 10)]),
     ("a job being deleted is left to the garbage collector", {**job(), "metadata": {
         "name": "j1", "uid": UID, "deletionTimestamp": DONE}}, [pod()], 10**6, {"ttl": 0}, []),
@@ -83,7 +85,7 @@ DUE = [
 @pytest.mark.parametrize(("body", "pods", "age", "opts", "expected"), [c[1:] for c in DUE], ids=[c[0] for c in DUE])
 def test_what_is_due(body: dict, pods: list, age: float, opts: dict, expected: list[Delete]) -> None:
     s = settings(opts.get("retention", 600), opts.get("ttl"))
-    assert due(body, pods, T0 + age, s, secret_gone=opts.get("secret_gone", False)) == expected
+    assert due(JobView.of(body), pods, T0 + age, s, secret_gone=opts.get("secret_gone", False)) == expected
 
 
 @pytest.mark.parametrize(("retention", "ttl", "interval"), [
@@ -183,7 +185,7 @@ def test_the_dispatcher_keeps_no_lock_for_jobs_that_came_and_went(api: MemoryApi
     """Jobs admitted, started, and deleted: the dispatcher's per-name lock map is empty again."""
     d = controller(api, clock, tmp_path, capacity=4)
     for n in range(6):
-        d.admit(new_job(api, f"j{n}", issue=n + 1))
+        d.admit(JobView.of(new_job(api, f"j{n}", issue=n + 1)))
     pump(d)
     assert len(api.list(PODS)) == 4, "four started, two wait for a slot"
     for n in range(6):

@@ -8,15 +8,23 @@ first message of a new session whose header names the old one. The model's usage
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
-import test_runner_pi
-from test_runner_pi import Job
+import pytest
 
-from e2e.scripted_model import Usage, text_of
 from pidispatch.store.handoff import HANDOFF_MAX_BYTES, parse_handoff, read_staged_handoff
+from testkit.runner import Job, real_pi_job
+from testkit.scripted_model import Usage, text_of
 
-job = test_runner_pi.job  # the real-pi fixture, by the name these tests ask for
+pytestmark = pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[Job]:
+    with real_pi_job(tmp_path) as world:
+        yield world
+
 
 WINDOW = 32000  # write_agent_dir's default
 AT_BOUND = Usage(23000, 100)

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transcript_samples import sample
 
 from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
 from pidispatch.contract.report import Rethread, RunnerReport, Workspace
@@ -39,6 +38,7 @@ from pidispatch.runner.session import (
 from pidispatch.runner.version import parse_version_output, version_problem
 from pidispatch.store.redact import SecretDigest
 from pidispatch.transcript.parser import parse_transcript
+from testkit.transcripts import sample
 
 WORKSPACE = "/workspace"
 NOBODY = 65534

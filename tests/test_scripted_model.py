@@ -9,7 +9,6 @@ these tests, it never skips them).
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,12 @@ from typing import Any
 import pytest
 
 from pidispatch.transcript.parser import check_transcript
+from testkit.pitool import pi_binary, run_pi
+from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
+
+pytestmark = pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python -m pytest` has the repository on sys.path, plain `pytest` only tests/
-    sys.path.insert(0, str(ROOT))
-from e2e.pitool import pi_binary, run_pi  # noqa: E402
-from e2e.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir  # noqa: E402
 
 
 @dataclass

@@ -17,17 +17,16 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # `python -m pytest` has the repository on sys.path, plain `pytest` only tests/
-    sys.path.insert(0, str(ROOT))
-from e2e import pitool  # noqa: E402
-from e2e.scripted_model import (  # noqa: E402
+from testkit import pitool
+from testkit.scripted_model import (
     RemoteScriptedModel,
     ScriptedModel,
     Usage,
     read_request_log,
     write_agent_dir,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def chat(base_url: str, text: str = "hello", *, stream: bool = True, messages: list[dict[str, Any]] | None = None,
@@ -170,8 +169,9 @@ def test_standalone_process_is_scripted_and_logs_over_its_control_endpoints(tmp_
     port_file, log = tmp_path / "port", tmp_path / "requests.jsonl"
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"kind": "reply", "text": "from the script file"}]))
-    proc = subprocess.Popen([sys.executable, "-m", "e2e.scripted_model", "--port", "0", "--port-file", str(port_file),
-                             "--log", str(log), "--script", str(script), "--agent-dir", str(tmp_path / "agent")],
+    proc = subprocess.Popen([sys.executable, "-m", "testkit.scripted_model", "--port", "0",
+                             "--port-file", str(port_file), "--log", str(log), "--script", str(script),
+                             "--agent-dir", str(tmp_path / "agent")],
                             cwd=ROOT, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 15

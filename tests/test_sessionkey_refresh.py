@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_queue import NS, MemoryApi
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.jobflow.cluster import Cluster
@@ -21,7 +20,8 @@ from pidispatch.jobflow.timers import refresh_sessionkeys
 from pidispatch.kubeapi import Api, ApiError
 from pidispatch.settings import OperatorSettings
 from pidispatch.store import handoff, scanmemo
-from storekit import NOW_MS, Store, sample
+from testkit.memoryapi import NS, MemoryApi
+from testkit.store import NOW_MS, Store, sample
 
 SESSIONKEYS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/sessionkeys"
 KEYS = [f"{i:032x}" for i in range(1, 8)]

@@ -11,7 +11,7 @@ from pidispatch.store import keyguard
 from pidispatch.store.forget import forget_key
 from pidispatch.store.journal import promote_once
 from pidispatch.store.staging import FORGOTTEN, HostRecord, JobDir, stage
-from storekit import KEY, MODEL, PI, Store, sample
+from testkit.store import KEY, MODEL, PI, Store, sample
 
 OTHER_KEY = "0" * 32
 OLD = sample("s1_after_turn1.jsonl")

@@ -11,7 +11,7 @@ import pytest
 
 from pidispatch.store.gates import LADDER
 from pidispatch.store.resolve import resolve
-from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample
+from testkit.store import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample
 
 CAP = 8 * 1024 * 1024
 

@@ -20,7 +20,7 @@ from pidispatch.store import handoff
 from pidispatch.store.journal import promote_once
 from pidispatch.store.promote import promote
 from pidispatch.store.staging import HOST, HostRecord, JobDir, stage
-from storekit import KEY, MODEL, PI, Store, run_to_death, sample
+from testkit.store import KEY, MODEL, PI, Store, run_to_death, sample
 
 OLD = sample("s1_after_turn1.jsonl")
 NEW = sample("s1_after_turn2.jsonl")
@@ -295,7 +295,7 @@ def test_a_link_at_the_letter_is_never_followed(store: Store, tmp_path: Path) ->
 
 
 def _killed_after_swap(root: str, staging: str) -> None:
-    from storekit import KillAt
+    from testkit.store import KillAt
 
     h = host(True, "resumed")
     promote_once(Settings(sessions_dir=root), JobDir(staging, "u2"), h, (10, 100), job="job-two",

@@ -9,7 +9,7 @@ import pytest
 
 from pidispatch.store import scanmemo
 from pidispatch.store.resolve import dry_run, resolve
-from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, rewrite_in_place, sample
+from testkit.store import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, rewrite_in_place, sample
 
 CLEAN = sample("s1_after_turn2.jsonl")
 STARTED = "2026-11-29T12:52:56.280Z"  # the samples' header timestamp: 46.9 days before NOW_MS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pidispatch.store.inspect import inspect_key, inspect_store
-from storekit import KEY, NOW_MS, PI, Store
+from testkit.store import KEY, NOW_MS, PI, Store
 
 OTHER = "b" * 32
 

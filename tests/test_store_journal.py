@@ -21,7 +21,7 @@ from pidispatch.store.journal import promote_once, release_interrupted
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
 from pidispatch.store.staging import FORGOTTEN, HOST, PROMOTION, HostRecord, JobDir
-from storekit import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
+from testkit.store import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
 
 OLD = sample("s1_after_turn1.jsonl")
 NEW = sample("s1_after_turn2.jsonl")

@@ -23,7 +23,7 @@ import pytest
 from pidispatch.settings import Settings
 from pidispatch.store.promote import COPY_CHUNK, promote
 from pidispatch.store.resolve import CHUNK, resolve
-from storekit import DEADLINE_S, KEY, MODEL, PI, SPAWN, KillAt, Store, run_to_death, sample
+from testkit.store import DEADLINE_S, KEY, MODEL, PI, SPAWN, KillAt, Store, run_to_death, sample
 
 WRITERS = 6
 LOCK_STALE_MS = 3_600_000

@@ -10,7 +10,7 @@ import pytest
 
 from pidispatch.store.promote import promote
 from pidispatch.store.resolve import resolve
-from storekit import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, sample, set_mtime
+from testkit.store import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, sample, set_mtime
 
 OLD = sample("s1_after_turn1.jsonl")
 NEW = sample("s1_after_turn2.jsonl")

@@ -11,27 +11,12 @@ import pytest
 
 from pidispatch.store import scanmemo
 from pidispatch.store.promote import promote
-from pidispatch.store.resolve import CHUNK, dry_run, resolve
-from storekit import KEY, MODEL, NOW_MS, PI, Store, sample
+from pidispatch.store.resolve import dry_run, resolve
+from testkit.seams import BIG, At
+from testkit.store import KEY, MODEL, NOW_MS, PI, Store, sample
 
 A = sample("s1_after_turn2.jsonl")
 B = sample("s2_tool_call.jsonl")
-BIG = A + b"".join(b'{"type":"custom","id":"%08x","parentId":null,"timestamp":"x","pad":"%s"}\n'
-                   % (i, b"p" * 1000) for i in range(2 * CHUNK // 1000))  # > 2 chunks: races land mid-copy
-
-
-class At:
-    """Run ``action`` once when the store reaches ``step``."""
-
-    def __init__(self, step: str, action: Callable[[], None]) -> None:
-        self.step, self.action, self.fired = step, action, False
-
-    def at(self, step: str) -> None:
-        if step == self.step and not self.fired:
-            self.fired = True
-            self.action()
-
-
 @pytest.fixture(params=["scanned", "remembered"])
 def copy_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Every staging race runs on both copies: the one that scans while it copies (a version never

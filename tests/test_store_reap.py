@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pidispatch.store.reap import reap
-from storekit import DAY_MS, NOW_MS, Store, set_mtime
+from testkit.store import DAY_MS, NOW_MS, Store, set_mtime
 
 OLD = 15 * DAY_MS
 K1, K2, K3, K4 = ("1" * 32, "2" * 32, "3" * 32, "4" * 32)

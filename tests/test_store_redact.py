@@ -17,7 +17,7 @@ from pidispatch.store import handoff
 from pidispatch.store.journal import promote_once
 from pidispatch.store.redact import SecretDigest, as_json, digest_of, marker, redact
 from pidispatch.store.staging import HOST, PROMOTION, HostRecord, JobDir
-from storekit import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
+from testkit.store import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
 
 GH = "ghs_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zA0b1"  # 36 after the prefix, as GitHub issues them
 PEM_BODY = "MIIEowIBAAKCAQEAx1+abc/def=\nQ2x3y4z5w6v7u8t9s0r1\n"

@@ -11,7 +11,7 @@ import pytest
 
 from pidispatch.store import scanmemo
 from pidispatch.store.resolve import dry_run, resolve
-from storekit import KEY, MODEL, NOW_MS, PI, Store, rewrite_in_place, sample
+from testkit.store import KEY, MODEL, NOW_MS, PI, Store, rewrite_in_place, sample
 
 CLEAN = sample("s1_after_turn2.jsonl")
 
@@ -76,7 +76,7 @@ def test_a_new_transcript_renamed_over_the_key_is_read_again(store: Store) -> No
 
 
 def test_a_read_that_did_not_cover_the_judged_size_is_not_remembered(store: Store) -> None:
-    from test_store_races import BIG, At
+    from testkit.seams import BIG, At
 
     store.put(BIG)
 

@@ -14,7 +14,6 @@ import base64
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_chart import env_values, helm, operator_container, render, template
 
+from pidispatch.api.models import TriggerSpec
+from pidispatch.api.views import JobView
 from pidispatch.forge.appauth import broader_than
 from pidispatch.forge.credentials import JobToken, fork_permissions
 from pidispatch.forge.github import OPERATOR_TOKEN_PERMISSIONS, Forge, GitHubError
+from pidispatch.jobflow import pod as pod_step
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import TOKEN_MARGIN_SECONDS, create_pod, job_token, token_capped_deadline
-from pidispatch.kubeapi import ApiError
+from pidispatch.jobflow.pod import TOKEN_MARGIN_SECONDS, token_capped_deadline
 from pidispatch.settings import (
     DEFAULT_JOB_TOKEN_PERMISSIONS,
     GITHUB_REPOSITORY_PERMISSIONS,
@@ -38,17 +38,16 @@ from pidispatch.settings import (
     OperatorSettings,
     job_token_permissions,
 )
+from testkit.chart import env_values, operator_container, render, template
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import GIT_ENV, Repos
+from testkit.memoryapi import MemoryApi
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from e2e.fakegithub_api import FakeGitHubAPI  # noqa: E402
-from e2e.gitforge import GIT_ENV, Repos  # noqa: E402
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 4242, 77
 ACCESS_TOKENS = f"/app/installations/{INSTALLATION}/access_tokens"
-__all__ = ["helm"]  # the fixture (tests/test_chart.py), used by name
 JOB_DEFAULT = {"contents": "write", "issues": "write", "metadata": "read", "pull_requests": "write"}
 
 
@@ -211,29 +210,6 @@ def test_a_pod_that_starts_as_late_as_allowed_still_ends_before_its_token() -> N
             assert latest_end <= NOW + HOUR - TOKEN_MARGIN_SECONDS
 
 
-class MemoryApi:
-    """Just the calls job_token and create_pod make, on dicts (a 409 for a name taken, as the apiserver)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.calls: list[tuple[str, str]] = []
-
-    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        name = body.get("metadata", {}).get("name") or f"gen-{len(self.objects)}"
-        self.calls.append(("create", f"{path}/{name}"))
-        if f"{path}/{name}" in self.objects:
-            raise ApiError(409, "POST", path, "AlreadyExists")
-        self.objects[f"{path}/{name}"] = body
-        return body
-
-    def delete(self, path: str) -> None:
-        self.calls.append(("delete", path))
-        self.objects.pop(path)
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        return self.objects.get(path)
-
-
 def app_settings(fake: FakeGitHubAPI, key: Path, **extra: str) -> OperatorSettings:
     return OperatorSettings.from_env({
         "GITHUB_AUTH_SOURCE": "app", "GITHUB_API_URL": fake.url, "GITHUB_APP_ID": str(APP_ID),
@@ -241,7 +217,24 @@ def app_settings(fake: FakeGitHubAPI, key: Path, **extra: str) -> OperatorSettin
         "PI_DISPATCH_JOB_CHECKOUT": "false", **extra})
 
 
-JOB = {"metadata": {"name": "fix-1", "uid": "u-1"}, "spec": {"trigger": "fix", "repository": REPO, "issue": 1}}
+JOB = {"metadata": {"name": "fix-1", "uid": "u-1"},
+       "spec": {"trigger": "fix", "forge": "github", "repository": REPO, "issue": 1}}
+
+
+# The steps take the typed views the dispatcher builds (api/views.py); a Trigger spec needs its ``on``.
+def _trigger(trigger: dict[str, Any]) -> TriggerSpec:
+    return TriggerSpec.model_validate({"on": {"event": "issue_comment.created"}, "run": {},
+                                       **(trigger.get("spec") or {})})
+
+
+def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
+              trigger: dict[str, Any], fork: bool = False) -> JobToken | None:
+    return pod_step.job_token(settings, cluster, forge, JobView.of(job), _trigger(trigger), fork)
+
+
+def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
+               host: Any, token: JobToken | None) -> dict[str, Any]:
+    return pod_step.create_pod(settings, cluster, JobView.of(job), _trigger(trigger), host, token)
 
 
 def test_an_app_token_job_pod_is_stopped_before_its_token_expires(fake: FakeGitHubAPI,
@@ -289,7 +282,7 @@ def test_an_earlier_attempts_secret_is_replaced_so_the_cap_matches_the_pods_toke
     assert secret["stringData"]["token"] == next(t for t, i in fake.tokens.items() if i is latest), \
         "the Pod will hold the token whose expiry caps its run"
     assert not latest.revoked
-    assert ("delete", "/api/v1/namespaces/ns/secrets/pi-job-token-u-1") in api.calls
+    assert "/api/v1/namespaces/ns/secrets/pi-job-token-u-1" in api.deletes
 
 
 # ---- the chart's github.app.jobPermissions -------------------------------------------------------------------

@@ -8,9 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transcript_samples import sample
 
-from pidispatch.transcript._jsjson import loads
 from pidispatch.transcript.compaction import (
     PLACEHOLDER,
     SPLIT_TURN_MARKER,
@@ -19,6 +17,8 @@ from pidispatch.transcript.compaction import (
     file_list_suffix,
     transcript_has_empty_compaction,
 )
+from testkit.compaction import HEAD, compaction_line, compaction_lines, escaped, reference, scan
+from testkit.transcripts import sample
 
 SPLIT = SPLIT_TURN_MARKER
 
@@ -191,7 +191,6 @@ def test_scanner_passes_a_real_summary_whatever_the_chunking(chunk_size: int) ->
     assert scanner.finish() is False
 
 
-HEAD = sample("s1_after_turn2.jsonl")
 EMPTY_LINE = b'{"type":"compaction","id":"c1","parentId":"a06908b5","timestamp":"2026-11-29T12:55:37.656Z","summary":"","firstKeptEntryId":"b816fb4f","tokensBefore":1,"details":{"readFiles":[],"modifiedFiles":[]},"fromHook":false}'  # noqa: E501
 
 
@@ -272,36 +271,6 @@ def test_a_deep_but_parseable_real_compaction_passes() -> None:
 # pin that it never hides an entry pi would read, wherever the chunk boundaries fall.
 
 
-def reference(data: bytes) -> bool:
-    """Gate 12 with no pre-filter: parse every line as pi splits them (on `\\n` only)."""
-    for line in data.split(b"\n"):
-        ok, value = loads(line.decode("utf-8", errors="replace"))
-        if ok and isinstance(value, dict) and value.get("type") == "compaction" and compaction_summary_is_empty(value):
-            return True
-    return False
-
-
-def scan(data: bytes, cuts: list[int]) -> bool:
-    scanner = EmptyCompactionScanner()
-    start = 0
-    for cut in sorted({min(max(cut, 0), len(data)) for cut in cuts}) + [len(data)]:
-        scanner.feed(data[start:cut])
-        start = cut
-    return scanner.finish()
-
-
-def escaped(text: str, which: set[int] | None = None, upper: bool = False) -> str:
-    """`text` as a JSON string body, the characters at `which` (all when None) as \\u escapes."""
-    out = []
-    for index, ch in enumerate(text):
-        if which is None or index in which:
-            code = f"{ord(ch):04x}"
-            out.append("\\u" + (code.upper() if upper else code))
-        else:
-            out.append(json.dumps(ch)[1:-1])
-    return "".join(out)
-
-
 TYPE_SPELLINGS = [
     pytest.param("compaction", id="literal"),
     pytest.param(escaped("compaction"), id="every-letter-escaped"),
@@ -311,16 +280,6 @@ TYPE_SPELLINGS = [
         for index, letter in enumerate("compaction")
     ),
 ]
-
-
-def compaction_line(type_body: str, summary_body: str, *, spaced: bool = False, crlf: bool = False) -> bytes:
-    sep = " : " if spaced else ":"
-    comma = " ,\t" if spaced else ","
-    line = (
-        f'{{"type"{sep}"{type_body}"{comma}"id"{sep}"c1"{comma}"summary"{sep}"{summary_body}"{comma}'
-        f'"details"{sep}{{"readFiles":[],"modifiedFiles":[]}}}}'
-    )
-    return line.encode() + (b"\r\n" if crlf else b"\n")
 
 
 @pytest.mark.parametrize("type_body", TYPE_SPELLINGS)
@@ -422,29 +381,8 @@ def test_a_deep_line_that_cannot_spell_compaction_is_not_refused() -> None:
 
 # Random transcripts mixing compaction entries spelled every way pi's JSON.parse accepts, in any
 # chunking: the scanner must agree with parsing every line.
-_summaries = st.sampled_from(
-    ["", " ", "\u00a0", "\n", PLACEHOLDER, PLACEHOLDER + SPLIT, "Real.", '"compaction"', "\u001b"]
-)
-_types = st.sampled_from(["compaction", "message", "compactio", "Compaction", "compaction "])
-
-
-@st.composite
-def _lines(draw: st.DrawFn) -> bytes:
-    kind = draw(_types)
-    summary = draw(_summaries)
-    type_escapes = draw(st.sets(st.integers(min_value=0, max_value=len(kind) - 1)))
-    summary_escapes = draw(st.sets(st.integers(min_value=0, max_value=max(len(summary) - 1, 0))))
-    upper = draw(st.booleans())
-    spaced = draw(st.booleans())
-    crlf = draw(st.booleans())
-    line = compaction_line(escaped(kind, type_escapes, upper), escaped(summary, summary_escapes, upper),
-                           spaced=spaced, crlf=crlf)
-    noise = draw(st.sampled_from([b"", b"garbage\n", b'{"type":"message","text":"\\u001b[0m"}\n', b"\n"]))
-    return noise + line
-
-
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_lines(), max_size=5), st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+@given(st.lists(compaction_lines(), max_size=5), st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
        st.booleans())
 def test_scanner_agrees_with_parsing_every_line(lines: list[bytes], cuts: list[int], torn: bool) -> None:
     data = HEAD + b"".join(lines)

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from transcript_samples import sample
 
 from pidispatch.transcript.context import DEFAULT_CONTEXT_WINDOW, ContextUsage, context_usage
+from testkit.transcripts import sample
 
 WINDOW = 32000
 

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from transcript_samples import sample, sample_path
 
 from pidispatch.transcript.header import (
     HEADER_READ_LIMIT,
@@ -15,6 +14,7 @@ from pidispatch.transcript.header import (
     is_session_header,
     read_first_line,
 )
+from testkit.transcripts import sample, sample_path
 
 HEADER = (
     b'{"type":"session","version":3,"id":"01a2275d-9d58-76a1-b784-bf9c7a4f66f0",'

@@ -14,8 +14,6 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_transcript_compaction import HEAD, _lines, reference, scan
-from transcript_samples import sample
 
 from pidispatch.transcript import compaction
 from pidispatch.transcript._jsjson import JS_WHITESPACE
@@ -28,6 +26,8 @@ from pidispatch.transcript.compaction import (
     parsed_line_has_empty_compaction,
     transcript_has_empty_compaction,
 )
+from testkit.compaction import HEAD, compaction_lines, reference, scan
+from testkit.transcripts import sample
 
 
 def native() -> tuple[Search, Search]:
@@ -116,7 +116,7 @@ def _with(searches: tuple[Search, Search]) -> Iterator[None]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_lines(), max_size=5), st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
+@given(st.lists(compaction_lines(), max_size=5), st.lists(st.integers(min_value=0, max_value=2000), max_size=12))
 def test_the_scanner_gives_one_answer_with_either_search(lines: list[bytes], cuts: list[int]) -> None:
     data = HEAD + b"".join(lines)
     answers = []

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-from transcript_samples import SAMPLES, VALID, all_sample_names, sample
 
 from pidispatch.transcript import model as m
 from pidispatch.transcript.parser import (
@@ -18,6 +17,7 @@ from pidispatch.transcript.parser import (
     parse_transcript,
     torn_tail,
 )
+from testkit.transcripts import SAMPLES, VALID, all_sample_names, sample
 
 GLUED = "an entry starts inside this line (appended onto a line with no newline)"
 ORPHAN = "parentId does not name an entry on an earlier line"

@@ -13,7 +13,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transcript_samples import sample
 
 from pidispatch.transcript._jsjson import _DECODER, JS_WHITESPACE, TOO_DEEP, _js_int, loads
 from pidispatch.transcript.compaction import (
@@ -28,6 +27,7 @@ from pidispatch.transcript.context import ContextUsage, context_usage
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header
 from pidispatch.transcript.model import ENTRY_MODELS
 from pidispatch.transcript.parser import Problem, TranscriptError, check_transcript, parse_transcript, torn_tail
+from testkit.transcripts import sample
 
 # Moderate counts keep this file to a few seconds; CI runs it on every push, so coverage accumulates.
 FAST = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

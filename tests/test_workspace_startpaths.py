@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import git
 from pidispatch.runner.checkout import CheckoutError, CheckoutSpec, check_out
 from pidispatch.runner.startpaths import CONTEXT_FILES, UNTRUSTED_PATHS, start_path_problem
-from workspacekit import REPO, job_env, served_forge
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import git
+from testkit.workspace import REPO, job_env, served_forge
 
 FORK_WORD = "WORD-FROM-THE-FORK"
 
@@ -170,9 +170,9 @@ def test_a_forks_tree_may_hold_no_path_pi_reads_at_start(tmp_path: Path, name: s
 
 def run_pi(ws: Path, tmp_path: Path, *, fork: bool, command: str = "echo hello") -> tuple[str, list[dict]]:
     """Real pi in ``ws`` as the runner starts it; the scripted model asks for one bash command."""
-    from e2e.pitool import pi_binary
-    from e2e.scripted_model import ScriptedModel, write_agent_dir
     from pidispatch.runner.pi import pi_command, pi_env
+    from testkit.pitool import pi_binary
+    from testkit.scripted_model import ScriptedModel, write_agent_dir
 
     with ScriptedModel() as model:
         agent = write_agent_dir(tmp_path / "agent", model.base_url)
@@ -185,6 +185,7 @@ def run_pi(ws: Path, tmp_path: Path, *, fork: bool, command: str = "echo hello")
         return done.stderr, model.requests
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_the_attack_a_forks_pi_link_runs_nothing_and_reaches_no_prompt(forge: FakeGitHubAPI, tmp_path: Path) -> None:
     """The issue's attack end to end: fork tree with .pi as a link, .agents skills, AGENTS.md; real pi."""
     marker = tmp_path / "ran"
@@ -197,6 +198,7 @@ def test_the_attack_a_forks_pi_link_runs_nothing_and_reaches_no_prompt(forge: Fa
     assert FORK_WORD not in sent, "the fork's system prompt, skill or context file reached the model"
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_real_pi_reads_every_one_of_these_paths_when_they_are_there(tmp_path: Path) -> None:
     """The oracle for the list above: in a plain directory (no checkout, no flags beyond --no-extensions),
     pi 0.73.1 does run the prefix and send each file's words; were it not so, the tests above prove nothing."""
@@ -211,6 +213,7 @@ def test_real_pi_reads_every_one_of_these_paths_when_they_are_there(tmp_path: Pa
         assert f"{FORK_WORD}-{word}" in sent, word
 
 
+@pytest.mark.pi  # runs the real pi (make pi): not in `make unit`
 def test_fork_flags_turn_off_what_the_checkout_might_have_let_through(tmp_path: Path) -> None:
     """Belt and braces: even with .agents and AGENTS.md in the directory, a fork's pi reads neither."""
     ws = tmp_path / "plain"

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import git
 from pidispatch.runner.checkout import CheckoutSpec, _workspace_config, agent_git_env, check_out, forge_origin
-from workspacekit import PAT, REPO, served_forge
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import git
+from testkit.workspace import PAT, REPO, served_forge
 
 
 class Fisher:

@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -35,8 +35,32 @@ class ApiError(Exception):
         self.body = body  # the answer's JSON (a ``Status``), when it had one
 
 
+@runtime_checkable
+class KubeApi(Protocol):
+    """What the job flow asks of the API server, on raw paths with dicts: the calls it makes of ``Api``.
+
+    ``Api`` is the one that speaks HTTP; the unit tests run the same job flow against an in-memory one
+    (``testkit.memoryapi.MemoryApi``). Missing objects are ``ApiError`` 404 (``None`` from ``get_or_none``),
+    a name taken on create is 409, a failed resourceVersion precondition on patch is 409.
+    """
+
+    def get(self, path: str) -> dict[str, Any]: ...
+
+    def get_or_none(self, path: str) -> dict[str, Any] | None: ...
+
+    def list(self, path: str, **params: Any) -> list[dict[str, Any]]: ...
+
+    def pages(self, path: str, *, limit: int = 500, **params: Any) -> Iterator[builtins.list[dict[str, Any]]]: ...
+
+    def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def delete(self, path: str) -> Any: ...
+
+
 class Api:
-    """``get/list/create/patch/delete`` on raw API paths, returning dicts."""
+    """``get/list/create/patch/delete`` on raw API paths, returning dicts (the ``KubeApi`` over HTTPS)."""
 
     def __init__(self, server: str, *, ca_file: str | None = None, cert_file: str | None = None,
                  key_file: str | None = None, token: str | None = None, token_file: str | None = None,

@@ -16,7 +16,7 @@ Conventions the schema generator relies on:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
@@ -392,13 +392,20 @@ class SessionKeyStatus(_Model):
                                                 "ledger, and the refusal it carried the work across.")] = None
 
 
-def problem(model: type[BaseModel], data: Any) -> str | None:
-    """The first way ``data`` breaks ``model`` (strictly: ``"true"`` is not a boolean, as for the
-    apiserver), as one line naming the field; ``None`` when it is valid."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def parsed(model: type[M], data: Any) -> tuple[M | None, str | None]:
+    """``data`` as ``model`` (strictly: ``"true"`` is not a boolean, as for the apiserver), or ``None`` and
+    the first way it breaks the model, as one line naming the field."""
     try:
-        model.model_validate(data, strict=True)
+        return model.model_validate(data, strict=True), None
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "spec"
-        return f"{where}: {first['msg']}"
-    return None
+        return None, f"{where}: {first['msg']}"
+
+
+def problem(model: type[BaseModel], data: Any) -> str | None:
+    """The first way ``data`` breaks ``model`` (:func:`parsed`); ``None`` when it is valid."""
+    return parsed(model, data)[1]

@@ -23,11 +23,16 @@ def resume_armed(spec: dict[str, Any]) -> bool:
 
 def first_refusal(spec: dict[str, Any]) -> str | None:
     """The message of the first conflict in the spec's order (§10.3), or ``None`` when loadable."""
+    return refusal_of(spec, problem(TriggerSpec, spec))
+
+
+def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
+    """:func:`first_refusal` of a spec already validated against ``TriggerSpec`` (``invalid``: the first way it
+    breaks it, ``None`` when it does not), so that a view parses its Trigger once (``api/views.py``)."""
     run = spec.get("run") or {}
     on = spec.get("on") or {}
     if "resume" in run and run["resume"] is not None and not isinstance(run["resume"], bool):
         return RESUME_NOT_BOOLEAN
-    invalid = problem(TriggerSpec, spec)
     if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
         return f"its spec is not valid: {invalid}."
     if not resume_armed(spec):

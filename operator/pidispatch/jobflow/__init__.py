@@ -11,6 +11,8 @@
                      forgetting the key when it is deleted;
 7. ``timers.py``     what time changes: ``Resumable`` refresh, the reaper, the staging sweep.
 
+A Job, its Trigger and a SessionKey travel through the steps as the frozen views of ``api/views.py``
+(typed spec and status, parsed once where the dispatcher receives or reads them); a job Pod stays a dict.
 ``summarize.py`` is the one writer of a Job's phase and conditions: every step returns a typed change
 and ``summarize`` turns it into the status patch. ``table.py`` ties Job names to uids.
 ``dispatcher.py`` owns the threads and the queue and calls the steps; ``handlers/`` only forward

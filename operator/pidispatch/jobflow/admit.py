@@ -7,10 +7,8 @@ answer.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pidispatch.api.models import JobSpec, problem
-from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.api.models import JobSpec, TriggerSpec
+from pidispatch.api.views import JobView, TriggerView, armed
 from pidispatch.jobflow.forks import fork_refusal
 from pidispatch.jobflow.summarize import Refused
 from pidispatch.record import JobReason
@@ -43,8 +41,7 @@ REPOSITORY_BEYOND_TRIGGER_MESSAGE = (
 )
 
 
-def beyond_trigger(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any],
-                   settings: Settings) -> Refused | None:
+def beyond_trigger(job: JobView, job_spec: JobSpec, trigger_spec: TriggerSpec, settings: Settings) -> Refused | None:
     """``beyond-trigger`` when the Job names an auth source or a repository its Trigger would not give.
 
     Anyone who may create Jobs (the receiver's ServiceAccount, a namespace's users) could otherwise get a
@@ -55,47 +52,44 @@ def beyond_trigger(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[s
     it made is never refused.
     """
     given = trigger_auth_source(trigger_spec, settings)
-    asked = job_spec.get("authSource")
+    asked = job_spec.authSource
     if asked is not None and asked != given:
         return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", AUTH_BEYOND_TRIGGER_MESSAGE.format(
-            job=job_name, asked=asked, trigger=job_spec.get("trigger"), given=given))
-    wanted = (trigger_spec.get("on") or {}).get("repository")
-    repository = str(job_spec.get("repository", ""))
-    if wanted and str(wanted).casefold() != repository.casefold():
+            job=job.name, asked=asked, trigger=job_spec.trigger, given=given))
+    wanted = trigger_spec.on.repository
+    if wanted and wanted.casefold() != job_spec.repository.casefold():
         return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", REPOSITORY_BEYOND_TRIGGER_MESSAGE.format(
-            job=job_name, asked=repository, trigger=job_spec.get("trigger"), given=wanted))
+            job=job.name, asked=job_spec.repository, trigger=job_spec.trigger, given=wanted))
     return None
 
 
-def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | None,
-            settings: Settings, github: GitHubSettings | None = None) -> Refused | None:
+def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
+            github: GitHubSettings | None = None) -> Refused | None:
     """The first reason this Job may not run, or ``None``: a spec its CRD would refuse, a missing or refused
     Trigger, a Job asking for more than its Trigger gives, a fork the payload names under a token that
     cannot be narrowed (``github``: the deployment's, ``None``: assume its pat/gh Secret is configured),
     then the spec's two refusals."""
-    trigger_name = job_spec.get("trigger", "")
-    invalid = problem(JobSpec, job_spec)
-    if invalid is not None:  # what the Job CRD's schema refuses, for a Job stored without it
+    trigger_name = job.trigger_name
+    if job.spec is None:  # what the Job CRD's schema refuses, for a Job stored without it
         return Refused("Failed", None, "InvalidSpec",
-                       f"Job {job_name}'s spec is not valid ({invalid}); nothing ran. Fix it in a new Job.")
+                       f"Job {job.name}'s spec is not valid ({job.invalid}); nothing ran. Fix it in a new Job.")
     if trigger is None:
         return Refused("Failed", None, "TriggerNotFound",
                        f"Trigger {trigger_name} does not exist in this namespace; create it, then re-create "
-                       f"Job {job_name}.")
-    spec = trigger.get("spec") or {}
-    conflict = first_refusal(spec)
-    if conflict is not None:
-        return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {conflict}")
-    beyond = beyond_trigger(job_name, job_spec, spec, settings)
+                       f"Job {job.name}.")
+    if trigger.refusal is not None or trigger.spec is None:
+        return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {trigger.refusal}")
+    spec = trigger.spec
+    beyond = beyond_trigger(job, job.spec, spec, settings)
     if beyond is not None:
         return beyond
     # The payload's fork flag is enough to refuse here, before the queue; a fork the forge API reveals is
     # refused by the start (jobflow/start.py), still before any Pod.
-    forked = fork_refusal(job_spec, spec, trigger_auth_source(spec, settings), job_spec.get("fork") is True,
+    forked = fork_refusal(job.spec, spec, trigger_auth_source(spec, settings), job.spec.fork is True,
                           github is None or github.token_secret is not None)
     if forked is not None:
         return forked
-    if not resume_armed(spec):
+    if not armed(spec):
         return None
     if settings.sessions_dir is None:
         return Refused("Refused", JobReason.SESSIONS_DIR_UNSET, "SessionsDirUnset",
@@ -106,16 +100,16 @@ def refusal(job_name: str, job_spec: dict[str, Any], trigger: dict[str, Any] | N
     return None
 
 
-def trigger_auth_source(trigger_spec: dict[str, Any], settings: Settings) -> str:
+def trigger_auth_source(trigger_spec: TriggerSpec, settings: Settings) -> str:
     """The job's GitHub credential source: the Trigger's ``run.auth``, else the deployment's.
 
     Never the Job's own ``spec.authSource``: a Job that names another source is refused
     (:func:`beyond_trigger`), and one that names the same changes nothing.
     """
-    return str((trigger_spec.get("run") or {}).get("auth") or settings.github_auth_source)
+    return str(trigger_spec.run.auth or settings.github_auth_source)
 
 
-def gets_gh_login(trigger_spec: dict[str, Any], settings: Settings) -> bool:
+def gets_gh_login(trigger_spec: TriggerSpec, settings: Settings) -> bool:
     """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
 
     ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
@@ -126,7 +120,6 @@ def gets_gh_login(trigger_spec: dict[str, Any], settings: Settings) -> bool:
     return source == "gh" or (source == "pat" and settings.github_auth_source == "gh")
 
 
-def arrival(job: dict[str, Any]) -> tuple[str, str]:
+def arrival(job: JobView) -> tuple[str, str]:
     """A Job's place in the FIFO: creation time, then name."""
-    md = job["metadata"]
-    return md.get("creationTimestamp") or "", md["name"]
+    return job.meta.created, job.name

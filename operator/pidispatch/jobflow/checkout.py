@@ -17,6 +17,7 @@ import logging
 from typing import Any
 from urllib.parse import quote
 
+from pidispatch.api.models import JobCheckout, JobSpec
 from pidispatch.contract import CONTAINER, ENV_CHECKOUT, is_commit
 from pidispatch.forge.checkout import Checkout, Moved
 from pidispatch.forge.github import Forge, GitHubError
@@ -31,11 +32,9 @@ def wanted(settings: OperatorSettings, forge: Forge | None) -> bool:
     return forge is not None and settings.job_checkout
 
 
-def resolve(forge: Forge, job_spec: dict[str, Any]) -> Checkout:
+def resolve(forge: Forge, job_spec: JobSpec) -> Checkout:
     """The job's checkout. Raises ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
-    issue, pull = job_spec.get("issue"), job_spec.get("pullRequest")
-    return forge.checkout(str(job_spec.get("repository", "")), issue if isinstance(issue, int) else None,
-                          pull if isinstance(pull, int) else None)
+    return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest)
 
 
 def clone_url(settings: OperatorSettings, repository: str) -> str:
@@ -52,18 +51,18 @@ def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, che
     """
     if host is None or not host.resume:
         return None
-    sk = cluster.api.get_or_none(cluster.crd("sessionkeys", host.key))
-    last = (((sk or {}).get("status") or {}).get("lastCommit") or {}).get("sha")
-    if not is_commit(last) or last == checkout.sha:
+    sk = cluster.sessionkey(host.key)
+    last = sk.status.lastCommit.sha if sk is not None and sk.status.lastCommit is not None else None
+    if last is None or not is_commit(last) or last == checkout.sha:
         return None
     try:
-        return forge.moved(host.repository, str(last), checkout.sha)
+        return forge.moved(host.repository, last, checkout.sha)
     except GitHubError as exc:
         log.warning("comparing the last commit of SessionKey %s with the checkout failed: %s", host.key, exc)
-        return Moved(str(last), None, None, "unknown")
+        return Moved(last, None, None, "unknown")
 
 
-def checkout_of(pod: dict[str, Any] | None) -> dict[str, str] | None:
+def checkout_of(pod: dict[str, Any] | None) -> JobCheckout | None:
     """``status.checkout`` read back from a Pod's ``PI_CHECKOUT`` (a restarted operator finds its Pod)."""
     for container in ((pod or {}).get("spec") or {}).get("containers") or []:
         if container.get("name") != CONTAINER:
@@ -75,5 +74,5 @@ def checkout_of(pod: dict[str, Any] | None) -> dict[str, str] | None:
                 except ValueError:
                     return None
                 if isinstance(data, dict) and isinstance(data.get("ref"), str) and is_commit(data.get("sha")):
-                    return {"ref": data["ref"], "sha": data["sha"]}
+                    return JobCheckout(ref=data["ref"], sha=data["sha"])
     return None

@@ -13,6 +13,7 @@ from typing import Any
 from pidispatch import metrics
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.views import JobView, SessionKeyView
 from pidispatch.jobflow.summarize import Change, summarize
 from pidispatch.kubeapi import Api, name_segment
 
@@ -41,38 +42,43 @@ class Cluster:
     def secrets(self) -> str:
         return f"/api/v1/namespaces/{self.ns}/secrets"
 
-    def job(self, name: str) -> dict[str, Any] | None:
-        return self.api.get_or_none(self.crd("jobs", name))
+    def job(self, name: str) -> JobView | None:
+        """The Job as it is now (a GET), or ``None`` when there is none."""
+        found = self.api.get_or_none(self.crd("jobs", name))
+        return JobView.of(found) if found is not None else None
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return self.api.list(self.crd("jobs"))
+    def jobs(self) -> list[JobView]:
+        return [JobView.of(body) for body in self.api.list(self.crd("jobs"))]
 
-    def record(self, job: dict[str, Any], change: Change, resource_version: str | None = None) -> dict[str, Any]:
+    def sessionkey(self, key: str) -> SessionKeyView | None:
+        """The SessionKey of ``key`` as it is now (a GET), or ``None`` when there is none."""
+        found = self.api.get_or_none(self.crd("sessionkeys", key))
+        return SessionKeyView.of(found) if found is not None else None
+
+    def record(self, job: JobView, change: Change, resource_version: str | None = None) -> JobView:
         """Write ``change`` to the Job's status if it changes anything; return the Job as it now is.
 
         With ``resource_version``, the write happens only if the Job is still that version (409 otherwise).
         """
-        md = job["metadata"]
-        patch = summarize(job.get("status"), change, md.get("generation"), self.clock())
+        patch = summarize(job.stored_status, change, job.meta.generation, self.clock())
         if not patch:
             return job
         body: dict[str, Any] = {"status": patch}
         if resource_version is not None:
             body["metadata"] = {"resourceVersion": resource_version}
-        updated = self.api.patch(self.crd("jobs", md["name"], "status"), body)
+        updated = self.api.patch(self.crd("jobs", job.name, "status"), body)
         if "phase" in patch:
             metrics.JOB_TRANSITIONS.labels(patch["phase"]).inc()
-        return updated
+        return JobView.of(updated)
 
-    def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """A Kubernetes Event on ``obj`` (a Job, by default). Best effort: a failure is not the Job's."""
-        md = obj["metadata"]
+    def event(self, job: JobView, type_: str, reason: str, message: str) -> None:
+        """A Kubernetes Event on ``job``. Best effort: a failure is not the Job's."""
         stamp = self.clock()
         body = {
-            "metadata": {"generateName": f"{md['name'][:200]}.", "namespace": self.ns},
-            "involvedObject": {"apiVersion": obj.get("apiVersion", f"{GROUP}/{VERSION}"),
-                               "kind": obj.get("kind", "Job"), "name": md["name"], "namespace": self.ns,
-                               "uid": md.get("uid")},
+            "metadata": {"generateName": f"{job.name[:200]}.", "namespace": self.ns},
+            "involvedObject": {"apiVersion": job.body.get("apiVersion", f"{GROUP}/{VERSION}"),
+                               "kind": job.body.get("kind", "Job"), "name": job.name, "namespace": self.ns,
+                               "uid": job.uid or None},
             "type": type_, "reason": reason, "message": message[:1024],
             "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
@@ -80,4 +86,4 @@ class Cluster:
         try:
             self.api.create(f"/api/v1/namespaces/{self.ns}/events", body)
         except Exception as exc:  # an Event is a courtesy: losing one must not fail the step that wrote it
-            log.warning("event %s on %s not written: %s: %s", reason, md["name"], type(exc).__name__, exc)
+            log.warning("event %s on %s not written: %s: %s", reason, job.name, type(exc).__name__, exc)

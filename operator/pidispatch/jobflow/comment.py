@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from pidispatch import failpoints
-from pidispatch.api.conditions import get_condition
+from pidispatch.api.views import JobView
 from pidispatch.events import emit
 from pidispatch.forge.comments import posts_comment, refusal_comment
 from pidispatch.forge.github import Forge, GitHubError
@@ -23,42 +23,41 @@ from pidispatch.jobflow.summarize import COMMENTED, Commented
 COMMENT_RETRY_SECONDS = 3600
 
 
-def comment_pending(job: dict[str, Any], now: float | None = None) -> bool:
+def comment_pending(job: JobView, now: float | None = None) -> bool:
     """A refused Job whose comment is neither recorded nor given up (``CommentFailed`` is retried a while)."""
-    status = job.get("status") or {}
-    if status.get("phase") != "Refused" or not posts_comment(status.get("reason")):
+    status = job.status
+    if status.phase != "Refused" or not posts_comment(status.reason):
         return False
-    done = get_condition(status.get("conditions"), COMMENTED)
+    done = next((c for c in status.conditions or () if c.type == COMMENTED), None)
     if done is None:
         return True
-    if done.get("reason") != "CommentFailed":
+    if done.reason != "CommentFailed":
         return False
-    return _age_seconds(status.get("completedAt"), time.time() if now is None else now) < COMMENT_RETRY_SECONDS
+    return _age_seconds(status.completedAt, time.time() if now is None else now) < COMMENT_RETRY_SECONDS
 
 
-def comment_refusal(forge: Forge | None, job: dict[str, Any]) -> Commented | None:
+def comment_refusal(forge: Forge | None, job: JobView) -> Commented | None:
     """Post the refused Job's comment if it is owed; the ``Commented`` change to record, or ``None``."""
-    if not comment_pending(job):
+    spec = job.spec
+    if not comment_pending(job) or spec is None:  # a spec the schema refuses was refused without a comment
         return None
-    spec, status, name = job["spec"], job.get("status") or {}, job["metadata"]["name"]
-    number = spec.get("issue") or spec.get("pullRequest")
-    delivery = spec.get("deliveryId") if isinstance(spec.get("deliveryId"), str) else None
-    body = refusal_comment(str(status.get("reason")), str(spec.get("trigger", "")), job["metadata"]["uid"], delivery)
+    number = spec.issue or spec.pullRequest
+    body = refusal_comment(str(job.status.reason), spec.trigger, job.uid, spec.deliveryId)
     if body is None:
         return None
     if forge is None:
         return Commented(False, "NotCommented", "No GitHub client is configured for the operator (github.app or "
                          "github.token values), so the refusal was not commented on the issue.")
-    if not isinstance(number, int):
+    if number is None:
         return Commented(False, "NotCommented", "The Job names no issue or pull request to comment on.")
     try:
-        posted = forge.comment_once(str(spec.get("repository")), number, body, job["metadata"]["uid"], delivery)
+        posted = forge.comment_once(spec.repository, number, body, job.uid, spec.deliveryId)
     except GitHubError as exc:
-        emit("refusal_comment_failed", job=name, status=exc.status)
+        emit("refusal_comment_failed", job=job.name, status=exc.status)
         return Commented(False, "CommentFailed", f"Posting the refusal comment failed ({exc}); retried for an hour.")
     if posted:
-        failpoints.at("commented", name)
-    emit("refusal_commented", job=name, posted=posted)
+        failpoints.at("commented", job.name)
+    emit("refusal_commented", job=job.name, posted=posted)
     if posted:
         return Commented(True, "Posted", "The refusal was explained in a comment on the issue.")
     return Commented(True, "AlreadyPosted", "The refusal comment was already on the issue (posted before a restart).")

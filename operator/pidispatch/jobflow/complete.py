@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch import failpoints, metrics
+from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.views import JobView
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import deadline_exceeded, oom_killed, pod_phase, termination_message
@@ -60,9 +62,10 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result_label(promotion)).inc()
     forgotten = (promotion is not None and promotion.forgotten) or (host is not None and jd.forgotten())
-    session = merge_session(verdict, report.session, promotion)
-    if session is not None and rethreaded(host, report):
-        session["rethreaded"] = True
+    merged = merge_session(verdict, report.session, promotion)
+    if merged is not None and rethreaded(host, report):
+        merged["rethreaded"] = True
+    session = JobSession.model_validate(merged) if merged is not None else None
     succeeded = outcome == "Succeeded"
     if deadline_exceeded(pod):
         deadline = (pod or {}).get("spec", {}).get("activeDeadlineSeconds")
@@ -70,7 +73,8 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
                                 f"The job ran past its timeout ({deadline} s: run.timeoutSeconds, or the deployment's "
                                 "job.timeoutSeconds, capped below a GitHub App token's life) and was stopped; "
                                 "nothing was promoted, the stored conversation is unchanged."), None, report, forgotten)
-    workspace = report.workspace.status() if report.workspace is not None else None
+    seen = report.workspace.status() if report.workspace is not None else None
+    workspace = JobWorkspace.model_validate(seen) if seen is not None else None
     if not succeeded and report.workspace is not None and report.workspace.failure is not None:
         return Completion(Ended(outcome, session, report.tokens or None, CHECKOUT_FAILURES[report.workspace.failure],
                                 checkout_message(report.workspace.failure, report.workspace.detail), workspace),
@@ -93,12 +97,12 @@ def rethreaded(host: HostRecord | None, report: RunnerReport) -> bool:
     return host is not None and host.rethread and report.rethread is not None and report.rethread.unpacked
 
 
-def handoff_view(promotion: PromotionResult | None) -> dict[str, Any] | None:
+def handoff_view(promotion: PromotionResult | None) -> JobHandoff | None:
     """``status.handoff``: the handoff this job packed, once promoted with its transcript."""
     written = promotion.handoff if promotion is not None and promotion.promoted else None
     if written is None or written.writer is None:
         return None
-    return {"writer": written.writer, "status": written.status, "entries": written.entries}
+    return JobHandoff(writer=written.writer, status=written.status, entries=written.entries)
 
 
 def checkout_message(failure: str, detail: str | None) -> str:
@@ -127,19 +131,21 @@ def checkout_message(failure: str, detail: str | None) -> str:
 def unstarted(jd: JobDir, host: HostRecord | None, why: str, timeout_seconds: int) -> Completion:
     """The end of a Job whose Pod did not start within the start timeout (the Pod is deleted; nothing ran)."""
     verdict = host.verdict() if host is not None else None
-    return Completion(Ended("Failed", merge_session(verdict, None, None), None, "PodNeverStarted",
+    merged = merge_session(verdict, None, None)
+    return Completion(Ended("Failed", JobSession.model_validate(merged) if merged is not None else None, None,
+                            "PodNeverStarted",
                             f"The job Pod did not start within {timeout_seconds} s (job.startTimeoutSeconds): "
                             f"{why[:600]}. It was deleted and its slot freed; nothing ran and the stored "
                             "conversation is unchanged. Fix the cause, then re-create the Job."),
                       None, RunnerReport(), host is not None and jd.forgotten())
 
 
-def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], host: HostRecord | None,
+def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host: HostRecord | None,
                done: Completion) -> None:
     """Write a Job's end: its SessionKey first, then its terminal status, the token metrics, and Events for what
     is out of the ordinary (a rethreaded start, a promotion that did not happen, a deadline, a Pod that never
     started, OOM)."""
-    name = job["metadata"]["name"]
+    name = job.name
     if host is not None and not done.forgotten:
         # Before the Job's terminal status: a Job that reads terminal never comes back here, and
         # writing the same SessionKey facts twice after a kill is harmless.
@@ -155,14 +161,15 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
             log.warning("SessionKey %s not written: %s: %s", host.key, type(exc).__name__, exc)
     cluster.record(job, done.ended)
     failpoints.at("status-written", name)
-    if (done.ended.session or {}).get("rethreaded") and host is not None:
+    if done.ended.session is not None and done.ended.session.rethreaded and host is not None:
         metrics.RETHREADS.labels(str(host.reason)).inc()
         cluster.event(job, "Normal", "Rethreaded",
                       f"The resume was refused ({host.reason}); the job started a new session from the stored "
                       "letter and ledger instead of a cold start.")
     total = done.report.tokens.get("total")
     if total is not None:
-        metrics.TOKENS.labels("resumed" if (done.ended.session or {}).get("resumed") else "cold").inc(total)
+        metrics.TOKENS.labels("resumed" if done.ended.session is not None and done.ended.session.resumed
+                              else "cold").inc(total)
     # A promotion is the routine end: the Job's Completed condition and the SessionKey's lastPromotedAt say so,
     # and an Event for it would be one more API write per job (issue 18: at most 6, a queued job included).
     # A promotion that did not happen is worth a person's attention, so it still gets its Warning.
@@ -178,7 +185,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
 def rethread_fact(name: str, host: HostRecord, done: Completion) -> dict[str, Any] | None:
     """The SessionKey's ``rethreadedBy`` after a job that did not resume: the job and the refusal it carried the
     work across, or ``None`` for a cold start without a letter (the stored conversation begins afresh)."""
-    if (done.ended.session or {}).get("rethreaded"):
+    if done.ended.session is not None and done.ended.session.rethreaded:
         return {"job": name, "reason": host.reason}
     return None
 

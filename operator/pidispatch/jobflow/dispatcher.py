@@ -24,6 +24,7 @@ from typing import Any
 
 from pidispatch import metrics
 from pidispatch.api.conditions import now_rfc3339
+from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.events import emit
 from pidispatch.forge.github import Forge
@@ -92,7 +93,8 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
 
     def _current_uid(self, name: str) -> str | None:
-        return ((self.cluster.job(name) or {}).get("metadata") or {}).get("uid")
+        job = self.cluster.job(name)
+        return (job.uid or None) if job is not None else None
 
     def _lock(self, job: str) -> AbstractContextManager[None]:
         return self._locks.hold(job)
@@ -104,17 +106,17 @@ class Dispatcher:
         start the worker threads."""
         release_interrupted(self.store, self.s.staging_dir)
         jobs = sorted(self.cluster.jobs(), key=arrival)
-        self.table.preexisting = {job["metadata"]["uid"] for job in jobs if _phase(job) not in TERMINAL_PHASES}
+        self.table.preexisting = {job.uid for job in jobs if job.phase not in TERMINAL_PHASES}
         for job in jobs:  # running Jobs hold their slots before any waiting Job is admitted
-            self.table.claim(job["metadata"]["name"], job["metadata"]["uid"])
-            self.table.track(job["metadata"]["name"], _phase(job))
-            if _phase(job) == "Running":
-                self.slots.hold(job["metadata"]["name"])
+            self.table.claim(job.name, job.uid)
+            self.table.track(job.name, job.phase)
+            if job.phase == "Running":
+                self.slots.hold(job.name)
         for job in jobs:
-            if _phase(job) not in TERMINAL_PHASES | {"Running"}:
+            if job.phase not in TERMINAL_PHASES | {"Running"}:
                 self._guarded(self.admit, job)
             elif comment_pending(job):  # refused before a restart, its comment not yet recorded
-                self._guarded(self.comment_refusal, job["metadata"]["name"])
+                self._guarded(self.comment_refusal, job.name)
         loops: list[tuple[str, Callable[[], None], float]] = [
             ("pump", self._pump_once, 0), ("queued", self._mark_queued, -1), ("resync", self.resync, RESYNC_SECONDS),
             ("sessionkeys", self.refresh_sessionkeys, self.s.resumable_refresh_seconds),
@@ -157,14 +159,16 @@ class Dispatcher:
 
     # ---- events from kopf --------------------------------------------------------------------------
 
-    def on_job(self, event_type: str | None, job: dict[str, Any]) -> None:
-        name = job["metadata"]["name"]
+    def on_job(self, event_type: str | None, body: dict[str, Any]) -> None:
+        """A Job's watch event: the Job enters the job flow here, as a view parsed once."""
+        job = JobView.of(body)
+        name = job.name
         if event_type == "DELETED":
-            self._deleted(name, job["metadata"].get("uid"))
+            self._deleted(name, job.uid or None)
             return
-        if not self.table.claim(name, job["metadata"].get("uid")):
+        if not self.table.claim(name, job.uid or None):
             return  # a late event of a Job deleted or re-created since
-        phase = _phase(job)
+        phase = job.phase
         if self.table.ended(name) and phase not in TERMINAL_PHASES:
             return  # a stale body from before our own terminal status write
         self.table.keep_body(job, phase)
@@ -195,28 +199,27 @@ class Dispatcher:
         if why is not None:
             self.give_up(name, pod, why)
 
-    def on_sessionkey(self, event_type: str | None, sk: dict[str, Any]) -> None:
-        md = sk["metadata"]
-        if (event_type == "DELETED" or not md.get("deletionTimestamp")
-                or sessionkey.FINALIZER not in (md.get("finalizers") or [])):
+    def on_sessionkey(self, event_type: str | None, body: dict[str, Any]) -> None:
+        sk = SessionKeyView.of(body)
+        if event_type == "DELETED" or not sk.meta.deletion or sessionkey.FINALIZER not in sk.meta.finalizers:
             return
         sessionkey.finalize(self.s, self.cluster, sk)
 
-    def on_trigger(self, trigger: dict[str, Any]) -> None:
-        self.triggers.on_trigger(trigger)
+    def on_trigger(self, body: dict[str, Any]) -> None:
+        self.triggers.on_trigger(TriggerView.of(body))
 
     def on_trigger_deleted(self, name: str) -> None:
         self.triggers.forget(name)
 
     # ---- 1. admit ----------------------------------------------------------------------------------
 
-    def admit(self, job: dict[str, Any]) -> bool:
+    def admit(self, job: JobView) -> bool:
         """Refuse ``job`` or put it in line: True when it waits for a slot (the caller starts it or wakes the pump)."""
-        name = job["metadata"]["name"]
+        name = job.name
         with self._lock(name):
-            if not self.table.claim(name, job["metadata"].get("uid")):
+            if not self.table.claim(name, job.uid or None):
                 return False  # a listed body of a Job the watch has since seen replaced or deleted
-            refused = refusal(name, job["spec"], self.triggers.of(job), self.store, self.s.github)
+            refused = refusal(job, self.triggers.of(job), self.store, self.s.github)
             if refused is not None:
                 self._refuse(job, refused)
                 self._comment_refusal_locked(name)
@@ -224,7 +227,7 @@ class Dispatcher:
             self._order[name] = arrival(job)
             self.slots.enqueue(name, self._order[name])
             place = self.slots.position(name)
-            if place is not None and place > self.slots.free and _phase(job) != "Queued":
+            if place is not None and place > self.slots.free and job.phase != "Queued":
                 # Marked Queued only if it is still waiting a moment later (``_mark_queued``): a Job that
                 # gets a slot within QUEUED_AFTER_SECONDS goes straight to Running, one write fewer.
                 self._unmarked.setdefault(name, (self._monotonic(), self.cluster.clock()))
@@ -244,17 +247,17 @@ class Dispatcher:
                 if marked is None or self.slots.position(name) is None:
                     continue  # it got its slot, or went away, in the meantime
                 job = self.table.bodies.get(name) or self.cluster.job(name)
-                if job is None or _phase(job) in TERMINAL_PHASES | {"Queued", "Running"}:
+                if job is None or job.phase in TERMINAL_PHASES | {"Queued", "Running"}:
                     continue
                 updated = self.cluster.record(job, Queued(marked[1], self.slots.capacity))
                 self.table.keep_body(updated, "Queued")
 
-    def _refuse(self, job: dict[str, Any], refused: Refused) -> None:
+    def _refuse(self, job: JobView, refused: Refused) -> None:
         self.cluster.record(job, refused)
-        self.table.track(job["metadata"]["name"], refused.phase)  # a stale event must not admit it again
-        emit("job_refused", job=job["metadata"]["name"], reason=refused.reason or refused.condition_reason)
+        self.table.track(job.name, refused.phase)  # a stale event must not admit it again
+        emit("job_refused", job=job.name, reason=refused.reason or refused.condition_reason)
         # The spec's own refusal events (§9.3, §10), by the names pi-dispatch hosts log them under.
-        kind = str((job.get("spec") or {}).get("forge") or "local")  # the job's forge kind (spec §1.2)
+        kind = job.spec.forge if job.spec is not None else "local"  # the job's forge kind (spec §1.2)
         if refused.reason == JobReason.SESSIONS_DIR_UNSET:
             emit("refused_sessions_dir_unset", kind=kind)
         elif refused.reason == JobReason.CONFIG_REFUSED:
@@ -302,7 +305,7 @@ class Dispatcher:
     def _note_retrying(self, name: str, exc: Exception) -> None:
         with self._lock(name):
             job = self.cluster.job(name)
-            if job is None or self.slots.position(name) is None or _phase(job) in TERMINAL_PHASES | {"Running"}:
+            if job is None or self.slots.position(name) is None or job.phase in TERMINAL_PHASES | {"Running"}:
                 return  # gone, or started by now
             self.cluster.record(job, Retrying(
                 f"Starting the job failed ({type(exc).__name__}: {str(exc)[:300]}); it is retried with a back-off "
@@ -320,7 +323,7 @@ class Dispatcher:
                         self.table.bodies.pop(name, None)
             self._start_locked(name, self.cluster.job(name), watched=False)
 
-    def _start_locked(self, name: str, job: dict[str, Any] | None, *, watched: bool) -> None:
+    def _start_locked(self, name: str, job: JobView | None, *, watched: bool) -> None:
         """Start ``job`` from the watch's body (``watched``) or from a fresh read.
 
         A watched body saves a GET before the Pod, but it may be behind the Job: this operator is the
@@ -334,13 +337,13 @@ class Dispatcher:
         if job is None:
             self.slots.release(name)
             return
-        if watched and (_phase(job) in TERMINAL_PHASES or self.table.ended(name)):
+        if watched and (job.phase in TERMINAL_PHASES or self.table.ended(name)):
             raise _StaleBody(name)
-        if _phase(job) in TERMINAL_PHASES:
+        if job.phase in TERMINAL_PHASES:
             self.slots.release(name)
             return
         trigger = self.triggers.of(job)
-        refused = refusal(name, job["spec"], trigger, self.store, self.s.github)
+        refused = refusal(job, trigger, self.store, self.s.github)
         if refused is not None or trigger is None:
             if watched:
                 raise _StaleBody(name)
@@ -349,7 +352,7 @@ class Dispatcher:
                 self._refuse(job, refused)
                 self._comment_refusal_locked(name)
             return
-        uid = job["metadata"]["uid"]
+        uid = job.uid
         if not watched:
             self.table.adopt(name, uid)
         jd = JobDir(self.s.staging_dir, uid)
@@ -370,8 +373,7 @@ class Dispatcher:
         running = Running(launched.pod["metadata"]["name"], session_view(launched.host), start_message(launched.host),
                           checkout_of(launched.pod))
         try:
-            self.cluster.record(job, running, resource_version=job["metadata"].get("resourceVersion") if watched
-                                else None)
+            self.cluster.record(job, running, resource_version=job.meta.resource_version if watched else None)
         except ApiError as exc:
             if watched and exc.status in (404, 409):
                 raise _StaleBody(name) from exc
@@ -405,7 +407,7 @@ class Dispatcher:
             # Judged again on a fresh read, under the Job's lock: the Pod may have started since.
             pod = self.api.get_or_none(self.cluster.pods(pod["metadata"]["name"])) or {}
             why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds) if pod else None
-            if why is None or owner_uid(pod) != job["metadata"]["uid"]:
+            if why is None or owner_uid(pod) != job.uid:
                 return  # started, gone (its end is the completion's), or another Job's
             try:
                 self.api.delete(self.cluster.pods(pod["metadata"]["name"]))
@@ -416,21 +418,21 @@ class Dispatcher:
             host = jd.read_host()
             self._finish(name, job, jd, host, unstarted(jd, host, why, self.s.job_start_timeout_seconds))
 
-    def _job_of(self, name: str, pod: dict[str, Any] | None) -> tuple[dict[str, Any], JobDir] | None:
+    def _job_of(self, name: str, pod: dict[str, Any] | None) -> tuple[JobView, JobDir] | None:
         """The Job ``pod`` belongs to, if it has not ended yet (an ended one only gets its slot and staging freed)."""
         job = self.cluster.job(name)
         if job is None:
             return None
-        uid = job["metadata"]["uid"]
+        uid = job.uid
         jd = JobDir(self.s.staging_dir, uid)
-        if _phase(job) in TERMINAL_PHASES:
+        if job.phase in TERMINAL_PHASES:
             self._release(name, jd)
             return None
         if pod is not None and owner_uid(pod) != uid:
             return None  # a Pod of an earlier Job with the same name
         return job, jd
 
-    def _finish(self, name: str, job: dict[str, Any], jd: JobDir, host: HostRecord | None, done: Completion) -> None:
+    def _finish(self, name: str, job: JobView, jd: JobDir, host: HostRecord | None, done: Completion) -> None:
         record_end(self.s, self.cluster, job, host, done)
         self.table.track(name, done.ended.outcome)
         self._release(name, jd)
@@ -466,9 +468,9 @@ class Dispatcher:
     def resync(self) -> None:
         """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs."""
         for job in sorted(self.cluster.jobs(), key=arrival):
-            name = job["metadata"]["name"]
-            if _phase(job) == "Running":
-                if not self.table.claim(name, job["metadata"].get("uid")):
+            name = job.name
+            if job.phase == "Running":
+                if not self.table.claim(name, job.uid or None):
                     continue  # listed before the watch saw it replaced or deleted
                 self.slots.hold(name)
                 pod = self.api.get_or_none(self.cluster.pods(pod_name(name)))
@@ -476,7 +478,7 @@ class Dispatcher:
                     self._guarded(self.complete, name, pod)
                 elif pod is not None:
                     self._guarded(self._check_started, name, pod)
-            elif _phase(job) not in TERMINAL_PHASES:
+            elif job.phase not in TERMINAL_PHASES:
                 self._guarded(self.admit, job)
             elif comment_pending(job):
                 self._guarded(self.comment_refusal, name)
@@ -496,6 +498,3 @@ class Dispatcher:
         metrics.QUEUE_DEPTH.set(self.slots.queued)
         metrics.SLOTS_IN_USE.set(self.slots.running)
 
-
-def _phase(job: dict[str, Any]) -> str | None:
-    return (job.get("status") or {}).get("phase")

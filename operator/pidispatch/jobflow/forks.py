@@ -18,8 +18,7 @@ Pure: the caller reads the head.
 
 from __future__ import annotations
 
-from typing import Any
-
+from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.forge.head import Head, no_key_reason
 from pidispatch.jobflow.summarize import Refused
 from pidispatch.record import JobReason
@@ -34,26 +33,25 @@ FORK_NOT_ALLOWED_MESSAGE = (
 )
 
 
-def is_fork(job_spec: dict[str, Any], head: Head | None) -> bool:
+def is_fork(job_spec: JobSpec, head: Head | None) -> bool:
     """Whether the job is on a fork's pull request; ``head`` is the forge API's (``None``: not asked)."""
-    if job_spec.get("pullRequest") is None:
+    if job_spec.pullRequest is None:
         return False
-    if job_spec.get("fork") is True:
+    if job_spec.fork is True:
         return True
     if head is None:
-        resolved = job_spec.get("resolved")
-        if not isinstance(resolved, dict):
+        if job_spec.resolved is None:
             return False  # no GitHub client and nothing resolved: the payload's word is all there is
-        head = Head(resolved.get("headRef"), resolved.get("headRepository"))
-    return no_key_reason(str(job_spec.get("repository", "")), head) is not None
+        head = Head(job_spec.resolved.headRef, job_spec.resolved.headRepository)
+    return no_key_reason(job_spec.repository, head) is not None
 
 
-def forks_allowed(trigger_spec: dict[str, Any]) -> bool:
+def forks_allowed(trigger_spec: TriggerSpec) -> bool:
     """The Trigger runs forks' jobs under a token it cannot narrow: exactly boolean ``run.forks: true``."""
-    return (trigger_spec.get("run") or {}).get("forks") is True
+    return trigger_spec.run.forks is True
 
 
-def fork_refusal(job_spec: dict[str, Any], trigger_spec: dict[str, Any], source: str, fork: bool,
+def fork_refusal(job_spec: JobSpec, trigger_spec: TriggerSpec, source: str, fork: bool,
                  gets_deployment_token: bool) -> Refused | None:
     """``fork-not-allowed`` for a fork's job whose Pod would get the deployment's pat/gh token
     (``gets_deployment_token``) on a Trigger without ``run.forks``; ``None`` otherwise.
@@ -64,5 +62,4 @@ def fork_refusal(job_spec: dict[str, Any], trigger_spec: dict[str, Any], source:
     if not fork or source not in ("pat", "gh") or not gets_deployment_token or forks_allowed(trigger_spec):
         return None
     return Refused("Refused", JobReason.FORK_NOT_ALLOWED, "ForkNotAllowed", FORK_NOT_ALLOWED_MESSAGE.format(
-        number=job_spec.get("pullRequest"), repository=job_spec.get("repository"), trigger=job_spec.get("trigger"),
-        source=source))
+        number=job_spec.pullRequest, repository=job_spec.repository, trigger=job_spec.trigger, source=source))

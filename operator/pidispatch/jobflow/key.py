@@ -8,9 +8,8 @@ key, and the job runs exactly as it would without the feature.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from pidispatch.api.trigger import resume_armed
+from pidispatch.api.models import JobSpec
 from pidispatch.forge.head import Head, NoHead, no_key_reason
 from pidispatch.store.keys import issue_branch, issue_key, pull_request_key
 
@@ -25,45 +24,43 @@ class KeyRef:
     branch: str
 
 
-def needs_head_lookup(job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> bool:
-    """Only a resume-armed pull-request job's key reads the forge's head (§1.3); a payload fork's never does.
-    (Every pull-request job's head is read for its token's scope: ``jobflow/forks.py``.)"""
-    return (resume_armed(trigger_spec) and job_spec.get("pullRequest") is not None
-            and job_spec.get("fork") is not True)
+def needs_head_lookup(job_spec: JobSpec, resume: bool) -> bool:
+    """Only a resume-armed (``resume``: the Trigger's ``TriggerView.armed``) pull-request job's key reads the
+    forge's head (§1.3); a payload fork's never does. (Every pull-request job's head is read for its token's
+    scope: ``jobflow/forks.py``.)"""
+    return resume and job_spec.pullRequest is not None and job_spec.fork is not True
 
 
-def job_key(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None) -> KeyRef | None:
-    """The session key of a Job (§1.2), or ``None``: resume off, a fork, a missing head, a manual run.
+def job_key(job_spec: JobSpec, resume: bool, head: Head | None = None) -> KeyRef | None:
+    """The session key of a Job (§1.2), or ``None``: resume off (``resume``), a fork, a missing head, a manual run.
 
     ``head`` is what the forge API said of a pull request's head (:func:`needs_head_lookup`); it is the
     only source of a PR's branch when the operator has a GitHub client. Without one (``head`` is
     ``None``) the head comes from the Job's ``spec.resolved``, which only a cluster user can write.
     """
-    return key_and_reason(job_spec, trigger_spec, head)[0]
+    return key_and_reason(job_spec, resume, head)[0]
 
 
-def key_and_reason(job_spec: dict[str, Any], trigger_spec: dict[str, Any], head: Head | None = None
+def key_and_reason(job_spec: JobSpec, resume: bool, head: Head | None = None
                    ) -> tuple[KeyRef | None, NoHead | None]:
     """:func:`job_key`, with the closed reason a pull-request job has no key (for the log)."""
-    if not resume_armed(trigger_spec):
+    if not resume:
         return None, None
-    forge, repo = job_spec.get("forge"), job_spec.get("repository")
-    if not isinstance(forge, str) or not isinstance(repo, str):
-        return None, None
-    if job_spec.get("pullRequest") is not None:
-        if job_spec.get("fork") is True:
+    forge, repo = job_spec.forge, job_spec.repository
+    if job_spec.pullRequest is not None:
+        if job_spec.fork is True:
             return None, NoHead.FORK_BY_PAYLOAD
         if head is None:
-            resolved = job_spec.get("resolved")
-            head = Head(resolved.get("headRef"), resolved.get("headRepository")) if isinstance(
-                resolved, dict) else Head.failed(NoHead.NO_CLIENT)
+            resolved = job_spec.resolved
+            head = Head(resolved.headRef, resolved.headRepository) if resolved is not None else Head.failed(
+                NoHead.NO_CLIENT)
         why = no_key_reason(repo, head)
         key = None if why is not None else pull_request_key(forge, repo, head.ref, head.repository)
         if key is None or not isinstance(head.ref, str):
             return None, why
         return KeyRef(key, forge, repo, head.ref), None
-    number = job_spec.get("issue")
+    number = job_spec.issue
     key = issue_key(forge, repo, number)
-    if key is None or not isinstance(number, int):
+    if key is None or number is None:
         return None, None
     return KeyRef(key, forge, repo, issue_branch(number)), None

@@ -18,6 +18,8 @@ import os
 import time
 from typing import Any
 
+from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
+from pidispatch.api.views import JobView
 from pidispatch.contract import CONTAINER
 from pidispatch.events import emit
 from pidispatch.forge.checkout import Checkout, Moved
@@ -79,20 +81,21 @@ def job_pod_uid() -> int:
     return uid if uid != 0 else PodInputs.run_as_user
 
 
-def pod_env(job_name: str, job_spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:
+def pod_env(job_name: str, job_spec: JobSpec, trigger_spec: TriggerSpec) -> dict[str, str]:
     """The event and run facts a runner needs; the same with or without a session (none derive from the key)."""
-    run = trigger_spec.get("run") or {}
+    run = trigger_spec.run
     env = {
         "PI_JOB_NAME": job_name,
-        "PI_TRIGGER": str(job_spec.get("trigger", "")),
-        "PI_FORGE": str(job_spec.get("forge", "")),
-        "PI_REPOSITORY": str(job_spec.get("repository", "")),
-        "PI_JOB_SPEC": json.dumps({k: v for k, v in job_spec.items() if k != "resolved"}, sort_keys=True,
-                                  separators=(",", ":")),
+        "PI_TRIGGER": job_spec.trigger,
+        "PI_FORGE": job_spec.forge,
+        "PI_REPOSITORY": job_spec.repository,
+        # The spec as it was written (the fields it set, unknown ones included), so the runner reads what the
+        # Job's maker said.
+        "PI_JOB_SPEC": json.dumps(job_spec.model_dump(mode="json", exclude_unset=True, exclude={"resolved"}),
+                                  sort_keys=True, separators=(",", ":")),
     }
-    for name, value in (("PI_ISSUE", job_spec.get("issue")), ("PI_PULL_REQUEST", job_spec.get("pullRequest")),
-                        ("PI_MODEL", run.get("model")), ("PI_VERSION", run.get("piVersion")),
-                        ("PI_FLOW", run.get("flow"))):
+    for name, value in (("PI_ISSUE", job_spec.issue), ("PI_PULL_REQUEST", job_spec.pullRequest),
+                        ("PI_MODEL", run.model), ("PI_VERSION", run.piVersion), ("PI_FLOW", run.flow)):
         if value is not None:
             env[name] = str(value)
     return env
@@ -189,8 +192,8 @@ def owner_name(pod: dict[str, Any]) -> str | None:
                  if ref.get("controller") and ref.get("kind") == "Job"), None)
 
 
-def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
-              trigger: dict[str, Any], fork: bool = False) -> JobToken | None:
+def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: JobView,
+              trigger: TriggerSpec, fork: bool = False) -> JobToken | None:
     """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app`` (for a fork's
     pull request, ``fork``, read-only on contents: ``forge/credentials.fork_permissions``).
 
@@ -201,9 +204,8 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     ``GitHubError`` when GitHub refuses or cannot be reached (the caller tells a 4xx, final, from an
     outage, retried).
     """
-    md, spec = job["metadata"], job["spec"]
-    source = trigger_auth_source(trigger.get("spec") or {}, settings.store)
-    credential = job_credential(source, str(spec.get("repository", "")), settings.github, fork)
+    source = trigger_auth_source(trigger, settings.store)
+    credential = job_credential(source, job.spec.repository if job.spec is not None else "", settings.github, fork)
     if isinstance(credential, SecretRef):
         return JobToken(credential.name, credential.key)
     if not isinstance(credential, Mint):
@@ -211,9 +213,9 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
         raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
     token = forge.mint_job_token(credential.repository, credential.fork)
-    name = token_secret_name(md["uid"])
+    name = token_secret_name(job.uid)
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
-    secret = job_token_secret(md["name"], md["uid"], cluster.ns, name, token.value, expires)
+    secret = job_token_secret(job.name, job.uid, cluster.ns, name, token.value, expires)
     try:
         try:
             cluster.api.create(cluster.secrets(), secret)
@@ -225,7 +227,7 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     except ApiError:
         forge.revoke(token)  # not stored
         raise
-    emit("job_token_minted", job=md["name"], expiresAt=expires, fork=credential.fork)
+    emit("job_token_minted", job=job.name, expiresAt=expires, fork=credential.fork)
     return JobToken(name, TOKEN_SECRET_KEY, token.expires_at, digest_of(token.value))
 
 
@@ -241,10 +243,11 @@ def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Chec
         ca_bundle_configmap=settings.github.ca_bundle_configmap)
 
 
-def job_resources(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, dict[str, str]]:
+def job_resources(settings: OperatorSettings, run: TriggerRun) -> dict[str, dict[str, str]]:
     """The Trigger's ``run.resources``, else the deployment's; with the deployment's ephemeral-storage
     request and limit wherever they name none, so that no job Pod's disk is unbounded (issue 31)."""
-    chosen = run.get("resources") or {part: dict(q) for part, q in settings.job_resources}
+    given = run.resources.model_dump(exclude_unset=True) if run.resources is not None else {}
+    chosen = given or {part: dict(q) for part, q in settings.job_resources}
     resources = {part: dict(chosen.get(part) or {}) for part in ("requests", "limits")}
     resources["limits"].setdefault(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_limit)
     # Not above a limit a Trigger set lower (the apiserver would refuse the Pod); without a request of its
@@ -264,30 +267,34 @@ def _bytes(quantity: object) -> int | None:
         return None
 
 
-def job_credentials(settings: OperatorSettings, run: dict[str, Any]) -> dict[str, tuple[str, str]]:
+def job_credentials(settings: OperatorSettings, run: TriggerRun) -> dict[str, tuple[str, str]]:
     """The deployment's model credentials with the Trigger's ``run.credentials`` merged over them."""
     merged = {name: (secret, key) for name, secret, key in settings.job_credentials}
-    for name, ref in (run.get("credentials") or {}).items():
-        merged[name] = (str(ref.get("secretName")), str(ref.get("key")))
+    for name, ref in (run.credentials or {}).items():
+        merged[name] = (ref.secretName, ref.key)
     return merged
 
 
-def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
+def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigger: TriggerSpec,
                host: HostRecord | None, token: JobToken | None, checkout: Checkout | None = None,
                moved: Moved | None = None) -> dict[str, Any]:
-    """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise."""
-    md, spec = job["metadata"], job["spec"]
-    run = (trigger.get("spec") or {}).get("run") or {}
+    """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise.
+
+    ``job``'s spec is valid (the admission refused it otherwise)."""
+    spec = job.spec
+    if spec is None:
+        raise ValueError(f"Job {job.name}'s spec is not valid: {job.invalid}")
+    run = trigger.run
     mounted = host is not None and host.mounted
-    deadline, capped = token_capped_deadline(run.get("timeoutSeconds") or settings.job_timeout_seconds or None,
+    deadline, capped = token_capped_deadline(run.timeoutSeconds or settings.job_timeout_seconds or None,
                                              token.expires_at if token is not None else None, time.time(),
                                              settings.job_start_timeout_seconds)
     manifest = job_pod(PodInputs(
-        job_name=md["name"], job_uid=md["uid"], namespace=cluster.ns,
-        image=run.get("image") or settings.job_image, command=list(settings.job_command),
-        env={**dict(settings.job_env), **pod_env(md["name"], spec, trigger.get("spec") or {})},
+        job_name=job.name, job_uid=job.uid, namespace=cluster.ns,
+        image=run.image or settings.job_image, command=list(settings.job_command),
+        env={**dict(settings.job_env), **pod_env(job.name, spec, trigger)},
         staging_claim=settings.staging_claim if mounted else None,
-        session_subpath=session_subpath(md["uid"]) if mounted else None,
+        session_subpath=session_subpath(job.uid) if mounted else None,
         host_resume=bool(host is not None and host.resume),
         rethread=host.reason if host is not None and host.mounted and host.rethread else None,
         rethread_pct=settings.store.rethread_pct,
@@ -297,7 +304,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         resources=job_resources(settings, run),
         credentials=job_credentials(settings, run),
         models_configmap=settings.job_models_configmap,
-        workspace=workspace_inputs(settings, str(spec.get("repository", "")), checkout, moved),
+        workspace=workspace_inputs(settings, spec.repository, checkout, moved),
         workspace_size_limit=(settings.job_workspace_size_limit, settings.job_workspace_limit_bytes),
         release=settings.release,
     ))
@@ -309,10 +316,10 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any]
         existing = cluster.api.get_or_none(cluster.pods(manifest["metadata"]["name"]))
         if existing is None:
             raise
-        if owner_uid(existing) != md["uid"]:
+        if owner_uid(existing) != job.uid:
             raise PodOfEarlierJob(manifest["metadata"]["name"]) from None
         return existing
     if capped is not None:
-        emit("job_timeout_capped", job=md["name"], activeDeadlineSeconds=deadline)
+        emit("job_timeout_capped", job=job.name, activeDeadlineSeconds=deadline)
         cluster.event(job, "Normal", "TimeoutCapped", capped)
     return created

@@ -29,6 +29,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from pidispatch.api.views import JobView
 from pidispatch.contract import JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from pidispatch.events import emit
 from pidispatch.forge.credentials import token_secret_name
@@ -63,9 +64,9 @@ class Delete:
     age_seconds: float
 
 
-def finished_at(job: dict[str, Any]) -> float | None:
+def finished_at(job: JobView) -> float | None:
     """The Job's ``completedAt`` in seconds since the epoch, ``None`` when it has none (or not RFC 3339)."""
-    stamp = (job.get("status") or {}).get("completedAt")
+    stamp = job.status.completedAt
     try:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp() if stamp else None
     except ValueError:
@@ -76,20 +77,19 @@ def pod_ended(pod: dict[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") in ENDED_POD_PHASES
 
 
-def due(job: dict[str, Any], pods: Sequence[dict[str, Any]], now: float, settings: OperatorSettings,
+def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: OperatorSettings,
         secret_gone: bool = False) -> list[Delete]:
     """What retention deletes of ``job`` at ``now`` (epoch seconds), given the job Pods of the namespace.
 
     ``secret_gone``: this process already deleted (or found gone) the Job's token Secret.
     """
-    md, status = job["metadata"], job.get("status") or {}
-    if status.get("phase") not in TERMINAL_PHASES or md.get("deletionTimestamp"):
+    if job.phase not in TERMINAL_PHASES or job.meta.deletion:
         return []
     finished = finished_at(job)
     if finished is None:
         return []
     age = now - finished
-    uid, name = md["uid"], md["name"]
+    uid, name = job.uid, job.name
     own = [p for p in pods if owner_uid(p) == uid]
     if not all(pod_ended(p) for p in own):
         return []  # its Pod is still running (or yet to start): stopping it is nobody's retention
@@ -160,11 +160,11 @@ class Retention:
         """One pass: list the Jobs and the job Pods, delete what is due; the deletions done."""
         jobs = self.cluster.jobs()
         pods = self.cluster.api.list(self.cluster.pods(), labelSelector=JOB_SELECTOR)
-        self._secret_gone &= {job["metadata"]["uid"] for job in jobs}
+        self._secret_gone &= {job.uid for job in jobs}
         now = self._wall()
         done = []
         for job in jobs:
-            for action in due(job, pods, now, self.s, job["metadata"]["uid"] in self._secret_gone):
+            for action in due(job, pods, now, self.s, job.uid in self._secret_gone):
                 try:
                     if self._delete(job, action):
                         done.append(action)
@@ -172,7 +172,7 @@ class Retention:
                     log.warning("retention: deleting %s %s failed: %s", action.kind, action.name, exc)
         return done
 
-    def _delete(self, job: dict[str, Any], action: Delete) -> bool:
+    def _delete(self, job: JobView, action: Delete) -> bool:
         c = self.cluster
         if action.kind is Kind.SECRET:
             path = f"{c.secrets()}/{name_segment(action.name)}"
@@ -180,7 +180,7 @@ class Retention:
             path = c.pods(action.name) if action.kind is Kind.POD else c.crd("jobs", action.name)
         deleted = delete_with_uid(c.api, path, action.uid)  # raises on anything but done, gone or replaced
         if action.kind is Kind.SECRET:
-            self._secret_gone.add(job["metadata"]["uid"])
+            self._secret_gone.add(job.uid)
         if not deleted:
             return False
         setting = "job.ttlSecondsAfterFinished" if action.kind is Kind.JOB else "job.podRetentionSeconds"

@@ -13,6 +13,8 @@ from typing import Any
 from pidispatch import failpoints
 from pidispatch.api.conditions import reason_to_camel, set_condition
 from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.models import JobSession
+from pidispatch.api.views import SessionKeyView
 from pidispatch.contract import MANAGED_BY
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
@@ -29,7 +31,7 @@ LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWi
 
 def ensure(cluster: Cluster, host: HostRecord) -> None:
     """Create the key's SessionKey if it is new. Its status is written once, when the job ends."""
-    if not is_key(host.key) or cluster.api.get_or_none(cluster.crd("sessionkeys", host.key)) is not None:
+    if not is_key(host.key) or cluster.sessionkey(host.key) is not None:
         return
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "SessionKey",
             "metadata": {"name": host.key, "labels": MANAGED_BY, "finalizers": [FINALIZER]},
@@ -41,11 +43,11 @@ def ensure(cluster: Cluster, host: HostRecord) -> None:
             raise
 
 
-def last_job_facts(job: str, host: HostRecord, session: dict[str, Any] | None, promoted_at: str | None,
+def last_job_facts(job: str, host: HostRecord, session: JobSession | None, promoted_at: str | None,
                    workspace: Workspace | None = None) -> dict[str, Any]:
     """What a job's end tells its SessionKey: which job, its reason, the pi and model it was judged with,
     and (for a promoted conversation) the commit its workspace ended on."""
-    facts: dict[str, Any] = {"lastJob": job, "lastReason": (session or {}).get("reason"),
+    facts: dict[str, Any] = {"lastJob": job, "lastReason": session.reason if session is not None else None,
                              "judgedWith": {"piVersion": host.pi_version, "model": host.model}}
     if promoted_at is not None:
         facts["lastPromotedAt"] = promoted_at
@@ -55,7 +57,7 @@ def last_job_facts(job: str, host: HostRecord, session: dict[str, Any] | None, p
 
 
 def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[str, Any] | None,
-           listed: dict[str, Any] | None = None) -> None:
+           listed: SessionKeyView | None = None) -> None:
     """Recompute a SessionKey's status from the store (and the last job's facts); write it if it changed.
 
     ``listed``: the SessionKey as a LIST just returned it (the refresh), read instead of a GET per key.
@@ -65,15 +67,15 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     """
     if settings.store.sessions_dir is None or not is_key(key):
         return
-    current = listed if listed is not None else cluster.api.get_or_none(cluster.crd("sessionkeys", key))
-    if current is None or current["metadata"].get("deletionTimestamp"):
+    current = listed if listed is not None else cluster.sessionkey(key)
+    if current is None or current.meta.deletion:
         return
-    old = current.get("status") or {}
+    old = current.stored_status  # compared as stored: a write only when the judgement changed it
     facts = {**{k: old[k] for k in LAST_FACTS if k in old}, **(last or {})}
     # Judge the next delivery as if it ran the last job's pi and model; unknown → the stamped pi version.
     judged = facts.get("judgedWith") or {}
     view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
-    status = sessionkey_status(view, old.get("conditions"), facts, current["metadata"].get("generation"))
+    status = sessionkey_status(view, old.get("conditions"), facts, current.meta.generation)
     # A null inside an object is a deletion in a merge patch: the stored status never holds one.
     if {k: old.get(k) for k in status} == {k: without_nulls(v) for k, v in status.items()}:
         return
@@ -82,7 +84,7 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
         return
     try:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"),
-                          {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]}, "status": status})
+                          {"metadata": {"resourceVersion": current.meta.resource_version}, "status": status})
     except ApiError as exc:
         if exc.status != 409:
             raise
@@ -105,14 +107,13 @@ def delete(cluster: Cluster, key: str) -> None:
             raise
 
 
-def finalize(settings: OperatorSettings, cluster: Cluster, sk: dict[str, Any]) -> None:
+def finalize(settings: OperatorSettings, cluster: Cluster, sk: SessionKeyView) -> None:
     """``kubectl delete sessionkey <key>``: the store forgets the key, then the object may go."""
-    md = sk["metadata"]
-    forget_key(settings.store, settings.staging_dir, md["name"])
-    failpoints.at("key-forgotten", md["name"])  # a kill here: the finalizer runs again after the restart
-    finalizers = [f for f in md.get("finalizers") or [] if f != FINALIZER]
-    cluster.api.patch(cluster.crd("sessionkeys", md["name"]),
-                      {"metadata": {"finalizers": finalizers, "resourceVersion": md["resourceVersion"]}})
+    forget_key(settings.store, settings.staging_dir, sk.name)
+    failpoints.at("key-forgotten", sk.name)  # a kill here: the finalizer runs again after the restart
+    finalizers = [f for f in sk.meta.finalizers if f != FINALIZER]
+    cluster.api.patch(cluster.crd("sessionkeys", sk.name),
+                      {"metadata": {"finalizers": finalizers, "resourceVersion": sk.meta.resource_version}})
 
 
 def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | None,

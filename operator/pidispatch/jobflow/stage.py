@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from pidispatch import metrics
+from pidispatch.api.models import JobSession, TriggerRun
 from pidispatch.contract import VENUE
 from pidispatch.jobflow.key import KeyRef
 from pidispatch.settings import OperatorSettings
@@ -22,14 +22,14 @@ from pidispatch.store.staging import HostRecord, JobDir, stage
 log = logging.getLogger("pidispatch.operator")
 
 
-def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: dict[str, Any], job: str, *,
+def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: TriggerRun, job: str, *,
                   secrets: tuple[SecretDigest, ...] = ()) -> HostRecord:
     """Stage ``ref``'s session for the Job and return its host record (written, not yet synced).
 
     ``secrets``: digests of the job's own secrets the operator knows (the App token it minted), kept for
     the scan before the promotion."""
     record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
-                        pi_version=run.get("piVersion"), model=run.get("model"), secrets=secrets)
+                        pi_version=run.piVersion, model=run.model, secrets=secrets)
     if not settings.staging_claim:
         log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job)
     began = time.perf_counter()
@@ -40,10 +40,10 @@ def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: dict
     return record
 
 
-def session_view(host: HostRecord | None) -> dict[str, Any] | None:
+def session_view(host: HostRecord | None) -> JobSession | None:
     """The host verdict as a Job's ``status.session`` shows it while the Pod runs."""
     verdict = host.verdict() if host is not None else None
-    return None if verdict is None else {"resumed": verdict.resume, "reason": verdict.reason, "bytes": verdict.bytes}
+    return None if verdict is None else JobSession(resumed=verdict.resume, reason=verdict.reason, bytes=verdict.bytes)
 
 
 def start_message(host: HostRecord | None) -> str:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch import failpoints
+from pidispatch.api.models import JobSpec
+from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
 from pidispatch.forge.checkout import Checkout, Unresolvable
 from pidispatch.forge.credentials import SecretRef, job_credential
@@ -63,22 +65,24 @@ class NotLaunched:
 PASSING_LOOKUP_FAILURES = frozenset({NoHead.LOOKUP_TIMEOUT, NoHead.LOOKUP_UNREACHABLE, NoHead.NO_CREDENTIALS})
 
 
-def pull_head(forge: Forge | None, checkout: Checkout | None, job_spec: dict[str, Any]) -> Head | None:
+def pull_head(forge: Forge | None, checkout: Checkout | None, job_spec: JobSpec) -> Head | None:
     """A pull request's head from the forge API: the checkout's answer, else one lookup; ``None`` for an issue,
     a payload fork (no lookup is needed to say fork) or an operator without a GitHub client."""
-    if job_spec.get("pullRequest") is None or job_spec.get("fork") is True:
+    if job_spec.pullRequest is None or job_spec.fork is True:
         return None
     if checkout is not None and checkout.head is not None:
         return checkout.head
     if forge is None:
         return None
-    return forge.pull_head(str(job_spec.get("repository")), int(job_spec["pullRequest"]))
+    return forge.pull_head(job_spec.repository, job_spec.pullRequest)
 
 
-def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
-           trigger: dict[str, Any], jd: JobDir, *, listed_at_start: bool) -> Launched | NotLaunched:
+def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: JobView,
+           trigger: TriggerView, jd: JobDir, *, listed_at_start: bool) -> Launched | NotLaunched:
     """Start ``job`` (its Trigger already admitted it). Raises for a passing failure (retried by the caller)."""
-    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    name, uid, spec, trigger_spec = job.name, job.uid, job.spec, trigger.spec
+    if spec is None or trigger_spec is None:  # the admission refuses both before a start
+        raise ValueError(f"Job {name} or its Trigger is not valid")
     host = jd.read_host()
     pod = None
     if listed_at_start or host is not None:
@@ -89,20 +93,19 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         if host is not None:
             jd.sync(HOST)  # a restart after a kill between the create and the sync: the page cache still has it
         return Launched(pod, host, created=False)
-    trigger_spec = trigger.get("spec") or {}
     checkout = None
     if forge is not None and checkout_step.wanted(settings, forge):
         try:
-            checkout = checkout_step.resolve(forge, job["spec"])  # an outage raises: the Job is retried
+            checkout = checkout_step.resolve(forge, spec)  # an outage raises: the Job is retried
         except Unresolvable as exc:
             return NotLaunched(Refused("Failed", None, "CheckoutUnresolved",
                                        f"The forge has no commit for this job ({str(exc)[:300]}); nothing ran and "
                                        "it is not retried. Check that the repository, issue or pull request "
                                        "exists and the App can read it, then re-create the Job."),
                                staging_used=False)
-    head = pull_head(forge, checkout, job["spec"])
-    fork = is_fork(job["spec"], head)
-    refused = fork_refusal(job["spec"], trigger_spec, trigger_auth_source(trigger_spec, settings.store), fork,
+    head = pull_head(forge, checkout, spec)
+    fork = is_fork(spec, head)
+    refused = fork_refusal(spec, trigger_spec, trigger_auth_source(trigger_spec, settings.store), fork,
                            isinstance(job_credential(trigger_auth_source(trigger_spec, settings.store), "",
                                                      settings.github), SecretRef))
     if refused is not None and head is not None and head.failure in PASSING_LOOKUP_FAILURES:
@@ -111,7 +114,7 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     if refused is not None:  # a fork only the forge API revealed: still no Pod and no token
         return NotLaunched(refused, staging_used=False)
     try:
-        token = job_token(settings, cluster, forge, job, trigger, fork)
+        token = job_token(settings, cluster, forge, job, trigger_spec, fork)
     except GitHubError as exc:
         if exc.status == 0 or exc.status >= 500:
             raise
@@ -120,23 +123,22 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
                                    "nothing ran. Check the App's installation and permissions (pidispatch "
                                    "doctor), then re-create the Job."), staging_used=False)
     # The key reads the forge's head only for a resume-armed job (spec §1.3): the same answer as above.
-    ref, no_head = key_and_reason(job["spec"], trigger_spec, head if needs_head_lookup(job["spec"], trigger_spec)
-                                  else None)
+    ref, no_head = key_and_reason(spec, trigger.armed, head if needs_head_lookup(spec, trigger.armed) else None)
     if no_head is not None:
         # No refusal and no comment (spec rule 21): the job runs as it would without resume.
         emit("pr_head_unresolved", job=name, reason=no_head.value)
     host = None
     if ref is not None:
-        host = stage_session(settings, jd, ref, trigger_spec.get("run") or {}, name,
+        host = stage_session(settings, jd, ref, trigger_spec.run, name,
                              secrets=(token.digest,) if token is not None and token.digest is not None else ())
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:
         moved = checkout_step.previous_commit(cluster, forge, host, checkout)
-    if fork and job["spec"].get("fork") is not True:  # the runner's prompt says a fork's job cannot push
-        job = {**job, "spec": {**job["spec"], "fork": True}}
+    if fork and spec.fork is not True:  # the runner's prompt says a fork's job cannot push
+        job = job.with_spec(spec.model_copy(update={"fork": True}))
     try:
-        pod = create_pod(settings, cluster, job, trigger, host, token, checkout, moved)
+        pod = create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved)
     except ApiError as exc:
         if not pod_create_refused_for_good(exc.status):
             raise  # an outage or a conflict: retried after a back-off

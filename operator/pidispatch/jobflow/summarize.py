@@ -15,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from pidispatch.api.conditions import set_condition
+from pidispatch.api.models import JobCheckout, JobHandoff, JobSession, JobWorkspace
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Refused"})
 STARTED, COMPLETED, COMMENTED = "Started", "Completed", "Commented"
@@ -54,9 +57,9 @@ class Running:
     """Its Pod exists. ``session`` is the host verdict as the Job shows it (``None`` without a session)."""
 
     pod_name: str
-    session: dict[str, Any] | None
+    session: JobSession | None
     message: str
-    checkout: dict[str, str] | None = None  # {ref, sha}: the commit the workspace holds (None: no checkout)
+    checkout: JobCheckout | None = None  # the commit the workspace holds (None: no checkout)
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,12 @@ class Ended:
     """Its Pod ended (``outcome`` ``Succeeded`` or ``Failed``), promotion done, the record merged."""
 
     outcome: str
-    session: dict[str, Any] | None
+    session: JobSession | None
     tokens: dict[str, float] | None
     condition_reason: str
     message: str
-    workspace: dict[str, Any] | None = None  # {head, pushed}: where the job left its workspace (the runner's word)
-    handoff: dict[str, Any] | None = None  # {writer, status, entries}: the handoff promoted with the transcript
+    workspace: JobWorkspace | None = None  # where the job left its workspace (the runner's word)
+    handoff: JobHandoff | None = None  # the handoff promoted with the transcript
 
 
 @dataclass(frozen=True)
@@ -111,15 +114,15 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
                                               generation, now)}
     elif isinstance(change, Running):
         wanted = {"phase": "Running", "podName": change.pod_name, "startedAt": since("Running", "startedAt"),
-                  "session": change.session,
-                  **({"checkout": change.checkout} if change.checkout is not None else {}),
+                  "session": dumped(change.session),
+                  **({"checkout": dumped(change.checkout)} if change.checkout is not None else {}),
                   "conditions": set_condition(conditions, STARTED, True, "PodCreated", change.message, generation,
                                                   now)}
     elif isinstance(change, Ended):
         wanted = {"phase": change.outcome, "completedAt": since(change.outcome, "completedAt"),
-                  "session": change.session,
-                  **({"workspace": change.workspace} if change.workspace is not None else {}),
-                  **({"handoff": change.handoff} if change.handoff is not None else {}),
+                  "session": dumped(change.session),
+                  **({"workspace": dumped(change.workspace)} if change.workspace is not None else {}),
+                  **({"handoff": dumped(change.handoff)} if change.handoff is not None else {}),
                   "tokens": change.tokens, "conditions": set_condition(
                       conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
                       generation, now)}
@@ -130,3 +133,8 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
     if patch and status.get("observedGeneration") != generation:
         patch["observedGeneration"] = generation
     return patch
+
+
+def dumped(model: BaseModel | None) -> dict[str, Any] | None:
+    """A status part as the patch carries it: the fields the step set, nulls included (a null clears one)."""
+    return None if model is None else model.model_dump(mode="json", exclude_unset=True)

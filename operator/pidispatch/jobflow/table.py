@@ -20,8 +20,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
+from pidispatch.api.views import JobView
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
 
 RETIRED_UIDS_KEPT = 4096  # uids of deleted or superseded Jobs remembered, so their late events are ignored
@@ -38,7 +38,7 @@ class JobTable:
         self.phases: dict[str, str] = {}
         # The latest body the watch delivered for each Job that may still start, so its start need not
         # read it again; trusted only as far as the Running write's resourceVersion confirms it.
-        self.bodies: dict[str, dict[str, Any]] = {}
+        self.bodies: dict[str, JobView] = {}
         # Uids of the Jobs listed at start-up: an earlier operator process may have created their Pods.
         self.preexisting: set[str] = set()
         # Jobs whose Pod this process created and whose end it has not yet recorded → their session key.
@@ -97,7 +97,8 @@ class JobTable:
         """Drop what is kept under ``name`` for the Job ``uid`` (deleted, or superseded by a new Job)."""
         if uid:
             self.retire(uid)
-        if (self.bodies.get(name) or {}).get("metadata", {}).get("uid") in (uid, None):
+        kept = self.bodies.get(name)
+        if kept is None or kept.uid in (uid, ""):
             self.bodies.pop(name, None)
         self.uids.pop(name, None)
         self.phases.pop(name, None)
@@ -112,20 +113,21 @@ class JobTable:
         """A DELETED of a Job whose name another Job has taken over: only that uid's traces go."""
         self.preexisting.discard(uid)
         self.retire(uid)
-        if (self.bodies.get(name) or {}).get("metadata", {}).get("uid") == uid:
+        kept = self.bodies.get(name)
+        if kept is not None and kept.uid == uid:
             self.bodies.pop(name, None)
 
-    def keep_body(self, job: dict[str, Any], phase: str | None) -> None:
+    def keep_body(self, job: JobView, phase: str | None) -> None:
         """Remember the watch's latest body of a Job that may still start; forget it once it cannot.
 
         A body whose uid differs from the one kept is not trusted either way: the entry is dropped
         and the start reads the Job instead.
         """
-        name, uid = job["metadata"]["name"], job["metadata"].get("uid")
+        name, uid = job.name, job.uid
         kept = self.bodies.get(name)
         if phase in TERMINAL_PHASES or phase == "Running":
             self.bodies.pop(name, None)
-        elif kept is None or kept["metadata"].get("uid") == uid:
+        elif kept is None or kept.uid == uid:
             self.bodies[name] = job
         else:
             self.bodies.pop(name, None)

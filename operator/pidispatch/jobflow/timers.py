@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pidispatch import metrics
+from pidispatch.api.views import SessionKeyView
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
@@ -41,8 +42,9 @@ def refresh_sessionkeys(settings: OperatorSettings, cluster: Cluster, busy: set[
     if settings.store.sessions_dir is None:
         return
     for page in _ahead(cluster.api.pages(cluster.crd("sessionkeys"))):
-        for sk in page:
-            name = sk["metadata"]["name"]
+        for body in page:
+            sk = SessionKeyView.of(body)
+            name = sk.name
             if name in busy:
                 continue
             try:
@@ -78,6 +80,5 @@ def sweep(settings: OperatorSettings, cluster: Cluster) -> None:
         keys, size = store_totals(settings.store)
         metrics.STORE_KEYS.set(keys)
         metrics.STORE_BYTES.set(size)
-    live = {job["metadata"]["uid"] for job in cluster.jobs()
-            if (job.get("status") or {}).get("phase") not in TERMINAL_PHASES}
+    live = {job.uid for job in cluster.jobs() if job.phase not in TERMINAL_PHASES}
     sweep_orphans(settings.staging_dir, live)

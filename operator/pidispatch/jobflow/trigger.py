@@ -9,16 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from pidispatch.api.conditions import set_condition
-from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.api.views import JobView, TriggerView
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.settings import Settings
 
 
-def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | None,
+def trigger_status(trigger: TriggerView, settings: Settings, generation: int | None,
                    conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
     """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger."""
-    problem = first_refusal(spec)
-    armed = resume_armed(spec)
+    problem = trigger.refusal
+    armed = trigger.armed
     store = settings.sessions_dir is not None
     conditions = set_condition(conditions, "Ready", problem is None, "Loaded" if problem is None else "ResumeConflict",
                                "The Trigger can run jobs." if problem is None else problem, generation)
@@ -53,26 +53,25 @@ class Triggers:
     def __init__(self, cluster: Cluster, settings: Settings) -> None:
         self.cluster = cluster
         self.settings = settings
-        self._known: dict[str, dict[str, Any]] = {}
+        self._known: dict[str, TriggerView] = {}
 
-    def on_trigger(self, trigger: dict[str, Any]) -> None:
+    def on_trigger(self, trigger: TriggerView) -> None:
         """Remember ``trigger`` and write its status if that changed."""
-        md = trigger["metadata"]
-        self._known[md["name"]] = trigger
-        old = trigger.get("status") or {}
-        status = trigger_status(trigger.get("spec") or {}, self.settings, md.get("generation"), old.get("conditions"))
+        self._known[trigger.name] = trigger
+        old = trigger.stored_status  # compared as stored: a write only when something changed
+        status = trigger_status(trigger, self.settings, trigger.meta.generation, old.get("conditions"))
         if {k: old.get(k) for k in status} != status:
-            self.cluster.api.patch(self.cluster.crd("triggers", md["name"], "status"), {"status": status})
+            self.cluster.api.patch(self.cluster.crd("triggers", trigger.name, "status"), {"status": status})
 
     def forget(self, name: str) -> None:
         self._known.pop(name, None)
 
-    def of(self, job: dict[str, Any]) -> dict[str, Any] | None:
+    def of(self, job: JobView) -> TriggerView | None:
         """The Job's Trigger (one GET the first time a name is asked for), or ``None`` when there is none."""
-        name = str(job["spec"].get("trigger", ""))
+        name = job.trigger_name
         known = self._known.get(name)
         if known is None:
-            known = self.cluster.api.get_or_none(self.cluster.crd("triggers", name))
-            if known is not None:
-                self._known[name] = known
+            found = self.cluster.api.get_or_none(self.cluster.crd("triggers", name))
+            if found is not None:
+                known = self._known[name] = TriggerView.of(found)
         return known

@@ -10,7 +10,7 @@
 * :func:`make_tls` writes a throwaway CA and a server certificate for 127.0.0.1, for the HTTPS forge
   that ``gh`` needs (it talks HTTPS to any host but github.com).
 
-``FakeGitHubAPI`` (``e2e/fakegithub_api.py``) mounts this under the same host as its REST API, as GitHub
+``FakeGitHubAPI`` (``testkit/fakegithub_api.py``) mounts this under the same host as its REST API, as GitHub
 Enterprise serves ``/OWNER/NAME.git`` beside ``/api/v3``.
 """
 

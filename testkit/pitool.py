@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-PI_DIR = Path(__file__).resolve().parent / "pi"
+PI_DIR = Path(__file__).resolve().parents[1] / "e2e" / "pi"
 PACKAGE = "@mariozechner/pi-coding-agent"
 
 

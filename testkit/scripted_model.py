@@ -20,7 +20,7 @@ In process::
 
 As a process (job Pods of the e2e tests are local processes and reach it on 127.0.0.1)::
 
-    python -m e2e.scripted_model --port 18080 --log requests.jsonl [--port-file F] [--script S.json]
+    python -m testkit.scripted_model --port 18080 --log requests.jsonl [--port-file F] [--script S.json]
 
 and from the test, ``RemoteScriptedModel("http://127.0.0.1:18080")`` has the same ``reply`` /
 ``tool_call`` / ``error`` / ``requests`` / ``messages`` API over the control endpoints
@@ -522,7 +522,7 @@ class ScriptedModel(_ScriptAPI):
 
 
 class RemoteScriptedModel(_ScriptAPI):
-    """The script API of a standalone ``python -m e2e.scripted_model`` process, over its control endpoints."""
+    """The script API of a standalone ``python -m testkit.scripted_model`` process, over its control endpoints."""
 
     def __init__(self, url: str, timeout: float = 10.0):
         self.url = url.rstrip("/").removesuffix("/v1")
@@ -618,7 +618,7 @@ def write_agent_dir(path: str | os.PathLike[str], base_url: str, *, context_wind
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.scripted_model", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m testkit.scripted_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 (default): a free port; see --port-file")
     parser.add_argument("--log", help="append one JSON line per chat request to this file")

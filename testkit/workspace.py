@@ -1,6 +1,6 @@
 """What the workspace tests share: a served repository on the fake forge and a job's git environment.
 
-Real git over smart HTTP (``e2e/gitforge.py`` behind ``e2e/fakegithub_api.py``) with one repository,
+Real git over smart HTTP (``testkit/gitforge.py`` behind ``testkit/fakegithub_api.py``) with one repository,
 ``acme/widgets``, whose ``main`` holds ``README.md``; the forge accepts one personal access token.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import Repos
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import Repos
 
 REPO = "acme/widgets"
 PAT = "github_pat_checkout_0123456789"

@@ -43,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from e2e.gitforge import git, git_path, read_body, serve_git
+from testkit.gitforge import git, git_path, read_body, serve_git
 
 SAME = object()  # set_pull: the head repository is the base repository
 JWT_MAX_LIFETIME = 600
@@ -145,7 +145,7 @@ class FakeGitHubAPI:
     requests: list[Request] = field(default_factory=list)
     tokens: dict[str, Issued] = field(default_factory=dict)
     pulls: dict[tuple[str, int], Pull] = field(default_factory=dict)
-    # The git forge behind the API (``e2e/gitforge.py``): branch tips, default branches, commits and
+    # The git forge behind the API (``testkit/gitforge.py``): branch tips, default branches, commits and
     # ``/OWNER/NAME.git`` smart HTTP come from these real repositories. None: the API alone.
     repos: Any = None
     tls: tuple[str, str] | None = None  # (certificate, key): serve HTTPS (gh needs it for a non-github.com host)

@@ -1,7 +1,7 @@
 """The local forge as a process, for ``make demo``: HTTPS on 127.0.0.1 with a throwaway CA, real git
 repositories behind smart HTTP, and the fake GitHub API in GitHub Enterprise's layout (``/api/v3``).
 
-    python -m e2e.forge_server --dir D --pat TOKEN --repo octo/repo --issue '7=The cache test is flaky'
+    python -m testkit.forge_server --dir D --pat TOKEN --repo octo/repo --issue '7=The cache test is flaky'
 
 writes ``D/forge.json`` (``web_url``, ``api_url``, ``host``, ``ca``) once it serves, and runs until it
 is sent SIGTERM. The repositories live in ``D/repos/<owner>/<name>.git``.
@@ -15,8 +15,8 @@ import signal
 import threading
 from pathlib import Path
 
-from e2e.fakegithub_api import FakeGitHubAPI
-from e2e.gitforge import Repos, make_tls
+from testkit.fakegithub_api import FakeGitHubAPI
+from testkit.gitforge import Repos, make_tls
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,170 @@
+"""A Job, a Trigger and a SessionKey as the job flow reads them: frozen views, parsed once at the edge.
+
+The kopf handlers and the job flow's GETs and LISTs build a view with ``JobView.of(body)`` (and the
+like); every step after that reads typed fields (``job.name``, ``job.spec.repository``,
+``trigger.spec.run.auth``) instead of walking the raw object with ``.get(...) or {}``.
+
+* The spec is validated strictly, as the CRD's schema would (``models.parsed``). A spec the schema
+  refuses (a Job or Trigger stored without the CRD's validation) is no exception here: the view keeps
+  ``spec = None`` and the first problem as ``invalid``, and the admission turns it into the refusal it
+  always was (``InvalidSpec``, ``TriggerNotReady``).
+* The status is the operator's own writing, checked by the apiserver against the same schema; it is
+  read leniently: a field that does not fit its model (an object stored before a field changed, a
+  hand edit) reads as absent instead of failing the step.
+* ``body`` is the object as it was read: what a write needs beyond the typed fields (the stored status a
+  merge patch is computed against, the ``resourceVersion`` of a conditional write).
+
+A Pod stays a plain dict: the operator reads a handful of its fields, all in ``jobflow/pod.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from pidispatch.api.models import JobSpec, JobStatus, SessionKeySpec, SessionKeyStatus, TriggerSpec, parsed
+from pidispatch.api.trigger import refusal_of, resume_armed
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def lenient(model: type[M], data: Any) -> M:
+    """``data`` as ``model``, each top-level field that does not fit it dropped (read as absent)."""
+    values = dict(data) if isinstance(data, Mapping) else {}
+    while True:
+        try:
+            return model.model_validate(values)
+        except ValidationError as exc:
+            bad = {err["loc"][0] for err in exc.errors(include_url=False) if err["loc"]}
+            if not bad & values.keys():
+                return model()
+            for key in bad:
+                values.pop(str(key), None)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class ObjectMeta:
+    """The metadata every view carries. ``uid`` is ``""`` for an object that has none (never in a cluster)."""
+
+    name: str
+    uid: str = ""
+    generation: int | None = None
+    resource_version: str | None = None
+    created: str = ""  # creationTimestamp (RFC 3339): a Job's place in the FIFO
+    deletion: str | None = None  # deletionTimestamp
+    labels: Mapping[str, str] = field(default_factory=dict)
+    finalizers: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectMeta:
+        md = _mapping(body.get("metadata"))
+        generation = md.get("generation")
+        return cls(name=str(md.get("name") or ""), uid=str(md.get("uid") or ""),
+                   generation=generation if isinstance(generation, int) else None,
+                   resource_version=md.get("resourceVersion"), created=str(md.get("creationTimestamp") or ""),
+                   deletion=md.get("deletionTimestamp") or None, labels=_mapping(md.get("labels")),
+                   finalizers=tuple(md.get("finalizers") or ()))
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A Job: ``spec`` is ``None`` when the schema refuses it (``invalid`` says how)."""
+
+    meta: ObjectMeta
+    spec: JobSpec | None
+    invalid: str | None
+    status: JobStatus
+    body: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> JobView:
+        spec, invalid = parsed(JobSpec, body.get("spec"))
+        return cls(ObjectMeta.of(body), spec, invalid, lenient(JobStatus, body.get("status")), dict(body))
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def uid(self) -> str:
+        return self.meta.uid
+
+    @property
+    def phase(self) -> str | None:
+        return self.status.phase
+
+    @property
+    def stored_status(self) -> dict[str, Any]:
+        """The status as stored: what a merge patch is computed against (``summarize``)."""
+        return _mapping(self.body.get("status"))
+
+    @property
+    def trigger_name(self) -> str:
+        """The Trigger the Job names, read from the raw spec so that an invalid Job's refusal can name it."""
+        return str(_mapping(self.body.get("spec")).get("trigger", ""))
+
+    def with_spec(self, spec: JobSpec) -> JobView:
+        """This Job with ``spec`` in place of its own (what the start learned: a fork the forge API revealed)."""
+        return JobView(self.meta, spec, None, self.status, self.body)
+
+
+@dataclass(frozen=True)
+class TriggerView:
+    """A Trigger: ``refusal`` is its first load-time conflict (``api/trigger.py``), ``None`` when it can run jobs;
+    then ``spec`` is never ``None``. ``armed``: ``run.resume`` is exactly ``true`` (refused or not)."""
+
+    meta: ObjectMeta
+    spec: TriggerSpec | None
+    refusal: str | None
+    armed: bool
+    body: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> TriggerView:
+        raw = _mapping(body.get("spec"))
+        spec, invalid = parsed(TriggerSpec, raw)
+        return cls(ObjectMeta.of(body), spec, refusal_of(raw, invalid), resume_armed(raw), dict(body))
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def stored_status(self) -> dict[str, Any]:
+        return _mapping(self.body.get("status"))
+
+
+@dataclass(frozen=True)
+class SessionKeyView:
+    """A SessionKey (its name is the key)."""
+
+    meta: ObjectMeta
+    spec: SessionKeySpec | None
+    status: SessionKeyStatus
+    body: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> SessionKeyView:
+        spec, _ = parsed(SessionKeySpec, body.get("spec"))
+        return cls(ObjectMeta.of(body), spec, lenient(SessionKeyStatus, body.get("status")), dict(body))
+
+    @property
+    def name(self) -> str:
+        return self.meta.name
+
+    @property
+    def stored_status(self) -> dict[str, Any]:
+        """The status as stored: what the refresh compares its judgement with."""
+        return _mapping(self.body.get("status"))
+
+
+def armed(spec: TriggerSpec) -> bool:
+    """Resume is armed only by exactly boolean ``true``; ``false`` and absence both mean off."""
+    return spec.run.resume is True
