@@ -243,11 +243,19 @@ def test_readwriteonce_staging_resumed_jobs_run_on_the_operators_node(multinode_
 
 def test_readwriteonce_staging_without_colocation_a_resumed_job_on_another_node_never_starts(
         multinode_cluster: Cluster, mkube: Kube) -> None:
-    """What the co-location prevents, shown on this cluster: with it switched off, a resumed job whose Trigger
-    sends it to another node than the operator's never attaches the staging claim (the operator's Pod holds it)."""
-    values = merge(base_values(PI_DISPATCH_STAGING_COLOCATE=""), SESSIONS)
-    with installed(multinode_cluster, mkube, "mn-nocoloc", values, trigger=None) as r:
-        here = operator_node(r)
+    """What the co-location prevents, shown on this cluster: the same release with PI_DISPATCH_STAGING_COLOCATE
+    taken out of the operator's Deployment, a resumed job whose Trigger sends it to another node than the
+    operator's never attaches the staging claim (the operator's Pod holds it)."""
+    with installed(multinode_cluster, mkube, "mn-nocoloc", merge(base_values(), SESSIONS), trigger=None) as r:
+        before = {p["metadata"]["uid"] for p in r.operator_pods()}
+        multinode_cluster.kubectl("-n", r.ns, "set", "env", "deployment/pi-dispatch", "PI_DISPATCH_STAGING_COLOCATE-")
+        wait_for("the operator Pod without the co-location", lambda: any(
+            p["metadata"]["uid"] not in before for p in r.operator_pods()) and not any(
+            p["metadata"]["uid"] in before for p in r.operator_pods()), timeout=90)
+        r.await_operator()
+        (operator_pod,) = r.operator_pods()
+        assert "PI_DISPATCH_STAGING_COLOCATE" not in str(operator_pod["spec"]["containers"])
+        here = operator_pod["spec"]["nodeName"]
         there = next(n for n in NODE_NAMES if n != here)
         r.trigger("here", nodeSelector={HOSTNAME: here})
         r.trigger("there", nodeSelector={HOSTNAME: there})
@@ -257,12 +265,11 @@ def test_readwriteonce_staging_without_colocation_a_resumed_job_on_another_node_
         r.job(f"warm-{issue}", trigger="there", issue=issue, comment="@pi and now the review")
         pod = wait_for("the resumed job's Pod", lambda: r.pods_of(f"warm-{issue}"), timeout=60)[0]
         name = pod["metadata"]["name"]
-        assert "affinity" not in pod["spec"], pod["spec"].get("affinity")
+        assert "podAffinity" not in (pod["spec"].get("affinity") or {}), pod["spec"]["affinity"]
         failed = wait_for("a FailedAttachVolume Event on the resumed job's Pod",
                           lambda: events(mkube, r.ns, name, "FailedAttachVolume"), timeout=60)
-        operator_pod = next(p["metadata"]["name"] for p in r.operator_pods())
         assert "Multi-Attach error for volume" in failed[0]["message"]
-        assert operator_pod in failed[0]["message"]
+        assert operator_pod["metadata"]["name"] in failed[0]["message"]
         pod = mkube.get(pod_path(r.ns, name))
         assert pod["spec"]["nodeName"] == there
         assert pod["status"]["phase"] == "Pending"
