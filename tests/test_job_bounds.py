@@ -19,10 +19,10 @@ import pytest
 from pidispatch.api.models import TriggerRun
 from pidispatch.contract import ENV_WORKSPACE_LIMIT, JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from pidispatch.jobflow.pod import job_resources
-from pidispatch.jobflow.retention import release_pods, stop_job_pods
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
+from pidispatch.uninstall import release_pods, stop_job_pods
 from testkit.chart import FULLNAME, RELEASE, env_values, kinds, operator_container, render
 from testkit.env import clean_env
 

@@ -169,7 +169,7 @@ def test_a_recreated_job_is_started_before_the_old_ones_deleted_arrives(api: Mem
     pump(c)
     assert phase(api, "reborn") == "Running", "the old Job's terminal phase made the new Job's ADDED be ignored"
     c.on_job("DELETED", old)
-    assert c.slots.running == 1 and c.table.phases.get("reborn") == "Running"
+    assert c.slots.running == 1 and c.table.phase("reborn") == "Running"
 
 
 def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: MemoryApi, ended_job: Dispatcher
@@ -185,7 +185,7 @@ def test_a_late_deleted_of_the_old_job_does_not_free_the_new_jobs_slot(api: Memo
     assert phase(api, "behind") is None, "the late DELETED freed the slot the new Job's Pod holds"
     assert (c.slots.running, c.slots.queued) == (1, 1)
     c.on_job("MODIFIED", old)  # any later event of the old uid is ignored too
-    assert c.table.phases.get("reborn") == "Running"
+    assert c.table.phase("reborn") == "Running"
     end_pod(api, c, api.pods()[0])
     pump(c)
     assert (phase(api, "reborn"), phase(api, "behind")) == ("Succeeded", "Running")
@@ -241,3 +241,16 @@ def test_the_sweep_removes_an_orphaned_staging_directory_and_says_so(
     assert not orphan.parent.exists()
     assert [r.fields["event"] for r in caplog.records if getattr(r, "fields", {}).get("job") == "uid-gone"] == [
         "staging_swept"]
+
+
+def test_the_resync_ends_a_running_job_whose_pod_vanished_and_frees_its_slot(api: MemoryApi, clock: Clock,
+                                                                              tmp_path: Path) -> None:
+    """A Pod deleted while no operator watched (``helm uninstall``'s hook): the resync finds no Pod at all."""
+    c = controller(api, clock, tmp_path)
+    c.on_job("ADDED", new_job(api, "held", issue=1))
+    pump(c)
+    assert phase(api, "held") == "Running"
+    api.delete(f"{PODS}/{api.pods()[0]['metadata']['name']}")  # its DELETED is not forwarded (handlers/)
+    c.resync()
+    assert phase(api, "held") == "Failed", "a vanished Pod's Job stays Running for ever"
+    assert (c.slots.running, c.slots.queued) == (0, 0)

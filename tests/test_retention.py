@@ -16,9 +16,10 @@ import pytest
 from pidispatch.api.views import JobView
 from pidispatch.doctor import Status, terminating_claims
 from pidispatch.forge.credentials import token_secret_name
-from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at, split_for_uninstall
+from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at
 from pidispatch.jobflow.table import NameLocks
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
+from pidispatch.uninstall import split_for_uninstall
 from testkit.jobflow import Clock, controller, new_job, pump
 from testkit.memoryapi import PODS, MemoryApi
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from pidispatch.slots import BACKOFF_CAP_SECONDS, Slots, backoff_seconds, waited_longer_than
+from pidispatch.queuepolicy import BACKOFF_CAP_SECONDS, backoff_seconds, waited_longer_than
+from pidispatch.slots import Slots
 
 
 def drain(slots: Slots) -> list[str]:

@@ -239,8 +239,8 @@ def cmd_stop_jobs(args: argparse.Namespace) -> int:
     """The chart's pre-delete hook (not part of the stable interface of design/CLI.md)."""
     import os
 
-    from pidispatch.jobflow.retention import stop_job_pods
     from pidispatch.kubeapi import Api
+    from pidispatch.uninstall import stop_job_pods
 
     api = Api.from_environment()
     namespace = os.environ.get("PI_DISPATCH_NAMESPACE") or api.namespace_default()

@@ -5,17 +5,15 @@ burst is never dropped: every queued Job stays queued until a slot frees or the 
 
 A Job whose start failed for a passing reason is *deferred*: it keeps its place in the order but is
 not offered again before its back-off ends, so the Jobs behind it start meanwhile (one failing Job
-must never hold the head of the queue). Among the Jobs that are ready, the order is FIFO.
+must never hold the head of the queue). Among the Jobs that are ready, the order is FIFO. How long the
+back-off is, and when a waiting Job is marked ``Queued``, is the queue policy's (``queuepolicy.py``).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
-
-BACKOFF_FIRST_SECONDS = 1.0
-BACKOFF_CAP_SECONDS = 60.0
+from collections.abc import Callable, Hashable
 
 
 class Slots:
@@ -110,14 +108,3 @@ class Slots:
         with self._lock:
             return len(self._waiting)
 
-
-def waited_longer_than(since: Mapping[str, float], now: float, seconds: float) -> list[str]:
-    """The Jobs of ``since`` (name → time they started waiting) that have waited ``seconds`` or more, oldest first."""
-    return sorted((job for job, t in since.items() if now - t >= seconds), key=lambda job: (since[job], job))
-
-
-def backoff_seconds(failures: int) -> float:
-    """The wait after ``failures`` failed starts in a row: 1 s, 2 s, 4 s, … up to BACKOFF_CAP_SECONDS."""
-    if failures < 1:
-        return 0.0
-    return min(BACKOFF_CAP_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** min(failures - 1, 32))

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from pidispatch.contract import SUBJECT_BODY_LIMIT, SUBJECT_TITLE_LIMIT, is_commit
 from pidispatch.forge.head import Head, head_from_pull
+from pidispatch.settings import OperatorSettings
 
 
 class Unresolvable(Exception):
@@ -120,3 +122,9 @@ def moved(previous: str, payload: Any) -> Moved:
     status = payload.get("status")
     return Moved(previous, count("ahead_by"), count("behind_by"),
                  status if status in ("ahead", "behind", "diverged", "identical") else "unknown")
+
+
+def clone_url(settings: OperatorSettings, repository: str) -> str:
+    """``<web URL>/<owner>/<name>.git``: what git fetches from. It never carries a credential."""
+    owner, _, name = repository.partition("/")
+    return f"{settings.github.web_url}/{quote(owner, safe='')}/{quote(name, safe='')}.git"

@@ -14,8 +14,10 @@
 A Job, its Trigger and a SessionKey travel through the steps as the frozen views of ``api/views.py``
 (typed spec and status, parsed once where the dispatcher receives or reads them); a job Pod stays a dict.
 ``summarize.py`` is the one writer of a Job's phase and conditions: every step returns a typed change
-and ``summarize`` turns it into the status patch. ``table.py`` ties Job names to uids.
-``dispatcher.py`` owns the threads and the queue and calls the steps; ``handlers/`` only forward
-kopf's events to it. Nothing here builds a path inside the store or touches a store file: ``store/``
+and ``summarize`` turns it into the status patch. ``table.py`` holds one record per Job (its uid, phase,
+place in line, ...); ``queue.py`` the line for a slot; ``refused.py`` what a refusal writes.
+``dispatcher.py`` routes kopf's events to the steps and runs the loops (``loops.py``); ``handlers/``
+only forward kopf's events to it. The steps stand in layers (``.importlinter``): a step may use the
+ones below it, never its siblings. Nothing here builds a path inside the store or touches a store file: ``store/``
 keeps its own knowledge (staging, the promotion journal, forgetting).
 """

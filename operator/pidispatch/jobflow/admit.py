@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.api.views import JobView, TriggerView, armed
+from pidispatch.forge.authsource import gets_gh_login, trigger_auth_source
 from pidispatch.jobflow.forks import fork_refusal
 from pidispatch.jobflow.summarize import Refused
 from pidispatch.record import JobReason
@@ -98,26 +99,6 @@ def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
         return Refused("Refused", JobReason.CONFIG_REFUSED, "ConfigRefused",
                        GH_SOURCE_MESSAGE.format(trigger=trigger_name))
     return None
-
-
-def trigger_auth_source(trigger_spec: TriggerSpec, settings: Settings) -> str:
-    """The job's GitHub credential source: the Trigger's ``run.auth``, else the deployment's.
-
-    Never the Job's own ``spec.authSource``: a Job that names another source is refused
-    (:func:`beyond_trigger`), and one that names the same changes nothing.
-    """
-    return str(trigger_spec.run.auth or settings.github_auth_source)
-
-
-def gets_gh_login(trigger_spec: TriggerSpec, settings: Settings) -> bool:
-    """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
-
-    ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
-    holds is the deployment's source: on a ``gh`` deployment, a Trigger that says ``pat`` still
-    gets the gh login, so it is refused the same way (the name of the source is not what counts).
-    """
-    source = trigger_auth_source(trigger_spec, settings)
-    return source == "gh" or (source == "pat" and settings.github_auth_source == "gh")
 
 
 def arrival(job: JobView) -> tuple[str, str]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 from typing import Any
-from urllib.parse import quote
 
 from pidispatch.api.models import JobCheckout, JobSpec
 from pidispatch.contract import CONTAINER, ENV_CHECKOUT, is_commit
@@ -35,12 +34,6 @@ def wanted(settings: OperatorSettings, forge: Forge | None) -> bool:
 def resolve(forge: Forge, job_spec: JobSpec) -> Checkout:
     """The job's checkout. Raises ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
     return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest)
-
-
-def clone_url(settings: OperatorSettings, repository: str) -> str:
-    """``<web URL>/<owner>/<name>.git``: what git fetches from. It never carries a credential."""
-    owner, _, name = repository.partition("/")
-    return f"{settings.github.web_url}/{quote(owner, safe='')}/{quote(name, safe='')}.git"
 
 
 def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, checkout: Checkout) -> Moved | None:

@@ -4,6 +4,10 @@ Pod ``Succeeded`` with a session → the store promotes the staged copy (``store
 once per Job, even across crashes); Pod ``Failed`` → nothing is promoted and the store is untouched.
 Then the three witnesses (the host's verdict, the runner's report, the promotion) merge into
 ``status.session`` by the spec's precedence (``record.merge_session``).
+
+The dispatcher ends a Job in three calls, each answering a value: :func:`ending` (is there a Job to
+end: ``Ending | Over | None``), :func:`finished` (the Pod ended) or :func:`abandon` (the Pod never
+started: it is deleted), each ``Finished | None``, then :func:`record_end`.
 """
 
 from __future__ import annotations
@@ -16,10 +20,19 @@ from typing import Any
 from pidispatch import failpoints, metrics
 from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
+from pidispatch.events import emit
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import deadline_exceeded, oom_killed, pod_phase, termination_message
-from pidispatch.jobflow.summarize import Ended
+from pidispatch.jobflow.pod import (
+    deadline_exceeded,
+    never_started,
+    oom_killed,
+    owner_uid,
+    pod_phase,
+    termination_message,
+)
+from pidispatch.jobflow.summarize import TERMINAL_PHASES, Ended
+from pidispatch.kubeapi import ApiError
 from pidispatch.record import PromotionResult, merge_session
 from pidispatch.report import CHECKOUT_FAILURES, RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
@@ -37,6 +50,74 @@ class Completion:
     promotion: PromotionResult | None
     report: RunnerReport
     forgotten: bool  # the key was forgotten while the job ran: its SessionKey is not touched
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The Job a Pod belongs to, not ended yet: ``job`` as read, ``jd`` its staging."""
+
+    job: JobView
+    jd: JobDir
+
+
+@dataclass(frozen=True)
+class Over:
+    """The Job has ended already: only its slot and staging (``jd``) are left to free."""
+
+    jd: JobDir
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The Job's end, decided: what :func:`record_end` writes."""
+
+    host: HostRecord | None
+    done: Completion
+
+
+def ending(settings: OperatorSettings, cluster: Cluster, name: str, pod: dict[str, Any] | None) -> Ending | Over | None:
+    """The Job ``pod`` belongs to (read afresh), if it has not ended; ``None`` when it is gone or ``pod`` is a
+    Pod of an earlier Job with the same name."""
+    job = cluster.job(name)
+    if job is None:
+        return None
+    uid = job.uid
+    jd = JobDir(settings.staging_dir, uid)
+    if job.phase in TERMINAL_PHASES:
+        return Over(jd)
+    if pod is not None and owner_uid(pod) != uid:
+        return None
+    return Ending(job, jd)
+
+
+def finished(settings: OperatorSettings, end: Ending, pod: dict[str, Any] | None) -> Finished | None:
+    """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs."""
+    host = end.jd.read_host()
+    done = complete(settings, end.jd, host, pod, end.job.name)
+    return Finished(host, done) if done is not None else None
+
+
+def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: dict[str, Any],
+            wall: float) -> Finished | None:
+    """A Pod not started within the start timeout: delete it, and the Job ends ``Failed`` (``PodNeverStarted``).
+
+    Judged again on a fresh read (the caller holds the Job's lock): ``None`` when the Pod has started
+    since, is gone (its end is the completion's) or is another Job's. Raises when the delete fails for
+    another reason than gone: the Pod might still start, so the Job stays Running and the resync tries again.
+    """
+    name = end.job.name
+    pod = cluster.api.get_or_none(cluster.pods(pod["metadata"]["name"])) or {}
+    why = never_started(pod, wall, settings.job_start_timeout_seconds) if pod else None
+    if why is None or owner_uid(pod) != end.job.uid:
+        return None
+    try:
+        cluster.api.delete(cluster.pods(pod["metadata"]["name"]))
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    emit("job_pod_never_started", job=name, reason=why.split(":", 1)[0])
+    host = end.jd.read_host()
+    return Finished(host, unstarted(end.jd, host, why, settings.job_start_timeout_seconds))
 
 
 def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, pod: dict[str, Any] | None,

@@ -22,11 +22,10 @@ from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
 from pidispatch.api.views import JobView
 from pidispatch.contract import CONTAINER
 from pidispatch.events import emit
-from pidispatch.forge.checkout import Checkout, Moved
+from pidispatch.forge.authsource import trigger_auth_source
+from pidispatch.forge.checkout import Checkout, Moved, clone_url
 from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
-from pidispatch.jobflow.admit import trigger_auth_source
-from pidispatch.jobflow.checkout import clone_url
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret

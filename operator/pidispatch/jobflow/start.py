@@ -1,5 +1,17 @@
 """Steps 2–4 in a free slot: the checkout, the token, the key, the staged session, the Pod — in that order.
 
+:func:`start_job` is the start protocol the dispatcher calls in a free slot. It answers a value,
+``Started | Refusal | Gone``, and raises only for a passing failure (the dispatcher retries it after a
+back-off). It goes through four steps, each answering a value too:
+
+* :func:`check`: is there still a Job to start, and may it run? ``Ready | Refusal | Stale | Gone``;
+* :func:`launch_ready`: :func:`launch`, with a refusal turned into ``Refusal`` (``Launched | Refusal | Stale``);
+* :func:`open_sessionkey`: the new key's SessionKey, with the Pod (best effort);
+* :func:`record_running`: the ``Running`` write, ``Started | Stale``.
+
+``Stale`` comes only from the watch's body (kept in the job table to save a GET before the Pod): it may
+be behind the Job, so anything off the straight path is decided again on a fresh read.
+
 ``launch`` is one Job's start, idempotent across restarts:
 
 1. a Pod can exist only if an operator process got as far as its create: after the host record was
@@ -19,6 +31,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,22 +40,27 @@ from pidispatch import failpoints
 from pidispatch.api.models import JobSpec
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
+from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Unresolvable
 from pidispatch.forge.credentials import SecretRef, job_credential
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.forge.head import Head, NoHead
 from pidispatch.jobflow import checkout as checkout_step
-from pidispatch.jobflow.admit import trigger_auth_source
+from pidispatch.jobflow import sessionkey
+from pidispatch.jobflow.admit import refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.forks import fork_refusal, is_fork
 from pidispatch.jobflow.key import key_and_reason, needs_head_lookup
 from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
-from pidispatch.jobflow.stage import stage_session
-from pidispatch.jobflow.summarize import Refused
+from pidispatch.jobflow.stage import session_view, stage_session, start_message
+from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused, Running
+from pidispatch.jobflow.table import JobTable
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import pod_name
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.staging import HOST, HostRecord, JobDir
+
+log = logging.getLogger("pidispatch.operator")
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,47 @@ class NotLaunched:
     refused: Refused
     staging_used: bool
 
+
+@dataclass(frozen=True)
+class Ready:
+    """The Job may start: ``job`` (its ``uid``) under ``trigger``, both as read."""
+
+    job: JobView
+    trigger: TriggerView
+
+    @property
+    def uid(self) -> str:
+        return self.job.uid
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Refused for good, on a fresh read of ``job``: the caller frees the slot, records ``refused`` and owes
+    its comment."""
+
+    job: JobView
+    refused: Refused
+
+
+@dataclass(frozen=True)
+class Stale:
+    """The watched body the start acted on is behind the Job: the start is done again from a fresh read."""
+
+
+@dataclass(frozen=True)
+class Gone:
+    """Nothing to start: the Job was deleted or has ended. The caller frees the slot."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """The Job's Pod exists and the Job reads ``Running`` (``launched``: the Pod, its host record)."""
+
+    launched: Launched
+    uid: str
+
+
+TriggerOf = Callable[[JobView], TriggerView | None]  # a Job's Trigger, ``None`` when it has none
 
 # A head lookup that failed this way says nothing of the pull request (a 404 or a malformed answer does).
 PASSING_LOOKUP_FAILURES = frozenset({NoHead.LOOKUP_TIMEOUT, NoHead.LOOKUP_UNREACHABLE, NoHead.NO_CREDENTIALS})
@@ -150,3 +210,104 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     if host is not None:
         jd.sync(HOST)
     return Launched(pod, host, created=True)
+
+
+def check(settings: OperatorSettings, job: JobView | None, trigger_of: TriggerOf, *, watched: bool,
+          ended: bool) -> Ready | Refusal | Stale | Gone:
+    """May ``job`` start now? ``watched``: it is the watch's body, not a fresh read; ``ended``: this process
+    recorded its terminal phase (so a watched body that does not say so is behind). A refusal from a
+    watched body is confirmed on a fresh read first (``Stale``)."""
+    if job is None:
+        return Gone()
+    if watched and (job.phase in TERMINAL_PHASES or ended):
+        return Stale()
+    if job.phase in TERMINAL_PHASES:
+        return Gone()
+    trigger = trigger_of(job)
+    refused = refusal(job, trigger, settings.store, settings.github)
+    if refused is not None or trigger is None:
+        if watched:
+            return Stale()
+        return Refusal(job, refused) if refused is not None else Gone()
+    return Ready(job, trigger)
+
+
+def launch_ready(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, ready: Ready, *,
+                 watched: bool, listed_at_start: bool) -> Launched | Refusal | Stale:
+    """:func:`launch` for a Job :func:`check` found ready. Raises for a passing failure (retried by the caller).
+
+    A refusal for good from a watched body is confirmed on a fresh read first; on a fresh read, the
+    staging it used is removed before the caller records the refusal.
+    """
+    jd = JobDir(settings.staging_dir, ready.uid)
+    launched = launch(settings, cluster, forge, ready.job, ready.trigger, jd, listed_at_start=listed_at_start)
+    if isinstance(launched, Launched):
+        return launched
+    if watched:
+        return Stale()
+    if launched.staging_used:
+        jd.remove()
+    return Refusal(ready.job, launched.refused)
+
+
+def open_sessionkey(cluster: Cluster, host: HostRecord) -> None:
+    """Create the SessionKey of a key whose Pod this process just created. Best effort: the SessionKey is a
+    view of the store, and the job's end (``complete.record_end``) creates it if it is still missing."""
+    try:
+        sessionkey.ensure(cluster, host)
+    except Exception as exc:
+        log.warning("ensure failed: %s: %s", type(exc).__name__, exc)
+
+
+def record_running(cluster: Cluster, job: JobView, launched: Launched, *, watched: bool) -> Started | Stale:
+    """Write ``Running``. From a watched body the write carries its resourceVersion: if the Job changed since
+    (edited, or deleted and re-created under its name) the apiserver refuses it, and the start is redone
+    from a fresh read, which finds the Pod (host record written) or, for a re-created Job, a Pod of the
+    old uid (garbage-collected; the pump retries)."""
+    running = Running(launched.pod["metadata"]["name"], session_view(launched.host), start_message(launched.host),
+                      checkout_step.checkout_of(launched.pod))
+    try:
+        cluster.record(job, running, resource_version=job.meta.resource_version if watched else None)
+    except ApiError as exc:
+        if watched and exc.status in (404, 409):
+            return Stale()
+        raise
+    return Started(launched, job.uid)
+
+
+
+def start_job(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, table: JobTable,
+              trigger_of: TriggerOf, name: str) -> Started | Refusal | Gone:
+    """Start the Job ``name`` (the caller holds its lock and a slot for it).
+
+    From the watch's body when the table keeps one (it saves a GET before the Pod): only on the straight
+    path, and the ``Running`` write carries its resourceVersion. This operator is the only writer of Job
+    status, yet the Job may have been edited, or deleted and re-created under its name: when the body
+    is ``Stale`` the start is done again from a fresh read. Raises for a passing failure.
+    """
+    watched = table.body(name)
+    if watched is not None:
+        outcome = _start(settings, cluster, forge, table, trigger_of, name, watched, watched=True)
+        if not isinstance(outcome, Stale):
+            return outcome
+        table.drop_body(name, only=watched)
+    outcome = _start(settings, cluster, forge, table, trigger_of, name, cluster.job(name), watched=False)
+    return Gone() if isinstance(outcome, Stale) else outcome  # a fresh read is never Stale
+
+
+def _start(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, table: JobTable,
+           trigger_of: TriggerOf, name: str, job: JobView | None, *,
+           watched: bool) -> Started | Refusal | Stale | Gone:
+    checked = check(settings, job, trigger_of, watched=watched, ended=table.ended(name))
+    if not isinstance(checked, Ready):
+        return checked
+    if not watched:
+        table.adopt(name, checked.uid)  # the start in progress keeps the slot for the Job it read
+    launched = launch_ready(settings, cluster, forge, checked, watched=watched,
+                            listed_at_start=table.listed_at_start(checked.uid))
+    if not isinstance(launched, Launched):
+        return launched
+    if launched.created and launched.host is not None:
+        table.fly(name, launched.host.key)
+        open_sessionkey(cluster, launched.host)
+    return record_running(cluster, checked.job, launched, watched=watched)

@@ -1,0 +1,31 @@
+"""Which GitHub credential a job gets: the Trigger's ``run.auth``, else the deployment's source.
+
+Shared by the admission (a Job may not ask for more than its Trigger gives, a resume-armed Trigger may
+not hand out the gh login), the start (a fork's token) and the Pod (which Secret it mounts): one
+answer, read one way.
+"""
+
+from __future__ import annotations
+
+from pidispatch.api.models import TriggerSpec
+from pidispatch.settings import Settings
+
+
+def trigger_auth_source(trigger_spec: TriggerSpec, settings: Settings) -> str:
+    """The job's GitHub credential source: the Trigger's ``run.auth``, else the deployment's.
+
+    Never the Job's own ``spec.authSource``: a Job that names another source is refused
+    (``jobflow.admit.beyond_trigger``), and one that names the same changes nothing.
+    """
+    return str(trigger_spec.run.auth or settings.github_auth_source)
+
+
+def gets_gh_login(trigger_spec: TriggerSpec, settings: Settings) -> bool:
+    """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
+
+    ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
+    holds is the deployment's source: on a ``gh`` deployment, a Trigger that says ``pat`` still
+    gets the gh login, so it is refused the same way (the name of the source is not what counts).
+    """
+    source = trigger_auth_source(trigger_spec, settings)
+    return source == "gh" or (source == "pat" and settings.github_auth_source == "gh")

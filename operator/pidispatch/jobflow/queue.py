@@ -1,0 +1,99 @@
+"""The line for a slot: the budget (``slots.py``), the queue policy (``queuepolicy.py``) and each Job's
+record in the job table (its place, its Queued mark, its failed starts), held together.
+
+The dispatcher puts an admitted Job in line (:meth:`JobQueue.line_up`), takes Jobs from it for free slots,
+gives a Job whose start failed for a passing reason back at its place after a back-off
+(:meth:`JobQueue.retry_later`), and frees slots (:meth:`JobQueue.free`). Two events wake its loops: ``wake``
+the pump (a slot freed, an arrival), ``mark`` the Queued marker (an arrival that may need a mark).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from pidispatch import metrics, queuepolicy
+from pidispatch.api.views import JobView
+from pidispatch.events import emit
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Retrying
+from pidispatch.jobflow.table import JobTable, NameLocks
+from pidispatch.slots import Slots
+
+log = logging.getLogger("pidispatch.operator")
+
+
+class JobQueue:
+    """The Jobs waiting for a slot of ``slots`` and the Jobs holding one. Thread-safe as the dispatcher uses it:
+    each Job's writes run under that Job's lock (``locks``)."""
+
+    def __init__(self, slots: Slots, table: JobTable, locks: NameLocks, cluster: Cluster,
+                 monotonic: Callable[[], float]) -> None:
+        self.slots, self.table, self.locks, self.cluster, self._monotonic = slots, table, locks, cluster, monotonic
+        self.wake, self.mark = threading.Event(), threading.Event()
+
+    def line_up(self, job: JobView, order: tuple[str, str]) -> None:
+        """Put an admitted Job in line at ``order`` (the caller holds its lock). Marked Queued only if it is
+        still waiting a moment later (:meth:`mark_queued`): a Job that gets a slot within the grace goes
+        straight to Running, one write fewer."""
+        name = job.name
+        self.table.line_up(name, order)
+        self.slots.enqueue(name, order)
+        if queuepolicy.marks_later(self.slots.position(name), self.slots.free, job.phase):
+            self.table.wait_unmarked(name, (self._monotonic(), self.cluster.clock()))
+            self.mark.set()
+
+    def next_mark_in(self) -> float:
+        """The marker's wait: until the next Job's mark is due (an arrival wakes it sooner)."""
+        return queuepolicy.next_mark_in(self.table.unmarked().values(), self._monotonic())
+
+    def mark_queued(self) -> None:
+        """Write ``Queued`` for each Job that has waited for a slot longer than the grace."""
+        for name in queuepolicy.due_for_mark(self.table.unmarked(), self._monotonic()):
+            with self.locks.hold(name):
+                marked = self.table.take_unmarked(name)
+                if marked is None or self.slots.position(name) is None:
+                    continue  # it got its slot, or went away, in the meantime
+                job = self.table.body(name) or self.cluster.job(name)
+                if job is None or job.phase in TERMINAL_PHASES | {"Queued", "Running"}:
+                    continue
+                self.table.keep_body(self.cluster.record(job, Queued(marked[1], self.slots.capacity)), "Queued")
+
+    def next_ready_in(self) -> float:
+        """The pump's wait when nothing wakes it: until the earliest back-off ends, at most 5 s."""
+        ready_in = self.slots.next_ready_in()
+        return 5.0 if ready_in is None else min(5.0, max(0.05, ready_in))
+
+    def retry_later(self, name: str, exc: Exception) -> bool:
+        """A start that failed for a passing reason (GitHub or apiserver outage, an old Pod of the name not
+        yet collected): back in line at its place after a back-off, while the Jobs behind it start.
+        True when ``StartRetrying`` is to be written (:meth:`note_retrying`): only for the first failure in
+        a row, so a long outage costs one write."""
+        failures = self.table.failed_start(name)
+        delay = queuepolicy.backoff_seconds(failures)
+        log.warning("starting job %s failed (attempt %d), retried in %.0f s: %s", name, failures, delay, exc)
+        emit("job_start_retrying", job=name, attempt=failures, delaySeconds=delay, error=type(exc).__name__)
+        self.table.drop_body(name)  # the retry reads the Job afresh
+        self.slots.defer(name, self.table.order(name), delay)
+        return queuepolicy.writes_retrying(failures)
+
+    def note_retrying(self, name: str, exc: Exception) -> None:
+        with self.locks.hold(name):
+            job = self.cluster.job(name)
+            if job is None or self.slots.position(name) is None or job.phase in TERMINAL_PHASES | {"Running"}:
+                return  # gone, or started by now
+            self.cluster.record(job, Retrying(queuepolicy.retrying_message(exc)))
+
+    def free(self, name: str) -> None:
+        """Free ``name``'s slot (or its place in line), and wake the pump for the next Job if that changed."""
+        if self.slots.release(name):
+            self.wake.set()
+
+    def gauges(self) -> None:
+        counts = self.table.phase_counts()
+        for phase in ("Pending", "Refused", "Queued", "Running", "Succeeded", "Failed"):
+            metrics.JOBS.labels(phase).set(counts.get(phase, 0))
+        metrics.QUEUE_DEPTH.set(self.slots.queued)
+        metrics.SLOTS_IN_USE.set(self.slots.running)
+
