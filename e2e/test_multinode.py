@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -144,13 +145,12 @@ def test_a_readwriteonce_claim_attaches_to_one_node_at_a_time(mkube: Kube, ns: s
     wait_pod_gone(mkube, ns, "first")
     wait_pod_phase(mkube, ns, "second", "Running", timeout=60)
     wait_for("the second Pod read the first one's file from the same volume",
-             lambda: mkube.get(pod_path(ns, "second")) and _volume_file(mkube, ns, "disk", "second-saw") == "first\n",
+             lambda: _volume_file(mkube, ns, "disk", "second-saw") == "first\n",
              timeout=30)
 
 
 def _volume_file(kube: Kube, ns: str, claim_name: str, name: str) -> str | None:
-    from pathlib import Path
-
+    """The file ``name`` in the volume bound to ``claim_name``, read on the host; ``None`` while it is absent."""
     pv = kube.get(f"/api/v1/persistentvolumes/{pv_of(kube, ns, claim_name)}")
     f = Path(pv["spec"]["hostPath"]["path"]) / name
     return f.read_text() if f.exists() else None
