@@ -89,3 +89,55 @@ def test_co_location_is_added_to_the_deployments_own_pod_affinity() -> None:
         own_term, {"labelSelector": {"matchLabels": OPERATOR}, "topologyKey": HOSTNAME_TOPOLOGY}]
     assert rules.affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [own_term], \
         "the deployment's rules are not changed by one Pod"
+
+
+# -- from the chart's variables and the Trigger to the Pod the operator creates ------------------------------------
+
+def test_the_operator_creates_job_pods_with_the_deployments_and_the_triggers_rules() -> None:
+    import json
+
+    from pidispatch.api.models import TriggerSpec
+    from pidispatch.api.views import JobView
+    from pidispatch.jobflow.cluster import Cluster
+    from pidispatch.jobflow.pod import create_pod
+    from pidispatch.settings import OperatorSettings
+    from testkit.memoryapi import MemoryApi
+
+    settings = OperatorSettings.from_env({
+        "PI_DISPATCH_JOB_CHECKOUT": "false",
+        "PI_DISPATCH_JOB_NODE_SELECTOR": json.dumps({"pool": "agents"}),
+        "PI_DISPATCH_JOB_TOLERATIONS": json.dumps([{"key": "agents", "operator": "Exists"}]),
+        "PI_DISPATCH_JOB_IMAGE_PULL_SECRETS": json.dumps([{"name": "registry-creds"}]),
+        "PI_DISPATCH_JOB_PRIORITY_CLASS_NAME": "agents-low",
+        "PI_DISPATCH_JOB_RUNTIME_CLASS_NAME": "gvisor",
+        "PI_DISPATCH_JOB_POD_SECURITY_CONTEXT": json.dumps({"fsGroup": 2000}),
+        "PI_DISPATCH_STAGING_COLOCATE": json.dumps(OPERATOR),
+    })
+    trigger = TriggerSpec.model_validate({
+        "on": {"event": "issue_comment.created"},
+        "run": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}})
+    job = JobView.of({"metadata": {"name": "fix-1", "uid": "u-1"},
+                      "spec": {"trigger": "fix", "forge": "github", "repository": "acme/widgets", "issue": 1}})
+    pod = create_pod(settings, Cluster(MemoryApi(), "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    got = pod["spec"]
+    assert got["nodeSelector"] == {"pool": "gpu"}, "the Trigger's node pool over the deployment's"
+    assert got["tolerations"] == [{"key": "agents", "operator": "Exists"},
+                                  {"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert got["imagePullSecrets"] == [{"name": "registry-creds"}]
+    assert (got["priorityClassName"], got["runtimeClassName"]) == ("agents-low", "gvisor")
+    assert got["securityContext"]["fsGroup"] == 2000
+    assert "affinity" not in got, "no session staged: no co-location"
+
+
+def test_scheduling_values_the_operator_cannot_use_stop_it_naming_the_variable() -> None:
+    import pytest
+
+    from pidispatch.settings import ConfigError, OperatorSettings
+
+    for name, raw in [("PI_DISPATCH_JOB_NODE_SELECTOR", '["pool"]'), ("PI_DISPATCH_JOB_TOLERATIONS", '{"key":"x"}'),
+                      ("PI_DISPATCH_JOB_IMAGE_PULL_SECRETS", '["registry-creds"]'),
+                      ("PI_DISPATCH_JOB_POD_SECURITY_CONTEXT", '{"runAsUser":0}'),
+                      ("PI_DISPATCH_JOB_PRIORITY_CLASS_NAME", "Not A Name")]:
+        with pytest.raises(ConfigError) as err:
+            OperatorSettings.from_env({name: raw})
+        assert name in str(err.value)

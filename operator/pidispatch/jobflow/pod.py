@@ -306,6 +306,9 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         workspace=workspace_inputs(settings, spec.repository, checkout, moved),
         workspace_size_limit=(settings.job_workspace_size_limit, settings.job_workspace_limit_bytes),
         release=settings.release,
+        scheduling=settings.job_scheduling,
+        trigger_node_selector=dict(run.nodeSelector or {}),
+        trigger_tolerations=tuple(t.model_dump(exclude_none=True) for t in run.tolerations or ()),
     ))
     try:
         created = cluster.api.create(cluster.pods(), manifest)
