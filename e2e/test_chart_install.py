@@ -61,8 +61,7 @@ def test_install_creates_the_release_and_its_crds_are_established(release: Relea
     status = helm(cluster, helm_home, "status", RELEASE, "--namespace", release.namespace, "-o", "yaml")
     assert yaml.safe_load(status.stdout)["info"]["status"] == "deployed"
     names = [yaml.safe_load(p.read_text())["metadata"]["name"] for p in sorted((CHART / "crds").glob("*.yaml"))]
-    assert sorted(names) == ["jobs.pi-dispatch.dev", "kopfpeerings.kopf.dev", "sessionkeys.pi-dispatch.dev",
-                             "triggers.pi-dispatch.dev"]
+    assert sorted(names) == ["jobs.pi-dispatch.dev", "sessionkeys.pi-dispatch.dev", "triggers.pi-dispatch.dev"]
     for name in names:
         def established(name: str = name) -> bool:
             crd = kube.get_or_none(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
@@ -73,7 +72,6 @@ def test_install_creates_the_release_and_its_crds_are_established(release: Relea
     ns = release.namespace
     deployment = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{FULLNAME}")
     assert deployment["spec"]["strategy"]["type"] == "Recreate" and deployment["spec"]["replicas"] == 0
-    assert kube.get(f"/apis/kopf.dev/v1/namespaces/{ns}/kopfpeerings/pi-dispatch")
     assert kube.get(f"/api/v1/namespaces/{ns}/services/{FULLNAME}-metrics")["spec"]["ports"][0]["name"] == "metrics"
 
 
@@ -103,11 +101,14 @@ CAN = [
     ("delete pi jobs (after ttlSecondsAfterFinished)", ["delete", f"jobs.{GROUP}"]),
     ("create events", ["create", "events"]),
     ("get persistentvolumeclaims", ["get", "persistentvolumeclaims"]),
-    ("patch kopfpeerings", ["patch", "kopfpeerings.kopf.dev"]),
+    ("get leases (leader election)", ["get", "leases.coordination.k8s.io"]),
+    ("create leases", ["create", "leases.coordination.k8s.io"]),
+    ("update leases", ["update", "leases.coordination.k8s.io"]),
     ("list crds (cluster-wide)", ["list", "customresourcedefinitions.apiextensions.k8s.io"]),
     ("watch namespaces (cluster-wide)", ["watch", "namespaces"]),
 ]
 CANNOT = [
+    ("delete leases (a replica only takes or renews the Lease)", ["delete", "leases.coordination.k8s.io"]),
     ("get secrets", ["get", "secrets"]),
     ("list secrets", ["list", "secrets"]),
     ("watch secrets", ["watch", "secrets"]),

@@ -138,3 +138,63 @@ def test_a_lease_whose_holder_could_outlive_it_is_refused(retry: float, deadline
     with pytest.raises(ValueError, match="retry < renew deadline < lease duration"):
         LeaseConfig(namespace="ns", name=LEASE, identity="x", lease_seconds=duration,
                     renew_deadline_seconds=deadline, retry_seconds=retry)
+
+
+# -- the operator's handlers follow the Lease (handlers/leadership.py, handlers/register.py) ------------------------
+
+class Recorder:
+    """Stands in for the Dispatcher: records that it started and every event handed to it."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.events: list[str] = []
+
+    def start(self) -> None:
+        self.started.set()
+
+    def stop(self) -> None:
+        pass
+
+    def on_job(self, event_type: str | None, body: dict[str, Any]) -> None:
+        self.events.append(body["metadata"]["name"])
+
+
+def operator_replica(cluster: Any, namespace: str, identity: str) -> tuple[Any, Recorder, Any]:
+    import kopf
+
+    from pidispatch.handlers.leadership import Leadership
+    from pidispatch.handlers.register import register
+
+    elector = LeaderElector(admin(cluster), LeaseConfig(namespace=namespace, name=LEASE, identity=identity,
+                                                        lease_seconds=3, renew_deadline_seconds=2,
+                                                        retry_seconds=0.2))
+    lost: list[bool] = []
+    leadership = Leadership(elector, on_lost=lambda: lost.append(True))
+    registry, dispatcher = kopf.OperatorRegistry(), Recorder()
+    register(registry, dispatcher, None, leadership)  # type: ignore[arg-type]
+    handlers = {h.fn.__name__: h.fn for h in [*registry._activities.get_all_handlers(),
+                                              *registry._watching.get_all_handlers()]}
+    return handlers, dispatcher, leadership
+
+
+def test_only_the_replica_holding_the_lease_acts_and_the_standby_takes_over_on_release(
+        cluster: Any, namespace: str) -> None:
+    import kopf
+
+    a_handlers, a, a_lead = operator_replica(cluster, namespace, "op-a")
+    a_handlers["startup"](settings=kopf.OperatorSettings())
+    assert a.started.wait(30) and a_lead.wait(30), "the first replica leads and starts its dispatcher"
+    b_handlers, b, b_lead = operator_replica(cluster, namespace, "op-b")
+    b_handlers["startup"](settings=kopf.OperatorSettings())
+    event = {"type": "ADDED"}
+    job = kopf.Body({"apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Job", "metadata": {"name": "fix-1"},
+                     "spec": {}, "status": {}})
+    for handlers in (a_handlers, b_handlers):
+        handlers["job_event"](event=event, body=job)
+    assert a.events == ["fix-1"] and b.events == [], "the standby drops every event: nothing is done twice"
+    assert not b.started.wait(1.5) and not b_lead.leading, "the standby does not start while the lease is held"
+    a_handlers["cleanup"]()  # a rollout or a drain: the leader stops and releases the Lease
+    assert b.started.wait(10) and b_lead.wait(10), "the standby takes over at once, not after a lease"
+    b_handlers["job_event"](event=event, body=job)
+    assert b.events == ["fix-1"]
+    b_handlers["cleanup"]()

@@ -2,7 +2,7 @@
 
 No cluster: ``helm lint`` and ``helm template``, parsed with pyyaml. The env names and defaults are
 checked against ``pidispatch.settings`` (the operator's own parser), the CRD copies against the
-repository's ``crds/``, the peering CRD against what kopf selects. ``e2e/test_chart_install.py``
+repository's ``crds/``. ``e2e/test_chart_install.py``
 installs the chart on a real apiserver.
 """
 
@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kopf._cogs.structs.references import NAMESPACED_PEERINGS_K
 
 from pidispatch.api.crds import AUTH_SOURCES
 from pidispatch.settings import OperatorSettings, Settings
@@ -82,26 +81,37 @@ def test_chart_crds_are_byte_identical_copies_of_the_repository_crds() -> None:
     sources = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
     assert len(sources) == 3, sources
     copies = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
-    assert copies == sorted([*sources, "kopfpeerings.kopf.dev.yaml"]), \
-        "the chart's crds/ must hold the repository's CRDs and kopf's peering CRD: run charts/pi-dispatch/sync-crds.sh"
+    assert copies == sources, \
+        "the chart's crds/ must hold the repository's CRDs and nothing else: run charts/pi-dispatch/sync-crds.sh"
     for name in sources:
         assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), \
             f"charts/pi-dispatch/crds/{name} differs from crds/{name}: run charts/pi-dispatch/sync-crds.sh"
 
 
-def test_peering_crd_is_the_one_kopf_selects_and_the_chart_creates_its_object(helm: Any) -> None:
-    crd = yaml.safe_load((CHART / "crds" / "kopfpeerings.kopf.dev.yaml").read_text())
-    spec = crd["spec"]
-    assert (spec["group"], spec["names"]["plural"], spec["scope"]) == \
-        (NAMESPACED_PEERINGS_K.group, NAMESPACED_PEERINGS_K.any_name, "Namespaced")
-    assert [v["name"] for v in spec["versions"] if v["served"] and v["storage"]] == [NAMESPACED_PEERINGS_K.version]
-    assert spec["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
-        "x-kubernetes-preserve-unknown-fields"] is True, "kopf keeps its peers in status"
-    docs = render(helm, {"peering.name": "team-a"})
-    peering = one(docs, spec["names"]["kind"])
-    assert peering["apiVersion"] == f"{spec['group']}/{NAMESPACED_PEERINGS_K.version}"
-    assert peering["metadata"]["name"] == "team-a"
-    assert env_values(operator_container(docs))["PI_DISPATCH_PEERING"] == "team-a"
+def test_the_replicas_elect_a_leader_on_a_lease_named_after_the_release(helm: Any) -> None:
+    docs = render(helm)
+    assert env_values(operator_container(docs))["PI_DISPATCH_LEASE"] == FULLNAME
+    assert not [d for d in docs if d["kind"] == "KopfPeering"], "kopf runs standalone: the Lease says who acts"
+    deployment = one(docs, "Deployment", FULLNAME)
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}, "one replica: never two Pods on the store"
+
+
+@pytest.mark.parametrize(("store_modes", "colocated"), [(["ReadWriteOnce"], True), (["ReadWriteMany"], False)],
+                         ids=["ReadWriteOnce store", "ReadWriteMany store"])
+def test_a_standby_runs_beside_the_leader_when_the_store_attaches_to_one_node(helm: Any, store_modes: list[str],
+                                                                             colocated: bool) -> None:
+    docs = render(helm, {**STORE_ON, "replicas": 2, "sessions.store.accessModes": store_modes})
+    spec = one(docs, "Deployment", FULLNAME)["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    affinity = spec["template"]["spec"].get("affinity")
+    if colocated:
+        [term] = affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    else:
+        assert affinity is None
+    assert template(helm, {"replicas": 3}).returncode != 0, "more than a leader and one standby is refused"
 
 
 # -- the env contract -------------------------------------------------------------------------------------------
@@ -133,14 +143,16 @@ def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
     assert volumes == [{"name": "tmp", "emptyDir": {}}]
     assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
     settings = OperatorSettings.from_env(env)
-    # The chosen differences: job Pods run the job image of this release, not :latest, and carry its name.
+    # The chosen differences: job Pods run the job image of this release, not :latest, and carry its name;
+    # the Lease is the release's own (two releases in a namespace elect apart).
     job_image = f"ghcr.io/pi-dispatch/job:{APP_VERSION}"
     expected = OperatorSettings.from_env({"PI_DISPATCH_NAMESPACE": NAMESPACE, "PI_DISPATCH_JOB_IMAGE": job_image,
-                                          "PI_DISPATCH_POD_NAME": POD_NAME, "PI_DISPATCH_RELEASE": RELEASE})
+                                          "PI_DISPATCH_POD_NAME": POD_NAME, "PI_DISPATCH_RELEASE": RELEASE,
+                                          "PI_DISPATCH_LEASE": FULLNAME})
     assert settings == expected, "the chart's defaults are the operator's defaults"
     assert settings.store.sessions_dir is None
     assert settings.job_command == ("pidispatch", "runner") and settings.max_concurrent_jobs == 4
-    assert (settings.metrics_port, settings.health_port, settings.peering) == (9090, 8080, "pi-dispatch")
+    assert (settings.metrics_port, settings.health_port, settings.lease) == (9090, 8080, FULLNAME)
 
 
 NEVER_RESUMES = [
@@ -204,7 +216,7 @@ def test_values_reach_the_operator_as_given(helm: Any) -> None:
         "sessions.maxAgeDays": 30, "sessions.maxResumeChain": 5, "sessions.maxContextPct": 80,
         "sessions.allowGhSource": True, "github.authSource": "pat", "maxConcurrentJobs": 7,
         "job.image": "registry.example/pi-job:1.2.3", "job.command": ["pidispatch", "runner", "--verbose"],
-        "metrics.port": 9191, "health.port": 8181, "peering.name": "ops",
+        "metrics.port": 9191, "health.port": 8181,
     }
     settings = OperatorSettings.from_env(env_values(operator_container(render(helm, values))))
     assert settings.store == Settings(sessions_dir=STORE_DIR, ttl_days=0, max_bytes=123456789, max_age_days=30,
@@ -213,7 +225,7 @@ def test_values_reach_the_operator_as_given(helm: Any) -> None:
     assert settings.max_concurrent_jobs == 7
     assert settings.job_image == "registry.example/pi-job:1.2.3"
     assert settings.job_command == ("pidispatch", "runner", "--verbose")
-    assert (settings.metrics_port, settings.health_port, settings.peering) == (9191, 8181, "ops")
+    assert (settings.metrics_port, settings.health_port, settings.lease) == (9191, 8181, FULLNAME)
     assert settings.namespace == NAMESPACE and settings.staging_claim == f"{FULLNAME}-staging"
 
 
@@ -255,7 +267,7 @@ REJECTED = [
     ("allowGhSource as the string 1", {"sessions.allowGhSource": "1"}, "/sessions/allowGhSource"),
     ("unknown top-level key", {"maxConcurentJobs": 4}, "maxConcurentJobs"),
     ("unknown sessions key", {"sessions.ttl": 3}, "ttl"),
-    ("two operators", {"replicas": 2}, "/replicas"),
+    ("three operators", {"replicas": 3}, "/replicas"),
     ("job command as a string", {"job.command": "pidispatch runner"}, "/job/command"),
     ("empty job command", {"job.command": []}, "/job/command"),
     ("unknown auth source", {"github.authSource": "token"}, "/github/authSource"),
@@ -310,7 +322,7 @@ NAMESPACED_GRANTS = (
     | _expand([""], ["secrets"], ["create", "delete"])
     | _expand([""], ["events"], ["create"])
     | _expand([""], ["persistentvolumeclaims"], ["get"])
-    | _expand(["kopf.dev"], ["kopfpeerings"], ["get", "list", "watch", "patch"])
+    | _expand(["coordination.k8s.io"], ["leases"], ["get", "create", "update"])
 )
 CLUSTER_GRANTS = (_expand(["apiextensions.k8s.io"], ["customresourcedefinitions"], ["get", "list", "watch"])
                   | _expand([""], ["namespaces"], ["list", "watch"]))

@@ -21,7 +21,7 @@ from testkit.env import clean_env
 OPERATOR_VARIABLES = (
     "PI_DISPATCH_NAMESPACE", "PI_DISPATCH_STAGING_DIR", "PI_DISPATCH_STAGING_CLAIM", "PI_DISPATCH_MAX_CONCURRENT_JOBS",
     "PI_DISPATCH_JOB_IMAGE", "PI_DISPATCH_JOB_COMMAND", "PI_DISPATCH_METRICS_PORT", "PI_DISPATCH_HEALTH_PORT",
-    "PI_DISPATCH_PEERING", "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", "PI_DISPATCH_SWEEP_INTERVAL_SECONDS",
+    "PI_DISPATCH_LEASE", "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", "PI_DISPATCH_SWEEP_INTERVAL_SECONDS",
 )
 
 
@@ -30,7 +30,7 @@ def test_defaults() -> None:
     assert s == OperatorSettings(store=Settings())
     assert (s.namespace, s.staging_dir, s.staging_claim, s.max_concurrent_jobs, s.job_image, s.job_command) == (
         None, "/var/lib/pi-dispatch/jobs", None, 4, "ghcr.io/pi-dispatch/job:latest", ("pidispatch", "runner"))
-    assert (s.metrics_port, s.health_port, s.peering, s.resumable_refresh_seconds, s.sweep_interval_seconds) == (
+    assert (s.metrics_port, s.health_port, s.lease, s.resumable_refresh_seconds, s.sweep_interval_seconds) == (
         9090, 8080, "pi-dispatch", 300, 3600)
     assert (DEFAULT_STAGING_DIR, DEFAULT_JOB_IMAGE, DEFAULT_JOB_COMMAND) == (
         s.staging_dir, s.job_image, s.job_command)
@@ -51,14 +51,14 @@ def test_values_are_read() -> None:
         "PI_DISPATCH_NAMESPACE": "pi", "PI_DISPATCH_STAGING_DIR": "/stage", "PI_DISPATCH_STAGING_CLAIM": "pi-staging",
         "PI_DISPATCH_MAX_CONCURRENT_JOBS": " 12 ", "PI_DISPATCH_JOB_IMAGE": "registry/job:1",
         "PI_DISPATCH_JOB_COMMAND": '["python", "-m", "pidispatch", "runner"]', "PI_DISPATCH_METRICS_PORT": "0",
-        "PI_DISPATCH_HEALTH_PORT": "65535", "PI_DISPATCH_PEERING": "peers",
+        "PI_DISPATCH_HEALTH_PORT": "65535", "PI_DISPATCH_LEASE": "peers",
         "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS": "5", "PI_DISPATCH_SWEEP_INTERVAL_SECONDS": "604800",
         "PI_SESSIONS_DIR": "/sessions",
     })
     assert s == OperatorSettings(
         store=Settings(sessions_dir="/sessions"), namespace="pi", staging_dir="/stage", staging_claim="pi-staging",
         max_concurrent_jobs=12, job_image="registry/job:1", job_command=("python", "-m", "pidispatch", "runner"),
-        metrics_port=0, health_port=65535, peering="peers", resumable_refresh_seconds=5,
+        metrics_port=0, health_port=65535, lease="peers", resumable_refresh_seconds=5,
         sweep_interval_seconds=604800)
 
 

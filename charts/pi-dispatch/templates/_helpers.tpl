@@ -163,8 +163,8 @@ app.kubernetes.io/component: operator
   value: {{ .Values.metrics.port | int64 | quote }}
 - name: PI_DISPATCH_HEALTH_PORT
   value: {{ .Values.health.port | int64 | quote }}
-- name: PI_DISPATCH_PEERING
-  value: {{ .Values.peering.name | quote }}
+- name: PI_DISPATCH_LEASE
+  value: {{ include "pi-dispatch.fullname" . | quote }}
 {{- with .Values.github.authSource }}
 - name: GITHUB_AUTH_SOURCE
   value: {{ . | quote }}

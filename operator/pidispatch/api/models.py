@@ -148,8 +148,9 @@ Credentials = Annotated[dict[str, SecretKey] | None, Field(
 LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
              r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
-NodeSelector = Annotated[dict[Annotated[str, Field(max_length=316, pattern=LABEL_KEY)],
-                              Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None, Field(
+# Keys are checked by TriggerRun's validator, not in the schema: a CRD's structural schema takes no
+# propertyNames or patternProperties (the apiserver refuses the CRD), so the apiserver checks values only.
+NodeSelector = Annotated[dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None, Field(
     max_length=16, description="Node labels the job Pods must run on (a node pool), laid over the deployment's "
                                "job.nodeSelector: this Trigger's value wins for a key both name.")]
 
@@ -193,6 +194,16 @@ class TriggerRun(_Model):
     tolerations: Annotated[list[Toleration] | None, Field(
         max_length=16, description="Taints the job Pods tolerate (a node pool's, a GPU's), added to the "
                                    "deployment's job.tolerations.")] = None
+
+    @field_validator("nodeSelector")
+    @classmethod
+    def _node_selector_keys(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        import re
+
+        for key in value or {}:
+            if len(key) > 316 or not re.fullmatch(LABEL_KEY, key):
+                raise ValueError(f"run.nodeSelector: {key[:80]!r} is not a label key")
+        return value
 
     @field_validator("credentials")
     @classmethod

@@ -33,24 +33,6 @@ def structural(model: type[BaseModel]) -> dict[str, Any]:
     return converted
 
 
-def _key_rules(node: dict[str, Any]) -> None:
-    """A map whose keys are constrained (``dict[Annotated[str, ...], V]``): pydantic says so with
-    ``patternProperties`` and ``propertyNames``, which a CRD schema forbids. The values' schema becomes
-    ``additionalProperties``; the keys' pattern and length become CEL rules."""
-    patterns = node.pop("patternProperties", None)
-    names = node.pop("propertyNames", None) or {}
-    if patterns is None and not names:
-        return
-    rules = []
-    if names.get("maxLength") is not None:
-        rules.append({"rule": f"self.all(k, size(k) <= {names['maxLength']})",
-                      "message": f"a key is at most {names['maxLength']} characters"})
-    for pattern, values in (patterns or {}).items():
-        node["additionalProperties"] = values
-        rules.append({"rule": f"self.all(k, k.matches(r'{pattern}'))", "message": f"every key matches {pattern}"})
-    node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), *rules]
-
-
 def _convert(node: Any, defs: dict[str, Any]) -> Any:
     if isinstance(node, list):
         return [_convert(item, defs) for item in node]
@@ -71,7 +53,6 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
         node["enum"] = [node.pop("const")]
     if node.get("nullable") is not True:
         node.pop("nullable", None)
-    _key_rules(node)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROPPED:

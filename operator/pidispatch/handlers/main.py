@@ -10,6 +10,7 @@ from pidispatch.settings import OperatorSettings
 
 if TYPE_CHECKING:
     from pidispatch.doctor import Check
+    from pidispatch.handlers.leadership import Leadership
     from pidispatch.kubeapi import Api
 
 
@@ -43,12 +44,33 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
         return 2
     dispatcher = Dispatcher(settings, api, namespace, forge)
     registry = kopf.OperatorRegistry()
-    register(registry, dispatcher, Retention(settings, dispatcher.cluster))
+    register(registry, dispatcher, Retention(settings, dispatcher.cluster), leadership(settings, api, namespace))
     metrics.serve(settings.metrics_port)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
-    kopf.run(registry=registry, namespaces=[namespace], peering_name=settings.peering, standalone=False,
-             liveness_endpoint=liveness, identity=settings.pod_name)  # type: ignore[arg-type]
+    # Standalone: which replica acts is the Lease's to say (leadership), not kopf's peering.
+    kopf.run(registry=registry, namespaces=[namespace], standalone=True, liveness_endpoint=liveness)
     return 0
+
+
+def leadership(settings: OperatorSettings, api: Api, namespace: str) -> Leadership:
+    """This replica's candidacy for the Lease ``PI_DISPATCH_LEASE``, identified by its Pod's name."""
+    import os
+    import socket
+
+    from pidispatch.handlers.leadership import Leadership
+    from pidispatch.leader import LeaderElector, LeaseConfig
+
+    identity = settings.pod_name or f"{socket.gethostname()}-{os.getpid()}"
+
+    def lost() -> None:
+        # The dispatcher's threads cannot be stopped half-way consistently; the next leader's journal
+        # recovery handles what they leave, as after a crash. The Deployment restarts this container.
+        logging.getLogger("pidispatch.operator").critical("leadership lost: exiting so that one replica acts")
+        logging.shutdown()
+        os._exit(3)
+
+    elector = LeaderElector(api, LeaseConfig(namespace=namespace, name=settings.lease, identity=identity))
+    return Leadership(elector, on_lost=lost)
 
 
 def claims_being_deleted(settings: OperatorSettings, api: Api, namespace: str) -> list[Check]:

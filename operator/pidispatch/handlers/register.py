@@ -22,6 +22,7 @@ import kopf
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import JOB_LABEL
+from pidispatch.handlers.leadership import Leadership
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.retention import Retention
 
@@ -45,8 +46,16 @@ class NoDiffBase(kopf.DiffBaseStorage):
         raise NotImplementedError("a change-detecting handler needs a diff base storage: see handlers/register.py")
 
 
-def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention: Retention | None = None) -> None:
-    """Add the operator's handlers to ``registry``; ``retention`` runs beside the dispatcher."""
+def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention: Retention | None = None,
+             leadership: Leadership | None = None) -> None:
+    """Add the operator's handlers to ``registry``; ``retention`` runs beside the dispatcher.
+
+    ``leadership``: the dispatcher and retention start when this replica takes the Lease, and every event is
+    dropped until then (``handlers/leadership.py``). ``None``: they start with kopf (one process, tests).
+    """
+
+    def acting() -> bool:
+        return leadership is None or leadership.leading
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -61,6 +70,12 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
         settings.watching.client_timeout = 330
         settings.peering.mandatory = False
         settings.persistence.diffbase_storage = NoDiffBase()
+        if leadership is None:
+            start_acting()
+        else:
+            leadership.start(start_acting)
+
+    def start_acting() -> None:
         dispatcher.start()
         if retention is not None:
             retention.start()
@@ -70,22 +85,28 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
         if retention is not None:
             retention.stop()
         dispatcher.stop()
+        if leadership is not None:
+            leadership.stop()  # releases the Lease: the standby takes over at once
 
     @kopf.on.event(GROUP, VERSION, "jobs", registry=registry)
     def job_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        dispatcher.on_job(event.get("type"), _plain(body))
+        if acting():
+            dispatcher.on_job(event.get("type"), _plain(body))
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if event.get("type") != "DELETED":
+        if event.get("type") != "DELETED" and acting():
             dispatcher.on_pod(_plain(body))
 
     @kopf.on.event(GROUP, VERSION, "sessionkeys", registry=registry)
     def sessionkey_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        dispatcher.on_sessionkey(event.get("type"), _plain(body))
+        if acting():
+            dispatcher.on_sessionkey(event.get("type"), _plain(body))
 
     @kopf.on.event(GROUP, VERSION, "triggers", registry=registry)
     def trigger_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+        if not acting():
+            return
         if event.get("type") == "DELETED":
             dispatcher.on_trigger_deleted(body.metadata.name)
         else:

@@ -1,5 +1,5 @@
 """What the operator process runs with beyond the store's settings (the names of the Helm chart's
-Deployment): the namespace it watches, the staging claim, the job Pods it builds, its ports and peering."""
+Deployment): the namespace it watches, the staging claim, the job Pods it builds, its ports and its Lease."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ OPERATOR_VARIABLES = (
     "PI_DISPATCH_JOB_TOKEN_PERMISSIONS",
     "PI_DISPATCH_METRICS_PORT",
     "PI_DISPATCH_HEALTH_PORT",
-    "PI_DISPATCH_PEERING",
+    "PI_DISPATCH_LEASE",
     "PI_DISPATCH_POD_NAME",
     "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS",
     "PI_DISPATCH_SWEEP_INTERVAL_SECONDS",
@@ -108,8 +108,9 @@ class OperatorSettings:
     job_checkout: bool = True
     metrics_port: int = 9090
     health_port: int = 8080
-    peering: str = "pi-dispatch"
-    # The Pod's name, the operator's identity in kopf peering: a container restarted in the same Pod
+    # The coordination.k8s.io Lease the replicas elect their leader on (leader.py): only its holder acts.
+    lease: str = "pi-dispatch"
+    # The Pod's name, the operator's identity on the Lease: a container restarted in the same Pod
     # recognises its own lease instead of waiting for it to expire.
     pod_name: str | None = None
     resumable_refresh_seconds: int = 300
@@ -186,7 +187,7 @@ class OperatorSettings:
             health_port=integer(
                 env, "PI_DISPATCH_HEALTH_PORT", "a TCP port, 0 to turn the probe off", default=8080, maximum=65535
             ),
-            peering=text(env, "PI_DISPATCH_PEERING", "pi-dispatch"),
+            lease=object_name(env, "PI_DISPATCH_LEASE") or "pi-dispatch",
             pod_name=text(env, "PI_DISPATCH_POD_NAME"),
             resumable_refresh_seconds=integer(
                 env, "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", "a whole number of seconds from 5 to 86400",
