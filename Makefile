@@ -74,10 +74,11 @@ node:
 	else echo "node packages missing:$$missing (not root: the real-node tests will be skipped)"; fi
 
 # NODE=auto (default): a real node (containerd + runc, the images of `make images`) when this machine can run
-# one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose.
+# one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose; NODE=multi:
+# three test kubelets and the real kube-scheduler (e2e/multinode.py).
 NODE ?= auto
 cluster-up: venv controlplane
-	@if [ "$(NODE)" != test ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory images node; fi
+	@if [ "$(NODE)" != test ] && [ "$(NODE)" != multi ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory images node; fi
 	$(VPY) -m e2e.cluster up --node $(NODE)
 
 cluster-down: venv

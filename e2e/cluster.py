@@ -10,7 +10,7 @@ internals.
 
 Command line (used by ``make cluster-up`` / ``make cluster-down``)::
 
-    python -m e2e.cluster up [--dir DIR] [--node auto|real|test] [--no-kubelet]
+    python -m e2e.cluster up [--dir DIR] [--node auto|real|test|multi] [--no-kubelet]
     python -m e2e.cluster down [--dir DIR]
     python -m e2e.cluster status [--dir DIR]
 
@@ -49,6 +49,7 @@ from e2e.clusterkit import (
     write_pki,
 )
 from e2e.kube import ApiError, Kube, wait_for
+from e2e.multinode import MultiNode
 from e2e.realnode import RealNode, unavailable
 from e2e.testnode import NODE_NAME, TestKubeletNode
 
@@ -430,7 +431,7 @@ class Cluster:
         """Attach to a cluster started by ``python -m e2e.cluster up`` (reads ``cluster.json``)."""
         state_dir = Path(state_dir)
         st = json.loads((state_dir / "cluster.json").read_text())
-        backend: NodeBackend = RealNode() if st.get("node") == "real" else TestKubeletNode()
+        backend: NodeBackend = {"real": RealNode, "multi": MultiNode}.get(st.get("node"), TestKubeletNode)()
         backend.restore(st)
         return cls(state_dir=state_dir, bin=Path(st["bin_dir"]) if st.get("bin_dir") else None,
                    etcd_port=st["etcd_port"], etcd_peer_port=st["etcd_peer_port"],
@@ -458,6 +459,8 @@ def node_backend(node: str) -> NodeBackend:
     one."""
     if node == "test":
         return TestKubeletNode()
+    if node == "multi":
+        return MultiNode()
     why = unavailable()
     if why is None:
         return RealNode()
@@ -472,9 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=["up", "down", "status"])
     ap.add_argument("--dir", type=Path, default=DEFAULT_STATE_DIR, help="state dir (default %(default)s)")
     ap.add_argument("--no-kubelet", action="store_true", help="do not start the test kubelet")
-    ap.add_argument("--node", choices=["auto", "real", "test"], default=os.environ.get("PIDISPATCH_NODE", "test"),
+    ap.add_argument("--node", choices=["auto", "real", "test", "multi"],
+                    default=os.environ.get("PIDISPATCH_NODE", "test"),
                     help="what runs Pods: a real kubelet with containerd and runc (e2e/realnode.py), the test "
-                         "kubelet (Pods as local processes), or auto: real when this machine can (default %(default)s)")
+                         "kubelet (Pods as local processes), multi: three test kubelets and the real kube-scheduler "
+                         "(e2e/multinode.py), or auto: real when this machine can (default %(default)s)")
     ap.add_argument("--timeout", type=float, default=120)
     a = ap.parse_args(argv)
     state = a.dir.resolve()
@@ -490,8 +495,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"cluster-up failed: {e}", file=sys.stderr)
                 return 1
         b = c.backend
-        node = (f"real node {b.name} at {b.ip}: Pods run in containers (containerd + runc)"
-                if c.node == "real" else f"test kubelet {b.name}: Pods run as local processes")
+        if isinstance(b, MultiNode):
+            node = f"test kubelets {', '.join(b.nodes)} and the kube-scheduler: Pods run as local processes"
+        elif c.node == "real":
+            node = f"real node {b.name} at {b.ip}: Pods run in containers (containerd + runc)"
+        else:
+            node = f"test kubelet {b.name}: Pods run as local processes"
         print(f"\nkube-apiserver: {c.server}\nnode:           {node}\nlogs:           {c.logs}/\n\n"
               f"  export KUBECONFIG={c.kubeconfig}\n  export PATH={c.bin_dir}:$PATH\n  kubectl get nodes\n")
         return 0

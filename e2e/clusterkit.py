@@ -178,6 +178,40 @@ def node_ready(kube: Kube, name: str) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
 
 
+def start_scheduler(host: Host, timeout: float) -> None:
+    """The real kube-scheduler (``system:kube-scheduler``, its client certificate ``pki/kube-scheduler.crt`` from
+    the backend's ``pki_extras``), bound to loopback on a free port, until its ``/healthz`` answers."""
+    import warnings
+
+    import requests
+    import urllib3
+
+    kc = write_kubeconfig(host.state_dir / "kube-scheduler.kubeconfig", host.server, host.ca_file,
+                          cert=host.pki / "kube-scheduler.crt", key=host.pki / "kube-scheduler.key",
+                          user="system:kube-scheduler")
+    port = free_port()
+    host.spawn("kube-scheduler", [
+        str(host.bin_dir / "kube-scheduler"), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
+        f"--authorization-kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
+        f"--secure-port={port}", "--profiling=false", "-v=1",
+    ])
+
+    def healthy() -> bool:
+        # the scheduler serves a certificate it made itself: only whether it answers matters here
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
+            try:
+                return requests.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2).text == "ok"
+            except requests.RequestException:
+                return False
+
+    host.await_up("kube-scheduler", "/healthz", healthy, timeout)
+
+
+#: the client certificate ``start_scheduler`` authenticates with: an entry of ``write_pki``'s ``clients``
+SCHEDULER_CLIENT = ("kube-scheduler", "system:kube-scheduler", None)
+
+
 # -- the contract between the cluster and a node backend ---------------------------------------------------
 class Host(Protocol):
     """What a node backend may use of the cluster it runs in."""

@@ -10,6 +10,11 @@ Fixtures (import nothing; pytest finds them for every test under e2e/):
   session; set ``PIDISPATCH_E2E_CLUSTER=<state dir>`` to reuse one started by ``make cluster-up``,
   or ``PIDISPATCH_E2E_KUBECONFIG=<kubeconfig>`` to run against another cluster (``e2e/kind/run.sh``);
   there Pods run on real kubelets and tests that need the test kubelet are skipped.
+* ``multinode_cluster`` (session) -- a second ``Cluster`` of three nodes (``e2e/multinode.py``: test kubelets
+  ``node-a``, ``node-b``, ``node-c``, the real kube-scheduler, ReadWriteOnce volumes that attach to one node at a
+  time, a ReadWriteMany class). Started only for the tests that ask for it, in a temporary directory; set
+  ``PIDISPATCH_E2E_MULTINODE_CLUSTER=<state dir>`` to reuse one started by ``python -m e2e.cluster up --node
+  multi --dir <state dir>``.
 * ``kube`` (session) -- admin ``Kube`` client.
 * ``kubelet`` (session) -- ``KubeletHandle``: node name, data dir, ``pod_log(ns, pod, container)``.
 * ``namespace`` (function) -- a fresh namespace (its ``default`` ServiceAccount exists), deleted after.
@@ -29,6 +34,7 @@ import pytest
 
 from e2e.cluster import NODE_NAME, Cluster
 from e2e.kube import Kube, wait_for
+from e2e.multinode import MultiNode
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +51,26 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         yield c
         return
     c = Cluster(state_dir=tmp_path_factory.mktemp("cluster"))
+    c.start(kubelet=True)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture(scope="session")
+def multinode_cluster(tmp_path_factory: pytest.TempPathFactory):
+    if os.environ.get("PIDISPATCH_E2E_KUBECONFIG"):
+        pytest.skip("needs the local multi-node cluster (test kubelets and the real kube-scheduler)")
+    reuse = os.environ.get("PIDISPATCH_E2E_MULTINODE_CLUSTER")
+    if reuse:
+        c = Cluster.load(reuse)
+        if not c.is_running():
+            pytest.fail(f"PIDISPATCH_E2E_MULTINODE_CLUSTER={reuse}: no running cluster there "
+                        "(python -m e2e.cluster up --node multi --dir ...)")
+        yield c
+        return
+    c = Cluster(state_dir=tmp_path_factory.mktemp("multinode"), backend=MultiNode())
     c.start(kubelet=True)
     try:
         yield c

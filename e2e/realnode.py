@@ -42,7 +42,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,11 +51,13 @@ import yaml
 
 from e2e.clusterkit import (
     REPO_ROOT,
+    SCHEDULER_CLIENT,
     ClusterError,
     Host,
     free_port,
     node_ready,
     python_module_env,
+    start_scheduler,
     write_kubeconfig,
 )
 from e2e.kube import wait_for
@@ -290,7 +291,7 @@ class RealNode:
     def pki_extras(self) -> dict[str, Any]:
         return {"clients": (("kubelet-client", "kube-apiserver-kubelet-client", "system:masters"),
                             ("node", f"system:node:{NODE_NAME}", "system:nodes"),
-                            ("kube-scheduler", "system:kube-scheduler", None)),
+                            SCHEDULER_CLIENT),
                 "server_ips": (self.ip,)}
 
     def apiserver_args(self) -> list[str]:
@@ -325,7 +326,7 @@ class RealNode:
 
     def start_after(self, timeout: float, *, kubelet: bool) -> None:
         bins = self.host.bin_dir
-        self._start_scheduler(bins, timeout)
+        start_scheduler(self.host, timeout)
         self._cgroup_root()
         self._start_node_kubelet(bins, timeout)
         self._start_provisioner(timeout)
@@ -432,32 +433,6 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             t = time.monotonic()
             self.ctr("images", "import", str(a), timeout=600)
             say(f"imported {a.name} ({a.stat().st_size >> 20} MB) in {time.monotonic() - t:.0f}s")
-
-    def _start_scheduler(self, bins: Path, timeout: float) -> None:
-        import requests
-        import urllib3
-
-        host = self.host
-        kc = write_kubeconfig(host.state_dir / "kube-scheduler.kubeconfig", host.server, host.ca_file,
-                              cert=host.pki / "kube-scheduler.crt", key=host.pki / "kube-scheduler.key",
-                              user="system:kube-scheduler")
-        port = free_port()
-        self.host.spawn("kube-scheduler", [
-            str(bins / "kube-scheduler"), f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
-            f"--authorization-kubeconfig={kc}", "--leader-elect=false", "--bind-address=127.0.0.1",
-            f"--secure-port={port}", "--profiling=false", "-v=1",
-        ])
-
-        def healthy():
-            # the scheduler serves a certificate it made itself: only whether it answers matters here
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", urllib3.exceptions.InsecureRequestWarning)
-                try:
-                    return requests.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=2).text == "ok"
-                except requests.RequestException:
-                    return False
-
-        self.host.await_up("kube-scheduler", "/healthz", healthy, timeout)
 
     def _start_node_kubelet(self, bins: Path, timeout: float) -> None:
         import requests

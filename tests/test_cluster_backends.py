@@ -22,7 +22,7 @@ def imported(module: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["clusterkit.py", "testnode.py", "realnode.py",
+@pytest.mark.parametrize("module", ["clusterkit.py", "testnode.py", "realnode.py", "multinode.py",
                                     *(f"kubelet/{p.name}" for p in sorted((E2E / "kubelet").glob("*.py")))])
 def test_no_node_backend_imports_the_cluster(module: str) -> None:
     assert "e2e.cluster" not in imported(E2E / module)
@@ -30,10 +30,23 @@ def test_no_node_backend_imports_the_cluster(module: str) -> None:
 
 def test_the_cluster_names_its_backends_through_one_contract() -> None:
     from e2e.cluster import Cluster
+    from e2e.multinode import MultiNode
     from e2e.realnode import RealNode
     from e2e.testnode import TestKubeletNode
 
-    for backend in (TestKubeletNode(), RealNode()):
+    for backend in (TestKubeletNode(), RealNode(), MultiNode()):
         cluster = Cluster(state_dir=Path("/nonexistent/state"), backend=backend)
         assert cluster.backend is backend and cluster.node == backend.kind
         assert cluster.components == backend.components
+
+
+def test_the_multi_node_backend_is_found_again_from_its_state(tmp_path: Path) -> None:
+    """``cluster.json`` of a multi-node cluster loads as one (``make cluster-down`` stops every kubelet)."""
+    from e2e.cluster import Cluster
+    from e2e.multinode import NODE_NAMES, MultiNode
+
+    Cluster(state_dir=tmp_path, backend=MultiNode()).save()
+    loaded = Cluster.load(tmp_path)
+    assert isinstance(loaded.backend, MultiNode) and loaded.node == "multi"
+    assert loaded.components[-len(NODE_NAMES):] == NODE_NAMES
+    assert "kube-scheduler" in loaded.components and "pv-provisioner" in loaded.components

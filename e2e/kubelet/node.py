@@ -9,8 +9,9 @@ from e2e.kube import Kube
 from e2e.kubelet.base import now
 
 
-def register_node(kube: Kube, node_name: str, started: str) -> None:
-    """Create Node ``node_name`` when it does not exist, then report it Ready."""
+def register_node(kube: Kube, node_name: str, started: str, labels: dict[str, str] | None = None) -> None:
+    """Create Node ``node_name`` (with the usual labels and ``labels``) when it does not exist, then report it
+    Ready."""
     path = f"/api/v1/nodes/{node_name}"
     if kube.get_or_none(path) is None:
         kube.create("/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
@@ -18,7 +19,7 @@ def register_node(kube: Kube, node_name: str, started: str) -> None:
             "labels": {"kubernetes.io/hostname": node_name, "kubernetes.io/os": "linux",
                        "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(
                            platform.machine(), platform.machine()),
-                       "pidispatch.dev/test-kubelet": "true"}}})
+                       "pidispatch.dev/test-kubelet": "true", **(labels or {})}}})
     heartbeat(kube, node_name, started)
 
 

@@ -1,6 +1,8 @@
 """A minimal volume provisioner: a hostPath PV under ``DATA/pv`` for every pending PVC, deleted with its
 directory when the PVC is (as reclaimPolicy Delete would). It also runs alone beside a real kubelet
-(``--provision-only``)."""
+(``--provision-only``). A claim's StorageClass whose ``parameters.accessModes`` (comma-separated) lacks one of the
+claim's access modes gets no PV, as a block-storage driver provisions no ReadWriteMany volume: the claim stays
+Pending with a ``ProvisioningFailed`` Event."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ def on_pvc(kube: Kube, etype: str, pvc: dict, data_dir: Path) -> None:
         reclaim(kube, md, data_dir)
         return
     if spec.get("volumeName") or md.get("deletionTimestamp") or pvc.get("status", {}).get("phase") == "Bound":
+        return
+    refused = refused_modes(kube, spec)
+    if refused:
+        refuse(kube, pvc, refused)
         return
     pv_name = f"pvc-{md['uid']}"
     host = data_dir / "pv" / md["namespace"] / f"{md['name']}-{md['uid'][:8]}"
@@ -48,6 +54,39 @@ def on_pvc(kube: Kube, etype: str, pvc: dict, data_dir: Path) -> None:
     except ApiError as e:
         if e.status != 409:
             raise
+
+
+_refused: set[str] = set()  # claims whose refusal has an Event already
+
+
+def refused_modes(kube: Kube, spec: dict) -> list[str]:
+    """The claim's access modes its StorageClass does not provide (none when the class does not say)."""
+    name = spec.get("storageClassName")
+    sc = kube.get_or_none(f"/apis/storage.k8s.io/v1/storageclasses/{name}") if name else None
+    allowed = ((sc or {}).get("parameters") or {}).get("accessModes")
+    if not allowed:
+        return []
+    return [m for m in spec.get("accessModes") or [] if m not in allowed.split(",")]
+
+
+def refuse(kube: Kube, pvc: dict, modes: list[str]) -> None:
+    md = pvc["metadata"]
+    if md["uid"] in _refused:
+        return
+    _refused.add(md["uid"])
+    message = (f"failed to provision volume with StorageClass {pvc['spec']['storageClassName']!r}: "
+               f"access mode(s) {', '.join(modes)} not supported")
+    log.info("PVC %s/%s: %s", md["namespace"], md["name"], message)
+    try:
+        kube.create(f"/api/v1/namespaces/{md['namespace']}/events", {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": md["namespace"],
+                               "name": md["name"], "uid": md["uid"]},
+            "reason": "ProvisioningFailed", "message": message, "type": "Warning",
+            "source": {"component": PROVISIONER}, "count": 1})
+    except ApiError as e:
+        log.warning("event for PVC %s/%s not recorded: %s", md["namespace"], md["name"], e)
 
 
 def reclaim(kube: Kube, pvc_md: dict, data_dir: Path) -> None:

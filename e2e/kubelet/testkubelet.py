@@ -23,7 +23,12 @@ class TestKubelet:
     __test__ = False  # not a pytest test class, whatever its name
 
     def __init__(self, kube_factory, data_dir: Path, node_name: str = "pidispatch-node",
-                 use_mount_namespace: bool | None = None, server_port: int | None = None):
+                 use_mount_namespace: bool | None = None, server_port: int | None = None, *,
+                 bind_pods: bool = True, provision: bool = True, exclusive_attach: bool = False,
+                 labels: dict[str, str] | None = None):
+        """``bind_pods=False``: leave unscheduled Pods to a scheduler (several nodes, the real kube-scheduler);
+        ``provision=False``: another process provisions PVs; ``exclusive_attach``: ReadWriteOnce volumes attach to
+        one node at a time (``e2e/kubelet/attach.py``); ``labels``: more labels on the Node."""
         self.new_kube = kube_factory
         self.kube: Kube = kube_factory()
         self.data_dir = Path(data_dir).resolve()
@@ -32,6 +37,8 @@ class TestKubelet:
             use_mount_namespace = os.geteuid() == 0 and shutil.which("unshare") is not None
         self.use_mount_namespace = use_mount_namespace
         self.server_port = server_port
+        self.bind_pods, self.provision, self.exclusive_attach = bind_pods, provision, exclusive_attach
+        self.labels = dict(labels or {})
         self.stop_event = threading.Event()
         self.runners: dict[str, PodRunner] = {}
         self.seen: set[str] = set()  # Pod UIDs this kubelet has started (never run a Pod twice)
@@ -44,9 +51,9 @@ class TestKubelet:
         self._started = now()
         (self.data_dir / "pods").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "pv").mkdir(parents=True, exist_ok=True)
-        loops = [(self._pvc_loop, "pvcs")]
+        loops = [(self._pvc_loop, "pvcs")] if self.provision or provision_only else []
         if not provision_only:
-            register_node(self.kube, self.node_name, self._started)
+            register_node(self.kube, self.node_name, self._started, self.labels)
             loops += [(self._pod_loop, "pods"), (self._heartbeat_loop, "hb")]
         for target, name in loops:
             th = threading.Thread(target=self._guard, args=(target,), name=name, daemon=True)
@@ -93,7 +100,8 @@ class TestKubelet:
         uid = md["uid"]
         node = spec.get("nodeName")
         if not node:
-            if etype != "DELETED" and not md.get("deletionTimestamp") and not spec.get("schedulingGates"):
+            if self.bind_pods and etype != "DELETED" and not md.get("deletionTimestamp") and not spec.get(
+                    "schedulingGates"):
                 bind(kube, pod, self.node_name)
             return
         if node != self.node_name:

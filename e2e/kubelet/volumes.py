@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.kube import Kube
+from e2e.kubelet.attach import MultiAttach, attach, record_failed_attach
 from e2e.kubelet.base import DEFAULT_TERMINATION_PATH, PodFailed, Waiting, expand
 from e2e.kubelet.config import PodConfig
 
@@ -22,6 +23,7 @@ class PodVolumes:
         self.ns, self.name, self.uid = md["namespace"], md["name"], md["uid"]
         self.volumes: dict[str, Path] = {}
         self.read_only: dict[str, bool] = {}
+        self.failed_attach: set[str] = set()  # PVs whose Multi-Attach error has an Event already
 
     def mounts(self, c: dict, env: dict[str, str], term_file: Path) -> list[dict]:
         """Container ``c``'s bind mounts (``source``, ``target``, ``readOnly``), the termination message file
@@ -62,6 +64,9 @@ class PodVolumes:
                 src = pv["spec"].get("hostPath") or pv["spec"].get("local")
                 if not src:
                     raise PodFailed("UnsupportedVolume", f"PV {pv['metadata']['name']} is not hostPath/local")
+                # (a kubelet without the option, e.g. a test's stand-in, mounts as the single node always did)
+                if getattr(self.config.kl, "exclusive_attach", False):
+                    self.attach(pv["metadata"]["name"], claim)
                 path = Path(src["path"])
                 path.mkdir(parents=True, exist_ok=True)
                 self.volumes[name] = path
@@ -89,6 +94,17 @@ class PodVolumes:
                 kind = next((k for k in v if k != "name"), "?")
                 raise PodFailed("UnsupportedVolume", f"volume {name!r}: type {kind} is not supported by the "
                                                      "test kubelet")
+
+    def attach(self, pv: str, claim: str) -> None:
+        """Attach ``pv`` to this node (``e2e/kubelet/attach.py``); the first Multi-Attach error is recorded as
+        an Event, then the Pod waits as a real one does."""
+        try:
+            attach(self.kube, pv, self.config.kl.node_name, self.ns, claim)
+        except MultiAttach as e:
+            if pv not in self.failed_attach:
+                self.failed_attach.add(pv)
+                record_failed_attach(self.kube, self.pod, str(e))
+            raise
 
     def files(self, v: dict) -> dict[str, tuple[bytes, int]]:
         out: dict[str, tuple[bytes, int]] = {}
