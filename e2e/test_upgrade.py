@@ -10,7 +10,8 @@ never upgrades them) and ``helm upgrade`` to HEAD's chart, which replaces the op
 the job runs. Released, the job must complete under the new operator and promote exactly once, and a third job
 on the key must resume what it promoted.
 
-No tag is a failure, not a skip: a shallow clone has none (``git fetch --tags --unshallow``).
+No tag and no v0.1.0 commit is a failure, not a skip: a shallow clone has neither (``git fetch --tags
+--unshallow``).
 """
 
 from __future__ import annotations
@@ -47,12 +48,20 @@ def git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+# The commit v0.1.0 tags: a clone that did not bring the tags along (a clone of the branch alone, a mirror
+# without tags) still has it in main's history, so the upgrade is tested from it all the same.
+V0_1_0 = "23968ee1b39576d1ac461b1038d5574cd3f09952"
+
+
 def last_tag() -> str:
-    """The newest ``v*`` tag reachable from HEAD that is not HEAD itself (a release upgrades from the one before)."""
+    """The newest ``v*`` tag reachable from HEAD that is not HEAD itself (a release upgrades from the one before);
+    without tags, v0.1.0's commit when the history has it."""
     head = git("rev-parse", "HEAD")
     for tag in git("tag", "--merged", "HEAD", "--list", "v*", "--sort=-v:refname").splitlines():
         if git("rev-parse", f"{tag}^{{commit}}") != head:
             return tag
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{V0_1_0}^{{commit}}"]).returncode == 0:
+        return V0_1_0
     shallow = git("rev-parse", "--is-shallow-repository") == "true"
     pytest.fail("no v* tag before HEAD: the upgrade test installs the last tagged chart. "
                 + ("This clone is shallow: run `git fetch --unshallow --tags`." if shallow else
