@@ -103,3 +103,4 @@ class PodConfig:
             if optional:
                 return {}
             raise Waiting(f"secret {name!r} not found")
+        return s.get("data") or {}
