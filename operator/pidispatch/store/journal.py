@@ -237,8 +237,10 @@ def release_interrupted(settings: Settings, staging_root: str) -> int:
     runs again (and judges whether its swap landed), its lock would otherwise refuse every other
     promotion on the key as ``locked`` and lose those transcripts. Only a lock proven to be the
     attempt's own (the inode of its journaled candidate) is removed, with the attempt's temp. This
-    relies on one operator process acting at a time (kopf peering, the Deployment's ``Recreate``):
-    a journal that says ``started`` is then always a dead process's.
+    relies on one operator process acting at a time (the Lease of ``leader.py``: it runs only when this
+    replica has taken it): a journal that says ``started`` is then a dead or deposed process's. Not fenced:
+    a leader paused past its lease (a frozen node) that wakes mid-promotion would find its lock gone; it
+    exits at its next failed renewal, but the step it was in completes first.
     """
     released = 0
     if settings.sessions_dir is None:
