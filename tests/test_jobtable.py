@@ -6,6 +6,8 @@ now stands on: what a DELETED and a superseding Job leave of a record, and when 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pidispatch.api.views import JobView
@@ -86,3 +88,24 @@ def test_the_marker_sleeps_until_the_next_mark_is_due(since: list[float], now: f
 
 def test_only_the_first_failure_in_a_row_writes_retrying() -> None:
     assert [writes_retrying(n) for n in (1, 2, 3)] == [True, False, False]
+
+
+def test_a_replica_that_takes_the_lease_reads_the_triggers_whose_events_it_dropped(tmp_path: Path) -> None:
+    """A standby drops every event until it leads (handlers/leadership.py): a Trigger created meanwhile
+    still gets its status, from the start's list and from every resync, without an event."""
+    from testkit.jobflow import Clock, api_with_trigger, controller
+    from testkit.memoryapi import TRIGGERS
+
+    api = api_with_trigger()
+    c = controller(api, Clock(), tmp_path)
+    c.start()
+    try:
+        ready = [x for x in (api.get(f"{TRIGGERS}/fix").get("status") or {}).get("conditions") or []
+                 if x["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "True", "the start read the Trigger no event brought"
+        api.create(TRIGGERS, {"metadata": {"name": "late"}, "spec": {
+            "on": {"event": "issues.labeled", "label": "pi"}, "run": {}}})
+        c.resync()
+        assert (api.get(f"{TRIGGERS}/late").get("status") or {}).get("conditions"), "the resync wrote its status"
+    finally:
+        c.stop()

@@ -89,8 +89,13 @@ class Dispatcher:
 
     def start(self) -> None:
         """Free what a killed predecessor held, seed the queue from the Jobs that exist (oldest first), then
-        start the loops."""
+        start the loops. A standby that takes over has dropped the events before it led: the Triggers and
+        the SessionKeys being deleted are read here, the Jobs and their Pods below and by the resync."""
         release_interrupted(self.store, self.s.staging_dir)
+        self._triggers_as_listed()
+        for body in self.api.list(self.cluster.crd("sessionkeys")):
+            if (body.get("metadata") or {}).get("deletionTimestamp"):
+                guarded(self.on_sessionkey, "MODIFIED", body)
         jobs = sorted(self.cluster.jobs(), key=arrival)
         self.table.note_preexisting({job.uid for job in jobs if job.phase not in TERMINAL_PHASES})
         for job in jobs:  # running Jobs hold their slots before any waiting Job is admitted
@@ -273,7 +278,8 @@ class Dispatcher:
     # ---- 4. timers ---------------------------------------------------------------------------------
 
     def resync(self) -> None:
-        """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs."""
+        """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs, Triggers."""
+        self._triggers_as_listed()
         for job in sorted(self.cluster.jobs(), key=arrival):
             guarded(self._resync_job, job)  # one Job's failure must not keep the others from their turn
         self.queue.wake.set()  # for what it put in line
@@ -286,6 +292,11 @@ class Dispatcher:
         elif self.table.claim(name, job.uid or None):  # else listed before the watch saw it replaced
             self.slots.hold(name)
             self._pod_seen(name, self.api.get_or_none(self.cluster.pods(pod_name(name))))
+
+    def _triggers_as_listed(self) -> None:
+        """Every Trigger as the apiserver has it now (a status write only where it changed)."""
+        for body in self.api.list(self.cluster.crd("triggers")):
+            guarded(self.on_trigger, body)
 
     def refresh_sessionkeys(self) -> None:
         timers.refresh_sessionkeys(self.s, self.cluster, busy=self.table.keys_in_flight())
