@@ -203,8 +203,17 @@ def upload(url: str, token: str, ca_file: str, src_dir: str, *, max_bytes: int,
             body.seek(0)
             connection = http.client.HTTPSConnection(host, port, context=context, timeout=timeout)
             try:
-                connection.request("PUT", path, body=body, headers=headers)
-                response = connection.getresponse()
+                try:
+                    connection.request("PUT", path, body=body, headers=headers)
+                except OSError as sending:
+                    # The server may answer before the body is in (a 413 from Content-Length) and close:
+                    # the send then fails, but its answer is already on the wire. Read it; else the send's error.
+                    try:
+                        response = connection.getresponse()
+                    except (OSError, http.client.HTTPException):
+                        raise sending from None
+                else:
+                    response = connection.getresponse()
                 _judge(response)
                 marker = json.loads(response.read(64 * 1024))
                 if not isinstance(marker, dict) or marker.get("digest") != hex_digest:
