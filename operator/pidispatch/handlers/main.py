@@ -44,7 +44,7 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
         return 2
     dispatcher = Dispatcher(settings, api, namespace, forge)
     registry = kopf.OperatorRegistry()
-    register(registry, dispatcher, Retention(settings, dispatcher.cluster), leadership(settings, api, namespace))
+    register(registry, dispatcher, Retention(settings, dispatcher.cluster), leadership(settings, namespace))
     metrics.serve(settings.metrics_port)
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     # Standalone: which replica acts is the Lease's to say (leadership), not kopf's peering.
@@ -52,12 +52,13 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     return 0
 
 
-def leadership(settings: OperatorSettings, api: Api, namespace: str) -> Leadership:
+def leadership(settings: OperatorSettings, namespace: str) -> Leadership:
     """This replica's candidacy for the Lease ``PI_DISPATCH_LEASE``, identified by its Pod's name."""
     import os
     import socket
 
     from pidispatch.handlers.leadership import Leadership
+    from pidispatch.kubeapi import Api
     from pidispatch.leader import LeaderElector, LeaseConfig
 
     identity = settings.pod_name or f"{socket.gethostname()}-{os.getpid()}"
@@ -69,7 +70,11 @@ def leadership(settings: OperatorSettings, api: Api, namespace: str) -> Leadersh
         logging.shutdown()
         os._exit(3)
 
-    elector = LeaderElector(api, LeaseConfig(namespace=namespace, name=settings.lease, identity=identity))
+    config = LeaseConfig(namespace=namespace, name=settings.lease, identity=identity)
+    # Its own client, each call bounded well inside the renew deadline: a renewal hanging on a partitioned
+    # apiserver must not outlast the lease while a standby takes over.
+    elector_api = Api.from_environment(timeout=config.retry_seconds, retries=0)
+    elector = LeaderElector(elector_api, config)
     return Leadership(elector, on_lost=lost)
 
 
