@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.store.handoff import HANDOFF_MAX_BYTES, parse_handoff, read_staged_handoff
+from pidispatch.store.handoff import HANDOFF_MAX_BYTES, parse_handoff
+from pidispatch.store.handoffdir import read_staged_handoff
 from testkit.runner import Job, real_pi_job
 from testkit.scripted_model import Usage, text_of
 

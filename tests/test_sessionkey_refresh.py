@@ -19,7 +19,7 @@ from pidispatch.jobflow.sessionkey import without_nulls
 from pidispatch.jobflow.timers import refresh_sessionkeys
 from pidispatch.kubeapi import Api, ApiError
 from pidispatch.settings import OperatorSettings
-from pidispatch.store import handoff, scanmemo
+from pidispatch.store import handoff, handoffdir, scanmemo
 from testkit.memoryapi import NS, MemoryApi
 from testkit.store import NOW_MS, Store, sample
 
@@ -143,16 +143,16 @@ def test_a_waiting_letter_hashes_its_transcript_once_per_version(store: Store) -
                                    job="j1", sha256=hashlib.sha256(data).hexdigest(), size=len(data), session=None,
                                    now_s=NOW_MS / 1000)
     (key_dir / "letter.md").write_text(letter)
-    assert handoff.describe(str(key_dir))["letter"]["job"] == "j1"
+    assert handoffdir.describe(str(key_dir))["letter"]["job"] == "j1"
     assert (scanmemo.MEMO.digest_hits, len(scanmemo.MEMO)) == (0, 1)
-    assert handoff.describe(str(key_dir))["letter"]["job"] == "j1"
+    assert handoffdir.describe(str(key_dir))["letter"]["job"] == "j1"
     assert scanmemo.MEMO.digest_hits == 1, "the second look used the remembered digest"
     # Rewritten in place, same size and mtime: a new ctime, so a new version, hashed again (and no longer waiting).
     before = os.stat(path)
     with open(path, "r+b") as f:
         f.write(b"X")
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert handoff.describe(str(key_dir))["letter"] is None
+    assert handoffdir.describe(str(key_dir))["letter"] is None
     assert scanmemo.MEMO.digest_hits == 1
 
 

@@ -16,7 +16,7 @@ from markdown_it import MarkdownIt
 
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import handoff
+from pidispatch.store import handoff, handoffdir
 from pidispatch.store.journal import promote_once
 from pidispatch.store.promote import promote
 from pidispatch.store.staging import HOST, HostRecord, JobDir, stage
@@ -206,7 +206,7 @@ def test_the_largest_handoff_the_runner_can_write_is_one_the_operator_reads(char
     every = {name: char * 9000 for name, _ in (*handoff.LETTER_FIELDS, *handoff.TRUST_FIELDS, *handoff.ENTRY_FIELDS)}
     h = handoff.parse_handoff({"writer": "summary", "status": "partial", "letter": every, "entry": every})
     (tmp_path / handoff.HANDOFF).write_text(json.dumps(h.to_json(), separators=(",", ":"), ensure_ascii=False))
-    assert handoff.read_staged_handoff(str(tmp_path)) == h
+    assert handoffdir.read_staged_handoff(str(tmp_path)) == h
 
 
 # -- in the store ------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def test_promotion_writes_the_handoff_for_the_transcript_it_swapped_in(store: St
     letter = handoff.parse_letter_head((key_dir / "letter.md").read_text())
     assert letter is not None and (letter.job, letter.sha256, letter.size) == ("job-one", sha(OLD), len(OLD))
     assert (key_dir / "letter.md").stat().st_mode & 0o777 == 0o600
-    assert handoff.describe(str(key_dir))["letter"]["job"] == "job-one"
+    assert handoffdir.describe(str(key_dir))["letter"]["job"] == "job-one"
     # A later job without a handoff replaces the transcript: the letter goes with the transcript it belonged to.
     jd2 = job_dir(store, "u2", NEW, None)
     result = promote_once(settings(store), jd2, host(True, "resumed"), (10, 100), job="job-two")
@@ -275,9 +275,9 @@ def test_promotion_writes_the_handoff_for_the_transcript_it_swapped_in(store: St
 def test_a_letter_beside_another_transcript_does_not_wait(store: Store) -> None:
     jd = job_dir(store, "u1", OLD, raw("one"), resume=False)
     promote_once(settings(store), jd, host(False, "absent"), None, job="job-one")
-    assert handoff.describe(str(store.key_dir()))["letter"] is not None
+    assert handoffdir.describe(str(store.key_dir()))["letter"] is not None
     (store.key_dir() / "current.jsonl").write_bytes(NEW)  # replaced behind the operator's back
-    assert handoff.describe(str(store.key_dir()))["letter"] is None
+    assert handoffdir.describe(str(store.key_dir()))["letter"] is None
 
 
 def test_a_link_at_the_letter_is_never_followed(store: Store, tmp_path: Path) -> None:
@@ -287,7 +287,7 @@ def test_a_link_at_the_letter_is_never_followed(store: Store, tmp_path: Path) ->
     outside.write_text((store.key_dir() / "letter.md").read_text())
     (store.key_dir() / "letter.md").unlink()
     os.symlink(outside, store.key_dir() / "letter.md")
-    assert handoff.describe(str(store.key_dir()))["letter"] is None
+    assert handoffdir.describe(str(store.key_dir()))["letter"] is None
     jd2 = job_dir(store, "u2", NEW, raw("two"))
     promote_once(settings(store), jd2, host(True, "resumed"), (10, 100), job="job-two")
     assert not (store.key_dir() / "letter.md").is_symlink(), "the link is replaced, not written through"
@@ -309,7 +309,7 @@ def test_a_kill_between_the_swap_and_the_handoff_is_finished_by_recovery(store: 
     run_to_death(_killed_after_swap, str(store.root), str(store.stage_root))
     key_dir = store.key_dir()
     assert (key_dir / "current.jsonl").read_bytes() == NEW, "the swap landed"
-    assert handoff.describe(str(key_dir))["letter"] is None, "job one's letter no longer matches: it does not wait"
+    assert handoffdir.describe(str(key_dir))["letter"] is None, "job one's letter no longer matches: it does not wait"
     result = promote_once(settings(store), jd2, host(True, "resumed"), (10, 100), job="job-two")
     assert result.promoted and result.handoff.writer == "agent"
     letter = handoff.parse_letter_head((key_dir / "letter.md").read_text())
@@ -410,7 +410,7 @@ def test_a_letter_an_older_operator_wrote_past_the_cap_is_handed_out_cut_on_a_wh
     grown = text.replace("one-watchOut", "\n".join(["one-watchOut", *(["中" * 1000] * 20)]))  # 60 000 bytes
     letter.write_text(grown)
     assert len(grown.encode()) > handoff.LETTER_MAX_BYTES
-    assert handoff.describe(str(store.key_dir()))["letter"]["job"] == "job-one"
+    assert handoffdir.describe(str(store.key_dir()))["letter"]["job"] == "job-one"
     staged = (_rethread_stage(store) / "letter.md").read_bytes()
     assert len(staged) <= handoff.LETTER_MAX_BYTES
     assert staged.decode().endswith("\n\n" + handoff.LETTER_CUT + "\n"), "cut after a whole line, marked"

@@ -133,7 +133,7 @@ def _letter(letter: dict[str, Any] | None) -> str:
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """``pidispatch ledger KEY``: print the key's ledger (read without following a link)."""
-    from pidispatch.store import agenttext, fsio, handoff
+    from pidispatch.store import agenttext, fsio, handoff, handoffdir
 
     settings = _settings()
     assert settings.sessions_dir is not None
@@ -143,7 +143,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         sys.stderr.write(f"pidispatch: key {args.key} has no directory in the store: {exc.strerror or exc}\n")
         return 1
     try:
-        text = handoff.read_text(handoff.LEDGER, dir_fd, handoff.LEDGER_MAX_BYTES * 2)
+        text = handoffdir.read_text(handoff.LEDGER, dir_fd, handoff.LEDGER_MAX_BYTES * 2)
         present = fsio.lstat_or_none(handoff.LEDGER, dir_fd) is not None
     finally:
         os.close(dir_fd)

@@ -89,7 +89,7 @@ class PromotionResult:
     reason: str
     bytes: int | None = None
     forgotten: bool = False
-    handoff: Any = None  # store.handoff.Written: what the promotion did with the Job's handoff, if it had to
+    handoff: Any = None  # store.handoffdir.Written: what the promotion did with the Job's handoff, if it had to
     # How many credentials the scan before the promotion redacted (``store/redact.py``); ``None``: no scan ran.
     redacted: int | None = None
 

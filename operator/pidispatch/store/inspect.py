@@ -12,7 +12,7 @@ from typing import Any
 
 from pidispatch.contract import VENUE
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, handoff, sidecars
+from pidispatch.store import fsio, handoffdir, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.keys import is_key
 from pidispatch.store.lock import LOCK_STALE_MS
@@ -61,7 +61,7 @@ def inspect_key(
             "ageMs": lock_age, "state": "live" if lock_age <= LOCK_STALE_MS else "stale"},
         "next": next_reason,
         "assumedPiVersion": assumed,
-        "ledger": handoff.describe(key_dir) if real else None,
+        "ledger": handoffdir.describe(key_dir) if real else None,
     }
 
 

@@ -45,7 +45,7 @@ from pidispatch.events import emit
 from pidispatch.record import PromotionResult
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, handoff, keyguard, lock, sidecars
+from pidispatch.store import fsio, handoff, handoffdir, keyguard, lock, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.promote import HandoffOf, Names, promote, staged_refusal, write_handoff
 from pidispatch.store.redact import SecretDigest
@@ -190,7 +190,7 @@ def _recover(settings: Settings, key: str, started: dict[str, Any], stage_dir: s
 
 
 def _finish_handoff(dir_fd: int, key: str, stage_dir: str, handoff_of: HandoffOf | None, started: dict[str, Any],
-                    clock: Callable[[], float]) -> handoff.Written | None:
+                    clock: Callable[[], float]) -> handoffdir.Written | None:
     """The handoff step a kill cut off after the swap, run again under a lock of its own (idempotent).
 
     When another promotion holds the lock, it is replacing this transcript and writes its own handoff.
@@ -272,7 +272,7 @@ def _result(done: dict[str, Any]) -> PromotionResult:
     h = done.get("handoff")
     written = None
     if isinstance(h, dict) and isinstance(h.get("entries"), int):
-        written = handoff.Written(h.get("writer") if h.get("writer") in handoff.WRITERS else None,
+        written = handoffdir.Written(h.get("writer") if h.get("writer") in handoff.WRITERS else None,
                                   h.get("status") if h.get("status") in handoff.STATUSES else None, h["entries"])
     return PromotionResult(done.get("promoted") is True, str(done.get("reason")),
                            size if isinstance(size, int) else None, forgotten=done.get("forgotten") is True,

@@ -20,7 +20,7 @@ from pidispatch.events import emit
 from pidispatch.record import NO_KEY, PROMOTED, PromotionResult
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, handoff, sidecars
+from pidispatch.store import fsio, handoff, handoffdir, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import Delivery, make_delivery
 from pidispatch.store.lock import candidate_name, release_lock, take_lock
@@ -191,12 +191,12 @@ def _promote(
 
 
 def write_handoff(dir_fd: int, key: str, stage_dir: str, handoff_of: HandoffOf | None, size: int,
-                  seams: Seams = NO_SEAMS) -> handoff.Written | None:
-    """The handoff step after the swap (``handoff.finish_handoff``). Never fatal: the transcript has landed."""
+                  seams: Seams = NO_SEAMS) -> handoffdir.Written | None:
+    """The handoff step after the swap (``handoffdir.finish_handoff``). Never fatal: the transcript has landed."""
     if handoff_of is None:
         return None
     try:
-        written = handoff.finish_handoff(dir_fd, stage_dir, job=handoff_of.job, sha256=handoff_of.sha256, size=size)
+        written = handoffdir.finish_handoff(dir_fd, stage_dir, job=handoff_of.job, sha256=handoff_of.sha256, size=size)
     except Exception as exc:
         emit("session_sidecar_failed", key=key, file=handoff.LETTER, reason=f"{type(exc).__name__}: {exc}")
         return None

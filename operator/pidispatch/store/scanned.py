@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.record import SessionReason as R
-from pidispatch.store import agenttext, fsio, handoff, sidecars
+from pidispatch.store import agenttext, fsio, handoff, handoffdir, sidecars
 from pidispatch.store.redact import SecretDigest, redact
 
 SCANNED = "scanned"
@@ -149,7 +149,7 @@ def _scan_handoff(stage_dir: str, dir_fd: int, secrets: tuple[SecretDigest, ...]
     except OSError:
         return
     try:
-        text = handoff.read_text(handoff.HANDOFF, stage_fd, handoff.HANDOFF_MAX_BYTES)
+        text = handoffdir.read_text(handoff.HANDOFF, stage_fd, handoff.HANDOFF_MAX_BYTES)
     finally:
         os.close(stage_fd)
     if text is None:

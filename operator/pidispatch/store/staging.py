@@ -29,7 +29,7 @@ from typing import Any
 from pidispatch.events import emit
 from pidispatch.record import HostVerdict
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, handoff, keyguard
+from pidispatch.store import fsio, handoff, handoffdir, keyguard
 from pidispatch.store.redact import SecretDigest, as_json, parse_digests
 from pidispatch.store.resolve import resolve
 from pidispatch.store.seams import NO_SEAMS, Seams
@@ -238,14 +238,14 @@ def _stage_letter(settings: Settings, jd: JobDir, record: HostRecord, fresh: boo
     """After a lineage refusal, stage a waiting letter and the ledger for the unpack (else leave none;
     a ``fresh`` directory has none to clear)."""
     if not fresh:
-        handoff.clear_staged(jd.session)
+        handoffdir.clear_staged(jd.session)
     if record.resume or record.reason not in handoff.LINEAGE_REASONS or settings.sessions_dir is None:
         return replace(record, rethread=False)
     try:
-        staged = handoff.stage_handoff(os.path.join(settings.sessions_dir, record.key), jd.session)
+        staged = handoffdir.stage_handoff(os.path.join(settings.sessions_dir, record.key), jd.session)
     except OSError as exc:  # the handoff is a bonus: without it the job starts cold, as it always did
         emit("session_store_failed", phase="stage-handoff", reason=f"{type(exc).__name__}: {exc}")
-        handoff.clear_staged(jd.session)
+        handoffdir.clear_staged(jd.session)
         staged = None
     if staged is None:
         return replace(record, rethread=False)

@@ -46,8 +46,8 @@ from pidispatch.store.handoff import (
     TRUST_FIELDS,
     HandoffError,
     parse_handoff,
-    read_text,
 )
+from pidispatch.store.handoffdir import read_text
 
 TOOL = "rethread_handoff"
 EXTENSION = "handoff.ts"
