@@ -2,7 +2,9 @@
 
 A job without a resolved session gets exactly the Pod it would have had without the resume
 feature: the ``/session`` mount and ``PI_SESSION_FILE`` are the only difference, and only when a
-key was resolved. Nothing derived from the key crosses into the Pod.
+key was resolved. Nothing derived from the key crosses into the Pod. In transfer mode ``/session`` is an
+emptyDir the runner fills over HTTPS (``PI_TRANSFER_*``; the token by ``secretKeyRef`` from the Job's own
+``pi-job-transfer-<uid>`` Secret, the CA from a ConfigMap): no claim, so no co-location either.
 
 The GitHub token reaches the job as ``GH_TOKEN`` by ``secretKeyRef`` only (the per-job Secret of an
 App installation token, or the deployment's pat/gh Secret): its value is never in the Pod manifest.
