@@ -935,9 +935,3 @@ def test_two_receivers_by_default_spread_over_nodes_and_drained_one_at_a_time(he
         deployment["spec"]["selector"]["matchLabels"]
     single = render(helm, {**RECEIVER_ON, "receiver.replicas": 1})
     assert kinds(single, "PodDisruptionBudget") == [], "one replica: a budget would block every drain"
-
-
-def test_the_transfer_mode_is_refused_until_the_job_flow_uses_it(helm: Any) -> None:
-    """A value that is accepted and does nothing is a lie to the person who set it."""
-    result = template(helm, {**STORE_ON, "sessions.staging.mode": "transfer"})
-    assert result.returncode != 0 and "sessions.staging.mode=transfer is not wired" in result.stderr
