@@ -35,6 +35,7 @@ MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
 # (tests/test_settings_strict.py holds the lists to the names the code reads).
 OPERATOR_VARIABLES = (
     "PI_DISPATCH_NAMESPACE",
+    "PI_DISPATCH_NODE_NAME",
     "PI_DISPATCH_STAGING_DIR",
     "PI_DISPATCH_STAGING_CLAIM",
     "PI_DISPATCH_MAX_CONCURRENT_JOBS",
@@ -125,6 +126,9 @@ class OperatorSettings:
     job_ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
     # Where job Pods run: the cluster's rules and the staging claim's co-location (settings/scheduling.py).
     job_scheduling: Scheduling = Scheduling()
+    # The node the operator's Pod runs on (the downward API's spec.nodeName): under co-location, resumed job
+    # Pods must land there, and a Trigger whose rules exclude it is refused ahead (api/placement.py).
+    node_name: str | None = None
     github: GitHubSettings = GitHubSettings()
 
     @classmethod
@@ -181,6 +185,7 @@ class OperatorSettings:
             job_git_email=one_line(env, "PI_DISPATCH_JOB_GIT_EMAIL", DEFAULT_GIT_EMAIL),
             job_checkout=flag(env, "PI_DISPATCH_JOB_CHECKOUT", True),
             job_scheduling=job_scheduling(env),
+            node_name=text(env, "PI_DISPATCH_NODE_NAME"),
             metrics_port=integer(
                 env, "PI_DISPATCH_METRICS_PORT", "a TCP port, 0 to turn metrics off", default=9090, maximum=65535
             ),
