@@ -253,6 +253,23 @@ def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check
     return [Check("staging", Status.OK, f"PVC {claim} Bound")]
 
 
+COLOCATION_MESSAGE = (
+    "staging is ReadWriteOnce in mount mode, so resumed jobs run on the operator's node{node} (a required pod "
+    "affinity): that node's capacity bounds how many run at once, and a lost node stops resumed jobs until the "
+    "operator is rescheduled; jobs without a session run anywhere. ReadWriteMany staging "
+    "(sessions.staging.accessModes) or sessions.staging.mode=transfer lets them run on any node"
+)
+
+
+def colocation_check(settings: OperatorSettings) -> list[Check]:
+    """The co-location's consequence, stated (a fact, not a fault): with the store on and a ReadWriteOnce
+    staging claim mounted by job Pods, every resumed job runs on the operator's one node."""
+    if settings.store.sessions_dir is None or settings.job_scheduling.colocate_with is None:
+        return []
+    node = f" ({settings.node_name})" if settings.node_name else ""
+    return [Check("placement", Status.OK, COLOCATION_MESSAGE.format(node=node))]
+
+
 def claim_holders(claim: str, pods: Sequence[Mapping[str, Any]]) -> list[str]:
     """The Pods whose volumes name ``claim`` (ended ones too: the pvc-protection finalizer waits for them)."""
     return sorted((p.get("metadata") or {}).get("name", "?") for p in pods
@@ -331,13 +348,18 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
     if armed == 0:
         return []
     if settings.sessions_dir is None or store is None:
+        # On the gh source the chart refuses sessions.enabled=true alone (resume could never work there), so
+        # the fix that helm would accept changes the auth source too.
+        gh = settings.github_auth_source == "gh" and not settings.allow_gh_source
+        fix = _helm_fix(namespace, "sessions.enabled=true,github.authSource=app" if gh else "sessions.enabled=true")
+        also = ("; enabling the store also needs an auth source it can resume under (the chart refuses "
+                "sessions.enabled=true with GITHUB_AUTH_SOURCE=gh): a GitHub App or a pat") if gh else ""
         if armed is None:
             return [Check("store", Status.WARN, "PI_SESSIONS_DIR is unset: the jobs of a Trigger that arms resume are "
-                                                "refused (sessions-dir-unset); Triggers not checked",
-                          _helm_fix(namespace))]
+                                                f"refused (sessions-dir-unset); Triggers not checked{also}", fix)]
         return [Check("store", Status.FAIL, f"{_plural(armed, 'Trigger', 'arm')} resume but PI_SESSIONS_DIR is "
                                             f"unset: their jobs are refused (sessions-dir-unset) rather than lose the "
-                                            f"conversation and look successful", _helm_fix(namespace))]
+                                            f"conversation and look successful{also}", fix)]
     keep = "Triggers that arm resume keep" if armed is None else _plural(armed, "Trigger", "keep")
     checks = [
         store_check(store),
@@ -425,6 +447,7 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
     if cluster is not None:
         checks += staging_check(settings, cluster) + terminating_claims(cluster.claims, cluster.claim_pods,
                                                                         cluster.namespace)
+    checks += colocation_check(settings)
     checks += auth_checks(settings.store, triggers, namespace)
     if triggers is not None:
         checks += model_checks(settings, triggers, namespace)
