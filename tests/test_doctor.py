@@ -163,6 +163,22 @@ def test_colocation_consequence(env: dict[str, str], stated: bool) -> None:
         assert "ReadWriteMany" in line.message and "sessions.staging.mode=transfer" in line.message
 
 
+def test_a_trigger_the_operator_found_unplaceable_fails_with_its_message() -> None:
+    message = ("Resumed jobs of this Trigger can never start: the staging claim is ReadWriteOnce (mount mode), so a "
+               "job Pod that mounts it must run on the operator's node node-a, but run.nodeSelector asks for "
+               "kubernetes.io/hostname=node-b ...")
+    unplaceable = {**trigger("elsewhere", {"resume": True, "nodeSelector": {"kubernetes.io/hostname": "node-b"}}),
+                   "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "PlacementConflict",
+                                              "message": message}]}}
+    loaded = {**ARMED, "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Loaded",
+                                                  "message": "The Trigger can run jobs."}]}}
+    checks = run_checks({"PI_SESSIONS_DIR": "/srv/sessions"}, facts=cluster(triggers=[unplaceable, loaded]))
+    failed = [c for c in named(checks, "triggers") if c.status is Status.FAIL]
+    assert [(c.message, c.fix) for c in failed] == [
+        (f"Trigger elsewhere is not Ready (PlacementConflict): {message}", f"kubectl edit pitrigger elsewhere -n {NS}")]
+    assert exit_code(checks) == 1
+
+
 def test_no_armed_trigger_shows_no_session_lines_even_with_a_store() -> None:
     checks = run_checks({"PI_SESSIONS_DIR": "/srv/sessions", "PI_SESSION_MAX_CONTEXT_PCT": "80"},
                         facts=cluster(triggers=[PLAIN, RESUME_OFF, REFUSED]))

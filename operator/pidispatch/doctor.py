@@ -22,6 +22,7 @@ from typing import Any
 
 from pidispatch.api.crds import ALL as CRD_PLURALS
 from pidispatch.api.crds import GROUP
+from pidispatch.api.placement import PLACEMENT_CONFLICT
 from pidispatch.api.trigger import first_refusal, resume_armed
 from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
@@ -221,9 +222,16 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
                                            f"{armed} arm{'s' if armed == 1 else ''} resume")]
     for t in facts.triggers:
         refusal = first_refusal(t.get("spec") or {})
+        name = (t.get("metadata") or {}).get("name", "?")
         if refusal is not None:
-            name = (t.get("metadata") or {}).get("name", "?")
             checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is refused: {_short(refusal)}",
+                                f"kubectl edit pitrigger {name} -n {ns}"))
+            continue
+        # The operator's own verdict (api/placement.py): it read the Node, doctor need not.
+        ready = _condition(t, "Ready")
+        if ready is not None and ready.get("status") == "False" and ready.get("reason") == PLACEMENT_CONFLICT:
+            checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is not Ready ({PLACEMENT_CONFLICT}): "
+                                                         f"{ready.get('message')}",
                                 f"kubectl edit pitrigger {name} -n {ns}"))
     return checks
 

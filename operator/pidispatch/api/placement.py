@@ -23,6 +23,7 @@ from pidispatch.api.models import TriggerSpec
 from pidispatch.api.views import armed
 from pidispatch.settings.scheduling import Scheduling
 
+PLACEMENT_CONFLICT = "PlacementConflict"  # the Trigger's Ready reason when its resumed jobs cannot be placed
 # Taints that keep a Pod off a node unless it tolerates them (PreferNoSchedule only discourages).
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
