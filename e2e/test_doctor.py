@@ -86,7 +86,9 @@ def test_admin_resume_trigger_without_a_store_fails(cluster: Cluster, kube: Kube
                         "refused (sessions-dir-unset) rather than lose the conversation and look successful; "
                         "enabling the store also needs an auth source it can resume under (the chart refuses "
                         "sessions.enabled=true with GITHUB_AUTH_SOURCE=gh): a GitHub App or a pat")
-    assert lines[store + 1] == "                 fix: " + HELM_FIX.format(ns=namespace) + ",github.authSource=app"
+    assert lines[store + 1] == "                 fix: " + HELM_FIX.format(ns=namespace) + (
+        ",github.authSource=app,github.app.id=<app-id>,github.app.installationId=<installation-id>,"
+        "github.app.privateKeySecret.name=<secret>")
     assert not [line for line in lines if line.split()[1:2] in (["privacy"], ["bounds"], ["staging"])]
 
 

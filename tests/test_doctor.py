@@ -121,7 +121,8 @@ STORE_UNSET_BY_SOURCE = [
     ("an App: enabling the store is the whole fix", {"GITHUB_AUTH_SOURCE": "app"}, "sessions.enabled=true", False),
     ("a pat: enabling the store is the whole fix", {"GITHUB_AUTH_SOURCE": "pat"}, "sessions.enabled=true", False),
     ("gh (the default): the chart refuses the store alone, so the fix changes the source too",
-     {"GITHUB_AUTH_SOURCE": None}, "sessions.enabled=true,github.authSource=app", True),
+     {"GITHUB_AUTH_SOURCE": None}, "sessions.enabled=true,github.authSource=app,github.app.id=<app-id>,"
+     "github.app.installationId=<installation-id>,github.app.privateKeySecret.name=<secret>", True),
     ("gh with the hatch open: the store alone", {"GITHUB_AUTH_SOURCE": "gh", "PI_SESSIONS_ALLOW_GH_SOURCE": "1"},
      "sessions.enabled=true", False),
 ]

@@ -49,6 +49,9 @@ class Check:
 
 CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in CRD_PLURALS)
 CRD_FIX = "kubectl apply -f crds/"
+# What enables the store on a gh deployment (the chart refuses sessions.enabled=true beside the gh source).
+STORE_WITH_APP = ("sessions.enabled=true,github.authSource=app,github.app.id=<app-id>,"
+                  "github.app.installationId=<installation-id>,github.app.privateKeySecret.name=<secret>")
 HELM_FIX = "helm upgrade <release> pi-dispatch{ns} --reuse-values --set {value}"
 PRIVATE_MODE_BITS = 0o077
 
@@ -359,7 +362,7 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
         # On the gh source the chart refuses sessions.enabled=true alone (resume could never work there), so
         # the fix that helm would accept changes the auth source too.
         gh = settings.github_auth_source == "gh" and not settings.allow_gh_source
-        fix = _helm_fix(namespace, "sessions.enabled=true,github.authSource=app" if gh else "sessions.enabled=true")
+        fix = _helm_fix(namespace, STORE_WITH_APP if gh else "sessions.enabled=true")
         also = ("; enabling the store also needs an auth source it can resume under (the chart refuses "
                 "sessions.enabled=true with GITHUB_AUTH_SOURCE=gh): a GitHub App or a pat") if gh else ""
         if armed is None:
