@@ -201,6 +201,10 @@ app.kubernetes.io/component: operator
 {{- else if not (has "ReadWriteMany" .Values.sessions.staging.accessModes) }}
 - name: PI_DISPATCH_STAGING_COLOCATE
   value: {{ include "pi-dispatch.operatorSelectorLabels" . | fromYaml | toJson | quote }}
+- name: PI_DISPATCH_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
 {{- end }}
 {{- $s := .Values.sessions }}
 {{- $bounds := list

@@ -36,6 +36,7 @@ MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
 # (tests/test_settings_strict.py holds the lists to the names the code reads).
 OPERATOR_VARIABLES = (
     "PI_DISPATCH_NAMESPACE",
+    "PI_DISPATCH_NODE_NAME",
     "PI_DISPATCH_STAGING_DIR",
     "PI_DISPATCH_STAGING_CLAIM",
     "PI_DISPATCH_MAX_CONCURRENT_JOBS",
@@ -129,6 +130,9 @@ class OperatorSettings:
     job_scheduling: Scheduling = Scheduling()
     # How job Pods get their staged copy: the claim's subPath (mount) or over HTTPS (transfer).
     staging: Staging = Staging()
+    # The node the operator's Pod runs on (the downward API's spec.nodeName): under co-location, resumed job
+    # Pods must land there, and a Trigger whose rules exclude it is refused ahead (api/placement.py).
+    node_name: str | None = None
     github: GitHubSettings = GitHubSettings()
 
     @classmethod
@@ -186,6 +190,7 @@ class OperatorSettings:
             job_checkout=flag(env, "PI_DISPATCH_JOB_CHECKOUT", True),
             job_scheduling=job_scheduling(env),
             staging=staging_settings(env),
+            node_name=text(env, "PI_DISPATCH_NODE_NAME"),
             metrics_port=integer(
                 env, "PI_DISPATCH_METRICS_PORT", "a TCP port, 0 to turn metrics off", default=9090, maximum=65535
             ),
