@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch import failpoints, metrics
+from pidispatch import failpoints, fence, metrics
 from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.events import emit
@@ -145,8 +145,10 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         began = time.perf_counter()
         # The Job's own secrets by digest: the App token the operator minted (host record) and what the runner
         # reported (the agent controls the Pod, so a report may leave some out; the formats are scanned anyway).
+        # Fenced: a replica woken from a pause past its lease stops before the promotion's next write.
         promotion = promote_once(settings.store, jd, host, report.context, job=job,
-                                 secrets=host.secrets + report.secrets, seams=failpoints.FailpointSeams(job))
+                                 secrets=host.secrets + report.secrets,
+                                 seams=fence.Fenced(failpoints.FailpointSeams(job)))
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result_label(promotion)).inc()
     forgotten = (promotion is not None and promotion.forgotten) or (host is not None and jd.forgotten())
