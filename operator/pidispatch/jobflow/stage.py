@@ -23,17 +23,18 @@ log = logging.getLogger("pidispatch.operator")
 
 
 def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: TriggerRun, job: str, *,
-                  secrets: tuple[SecretDigest, ...] = ()) -> HostRecord:
+                  secrets: tuple[SecretDigest, ...] = (), held: str | None = None) -> HostRecord:
     """Stage ``ref``'s session for the Job and return its host record (written, not yet synced).
 
     ``secrets``: digests of the job's own secrets the operator knows (the App token it minted), kept for
-    the scan before the promotion."""
+    the scan before the promotion. ``held``: the SessionKey refuses the resume before any gate (a retired
+    key, a quarantined transcript: ``lifecycle.held_reason``), so 0 bytes are staged with that reason."""
     record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
                         pi_version=run.piVersion, model=run.model, secrets=secrets)
     if not settings.staging_claim:
         log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job)
     began = time.perf_counter()
-    record = stage(settings.store, jd, record, mount=bool(settings.staging_claim))
+    record = stage(settings.store, jd, record, mount=bool(settings.staging_claim), held=held)
     if record.mounted:
         metrics.GATE_SECONDS.observe(time.perf_counter() - began)
         metrics.RESOLUTIONS.labels(record.reason).inc()
