@@ -35,7 +35,7 @@ JOBS_KEPT = 10
 TRANSCRIPT_FAILURES = frozenset({"PodFailed", "DeadlineExceeded", "OOMKilled"})
 
 
-def annotations(body: Mapping[str, Any]) -> dict[str, str]:
+def annotations_of(body: Mapping[str, Any]) -> dict[str, str]:
     """The object's annotations (an object without any: empty)."""
     found = (body.get("metadata") or {}).get("annotations") or {}
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
@@ -43,7 +43,7 @@ def annotations(body: Mapping[str, Any]) -> dict[str, str]:
 
 def asks(body: Mapping[str, Any]) -> bool:
     """Does a SessionKey's body carry a request for the operator (retire, release)?"""
-    found = annotations(body)
+    found = annotations_of(body)
     return RETIRE_ANNOTATION in found or RELEASE_ANNOTATION in found
 
 
@@ -129,7 +129,7 @@ def overlay(status: dict[str, Any], stored: Mapping[str, Any], name: str,
             "A new conversation was promoted on this branch after the key was retired.", generation)
     held = held_reason(stored)
     if held is not None:
-        message = retired_message(retired) if held == SessionReason.RETIRED else quarantine_message(
+        message = retired_message(retired or {}) if held == SessionReason.RETIRED else quarantine_message(
             name, stored.get("failedResumes") or {})
         conditions = set_condition(conditions, "Resumable", False, reason_to_camel(held), message, generation)
         status = {**status, "next": held}

@@ -45,7 +45,7 @@ def count(settings: OperatorSettings, cluster: Cluster, key: str, job: str, *, r
 def release(cluster: Cluster, sk: SessionKeyView) -> bool:
     """``kubectl annotate sessionkey <key> pi-dispatch.dev/release-quarantine=...``: the count starts again at
     zero and the next delivery resumes; then the annotation goes. ``True`` when it was there."""
-    if lifecycle.RELEASE_ANNOTATION not in lifecycle.annotations(sk.body):
+    if lifecycle.RELEASE_ANNOTATION not in lifecycle.annotations_of(sk.body):
         return False
     was = sk.stored_status.get("failedResumes") or {}
     write_status(cluster, sk.name, lambda stored: {"failedResumes": None} if stored.get("failedResumes") else {})

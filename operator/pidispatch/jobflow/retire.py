@@ -21,7 +21,7 @@ from pidispatch.store.retire import RetireMode, retire_key
 
 def retire(settings: OperatorSettings, cluster: Cluster, sk: SessionKeyView) -> bool:
     """Retire ``sk``'s key if its annotation asks; ``True`` when it did (the caller refreshes its status)."""
-    asked = lifecycle.annotations(sk.body).get(lifecycle.RETIRE_ANNOTATION)
+    asked = lifecycle.annotations_of(sk.body).get(lifecycle.RETIRE_ANNOTATION)
     if asked is None or sk.meta.deletion:
         return False
     reason = lifecycle.retire_reason(asked)

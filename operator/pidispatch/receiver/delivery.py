@@ -219,10 +219,11 @@ def _fork(pull_request: dict[str, Any]) -> bool:
     return _full_name(head_repo, "pull_request.head.repo.").casefold() != base_name.casefold()
 
 
-def parse_delivery(event: str, payload: Any) -> Event | Ignored:
+def parse_delivery(event: str, payload: Any) -> Event | Closed | Ignored:
     """The facts of a verified payload of ``event`` (already known to :data:`ACTIONS`).
 
-    Returns ``Ignored`` for an action no Trigger can match; raises :class:`Malformed` when a field the
+    Returns ``Closed`` for a closed pull request or issue (:func:`closed`), ``Ignored`` for an action no
+    Trigger can match; raises :class:`Malformed` when a field the
     event always carries is missing or of the wrong type.
     """
     if not isinstance(payload, dict):
