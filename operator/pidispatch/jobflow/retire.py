@@ -10,6 +10,8 @@ retired key finds nothing to do.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pidispatch.api.views import SessionKeyView
 from pidispatch.events import emit
 from pidispatch.jobflow import lifecycle
@@ -27,9 +29,16 @@ def retire(settings: OperatorSettings, cluster: Cluster, sk: SessionKeyView) -> 
     reason = lifecycle.retire_reason(asked)
     archive = retire_key(settings.store, settings.staging_dir, sk.name, RetireMode(settings.retire))
     at = cluster.clock()
-    # A failure count belongs to the conversation that is gone: the next one starts with none.
-    write_status(cluster, sk.name, lambda stored: {"retired": {"reason": reason, "at": at, "archive": archive},
-                                                   "failedResumes": None})
+
+    def change(stored: dict[str, Any]) -> dict[str, Any]:
+        if stored.get("retired") and archive is None:
+            # Retired already, and nothing was left to retire: the same request seen again (the watch shows the
+            # annotation until it is removed). The first retirement's facts stand.
+            return {}
+        # A failure count belongs to the conversation that is gone: the next one starts with none.
+        return {"retired": {"reason": reason, "at": at, "archive": archive}, "failedResumes": None}
+
+    write_status(cluster, sk.name, change)
     remove_annotation(cluster, sk.name, lifecycle.RETIRE_ANNOTATION)
     emit("sessionkey_retired", key=sk.name, reason=reason, archived=archive is not None)
     return True
