@@ -78,6 +78,12 @@ def after_job(state: Mapping[str, Any] | None, job: str, *, resumed: bool, outco
     return {"count": count, "jobs": jobs, "quarantinedAt": since}
 
 
+def promoted_facts() -> dict[str, Any]:
+    """What a promotion on a key tells its SessionKey (merged into the last job's facts, so it costs no write
+    of its own): the failure count starts again, and a retirement ends (a new conversation on the branch)."""
+    return {"failedResumes": None, "retired": None}
+
+
 def is_quarantined(status: Mapping[str, Any]) -> bool:
     failed = status.get("failedResumes") or {}
     return bool(failed.get("quarantinedAt"))

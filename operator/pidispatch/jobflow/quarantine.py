@@ -21,23 +21,21 @@ log = logging.getLogger("pidispatch.operator")
 ATTEMPTS = 5  # conflicting writers on one key are the jobs ending on it at once: a few at most
 
 
-def count(settings: OperatorSettings, cluster: Cluster, key: str, job: str, *, resumed: bool, ended: Ended,
-          promoted: bool) -> None:
-    """Count ``job``'s end on ``key``: a resumed job that failed adds one, a promotion resets the count and
-    ends a retirement (a new conversation on the branch). Writes only what changes."""
+def count(settings: OperatorSettings, cluster: Cluster, key: str, job: str, *, resumed: bool, ended: Ended) -> None:
+    """Count ``job``'s end on ``key`` if it is a resumed job that failed (one GET and one write, for such a job
+    only). The reset a promotion brings rides on the SessionKey's own write (:func:`lifecycle.promoted_facts`)."""
+    if settings.quarantine_after <= 0 or not lifecycle.counts_against(resumed, ended.outcome, ended.condition_reason):
+        return
 
     def change(stored: dict[str, Any]) -> dict[str, Any]:
         failed = lifecycle.after_job(stored.get("failedResumes"), job, resumed=resumed, outcome=ended.outcome,
-                                     condition_reason=ended.condition_reason, promoted=promoted,
+                                     condition_reason=ended.condition_reason, promoted=False,
                                      threshold=settings.quarantine_after, now=cluster.clock())
-        patch: dict[str, Any] = {}
-        if failed != (stored.get("failedResumes") or None):
-            patch["failedResumes"] = failed
-            if failed is not None and failed.get("quarantinedAt") and not lifecycle.is_quarantined(stored):
-                log.warning("key %s quarantined after %s failed resumed jobs in a row", key, failed["count"])
-        if promoted and stored.get("retired"):
-            patch["retired"] = None
-        return patch
+        if failed == (stored.get("failedResumes") or None):
+            return {}
+        if failed is not None and failed.get("quarantinedAt") and not lifecycle.is_quarantined(stored):
+            log.warning("key %s quarantined after %s failed resumed jobs in a row", key, failed["count"])
+        return {"failedResumes": failed}
 
     write_status(cluster, key, change)
 
