@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
-from pidispatch.jobflow import lifecycle
+from pidispatch.api.views import SessionKeyView
+from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey
+from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.sessionkey import sessionkey_status
+from pidispatch.jobflow.summarize import Ended
 from pidispatch.receiver import delivery as core
 from pidispatch.settings import ConfigError, OperatorSettings
 from pidispatch.store.inspect import inspect_key
@@ -17,8 +20,10 @@ from pidispatch.store.keys import branch_key, issue_key
 from pidispatch.store.resolve import resolve
 from pidispatch.store.retire import ARCHIVE_PREFIX, RetireMode, retire_key
 from pidispatch.store.staging import HostRecord, JobDir, stage
+from testkit.memoryapi import NS
 from testkit.receiver import MemoryCluster, Running, trigger
 from testkit.store import KEY, MODEL, PI, Store, sample
+from tests.test_sessionkey_refresh import SESSIONKEYS, CountingApi
 
 NOW = "2026-12-04T18:00:00Z"
 OLD = sample("s1_after_turn1.jsonl")
@@ -268,3 +273,62 @@ def test_without_a_resume_trigger_or_a_sessionkey_nothing_is_retired() -> None:
 def test_the_receiver_names_the_key_the_store_does() -> None:
     close = core.Closed(REPO, "pi/issue-3", "issue-closed")
     assert close.key == issue_key("github", REPO, 3) == branch_key("github", REPO, "pi/issue-3")
+
+
+# -- the operator's writes on a SessionKey (MemoryApi, a real store) ------------------------------------------
+@pytest.fixture
+def keyed(store: Store, tmp_path: Path) -> Any:
+    api = CountingApi()
+    store.put(OLD)
+    api.create(SESSIONKEYS, {"metadata": {"name": KEY}, "spec": {"forge": "github", "repository": REPO,
+                                                                  "branch": "pi/issue-7"}})
+    settings = OperatorSettings(store=store.settings, staging_dir=str(tmp_path / "staging"), retire="archive")
+    return settings, Cluster(api, NS, clock=lambda: NOW), api, f"{SESSIONKEYS}/{KEY}"  # type: ignore[arg-type]
+
+
+def failed_end(reason: str = "PodFailed") -> Any:
+    return Ended("Failed", None, None, reason, "failed")
+
+
+def test_failed_resumes_counted_by_two_writers_at_once_lose_none(keyed: Any) -> None:
+    settings, cluster, api, path = keyed
+    # Another job's count lands between this one's read and its write: the write is refused (409), read again.
+    api.before_patch = lambda _: quarantine.count(settings, cluster, KEY, "j1", resumed=True, ended=failed_end())
+    quarantine.count(settings, cluster, KEY, "j2", resumed=True, ended=failed_end())
+    assert api.get(path)["status"]["failedResumes"] == {"count": 2, "jobs": ["j1", "j2"]}
+    quarantine.count(settings, cluster, KEY, "j3", resumed=True, ended=failed_end())
+    sessionkey.update(settings, cluster, KEY, None)
+    status = api.get(path)["status"]
+    assert status["failedResumes"]["quarantinedAt"] == NOW and status["next"] == "quarantined"
+    calls = dict(api.calls)
+    quarantine.count(settings, cluster, KEY, "j4", resumed=False, ended=failed_end())
+    assert api.calls == calls, "a job that did not resume costs no read and no write"
+
+
+def test_a_release_annotation_clears_the_count_and_goes(keyed: Any) -> None:
+    settings, cluster, api, path = keyed
+    for job in ("j1", "j2", "j3"):
+        quarantine.count(settings, cluster, KEY, job, resumed=True, ended=failed_end())
+    api.patch(path, {"metadata": {"annotations": {lifecycle.RELEASE_ANNOTATION: "true"}}})
+    assert quarantine.release(cluster, SessionKeyView.of(api.get(path)))
+    body = api.get(path)
+    assert "failedResumes" not in body["status"] and lifecycle.RELEASE_ANNOTATION not in body["metadata"]["annotations"]
+
+
+def test_a_retire_annotation_archives_and_a_promotion_ends_the_retirement(keyed: Any, store: Store) -> None:
+    settings, cluster, api, path = keyed
+    api.patch(path, {"metadata": {"annotations": {lifecycle.RETIRE_ANNOTATION: "issue-closed"}}})
+    seen = SessionKeyView.of(api.get(path))
+    assert retire.retire(settings, cluster, seen)
+    assert not retire.retire(settings, cluster, SessionKeyView.of(api.get(path))), "the annotation is gone"
+    assert retire.retire(settings, cluster, seen), "the same request seen again (a stale watch event)"
+    sessionkey.update(settings, cluster, KEY, None)
+    status = api.get(path)["status"]
+    assert status["retired"]["reason"] == "issue-closed"
+    assert status["retired"]["archive"] == os.listdir(store.root)[0], "the second look kept the first's archive"
+    assert (status["next"], resumable(status)["reason"]) == ("retired", "Retired")
+    store.put(OLD)  # a new conversation promoted on the branch
+    sessionkey.update(settings, cluster, KEY, {"lastJob": "j9", **lifecycle.promoted_facts()})
+    status = api.get(path)["status"]
+    assert "retired" not in status and status["next"] == "resumed"
+    assert next(c for c in status["conditions"] if c["type"] == "Retired")["status"] == "False"
