@@ -21,7 +21,7 @@ from pidispatch import failpoints, fence, metrics
 from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.events import emit
-from pidispatch.jobflow import sessionkey
+from pidispatch.jobflow import lifecycle, quarantine, sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import (
     deadline_exceeded,
@@ -258,8 +258,11 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
                                          done.report.workspace if promoted_at is not None else None)
         if promoted_at is not None and not host.resume:  # a resumed job keeps the lineage it continued
             last["rethreadedBy"] = rethread_fact(name, host, done)
+        if promoted_at is not None:
+            last.update(lifecycle.promoted_facts())
         try:
             sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
+            quarantine.count(settings, cluster, host.key, name, resumed=host.resume, ended=done.ended)
             sessionkey.update(settings, cluster, host.key, last)
         except Exception as exc:  # the SessionKey is a view of the store: the refresh timer mends it
             log.warning("SessionKey %s not written: %s: %s", host.key, type(exc).__name__, exc)
