@@ -157,11 +157,19 @@ def test_a_lease_whose_holder_could_outlive_it_is_refused(retry: float, deadline
 # -- the operator's handlers follow the Lease (handlers/leadership.py, handlers/register.py) ------------------------
 
 class Recorder:
-    """Stands in for the Dispatcher: records that it started and every event handed to it."""
+    """Stands in for the Dispatcher: records that it started and every Job event handed to it, from the
+    operator's own watch (``handlers/jobwatch.py``). The watch is of ConfigMaps here, standing in for the
+    Jobs (the same list+watch on any collection), so this test needs no CRD."""
 
-    def __init__(self) -> None:
+    def __init__(self, api: Api, namespace: str) -> None:
         self.started = threading.Event()
-        self.events: list[str] = []
+        self.events: list[tuple[str | None, str]] = []
+        self.api = api
+        self.cluster = self
+        self.ns = namespace
+
+    def crd(self, plural: str) -> str:
+        return f"/api/v1/namespaces/{self.ns}/configmaps"
 
     def start(self) -> None:
         self.started.set()
@@ -170,7 +178,7 @@ class Recorder:
         pass
 
     def on_job(self, event_type: str | None, body: dict[str, Any]) -> None:
-        self.events.append(body["metadata"]["name"])
+        self.events.append((event_type, body["metadata"]["name"]))
 
 
 def operator_replica(cluster: Any, namespace: str, identity: str) -> tuple[Any, Recorder, Any]:
@@ -184,31 +192,37 @@ def operator_replica(cluster: Any, namespace: str, identity: str) -> tuple[Any, 
                                                         retry_seconds=0.2))
     lost: list[bool] = []
     leadership = Leadership(elector, on_lost=lambda: lost.append(True))
-    registry, dispatcher = kopf.OperatorRegistry(), Recorder()
+    registry, dispatcher = kopf.OperatorRegistry(), Recorder(admin(cluster), namespace)
     register(registry, dispatcher, None, leadership)  # type: ignore[arg-type]
     handlers = {h.fn.__name__: h.fn for h in [*registry._activities.get_all_handlers(),
                                               *registry._watching.get_all_handlers()]}
     return handlers, dispatcher, leadership
 
 
-def test_only_the_replica_holding_the_lease_acts_and_the_standby_takes_over_on_release(
+def test_only_the_replica_holding_the_lease_watches_the_jobs_and_the_standby_takes_over_on_release(
         cluster: Any, namespace: str) -> None:
     import kopf
 
+    from testkit.wait import wait_until
+
+    kube = admin(cluster)
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    kube.create(configmaps, {"metadata": {"name": "fix-1"}})
     a_handlers, a, a_lead = operator_replica(cluster, namespace, "op-a")
     a_handlers["startup"](settings=kopf.OperatorSettings())
     assert a.started.wait(30) and a_lead.wait(30), "the first replica leads and starts its dispatcher"
     b_handlers, b, b_lead = operator_replica(cluster, namespace, "op-b")
     b_handlers["startup"](settings=kopf.OperatorSettings())
-    event = {"type": "ADDED"}
-    job = kopf.Body({"apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Job", "metadata": {"name": "fix-1"},
-                     "spec": {}, "status": {}})
-    for handlers in (a_handlers, b_handlers):
-        handlers["job_event"](event=event, body=job)
-    assert a.events == ["fix-1"] and b.events == [], "the standby drops every event: nothing is done twice"
+    wait_until("the leader's watch lists fix-1", lambda: (None, "fix-1") in a.events, timeout=30)
+    kube.create(configmaps, {"metadata": {"name": "fix-2"}})
+    wait_until("the leader's watch sees fix-2 created", lambda: ("ADDED", "fix-2") in a.events, timeout=30)
     assert not b.started.wait(1.5) and not b_lead.leading, "the standby does not start while the lease is held"
+    assert b.events == [], "the standby watches no Jobs: nothing is done twice"
     a_handlers["cleanup"]()  # a rollout or a drain: the leader stops and releases the Lease
     assert b.started.wait(10) and b_lead.wait(10), "the standby takes over at once, not after a lease"
-    b_handlers["job_event"](event=event, body=job)
-    assert b.events == ["fix-1"]
+    wait_until("the new leader lists both", lambda: {(None, "fix-1"), (None, "fix-2")} <= set(b.events), timeout=30)
+    seen_by_a = list(a.events)
+    kube.create(configmaps, {"metadata": {"name": "fix-3"}})
+    wait_until("the new leader sees fix-3 created", lambda: ("ADDED", "fix-3") in b.events, timeout=30)
+    assert a.events == seen_by_a, "the old leader's watch stopped with its leadership"
     b_handlers["cleanup"]()

@@ -194,6 +194,44 @@ class Api:
                 return
             query["continue"] = token
 
+    def stream(self, path: str, *, params: dict[str, Any], read_timeout: float) -> Iterator[dict[str, Any]]:
+        """A watch's events as they arrive: one JSON object per line of the chunked answer (``watch.py``).
+
+        ``read_timeout`` bounds the silence between two chunks, not the whole answer: a watch stays open
+        for minutes. A non-2xx answer is :class:`ApiError`; a line that is not a JSON object ends the stream
+        with ``ApiError`` 0, so the caller resumes rather than acting on half an event.
+        """
+        url = self.server + path + "?" + urlencode(params)
+        headers = {"Accept": "application/json"}
+        token = self._bearer()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            response = self._http.request("GET", url, headers=headers, preload_content=False, retries=False,
+                                          timeout=urllib3.Timeout(connect=5.0, read=read_timeout))
+        except urllib3.exceptions.HTTPError as exc:
+            raise ApiError(0, "GET", path, f"cannot reach the API server: {exc}") from None
+        try:
+            if response.status >= 300:
+                payload = json_body(response.data)
+                message = payload.get("message", "") if isinstance(payload, dict) else ""
+                raise ApiError(response.status, "GET", path, message, payload)
+            try:
+                # urllib3 yields a chunked answer's lines as each chunk arrives: one event, one chunk.
+                for line in response:
+                    if not line.strip():
+                        continue
+                    event = json_body(line)
+                    if not isinstance(event, dict):
+                        raise ApiError(0, "GET", path, "a watch line that is not a JSON object")
+                    yield event
+            except urllib3.exceptions.HTTPError as exc:
+                raise ApiError(0, "GET", path, f"the watch broke off: {exc}") from None
+        finally:
+            # Closed, not pooled: a watch left half-read (stopped, broken off) must not be reused mid-answer.
+            response.close()
+            response.release_conn()
+
     def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self.request("POST", path, body)
 

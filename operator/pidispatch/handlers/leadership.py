@@ -51,6 +51,11 @@ class Leadership:
         renewal is younger than the renew deadline (a replica woken from a pause drops events at once)."""
         return self._leading.is_set() and self._elector.holds()
 
+    def holds(self) -> bool:
+        """The fence alone: this replica took the Lease and renewed it within the renew deadline (true already
+        while :meth:`start`'s ``on_started`` runs, before :attr:`leading`)."""
+        return self._elector.holds()
+
     def wait(self, timeout: float | None = None) -> bool:
         return self._leading.wait(timeout)
 

@@ -1,5 +1,9 @@
 """kopf registrations: each handler forwards one watch event to the job flow's :class:`Dispatcher`.
 
+The Jobs are the exception: the operator watches them itself (``handlers/jobwatch.py``), started
+when this replica leads and stopped with it; kopf keeps the Pods, the SessionKeys, the Triggers, the
+start-up and clean-up, and the liveness endpoint.
+
 Watch-event handlers (not kopf's change-detecting ones) on purpose: the job flow's steps are
 idempotent and keep their own journal, so kopf's progress annotations would only add API writes
 per Job. Triggers are the exception only in spirit: they are few, and the handler still patches
@@ -22,6 +26,7 @@ import kopf
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import JOB_LABEL
+from pidispatch.handlers.jobwatch import JobWatch
 from pidispatch.handlers.leadership import Leadership
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.retention import Retention
@@ -47,15 +52,24 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 
 def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention: Retention | None = None,
-             leadership: Leadership | None = None) -> None:
-    """Add the operator's handlers to ``registry``; ``retention`` runs beside the dispatcher.
+             leadership: Leadership | None = None, jobs: JobWatch | None = None) -> None:
+    """Add the operator's handlers to ``registry``; ``retention`` and the watch of the Jobs run beside the
+    dispatcher.
 
-    ``leadership``: the dispatcher and retention start when this replica takes the Lease, and every event is
-    dropped until then (``handlers/leadership.py``). ``None``: they start with kopf (one process, tests).
+    ``leadership``: the dispatcher, retention and the Jobs' watch start when this replica takes the Lease,
+    and every kopf event is dropped until then (``handlers/leadership.py``). ``None``: they start with kopf
+    (one process, tests). ``jobs``: the Jobs' watch, by default of the dispatcher's namespace.
     """
 
     def acting() -> bool:
         return leadership is None or leadership.leading
+
+    # Started only once this replica leads (from ``start_acting``, before ``leading`` is set), so it asks
+    # the fence alone: has the Lease been renewed within the renew deadline.
+    if jobs is None:
+        jobs = JobWatch(dispatcher.api, dispatcher.cluster.crd("jobs"), dispatcher.on_job,
+                        acting=lambda: leadership is None or leadership.holds())
+    job_watch = jobs
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -79,19 +93,16 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
         dispatcher.start()
         if retention is not None:
             retention.start()
+        job_watch.start()
 
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
+        job_watch.stop()
         if retention is not None:
             retention.stop()
         dispatcher.stop()
         if leadership is not None:
             leadership.stop()  # releases the Lease: the standby takes over at once
-
-    @kopf.on.event(GROUP, VERSION, "jobs", registry=registry)
-    def job_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if acting():
-            dispatcher.on_job(event.get("type"), _plain(body))
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
