@@ -358,7 +358,11 @@ else:
             return "kubelet"
         if resource == "kopfpeerings":
             return "operator (kopf's peering keep-alive, background)"
-        if resource in ("leases", "nodes"):
+        if resource == "leases":
+            # Not the kubelet's: the test kubelet keeps no node Lease. The renewals of the operator's leader
+            # Lease (every 2 s, pidispatch/leader.py) and of the controller-manager's own leader Lease.
+            return "operator's and controller-manager's leader Leases (background renewals)"
+        if resource == "nodes":
             return "kubelet / controller-manager (background)"
         if resource in ("pods", "secrets", "events"):
             return "operator"
