@@ -493,7 +493,8 @@ class ScriptedModel(_ScriptAPI):
         with self._lock:
             self._count += 1
             n = self._count
-            record = {"n": n, "method": "POST", "path": path, "headers": headers, "body": body}
+            # "at": when the request arrived, on the wall clock (bench/delivery.py compares it with other processes').
+            record = {"n": n, "method": "POST", "path": path, "headers": headers, "body": body, "at": time.time()}
             self._log.append(record)
             if self.log_file is not None:
                 with self.log_file.open("a") as f:
