@@ -78,11 +78,6 @@ class TestKubeletNode:
         ], env=python_module_env())
         k = host.kube()
         host.await_up("kubelet", f"Node {NODE_NAME} Ready", lambda: node_ready(k, NODE_NAME), timeout)
-        # No node lifecycle controller here to lift the apiserver's not-ready taint once the Node is Ready: the
-        # operator's placement check (api/placement.py) would refuse every resumed Trigger on it.
-        from e2e.multinode import untaint_ready  # multinode builds on this module
-
-        untaint_ready(k, NODE_NAME)
 
     def stop_pods(self) -> None:
         self.host.stop_component("kubelet")
