@@ -174,6 +174,8 @@ def test_a_job_pod_pulls_the_job_image_from_the_private_registry_with_the_pull_s
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
     pod = kube.get(f"/api/v1/namespaces/{release.ns}/pods/{job['status']['podName']}")
     assert pod["spec"]["imagePullSecrets"] == [{"name": PULL_SECRET}]  # the chart value, on the operator's Pod
+    events = pod_events(kube, release.ns, pod["metadata"]["name"])
+    assert f'Successfully pulled image "{image}"' in events, events  # pulled now, not found on the node
     [status] = pod["status"]["containerStatuses"]
     assert status["image"] == image, status
     # the image the container ran is the one pushed, by digest
@@ -196,3 +198,6 @@ def test_a_job_pod_without_valid_registry_credentials_is_refused_the_image_and_i
     assert "ErrImagePull" in done["message"] or "ImagePullBackOff" in done["message"], done["message"]
     events = pod_events(kube, release.ns, job["status"]["podName"])
     assert "401 Unauthorized" in events, events  # the registry refused the pull, not anything else
+    if secret is None:  # the Pod named the chart's Secret, which the kubelet did not find
+        missing = f"FailedToRetrieveImagePullSecret: Unable to retrieve some image pull secrets ({PULL_SECRET})"
+        assert missing in events, events
