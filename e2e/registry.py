@@ -124,27 +124,70 @@ class PrivateRegistry:
                 self._proc.wait(timeout=15)
         self._proc = None
 
+    def _client_files(self) -> tuple[Path, Path]:
+        """``(cert dir, authfile)`` for podman and buildah: the CA alone as ``ca.crt``, and this registry's
+        ``.dockerconfigjson`` (the same bytes the pull Secret carries)."""
+        certs = self.root / "client-certs"
+        certs.mkdir(exist_ok=True)
+        (certs / "ca.crt").write_bytes(self.ca.read_bytes())
+        authfile = self.root / "client-auth.json"
+        authfile.write_bytes(self.docker_config())
+        authfile.chmod(0o600)
+        return certs, authfile
+
     def push(self, image: str, repository_tag: str, containers_env: dict[str, str]) -> str:
         """``podman push`` of a local image to ``<host>/<repository_tag>`` with this registry's credentials and CA;
         returns the pushed manifest's digest."""
-        certs = self.root / "push-certs"  # podman's --cert-dir: the CA alone, as ca.crt
-        certs.mkdir(exist_ok=True)
-        (certs / "ca.crt").write_bytes(self.ca.read_bytes())
-        authfile = self.root / "push-auth.json"
-        authfile.write_bytes(self.docker_config())
-        authfile.chmod(0o600)
+        certs, authfile = self._client_files()
         digestfile = self.root / "push-digest"
         digestfile.unlink(missing_ok=True)
         ref = f"{self.host}/{repository_tag}"
-        r = subprocess.run(["podman", "push", "--quiet", "--authfile", str(authfile), "--cert-dir", str(certs),
-                            "--digestfile", str(digestfile), image, f"docker://{ref}"],
-                           capture_output=True, text=True, timeout=600, env={**os.environ, **containers_env})
-        if r.returncode != 0:
-            raise ClusterError(f"podman push {image} {ref} failed ({r.returncode}): {r.stderr.strip()}")
+        _run(["podman", "push", "--quiet", "--authfile", str(authfile), "--cert-dir", str(certs),
+              "--digestfile", str(digestfile), image, f"docker://{ref}"], containers_env)
         return digestfile.read_text().strip()
+
+    def push_layered(self, base: str, repository_tag: str, files: dict[str, bytes],
+                     containers_env: dict[str, str]) -> str:
+        """A local image ``base`` with one layer more (``files``: absolute path -> bytes, mode 0644), committed by
+        buildah straight to ``<host>/<repository_tag>`` (nothing is left in the local storage); returns the
+        manifest's digest. A node that has ``base`` already must still fetch that layer, with credentials."""
+        certs, authfile = self._client_files()
+        work = self.root / f"layer-{secrets.token_hex(4)}"
+        work.mkdir()
+        name = f"pidispatch-registry-{work.name}"
+        _run(["buildah", "from", "--quiet", "--pull=never", "--name", name, base], containers_env)
+        try:
+            for i, (path, data) in enumerate(sorted(files.items())):
+                source = work / str(i)
+                source.write_bytes(data)
+                source.chmod(0o644)
+                _run(["buildah", "copy", "--quiet", name, str(source), path], containers_env)
+            _run(["buildah", "commit", "--quiet", "--rm", "--authfile", str(authfile), "--cert-dir", str(certs),
+                  name, f"docker://{self.host}/{repository_tag}"], containers_env)
+        except BaseException:
+            subprocess.run(["buildah", "rm", name], capture_output=True, env={**os.environ, **containers_env},
+                           timeout=120)
+            raise
+        return self.digest(repository_tag)
+
+    def digest(self, repository_tag: str) -> str:
+        """The manifest digest the registry serves for ``<repository>:<tag>`` (asked with the credentials)."""
+        repository, tag = repository_tag.rsplit(":", 1)
+        accept = ", ".join(("application/vnd.oci.image.manifest.v1+json",
+                            "application/vnd.docker.distribution.manifest.v2+json"))
+        r = requests.head(f"https://{self.host}/v2/{repository}/manifests/{tag}", verify=str(self.ca), timeout=10,
+                          auth=(self.username, self.password), headers={"Accept": accept})
+        r.raise_for_status()
+        return r.headers["Docker-Content-Digest"]
 
     def __enter__(self) -> PrivateRegistry:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _run(argv: list[str], containers_env: dict[str, str], timeout: float = 600) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, **containers_env})
+    if r.returncode != 0:
+        raise ClusterError(f"{' '.join(argv[:2])} ... {argv[-1]} failed ({r.returncode}): {r.stderr.strip()}")

@@ -2,13 +2,15 @@
 
 On a real node (containerd + runc + a real kubelet, ``e2e/realnode.py``) and a private registry on this machine
 (distribution's, TLS from a CA of the run's own that containerd trusts for that host alone, htpasswd bcrypt auth
-on every pull, ``e2e/registry.py``), the job image ``make images`` built is pushed with ``podman push``; the
-chart is installed with ``job.image`` naming it in the registry and ``job.imagePullSecrets: [{name:
-registry-creds}]``. Through the real operator, each job's Pod then pulls (or fails to pull) the image with what
-that Secret holds:
+on every pull, ``e2e/registry.py``), the job image ``make images`` built, with one layer more (a file holding a
+word of this run), is committed to the registry by buildah with the registry's credentials; the chart is installed
+with ``job.image`` naming it there and ``job.imagePullSecrets: [{name: registry-creds}]``. The node has the job
+image's own layers (imported at start), not the new one. Through the real operator, each job's Pod then pulls
+(or fails to pull) the image with what that Secret holds:
 
-* a ``kubernetes.io/dockerconfigjson`` Secret with the registry's credentials: the image is pulled (the Pod's
-  image ID is the pushed digest, and the registry logged the pull by that user), pi runs, the Job succeeds;
+* a ``kubernetes.io/dockerconfigjson`` Secret with the registry's credentials: the image is pulled (the kubelet's
+  ``Pulled`` Event, the Pod's image ID is the pushed digest, the registry logged the manifest and the new layer
+  served to containerd as that user), pi runs in it (its bash reads the new layer's file), the Job succeeds;
 * the Secret missing, or holding a wrong password: the registry answers 401, the Pod never starts, and the Job
   ends ``Failed`` (``PodNeverStarted``) naming ``ErrImagePull``/``ImagePullBackOff``.
 
@@ -36,7 +38,7 @@ from e2e.registry import PrivateRegistry
 from e2e.release import Release, create_secret, fresh_namespace
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls
-from testkit.scripted_model import ScriptedModel, write_agent_dir
+from testkit.scripted_model import ScriptedModel, text_of, write_agent_dir
 from testkit.wait import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
@@ -46,6 +48,7 @@ APP_ID, INSTALLATION = 6262, 77
 PULL_SECRET = "registry-creds"
 REPOSITORY = "pi-dispatch/job"
 TAGS = ("with-the-secret", "without-the-secret", "with-a-wrong-password")
+PROOF_FILE = "/etc/pidispatch-registry-proof"
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +79,20 @@ def registry(node: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def pushed(registry: PrivateRegistry) -> dict[str, str]:
-    """The job image of ``make images`` pushed under each case's tag: ``{tag: manifest digest}``."""
+def proof() -> str:
+    """A word only the pushed image holds (in ``PROOF_FILE``): pi reads it in the job Pod."""
+    return f"pulled-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def pushed(registry: PrivateRegistry, proof: str) -> dict[str, str]:
+    """The job image of ``make images`` with one layer more (``PROOF_FILE``), committed to the registry under each
+    case's tag: ``{tag: manifest digest}``. The node has the job image's own layers (it imports them at start),
+    not this one: a pull must fetch it from the registry, with the credentials."""
     env = images_env()
     containers = {k: v for k, v in env.items() if k.startswith("CONTAINERS_")}
-    return {tag: registry.push(env["JOB_IMAGE"], f"{REPOSITORY}:{tag}", containers) for tag in TAGS}
+    return {tag: registry.push_layered(env["JOB_IMAGE"], f"{REPOSITORY}:{tag}", {PROOF_FILE: proof.encode()},
+                                       containers) for tag in TAGS}
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +170,10 @@ def run_job(release: Release, forge: FakeGitHubAPI, tag: str, image: str, timeou
                        timeout=timeout)
 
 
+def said(requests: list[dict]) -> str:
+    return "\n".join(text_of(m.get("content")) for body in requests for m in body.get("messages", []))
+
+
 def pod_events(kube: Kube, ns: str, pod: str) -> str:
     events = kube.list(f"/api/v1/namespaces/{ns}/events", fieldSelector=f"involvedObject.name={pod}")
     return "\n".join(f"{e.get('reason')}: {e.get('message')}" for e in events)
@@ -165,13 +181,16 @@ def pod_events(kube: Kube, ns: str, pod: str) -> str:
 
 def test_a_job_pod_pulls_the_job_image_from_the_private_registry_with_the_pull_secret(
         kube: Kube, release: Release, registry: PrivateRegistry, pushed: dict[str, str], forge: FakeGitHubAPI,
-        model: ScriptedModel) -> None:
+        model: ScriptedModel, proof: str) -> None:
     tag = "with-the-secret"
     image = f"{registry.host}/{REPOSITORY}:{tag}"
     set_pull_secret(kube, release.ns, registry.docker_config())
-    model.reply("Pulled from the private registry, and ran.")
+    before = len(model.requests)
+    model.tool_call("bash", {"command": f"cat {PROOF_FILE}"}).reply("Pulled from the private registry, and ran.")
     job = run_job(release, forge, tag, image)
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
+    # pi ran in the pulled image: its bash read the file only that image's own layer has
+    assert proof in said(model.requests[before:]), "pi's bash did not read the pushed layer's file"
     pod = kube.get(f"/api/v1/namespaces/{release.ns}/pods/{job['status']['podName']}")
     assert pod["spec"]["imagePullSecrets"] == [{"name": PULL_SECRET}]  # the chart value, on the operator's Pod
     events = pod_events(kube, release.ns, pod["metadata"]["name"])
@@ -183,6 +202,9 @@ def test_a_job_pod_pulls_the_job_image_from_the_private_registry_with_the_pull_s
     # the registry served that manifest to containerd as the Secret's user
     served = registry.served("containerd/")
     assert f"200 {registry.username} GET /v2/{REPOSITORY}/manifests/{pushed[tag]}" in served, served
+    # and the new layer's blob too (the node had every other one)
+    assert any(line.startswith(f"200 {registry.username} GET /v2/{REPOSITORY}/blobs/sha256:") for line in served), \
+        served
 
 
 @pytest.mark.parametrize("tag", ["without-the-secret", "with-a-wrong-password"])
