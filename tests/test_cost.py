@@ -11,6 +11,7 @@ import pytest
 from pidispatch import metrics
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.models import JobSession, SessionKeyStatus, problem
+from pidispatch.costreport import report, table
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.cost import RECENT_JOBS, JobUsage, counted, per_job, session_start
@@ -108,3 +109,31 @@ def test_the_fleet_metrics_count_jobs_and_tokens_by_start() -> None:
     assert sample("pidispatch_job_token_parts_total", session="rethreaded", part="cacheRead") >= 50
     assert sample("pidispatch_job_cost_dollars_total", session="rethreaded") >= 0.01
     assert sample("pidispatch_job_tokens_total", session="cold") == cold_before, "a rethreaded job is not cold"
+
+
+def sk(name: str, repository: str, usage: dict[str, Any] | None) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"forge": "github", "repository": repository, "branch": "main"},
+            "status": {"usage": usage} if usage is not None else {}}
+
+
+def test_the_report_reads_each_keys_counters_and_sums_them() -> None:
+    keys = [sk("b" * 32, "acme/zeta", {"cold": {"jobs": 1, "total": 1000, "cost": 0.5},
+                                       "resumed": {"jobs": 3, "total": 600, "cost": 0.25, "unpriced": 1}}),
+            sk("a" * 32, "acme/alpha", {"rethreaded": {"jobs": 2, "total": 900}}),
+            sk("c" * 32, "acme/new", None)]  # created with its first Pod, no job ended yet
+    data = report(keys)
+    assert [r["repository"] for r in data["keys"]] == ["acme/alpha", "acme/new", "acme/zeta"]
+    zeta = data["keys"][2]
+    assert (zeta["resumed"]["perJob"], zeta["cold"]["perJob"], zeta["rethreaded"]["perJob"]) == (200, 1000, None)
+    assert zeta["resumeRate"] == 0.75
+    assert data["keys"][1]["resumeRate"] is None
+    total = data["total"]
+    assert {s: total[s]["jobs"] for s in ("resumed", "rethreaded", "cold")} == {"resumed": 3, "rethreaded": 2,
+                                                                                "cold": 1}
+    assert total["cold"]["total"] == 1000 and total["rethreaded"]["perJob"] == 450
+    text = table(data)
+    lines = text.splitlines()
+    assert lines[0].split()[:4] == ["KEY", "REPOSITORY", "BRANCH", "JOBS"]
+    assert "b" * 32 in lines[3] and "3/0/1" in lines[3] and "75%" in lines[3] and "$0.7500+" in lines[3]
+    assert lines[-1].startswith("all keys") and "3/2/1" in lines[-1]
+    assert "no SessionKeys" in table(report([]))
