@@ -137,3 +137,32 @@ def test_the_report_reads_each_keys_counters_and_sums_them() -> None:
     assert "b" * 32 in lines[3] and "3/0/1" in lines[3] and "75%" in lines[3] and "$0.7500+" in lines[3]
     assert lines[-1].startswith("all keys") and "3/2/1" in lines[-1]
     assert "no SessionKeys" in table(report([]))
+
+
+class RacingApi(MemoryApi):
+    """``MemoryApi`` that lets another job's end land once, between a read of the SessionKey and its write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.before_patch: Any = None
+
+    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.before_patch is not None:
+            hook, self.before_patch = self.before_patch, None
+            hook()
+        return super().patch(path, body)
+
+
+def test_two_jobs_ending_at_once_on_one_key_are_both_counted(store: Store, tmp_path: Path) -> None:
+    store.put(key=KEY)
+    api = RacingApi()
+    api.create(SESSIONKEYS, {"metadata": {"name": KEY}, "spec": {"forge": "github", "repository": "acme/widgets",
+                                                               "branch": "main"}})
+    settings = OperatorSettings(store=store.settings, staging_dir=str(tmp_path / "staging"))
+    cluster = Cluster(api, NS)  # type: ignore[arg-type]
+    other = JobUsage("other", "cold", {"total": 100})
+    api.before_patch = lambda: sessionkey.update(settings, cluster, KEY, {"lastJob": "other"}, ended=other)
+    sessionkey.update(settings, cluster, KEY, {"lastJob": "mine"}, ended=JobUsage("mine", "cold", {"total": 50}))
+    usage = api.get(f"{SESSIONKEYS}/{KEY}")["status"]["usage"]
+    assert usage["cold"] == {"jobs": 2, "total": 150}, "a count lost to the other job's write"
+    assert sorted(usage["recentJobs"]) == ["mine", "other"]

@@ -67,7 +67,8 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     carries its ``resourceVersion``: a conflict means the object moved on, and it is read again and judged
     once more, never overwritten with the older facts.
 
-    ``ended``: the job that ended on the key, counted in ``status.usage`` (once: ``jobflow/cost.py``).
+    ``ended``: the job that ended on the key, counted in ``status.usage`` (once: ``jobflow/cost.py``); that
+    write carries the ``resourceVersion`` it was read at too.
     """
     if settings.store.sessions_dir is None or not is_key(key):
         return
@@ -85,16 +86,17 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     # A null inside an object is a deletion in a merge patch: the stored status never holds one.
     if {k: old.get(k) for k in status} == {k: without_nulls(v) for k, v in status.items()}:
         return
-    if listed is None:
+    if listed is None and ended is None:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"), {"status": status})
         return
+    # Counters are read, added to and written back: two jobs ending at once on one key must not lose one.
     try:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"),
                           {"metadata": {"resourceVersion": current.meta.resource_version}, "status": status})
     except ApiError as exc:
         if exc.status != 409:
             raise
-        update(settings, cluster, key, last, ended=ended)  # the object moved on since the LIST: judge it anew
+        update(settings, cluster, key, last, ended=ended)  # the object moved on since it was read: judge it anew
 
 
 def without_nulls(value: Any) -> Any:
