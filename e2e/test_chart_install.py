@@ -106,6 +106,7 @@ CAN = [
     ("update leases", ["update", "leases.coordination.k8s.io"]),
     ("list crds (cluster-wide)", ["list", "customresourcedefinitions.apiextensions.k8s.io"]),
     ("watch namespaces (cluster-wide)", ["watch", "namespaces"]),
+    ("get nodes (its own, to refuse a Trigger its resumed jobs could not follow onto it)", ["get", "nodes"]),
 ]
 CANNOT = [
     ("delete leases (a replica only takes or renews the Lease)", ["delete", "leases.coordination.k8s.io"]),
@@ -128,6 +129,9 @@ CANNOT = [
     ("create crds", ["create", "customresourcedefinitions.apiextensions.k8s.io"]),
     ("patch rolebindings", ["patch", "rolebindings.rbac.authorization.k8s.io"]),
     ("impersonate", ["impersonate", "serviceaccounts"]),
+    ("list nodes (it reads its own by name)", ["list", "nodes"]),
+    ("watch nodes", ["watch", "nodes"]),
+    ("patch nodes", ["patch", "nodes"]),
 ]
 
 

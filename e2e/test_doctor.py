@@ -81,9 +81,14 @@ def test_admin_resume_trigger_without_a_store_fails(cluster: Cluster, kube: Kube
         f"ok    crd        {name} established" for name in CRD_NAMES]
     assert f"ok    triggers   2 Triggers in {namespace}, 1 arms resume" in lines
     assert any(line.startswith("ok    rbac       admin may make all") for line in lines)
+    # GITHUB_AUTH_SOURCE is scrubbed: the gh default, where the chart refuses sessions.enabled=true alone
     store = lines.index("FAIL  store      1 Trigger arms resume but PI_SESSIONS_DIR is unset: their jobs are "
-                        "refused (sessions-dir-unset) rather than lose the conversation and look successful")
-    assert lines[store + 1] == "                 fix: " + HELM_FIX.format(ns=namespace)
+                        "refused (sessions-dir-unset) rather than lose the conversation and look successful; "
+                        "enabling the store also needs an auth source it can resume under (the chart refuses "
+                        "sessions.enabled=true with GITHUB_AUTH_SOURCE=gh): a GitHub App or a pat")
+    assert lines[store + 1] == "                 fix: " + HELM_FIX.format(ns=namespace) + (
+        ",github.authSource=app,github.app.id=<app-id>,github.app.installationId=<installation-id>,"
+        "github.app.privateKeySecret.name=<secret>")
     assert not [line for line in lines if line.split()[1:2] in (["privacy"], ["bounds"], ["staging"])]
 
 

@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from e2e.cluster import Cluster
+from e2e.cluster import Cluster, free_port
 from e2e.kube import Kube, wait_for
 from e2e.multinode import BLOCK_CLASS, NODE_NAMES, SHARED_CLASS, ZONE_LABEL
 from e2e.pods import container_status, pod_path, wait_pod_gone, wait_pod_phase
-from e2e.release import Release, base_values, installed, merge
+from e2e.receiver_release import Receiver
+from e2e.release import FAKEPI, RELEASE, ROOT, Release, base_values, create_secret, installed, merge
 from pidispatch.store.keys import issue_key
+from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 
 pytestmark = pytest.mark.e2e
 
@@ -302,3 +305,185 @@ def test_readwritemany_staging_jobs_spread_over_the_nodes_and_resume(multinode_c
         nodes = Counter(job_pod(r, f"{kind}-{i}")["spec"]["nodeName"] for i in issues for kind in ("cold", "warm"))
         assert len(nodes) >= 2, f"12 job Pods on {dict(nodes)}"
         print(f"12 job Pods per node: {dict(nodes)}; the operator on {operator_node(r)}")
+
+
+# ---- the README quickstart, as committed ------------------------------------------------------------------
+
+QUICKSTART_VALUES = ROOT / "examples" / "quickstart-values.yaml"
+QUICKSTART_TRIGGER = ROOT / "examples" / "trigger.yaml"
+APP_ID, INSTALLATION = 4242, 77
+
+
+def quickstart_overrides(github: FakeGitHubAPI) -> dict[str, Any]:
+    """Only what cannot exist on this machine (the test's docstring lists them, with why)."""
+    port, health_port = free_port(), free_port()
+    while health_port == port:
+        health_port = free_port()
+    return {
+        "github": {"apiUrl": github.url, "app": {"id": APP_ID, "installationId": INSTALLATION}},
+        "receiver": {"ingress": {"host": "pi.example.test"}, "replicas": 1, "port": port, "healthPort": health_port},
+        "job": {"image": "local/fakepi", "command": ["python3", str(FAKEPI)], "checkout": False},
+        "metrics": {"port": free_port()},
+        "health": {"port": free_port()},
+    }
+
+
+def test_the_readme_quickstart_as_committed_runs_a_cold_then_a_resumed_job_on_the_operators_node(
+        multinode_cluster: Cluster, mkube: Kube) -> None:
+    """The README's "Quickstart on your cluster" on three nodes with only ReadWriteOnce default storage: its
+    Secrets, ``helm install -f examples/quickstart-values.yaml`` as committed, ``kubectl apply -f
+    examples/trigger.yaml`` as committed, then two signed ``@pi`` comments on one issue through the receiver:
+    a cold job, then a resumed one, both on the operator's node.
+
+    Overridden, because it cannot exist here (nothing else):
+    * ``github.app.id``, ``github.app.installationId``: the README's ``--set`` values, here the fake forge's App;
+    * ``github.apiUrl``: the fake GitHub API (testkit/fakegithub_api.py) instead of api.github.com, and the
+      ``pi-github-app`` Secret holds that fake App's generated private key;
+    * ``receiver.ingress.host``: the README's ``--set`` value (no DNS here; the Ingress is made, nothing serves it);
+    * ``receiver.replicas: 1``, ``receiver.port``, ``receiver.healthPort``, ``metrics.port``, ``health.port``: the
+      test kubelets run Pods as processes sharing this host's network, so two receivers (or two releases) would
+      bind one port;
+    * ``job.image``, ``job.command``: the scripted job (testkit/fakepi.py) instead of the published job image;
+    * ``job.checkout: false``: the fake forge serves no git repositories to clone.
+    """
+    committed = yaml.safe_load(QUICKSTART_VALUES.read_text())
+    assert committed["sessions"] == {"enabled": True} and committed["github"]["authSource"] == "app"
+    assert "storageClassName" not in committed["sessions"], "the default (ReadWriteOnce) class, as committed"
+    key, public = generate_app_key()
+    secret = b"quickstart-webhook-secret"
+    with FakeGitHubAPI(app_id=APP_ID, public_key=public, installation_id=INSTALLATION,
+                       installation_repos=("acme/widgets",)) as github:
+        def secrets(ns: str) -> None:  # step 2 of the quickstart
+            create_secret(mkube, ns, "pi-github-app", {"private-key.pem": key})
+            create_secret(mkube, ns, "pi-webhook", {"secret": secret})
+            create_secret(mkube, ns, "model-keys", {"openai": b"sk-not-a-real-key"})
+
+        values = merge(committed, quickstart_overrides(github))
+        with installed(multinode_cluster, mkube, "mn-quickstart", values, trigger=None, prepare=secrets) as r:
+            here = operator_node(r)
+            staging = mkube.get(f"/api/v1/namespaces/{r.ns}/persistentvolumeclaims/pi-dispatch-staging")
+            assert staging["spec"]["accessModes"] == ["ReadWriteOnce"]
+            assert staging["spec"]["storageClassName"] == BLOCK_CLASS
+            notes = " ".join(r.helm("get", "notes", RELEASE).stdout.split())
+            assert ("resumed jobs run on the operator's node" in notes or "job Pods that resume run on the "
+                    "operator's node" in notes), notes
+            assert ("That node's capacity bounds how many resumed jobs run at once, and a lost node stops resumed "
+                    "jobs until the operator is rescheduled.") in notes, notes
+            multinode_cluster.kubectl("apply", "-n", r.ns, "-f", str(QUICKSTART_TRIGGER))  # step 4
+            trigger = yaml.safe_load(QUICKSTART_TRIGGER.read_text())["metadata"]["name"]
+            wait_for(f"Trigger {trigger} Ready", lambda: (r.condition(r.get("triggers", trigger), "Ready") or {}).get(
+                "status") == "True", timeout=60)
+            # the receiver as the README's Ingress would reach it; its Secret key is the committed one
+            receiver = Receiver(r, secret)
+            receiver.await_ready()
+            receiver.await_triggers(1)
+            hooks = receiver.hooks()
+            issue = next(_issues)
+            jobs, stored = [], []
+            for words in ("@pi fix the flaky test", "@pi and now the review"):
+                sent = hooks.send(hooks.issue_comment(issue, words))
+                assert sent.status == 202, sent.json
+                [name] = sent.json["jobs"]
+                done = r.wait_job(name, timeout=180)
+                assert done["status"]["phase"] == "Succeeded", done["status"]
+                jobs.append(done)
+                stored.append(stored_digest(r, key_of(issue)))
+            cold, warm = jobs
+            assert cold["status"]["session"]["reason"] != "resumed", cold["status"]["session"]
+            assert warm["status"]["session"]["reason"] == "resumed", warm["status"]["session"]
+            pods = [job_pod(r, j["metadata"]["name"]) for j in jobs]
+            assert received_digest(r, pods[1]["metadata"]["name"]) == stored[0], "the resumed job saw the cold one's"
+            terms = pods[1]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            assert [t["topologyKey"] for t in terms] == [HOSTNAME]
+            nodes = [p["spec"]["nodeName"] for p in pods]
+            assert set(nodes) == {here}, f"job Pods on {nodes}, the operator on {here}"
+
+
+# ---- where a Trigger's job Pods go: node selectors, tolerations, and the co-location's refusal ---------------
+
+POOL = "pidispatch.dev/pool"
+POOL_TAINT = {"key": POOL, "value": "agents", "effect": "NoSchedule"}
+POOL_TOLERATION = {"key": POOL, "operator": "Equal", "value": "agents", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def pool(multinode_cluster: Cluster, mkube: Kube) -> Iterator[tuple[Release, str]]:
+    """The chart's defaults (ReadWriteOnce staging, co-location) and a node pool: one node other than the
+    operator's labelled and tainted ``pidispatch.dev/pool=agents:NoSchedule``; label and taint removed after."""
+    with installed(multinode_cluster, mkube, "mn-pool", merge(base_values(), SESSIONS), trigger=None) as r:
+        node = next(n for n in NODE_NAMES if n != operator_node(r))
+        mkube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {POOL: "agents"}},
+                                              "spec": {"taints": [POOL_TAINT]}})
+        try:
+            yield r, node
+        finally:
+            mkube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": {POOL: None}}, "spec": {"taints": None}})
+
+
+def test_a_triggers_node_selector_and_tolerations_place_its_job_pods_on_the_tainted_pool(
+        pool: tuple[Release, str], mkube: Kube) -> None:
+    """Resume off (no staging, no co-location): ``run.nodeSelector`` and ``run.tolerations`` reach the job Pod and
+    the real scheduler puts it on the pool's node; without the toleration it stays Pending with the scheduler's
+    reason."""
+    r, node = pool
+    r.trigger("pool", resume=False, nodeSelector={POOL: "agents"}, tolerations=[POOL_TOLERATION])
+    r.trigger("pool-untolerated", resume=False, nodeSelector={POOL: "agents"})
+    issue = next(_issues)
+    done = r.run(f"pool-{issue}", trigger="pool", issue=issue, timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    pod = job_pod(r, f"pool-{issue}")
+    assert pod["spec"]["nodeName"] == node
+    assert pod["spec"]["nodeSelector"] == {POOL: "agents"}
+    assert POOL_TOLERATION in pod["spec"]["tolerations"]
+    assert "affinity" not in pod["spec"], "no session: no co-location"
+
+    r.job(f"untolerated-{issue}", trigger="pool-untolerated", issue=issue)
+    name = wait_for("the untolerated job's Pod", lambda: r.pods_of(f"untolerated-{issue}"), timeout=60)[0][
+        "metadata"]["name"]
+
+    def unschedulable() -> dict[str, Any] | None:
+        conditions = (mkube.get(pod_path(r.ns, name)).get("status") or {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "PodScheduled" and c["status"] == "False"), None)
+
+    scheduled = wait_for("the scheduler's verdict on the untolerated Pod", unschedulable, timeout=60)
+    assert scheduled["reason"] == "Unschedulable"
+    assert "untolerated taint" in scheduled["message"], scheduled["message"]
+    print(f"the scheduler on the untolerated job Pod: {scheduled['message']}")
+    assert mkube.get(pod_path(r.ns, name))["status"]["phase"] == "Pending"
+    assert not mkube.get(pod_path(r.ns, name))["spec"].get("nodeName")
+    mkube.delete(r.path("jobs", f"untolerated-{issue}"))  # else it holds a slot until the start timeout
+
+
+def test_a_resumed_trigger_that_excludes_the_operators_node_is_not_ready_and_its_jobs_are_refused_at_once(
+        pool: tuple[Release, str], mkube: Kube) -> None:
+    """ReadWriteOnce staging: a Trigger with ``run.resume`` whose node selector names another node, or the pool
+    (even tolerated), can never land on the operator's node: the Trigger says so (Ready False,
+    PlacementConflict, every way out) and its Job is refused before any Pod, not left ContainerCreating for the
+    start timeout. The same rules on the operator's own node are Ready."""
+    r, node = pool
+    here = operator_node(r)
+    r.trigger("there", nodeSelector={HOSTNAME: node})
+    r.trigger("pool-resumed", nodeSelector={POOL: "agents"}, tolerations=[POOL_TOLERATION])
+    r.trigger("here", nodeSelector={HOSTNAME: here})
+
+    def ready(name: str) -> dict[str, Any] | None:
+        return r.condition(r.get("triggers", name), "Ready")
+
+    for name, said in (("there", f"run.nodeSelector asks for {HOSTNAME}={node}"),
+                       ("pool-resumed", f"run.nodeSelector asks for {POOL}=agents and that node has no label")):
+        condition = wait_for(f"Trigger {name}'s Ready condition", lambda n=name: ready(n), timeout=60)
+        assert (condition["status"], condition["reason"]) == ("False", "PlacementConflict"), condition
+        assert said in condition["message"] and f"the operator's node {here}" in condition["message"]
+        for way_out in ("ReadWriteMany", "sessions.staging.mode=transfer", "remove run.resume"):
+            assert way_out in condition["message"]
+    assert wait_for("Trigger here's Ready condition", lambda: ready("here"), timeout=60)["status"] == "True"
+
+    issue = next(_issues)
+    refused = r.run(f"there-{issue}", trigger="there", issue=issue, timeout=60)
+    assert refused["status"]["phase"] == "Failed", refused["status"]
+    reason = next(c for c in refused["status"]["conditions"] if c.get("reason") == "TriggerNotReady")
+    assert "PlacementConflict" not in reason["message"] and f"{HOSTNAME}={node}" in reason["message"]
+    assert r.pods_of(f"there-{issue}") == [], "refused before any Pod"
+    done = r.run(f"here-{issue}", trigger="here", issue=issue, timeout=120)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+    assert job_pod(r, f"here-{issue}")["spec"]["nodeName"] == here

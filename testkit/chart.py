@@ -94,6 +94,9 @@ def doctor_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
                "Pod")
 
 
+NODE_NAME = "node-a"  # what the downward API gives the operator for spec.nodeName, here
+
+
 def env_list(container: dict[str, Any]) -> list[dict[str, Any]]:
     return container.get("env", [])
 
@@ -106,6 +109,8 @@ def env_values(container: dict[str, Any], namespace: str = NAMESPACE) -> dict[st
             out[var["name"]] = var["value"]
         elif var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}:
             out[var["name"]] = POD_NAME
+        elif var["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}:
+            out[var["name"]] = NODE_NAME
         else:
             assert var["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}, var
             out[var["name"]] = namespace

@@ -29,7 +29,13 @@ LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?)?")
 class MemoryApi:
     """Just enough of the apiserver for the job flow (``KubeApi``): objects by path, merge patches, preconditions."""
 
-    def __init__(self) -> None:
+    def _uid(self, n: int) -> str:
+        return f"00000000-0000-4000-8000-{n:012d}" if self.kubernetes_uids else f"uid-{n}"
+
+    def __init__(self, kubernetes_uids: bool = False) -> None:
+        # kubernetes_uids: uids in the apiserver's RFC 4122 form (what the transfer server insists on),
+        # else the short ``uid-<n>`` most tests read more easily.
+        self.kubernetes_uids = kubernetes_uids
         self.objects: dict[str, dict[str, Any]] = {}
         self.writes: list[tuple[str, str]] = []  # (verb, path) of every create and patch, in order
         self.deletes: list[str] = []  # the paths deleted, in order
@@ -69,7 +75,7 @@ class MemoryApi:
             full = f"{path}/{name}"
             if full in self.objects:
                 raise ApiError(409, "POST", path, "already exists")
-            md.update(name=name, uid=f"uid-{next(self._uids)}", resourceVersion=str(next(self._rv)),
+            md.update(name=name, uid=self._uid(next(self._uids)), resourceVersion=str(next(self._rv)),
                       creationTimestamp=f"2030-01-01T00:00:{len(self.objects):02d}Z")
             self.objects[full] = copy.deepcopy(body)
             self.writes.append(("POST", full))

@@ -117,6 +117,69 @@ def test_store_unset(triggers: list[dict[str, Any]] | None, expected: Status | N
     assert exit_code(checks) == (1 if expected is Status.FAIL else 0)
 
 
+STORE_UNSET_BY_SOURCE = [
+    ("an App: enabling the store is the whole fix", {"GITHUB_AUTH_SOURCE": "app"}, "sessions.enabled=true", False),
+    ("a pat: enabling the store is the whole fix", {"GITHUB_AUTH_SOURCE": "pat"}, "sessions.enabled=true", False),
+    ("gh (the default): the chart refuses the store alone, so the fix changes the source too",
+     {"GITHUB_AUTH_SOURCE": None}, "sessions.enabled=true,github.authSource=app,github.app.id=<app-id>,"
+     "github.app.installationId=<installation-id>,github.app.privateKeySecret.name=<secret>", True),
+    ("gh with the hatch open: the store alone", {"GITHUB_AUTH_SOURCE": "gh", "PI_SESSIONS_ALLOW_GH_SOURCE": "1"},
+     "sessions.enabled=true", False),
+]
+
+
+@pytest.mark.parametrize(("env", "value", "says_source"), [c[1:] for c in STORE_UNSET_BY_SOURCE],
+                         ids=[c[0] for c in STORE_UNSET_BY_SOURCE])
+def test_store_unset_fix_is_one_the_chart_accepts(env: dict[str, str | None], value: str, says_source: bool) -> None:
+    for facts in (cluster(triggers=[ARMED]), cluster(triggers=None, triggers_error="forbidden")):
+        [line] = named(run_checks(env, facts=facts), "store")  # type: ignore[arg-type]
+        assert "PI_SESSIONS_DIR is unset" in line.message
+        assert line.fix == f"helm upgrade <release> pi-dispatch -n {NS} --reuse-values --set {value}"
+        assert ("the chart refuses sessions.enabled=true with GITHUB_AUTH_SOURCE=gh" in line.message) is says_source
+
+
+# -- the co-location of resumed jobs (ReadWriteOnce staging, mount mode) ----------------------------------------
+OPERATOR_LABELS = '{"app.kubernetes.io/name":"pi-dispatch","app.kubernetes.io/component":"operator"}'
+COLOCATION = [
+    ("readwriteonce staging: the consequence stated, with the node",
+     {"PI_SESSIONS_DIR": "/srv/sessions", "PI_DISPATCH_STAGING_COLOCATE": OPERATOR_LABELS,
+      "PI_DISPATCH_NODE_NAME": "node-a"}, True),
+    ("readwritemany staging: nothing to state", {"PI_SESSIONS_DIR": "/srv/sessions"}, False),
+    ("no store: nothing to state", {"PI_DISPATCH_STAGING_COLOCATE": OPERATOR_LABELS}, False),
+]
+
+
+@pytest.mark.parametrize(("env", "stated"), [c[1:] for c in COLOCATION], ids=[c[0] for c in COLOCATION])
+def test_colocation_consequence(env: dict[str, str], stated: bool) -> None:
+    for offline in (False, True):
+        lines = named(run_checks(env, facts=cluster(triggers=[ARMED]), offline=offline), "placement")
+        if not stated:
+            assert lines == []
+            continue
+        [line] = lines
+        assert line.status is Status.OK, "a consequence of the configuration, not a fault"
+        assert "resumed jobs run on the operator's node (node-a)" in line.message
+        assert "that node's capacity bounds how many run at once" in line.message
+        assert "a lost node stops resumed jobs until the operator is rescheduled" in line.message
+        assert "ReadWriteMany" in line.message and "sessions.staging.mode=transfer" in line.message
+
+
+def test_a_trigger_the_operator_found_unplaceable_fails_with_its_message() -> None:
+    message = ("Resumed jobs of this Trigger can never start: the staging claim is ReadWriteOnce (mount mode), so a "
+               "job Pod that mounts it must run on the operator's node node-a, but run.nodeSelector asks for "
+               "kubernetes.io/hostname=node-b ...")
+    unplaceable = {**trigger("elsewhere", {"resume": True, "nodeSelector": {"kubernetes.io/hostname": "node-b"}}),
+                   "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "PlacementConflict",
+                                              "message": message}]}}
+    loaded = {**ARMED, "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Loaded",
+                                                  "message": "The Trigger can run jobs."}]}}
+    checks = run_checks({"PI_SESSIONS_DIR": "/srv/sessions"}, facts=cluster(triggers=[unplaceable, loaded]))
+    failed = [c for c in named(checks, "triggers") if c.status is Status.FAIL]
+    assert [(c.message, c.fix) for c in failed] == [
+        (f"Trigger elsewhere is not Ready (PlacementConflict): {message}", f"kubectl edit pitrigger elsewhere -n {NS}")]
+    assert exit_code(checks) == 1
+
+
 def test_no_armed_trigger_shows_no_session_lines_even_with_a_store() -> None:
     checks = run_checks({"PI_SESSIONS_DIR": "/srv/sessions", "PI_SESSION_MAX_CONTEXT_PCT": "80"},
                         facts=cluster(triggers=[PLAIN, RESUME_OFF, REFUSED]))

@@ -8,36 +8,28 @@ would never make (a forged archive, a wrong digest, a body cut off, a stream pas
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
 import http.client
-import ipaddress
 import json
 import os
 import socket
 import struct
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from pidispatch.transfer import archive, client, protocol
 from pidispatch.transfer.server import TransferConfig, TransferTLSError, build_app, server_ssl_context, start
 from pidispatch.transfer.token import TransferKeyError, job_token, load_key, token_matches
+from testkit.transferkit import WAIT, Pki, Server, make_pki
 
 KEY = b"k" * 16 + os.urandom(16)
 CAP = 4 * 1024 * 1024
-WAIT = 10.0
 TRANSCRIPT = b'{"type":"session","version":3,"id":"s1","timestamp":"2025-01-01T00:00:00.000Z","cwd":"/workspace"}\n'
 
 
@@ -47,53 +39,6 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {WAIT:.0f}s: {what}")
         time.sleep(0.01)
-
-
-# -- PKI -------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Pki:
-    ca: Path
-    cert: Path
-    key: Path
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def make_pki(directory: Path, label: str) -> Pki:
-    """A CA and a serving certificate for localhost and 127.0.0.1 signed by it (as the chart's genCA would)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    later = now + dt.timedelta(days=1)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
-        x509.CertificateBuilder().subject_name(_name(f"{label}-ca")).issuer_name(_name(f"{label}-ca"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(later)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    leaf_key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (
-        x509.CertificateBuilder().subject_name(_name("pi-dispatch-transfer")).issuer_name(ca_cert.subject)
-        .public_key(leaf_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(later)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([
-            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pki = Pki(directory / "ca.crt", directory / "tls.crt", directory / "tls.key")
-    pki.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    pki.cert.write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    pki.key.write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
-    return pki
 
 
 @pytest.fixture(scope="module")
@@ -106,27 +51,6 @@ def rogue(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("rogue"), "rogue")
 
 
-# -- the server on its own loop ---------------------------------------------------------------------------------
-class Server:
-    def __init__(self, staging: Path, pki: Pki, max_bytes: int = CAP) -> None:
-        self.staging = staging
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        app = build_app(TransferConfig(str(staging), KEY, max_bytes))
-        future = asyncio.run_coroutine_threadsafe(
-            start(app, "127.0.0.1", 0, server_ssl_context(str(pki.cert), str(pki.key))), self.loop)
-        self.runner, self.port = future.result(WAIT)
-
-    def url(self, uid: str) -> str:
-        return protocol.session_url(f"https://localhost:{self.port}", uid)
-
-    def close(self) -> None:
-        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(WAIT)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(WAIT)
-        self.loop.close()
-
 
 @pytest.fixture
 def staging(tmp_path: Path) -> Path:
@@ -137,7 +61,7 @@ def staging(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server(staging: Path, pki: Pki) -> Iterator[Server]:
-    running = Server(staging, pki)
+    running = Server(staging, pki, CAP, KEY)
     yield running
     running.close()
 
@@ -389,7 +313,7 @@ def test_a_link_planted_in_the_staged_session_is_not_followed(
 # -- sizes and failures -----------------------------------------------------------------------------------------
 def test_an_upload_over_the_cap_is_refused_while_it_streams(
         staging: Path, pki: Pki) -> None:
-    server = Server(staging, pki, max_bytes=1024 * 1024)
+    server = Server(staging, pki, 1024 * 1024, KEY)
     try:
         uid = stage_job(staging)
         before = snapshot(staging, uid)
@@ -425,7 +349,7 @@ def test_an_upload_over_the_cap_is_refused_while_it_streams(
 
 def test_an_upload_declared_over_the_cap_is_refused_before_its_body(
         staging: Path, pki: Pki, tmp_path: Path) -> None:
-    server = Server(staging, pki, max_bytes=64 * 1024)
+    server = Server(staging, pki, 64 * 1024, KEY)
     try:
         uid = stage_job(staging)
         before = snapshot(staging, uid)
@@ -481,7 +405,7 @@ def test_a_connection_cut_mid_upload_leaves_the_staged_copy_and_no_marker(
 
 # -- TLS --------------------------------------------------------------------------------------------------------
 def test_the_client_refuses_a_server_its_ca_did_not_sign(staging: Path, rogue: Pki, pki: Pki, tmp_path: Path) -> None:
-    impostor = Server(staging, rogue)
+    impostor = Server(staging, rogue, CAP, KEY)
     try:
         uid = stage_job(staging)
         sleeps: list[float] = []

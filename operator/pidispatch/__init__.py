@@ -1,3 +1,3 @@
 """pi-dispatch operator: resumable pi jobs on Kubernetes."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

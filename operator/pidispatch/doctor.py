@@ -22,6 +22,7 @@ from typing import Any
 
 from pidispatch.api.crds import ALL as CRD_PLURALS
 from pidispatch.api.crds import GROUP
+from pidispatch.api.placement import PLACEMENT_CONFLICT
 from pidispatch.api.trigger import first_refusal, resume_armed
 from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
@@ -48,6 +49,9 @@ class Check:
 
 CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in CRD_PLURALS)
 CRD_FIX = "kubectl apply -f crds/"
+# What enables the store on a gh deployment (the chart refuses sessions.enabled=true beside the gh source).
+STORE_WITH_APP = ("sessions.enabled=true,github.authSource=app,github.app.id=<app-id>,"
+                  "github.app.installationId=<installation-id>,github.app.privateKeySecret.name=<secret>")
 HELM_FIX = "helm upgrade <release> pi-dispatch{ns} --reuse-values --set {value}"
 PRIVATE_MODE_BITS = 0o077
 
@@ -221,9 +225,16 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
                                            f"{armed} arm{'s' if armed == 1 else ''} resume")]
     for t in facts.triggers:
         refusal = first_refusal(t.get("spec") or {})
+        name = (t.get("metadata") or {}).get("name", "?")
         if refusal is not None:
-            name = (t.get("metadata") or {}).get("name", "?")
             checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is refused: {_short(refusal)}",
+                                f"kubectl edit pitrigger {name} -n {ns}"))
+            continue
+        # The operator's own verdict (api/placement.py): it read the Node, doctor need not.
+        ready = _condition(t, "Ready")
+        if ready is not None and ready.get("status") == "False" and ready.get("reason") == PLACEMENT_CONFLICT:
+            checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is not Ready ({PLACEMENT_CONFLICT}): "
+                                                         f"{ready.get('message')}",
                                 f"kubectl edit pitrigger {name} -n {ns}"))
     return checks
 
@@ -251,6 +262,23 @@ def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check
         return [Check("staging", Status.FAIL, f"PVC {claim} is {phase}, not Bound",
                       f"kubectl describe pvc {claim} -n {ns}")]
     return [Check("staging", Status.OK, f"PVC {claim} Bound")]
+
+
+COLOCATION_MESSAGE = (
+    "staging is ReadWriteOnce in mount mode, so resumed jobs run on the operator's node{node} (a required pod "
+    "affinity): that node's capacity bounds how many run at once, and a lost node stops resumed jobs until the "
+    "operator is rescheduled; jobs without a session run anywhere. ReadWriteMany staging "
+    "(sessions.staging.accessModes) or sessions.staging.mode=transfer lets them run on any node"
+)
+
+
+def colocation_check(settings: OperatorSettings) -> list[Check]:
+    """The co-location's consequence, stated (a fact, not a fault): with the store on and a ReadWriteOnce
+    staging claim mounted by job Pods, every resumed job runs on the operator's one node."""
+    if settings.store.sessions_dir is None or settings.job_scheduling.colocate_with is None:
+        return []
+    node = f" ({settings.node_name})" if settings.node_name else ""
+    return [Check("placement", Status.OK, COLOCATION_MESSAGE.format(node=node))]
 
 
 def claim_holders(claim: str, pods: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -331,13 +359,18 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
     if armed == 0:
         return []
     if settings.sessions_dir is None or store is None:
+        # On the gh source the chart refuses sessions.enabled=true alone (resume could never work there), so
+        # the fix that helm would accept changes the auth source too.
+        gh = settings.github_auth_source == "gh" and not settings.allow_gh_source
+        fix = _helm_fix(namespace, STORE_WITH_APP if gh else "sessions.enabled=true")
+        also = ("; enabling the store also needs an auth source it can resume under (the chart refuses "
+                "sessions.enabled=true with GITHUB_AUTH_SOURCE=gh): a GitHub App or a pat") if gh else ""
         if armed is None:
             return [Check("store", Status.WARN, "PI_SESSIONS_DIR is unset: the jobs of a Trigger that arms resume are "
-                                                "refused (sessions-dir-unset); Triggers not checked",
-                          _helm_fix(namespace))]
+                                                f"refused (sessions-dir-unset); Triggers not checked{also}", fix)]
         return [Check("store", Status.FAIL, f"{_plural(armed, 'Trigger', 'arm')} resume but PI_SESSIONS_DIR is "
                                             f"unset: their jobs are refused (sessions-dir-unset) rather than lose the "
-                                            f"conversation and look successful", _helm_fix(namespace))]
+                                            f"conversation and look successful{also}", fix)]
     keep = "Triggers that arm resume keep" if armed is None else _plural(armed, "Trigger", "keep")
     checks = [
         store_check(store),
@@ -425,6 +458,7 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
     if cluster is not None:
         checks += staging_check(settings, cluster) + terminating_claims(cluster.claims, cluster.claim_pods,
                                                                         cluster.namespace)
+    checks += colocation_check(settings)
     checks += auth_checks(settings.store, triggers, namespace)
     if triggers is not None:
         checks += model_checks(settings, triggers, namespace)

@@ -171,9 +171,6 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- include "pi-dispatch.githubEnv" . }}
 {{- if .Values.sessions.enabled }}
-{{- if eq (.Values.sessions.staging.mode | default "mount") "transfer" }}
-{{- fail "sessions.staging.mode=transfer is not wired into the operator yet (its server, client and certificates are built, the job flow does not use them): leave mode at mount, with a ReadWriteMany staging class on several nodes or the default co-location on the operator's node" }}
-{{- end }}
 {{- if and (eq (.Values.github.authSource | default "gh") "gh") (not .Values.sessions.allowGhSource) }}
 {{- fail "sessions.enabled=true with github.authSource gh (the default when unset) can never resume: every job of a Trigger with run.resume would be refused (config-refused), because the whole gh login would reach every job and could be kept in its transcript. Set github.authSource=app (a GitHub App, see the README's quickstart) or pat (github.token.secretName), or knowingly set sessions.allowGhSource=true, or leave sessions.enabled false" }}
 {{- end }}
@@ -183,9 +180,31 @@ app.kubernetes.io/component: operator
   value: /var/lib/pi-dispatch/jobs
 - name: PI_DISPATCH_STAGING_CLAIM
   value: {{ include "pi-dispatch.stagingClaim" . | quote }}
-{{- if not (has "ReadWriteMany" .Values.sessions.staging.accessModes) }}
+{{- if include "pi-dispatch.transferEnabled" . }}
+{{- $t := .Values.sessions.staging.transfer }}
+- name: PI_DISPATCH_STAGING_MODE
+  value: transfer
+- name: PI_DISPATCH_TRANSFER_PORT
+  value: {{ $t.port | int64 | quote }}
+- name: PI_DISPATCH_TRANSFER_URL
+  value: {{ include "pi-dispatch.transferBaseURL" . | quote }}
+- name: PI_DISPATCH_TRANSFER_CERT_FILE
+  value: {{ printf "%s/tls.crt" (include "pi-dispatch.transferTLSDir" .) | quote }}
+- name: PI_DISPATCH_TRANSFER_KEY_FILE
+  value: {{ printf "%s/tls.key" (include "pi-dispatch.transferTLSDir" .) | quote }}
+- name: PI_DISPATCH_TRANSFER_TOKEN_KEY_FILE
+  value: {{ printf "%s/key" (include "pi-dispatch.transferKeyDir" .) | quote }}
+- name: PI_DISPATCH_TRANSFER_MAX_BYTES
+  value: {{ $t.maxBytes | int64 | quote }}
+- name: PI_DISPATCH_TRANSFER_CA_CONFIGMAP
+  value: {{ include "pi-dispatch.transferCAConfigMap" . | quote }}
+{{- else if not (has "ReadWriteMany" .Values.sessions.staging.accessModes) }}
 - name: PI_DISPATCH_STAGING_COLOCATE
   value: {{ include "pi-dispatch.operatorSelectorLabels" . | fromYaml | toJson | quote }}
+- name: PI_DISPATCH_NODE_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: spec.nodeName
 {{- end }}
 {{- $s := .Values.sessions }}
 {{- $bounds := list
@@ -234,6 +253,14 @@ app.kubernetes.io/component: operator
   mountPath: /etc/pi-dispatch/ca
   readOnly: true
 {{- end }}
+{{- if include "pi-dispatch.transferEnabled" . }}
+- name: transfer-key
+  mountPath: {{ include "pi-dispatch.transferKeyDir" . }}
+  readOnly: true
+- name: transfer-tls
+  mountPath: {{ include "pi-dispatch.transferTLSDir" . }}
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "pi-dispatch.volumes" -}}
@@ -273,6 +300,24 @@ app.kubernetes.io/component: operator
     items:
       - key: ca.crt
         path: ca.crt
+{{- end }}
+{{- if include "pi-dispatch.transferEnabled" . }}
+- name: transfer-key
+  secret:
+    secretName: {{ include "pi-dispatch.transferSecret" . | quote }}
+    defaultMode: 0440
+    items:
+      - key: key
+        path: key
+- name: transfer-tls
+  secret:
+    secretName: {{ include "pi-dispatch.transferTLSSecret" . | quote }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
 {{- end }}
 {{- end }}
 

@@ -34,10 +34,18 @@
 {{/* The DNS names the serving certificate carries: the transfer Service's, as job Pods address it. */}}
 {{- define "pi-dispatch.transferDNSNames" -}}
 {{- $svc := include "pi-dispatch.transferName" . }}
-{{- list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) | toJson }}
+{{- concat (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) (.Values.sessions.staging.transfer.extraDNSNames | default list) | toJson }}
 {{- end }}
 
 {{/* PI_TRANSFER_URL's base for job Pods (the operator appends /v1/jobs/<uid>/session). */}}
 {{- define "pi-dispatch.transferBaseURL" -}}
+{{- if .Values.sessions.staging.transfer.url }}
+{{- .Values.sessions.staging.transfer.url }}
+{{- else }}
 {{- printf "https://%s.%s.svc:%d" (include "pi-dispatch.transferName" .) .Release.Namespace (.Values.sessions.staging.transfer.port | int) }}
 {{- end }}
+{{- end }}
+
+{{/* Where the operator reads its transfer files (the Secrets' mounts). */}}
+{{- define "pi-dispatch.transferKeyDir" -}}/etc/pi-dispatch/transfer-key{{- end }}
+{{- define "pi-dispatch.transferTLSDir" -}}/etc/pi-dispatch/transfer-tls{{- end }}

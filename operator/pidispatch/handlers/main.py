@@ -46,6 +46,16 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     registry = kopf.OperatorRegistry()
     register(registry, dispatcher, Retention(settings, dispatcher.cluster), leadership(settings, namespace))
     metrics.serve(settings.metrics_port)
+    from pidispatch.handlers.transfer import serve_transfer
+    from pidispatch.transfer.server import TransferTLSError
+    from pidispatch.transfer.token import TransferKeyError
+
+    try:
+        serve_transfer(settings)  # transfer mode only; every replica (handlers/transfer.py says why)
+    except (TransferKeyError, TransferTLSError, OSError) as exc:
+        print(f"pidispatch: the transfer server cannot start (sessions.staging.mode=transfer): {exc}",
+              file=sys.stderr)
+        return 2
     liveness = f"http://0.0.0.0:{settings.health_port}/healthz" if settings.health_port else None
     # Standalone: which replica acts is the Lease's to say (leadership), not kopf's peering.
     kopf.run(registry=registry, namespaces=[namespace], standalone=True, liveness_endpoint=liveness)

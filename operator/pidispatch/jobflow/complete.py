@@ -38,6 +38,7 @@ from pidispatch.report import CHECKOUT_FAILURES, RunnerReport, parse_report
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.journal import promote_once
 from pidispatch.store.staging import HostRecord, JobDir
+from pidispatch.transfer.protocol import MARKER as TRANSFER_MARKER
 
 log = logging.getLogger("pidispatch.operator")
 
@@ -131,6 +132,12 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     limit = oom_killed(pod)
     if limit is not None:
         outcome = "Failed"
+    # Transfer mode: the operator's staging holds the job's result only once an upload committed (the marker).
+    # A Pod that says it succeeded without one (killed mid-upload, refused over the cap, an agent that exited
+    # 0 on its own) failed: half a result, or the staged input, is never promoted.
+    incomplete = outcome == "Succeeded" and transfer_incomplete(settings, jd, host)
+    if incomplete:
+        outcome = "Failed"
     report = parse_report(termination_message(pod)) or RunnerReport()
     verdict = host.verdict() if host is not None else None
     promotion = None
@@ -166,11 +173,25 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
                                 "job.resources) and the kernel killed it; nothing was promoted, the stored "
                                 "conversation is unchanged. Raise the memory limit, then re-create the Job.",
                                 workspace), None, report, forgotten)
+    if incomplete:
+        return Completion(Ended(outcome, session, report.tokens or None, "TransferIncomplete",
+                                "The job Pod succeeded but its result never reached the operator (no committed "
+                                "upload: the runner was stopped while handing it back, or the operator refused it, "
+                                "e.g. over sessions.staging.transfer.maxBytes; the job's log says which). Nothing "
+                                "was promoted, the stored conversation is unchanged. Re-create the Job once the "
+                                "cause is fixed.", workspace), None, report, forgotten)
     reason = "KeyForgotten" if forgotten and succeeded else ("PodSucceeded" if succeeded else "PodFailed")
     return Completion(Ended(outcome, session, report.tokens or None, reason, end_message(outcome, pod, promotion,
                                                                                          forgotten), workspace,
                             handoff_view(promotion)),
                       promotion, report, forgotten)
+
+
+def transfer_incomplete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None) -> bool:
+    """In transfer mode, a Job with a staged session whose upload never committed (no ``uploaded.json``)."""
+    if settings.staging.transfer is None or host is None or not host.mounted:
+        return False
+    return jd.read(TRANSFER_MARKER) is None
 
 
 def rethreaded(host: HostRecord | None, report: RunnerReport) -> bool:
@@ -258,7 +279,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
                       "Transcript not promoted: the conversation was forgotten while the job ran."
                       if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
     elif done.promotion is None and done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted",
-                                                                    "OOMKilled"):
+                                                                    "OOMKilled", "TransferIncomplete"):
         cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
 
 

@@ -69,7 +69,7 @@ class Dispatcher:
         self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
         self.queue = JobQueue(Slots(settings.max_concurrent_jobs, monotonic), self.table, self._locks, self.cluster,
                               monotonic)
-        self.triggers = Triggers(self.cluster, self.store)
+        self.triggers = Triggers(self.cluster, self.store, settings.job_scheduling, settings.node_name)
         self._loops = Loops()
         self._stop = self._loops.stopping
 
@@ -294,7 +294,9 @@ class Dispatcher:
             self._pod_seen(name, self.api.get_or_none(self.cluster.pods(pod_name(name))))
 
     def _triggers_as_listed(self) -> None:
-        """Every Trigger as the apiserver has it now (a status write only where it changed)."""
+        """Every Trigger as the apiserver has it now (a status write only where it changed), judged against the
+        operator's Node as it is now (its labels and taints decide whether resumed jobs can be placed)."""
+        guarded(self.triggers.read_node)
         for body in self.api.list(self.cluster.crd("triggers")):
             guarded(self.on_trigger, body)
 

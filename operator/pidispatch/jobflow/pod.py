@@ -28,10 +28,21 @@ from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credenti
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
-from pidispatch.manifests.pod import TOKEN_SECRET_KEY, PodInputs, WorkspaceInputs, gh_host, job_pod, job_token_secret
+from pidispatch.manifests.pod import (
+    TOKEN_SECRET_KEY,
+    PodInputs,
+    TransferInputs,
+    WorkspaceInputs,
+    gh_host,
+    job_pod,
+    job_token_secret,
+    job_transfer_secret,
+)
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
 from pidispatch.store.redact import digest_of
 from pidispatch.store.staging import HostRecord, session_subpath
+from pidispatch.transfer import protocol as transfer_protocol
+from pidispatch.transfer import token as transfer_token
 
 EPHEMERAL_STORAGE = "ephemeral-storage"
 
@@ -274,6 +285,26 @@ def job_credentials(settings: OperatorSettings, run: TriggerRun) -> dict[str, tu
     return merged
 
 
+def transfer_inputs(settings: OperatorSettings, cluster: Cluster, job: JobView) -> TransferInputs | None:
+    """In transfer mode, the Job's own transfer credential stored in its per-job Secret, and what its Pod is
+    given to reach the operator; ``None`` in mount mode.
+
+    The token is the HMAC of the Job's uid under the operator's key (``transfer/token.py``): the same on
+    every attempt, so a Secret an earlier attempt created (409) already holds it. Raises ``ApiError``."""
+    transfer = settings.staging.transfer
+    if transfer is None:
+        return None
+    value = transfer_token.job_token(transfer_token.load_key(transfer.token_key_file), job.uid)
+    try:
+        cluster.api.create(cluster.secrets(), job_transfer_secret(job.name, job.uid, cluster.ns, value))
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+    return TransferInputs(url=transfer_protocol.session_url(transfer.base_url, job.uid),
+                          secret=transfer_protocol.secret_name(job.uid), ca_configmap=transfer.ca_configmap,
+                          max_bytes=transfer.max_bytes)
+
+
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigger: TriggerSpec,
                host: HostRecord | None, token: JobToken | None, checkout: Checkout | None = None,
                moved: Moved | None = None) -> dict[str, Any]:
@@ -284,7 +315,9 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
     if spec is None:
         raise ValueError(f"Job {job.name}'s spec is not valid: {job.invalid}")
     run = trigger.run
-    mounted = host is not None and host.mounted
+    staged = host is not None and host.mounted
+    transfer = transfer_inputs(settings, cluster, job) if staged else None
+    mounted = staged and transfer is None
     deadline, capped = token_capped_deadline(run.timeoutSeconds or settings.job_timeout_seconds or None,
                                              token.expires_at if token is not None else None, time.time(),
                                              settings.job_start_timeout_seconds)
@@ -309,6 +342,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         scheduling=settings.job_scheduling,
         trigger_node_selector=dict(run.nodeSelector or {}),
         trigger_tolerations=tuple(t.model_dump(exclude_none=True) for t in run.tolerations or ()),
+        transfer=transfer,
     ))
     try:
         created = cluster.api.create(cluster.pods(), manifest)

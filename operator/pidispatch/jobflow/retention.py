@@ -38,6 +38,7 @@ from pidispatch.jobflow.pod import owner_uid
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
 from pidispatch.kubeapi import Api, ApiError, name_segment
 from pidispatch.settings import OperatorSettings
+from pidispatch.transfer.protocol import secret_name as transfer_secret_name
 
 log = logging.getLogger("pidispatch.operator")
 
@@ -101,6 +102,8 @@ def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: Oper
                if not p["metadata"].get("deletionTimestamp")]
     if not secret_gone:
         actions.append(Delete(Kind.SECRET, token_secret_name(uid), None, name, age))
+        if settings.staging.transfer is not None:  # its transfer token opens nothing once the Job ended
+            actions.append(Delete(Kind.SECRET, transfer_secret_name(uid), None, name, age))
     return actions
 
 

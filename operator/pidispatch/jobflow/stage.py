@@ -30,10 +30,12 @@ def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: Trig
     the scan before the promotion."""
     record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
                         pi_version=run.piVersion, model=run.model, secrets=secrets)
-    if not settings.staging_claim:
+    # A job gets its copy by the claim's subPath, or over HTTPS in transfer mode (no claim in its Pod).
+    reachable = bool(settings.staging_claim) or settings.staging.transfer is not None
+    if not reachable:
         log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job)
     began = time.perf_counter()
-    record = stage(settings.store, jd, record, mount=bool(settings.staging_claim))
+    record = stage(settings.store, jd, record, mount=reachable)
     if record.mounted:
         metrics.GATE_SECONDS.observe(time.perf_counter() - began)
         metrics.RESOLUTIONS.labels(record.reason).inc()

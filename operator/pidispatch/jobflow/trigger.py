@@ -1,26 +1,37 @@
 """Trigger status: ``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force.
 
 The operator repeats the Trigger CRD's CEL refusals (defence in depth, and for clusters that apply the
-CRD without CEL) and says, per Trigger, whether its jobs would resume and whether a store is there.
+CRD without CEL) and says, per Trigger, whether its jobs would resume and whether a store is there. A
+Trigger whose resumed jobs could never be placed on the operator's node (ReadWriteOnce staging, mount
+mode: ``api/placement.py``) is not Ready either, and its Jobs are refused at admission as any Job of a
+Trigger that is not Ready.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from pidispatch.api.conditions import set_condition
+from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
 from pidispatch.api.views import JobView, TriggerView
+from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.kubeapi import ApiError
 from pidispatch.settings import Settings
+from pidispatch.settings.scheduling import Scheduling
 
 
 def trigger_status(trigger: TriggerView, settings: Settings, generation: int | None,
-                   conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
-    """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger."""
-    problem = trigger.refusal
+                   conditions: list[dict[str, Any]] | None, placement: str | None = None) -> dict[str, Any]:
+    """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger.
+
+    ``placement``: why its resumed jobs cannot run on the operator's node (``api/placement.py``), if so."""
+    problem = trigger.refusal or placement
     armed = trigger.armed
     store = settings.sessions_dir is not None
-    conditions = set_condition(conditions, "Ready", problem is None, "Loaded" if problem is None else "ResumeConflict",
+    reason = "Loaded" if problem is None else "ResumeConflict" if trigger.refusal else PLACEMENT_CONFLICT
+    conditions = set_condition(conditions, "Ready", problem is None, reason,
                                "The Trigger can run jobs." if problem is None else problem, generation)
     if armed and problem is None:
         armed_reason = "Armed"
@@ -50,16 +61,47 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
 class Triggers:
     """The Triggers as the watch last delivered them, and the one writer of their status."""
 
-    def __init__(self, cluster: Cluster, settings: Settings) -> None:
+    def __init__(self, cluster: Cluster, settings: Settings, rules: Scheduling | None = None,
+                 node_name: str | None = None) -> None:
         self.cluster = cluster
         self.settings = settings
+        self.rules = rules or Scheduling()
+        self.node_name = node_name
+        # The operator's Node as last read (None: co-location off, the name unknown, or the Node unreadable).
+        self.node: OperatorNode | None = None
+        self._node_unreadable = False
         self._known: dict[str, TriggerView] = {}
+
+    def read_node(self) -> None:
+        """Read the operator's Node (its labels and taints may change): only under co-location, where a
+        resumed job Pod must land there. Unreadable (no ``get nodes`` grant): no placement check, said once."""
+        if self.rules.colocate_with is None or not self.node_name:
+            return
+        try:
+            body = self.cluster.api.get_or_none(f"/api/v1/nodes/{self.node_name}")
+        except ApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            body = None
+        if body is None and not self._node_unreadable:
+            emit("placement_unchecked", node=self.node_name,
+                 why="the operator's Node cannot be read (RBAC get nodes), so Triggers whose resumed jobs could not "
+                     "run there are not refused ahead")
+        self._node_unreadable = body is None
+        self.node = OperatorNode.of(body) if body is not None else None
+
+    def placement(self, trigger: TriggerView) -> str | None:
+        """Why ``trigger``'s resumed jobs cannot run on the operator's node, or ``None``."""
+        if trigger.spec is None or trigger.refusal is not None:
+            return None
+        return placement_conflict(trigger.spec, self.rules, self.node)
 
     def on_trigger(self, trigger: TriggerView) -> None:
         """Remember ``trigger`` and write its status if that changed."""
         self._known[trigger.name] = trigger
         old = trigger.stored_status  # compared as stored: a write only when something changed
-        status = trigger_status(trigger, self.settings, trigger.meta.generation, old.get("conditions"))
+        status = trigger_status(trigger, self.settings, trigger.meta.generation, old.get("conditions"),
+                                self.placement(trigger))
         if {k: old.get(k) for k in status} != status:
             self.cluster.api.patch(self.cluster.crd("triggers", trigger.name, "status"), {"status": status})
 
@@ -67,11 +109,17 @@ class Triggers:
         self._known.pop(name, None)
 
     def of(self, job: JobView) -> TriggerView | None:
-        """The Job's Trigger (one GET the first time a name is asked for), or ``None`` when there is none."""
+        """The Job's Trigger (one GET the first time a name is asked for), or ``None`` when there is none.
+
+        A Trigger whose resumed jobs cannot be placed comes back refused (``refusal`` the placement
+        conflict), so the admission refuses its Jobs as those of any Trigger that is not Ready."""
         name = job.trigger_name
         known = self._known.get(name)
         if known is None:
             found = self.cluster.api.get_or_none(self.cluster.crd("triggers", name))
             if found is not None:
                 known = self._known[name] = TriggerView.of(found)
-        return known
+        if known is None:
+            return None
+        conflict = self.placement(known)
+        return known if conflict is None else dataclasses.replace(known, refusal=conflict)

@@ -2,7 +2,9 @@
 
 A job without a resolved session gets exactly the Pod it would have had without the resume
 feature: the ``/session`` mount and ``PI_SESSION_FILE`` are the only difference, and only when a
-key was resolved. Nothing derived from the key crosses into the Pod.
+key was resolved. Nothing derived from the key crosses into the Pod. In transfer mode ``/session`` is an
+emptyDir the runner fills over HTTPS (``PI_TRANSFER_*``; the token by ``secretKeyRef`` from the Job's own
+``pi-job-transfer-<uid>`` Secret, the CA from a ConfigMap): no claim, so no co-location either.
 
 The GitHub token reaches the job as ``GH_TOKEN`` by ``secretKeyRef`` only (the per-job Secret of an
 App installation token, or the deployment's pat/gh Secret): its value is never in the Pod manifest.
@@ -45,6 +47,7 @@ from pidispatch.contract import (
 )
 from pidispatch.manifests.scheduling import scheduling_fields
 from pidispatch.settings.scheduling import Scheduling
+from pidispatch.transfer import protocol as transfer_protocol
 
 GH_TOKEN = "GH_TOKEN"
 TOKEN_SECRET_KEY = "token"
@@ -90,6 +93,16 @@ def workspace_env(w: WorkspaceInputs) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class TransferInputs:
+    """``sessions.staging.mode: transfer``: where this job fetches and hands back its copy, and with what."""
+
+    url: str  # this Job's own session URL (transfer/protocol.py session_url)
+    secret: str  # the per-job Secret its token comes from (transfer/protocol.py secret_name)
+    ca_configmap: str  # key ca.crt: the CA the runner verifies the operator with
+    max_bytes: int
+
+
+@dataclass(frozen=True)
 class PodInputs:
     """Everything the Pod is built from, already decided elsewhere."""
 
@@ -128,6 +141,9 @@ class PodInputs:
     # The Trigger's own node pool: run.nodeSelector over the deployment's, run.tolerations added.
     trigger_node_selector: dict[str, str] = field(default_factory=dict)
     trigger_tolerations: tuple[dict[str, Any], ...] = ()
+    # Staging by transfer: the session directory is an emptyDir the runner fills over HTTPS (no claim, no
+    # co-location); None in mount mode and for a job without a session.
+    transfer: TransferInputs | None = None
 
 
 def pod_name(job_name: str) -> str:
@@ -171,12 +187,15 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     mounted = p.session_subpath is not None
     if mounted and not p.staging_claim:
         raise ValueError("a session mount needs the staging claim")
+    if mounted and p.transfer is not None:
+        raise ValueError("a job's session is mounted or transferred, never both")
+    staged = mounted or p.transfer is not None
     for name in p.credentials:
         why = credential_name_problem(name)
         if why is not None:
             raise ValueError(f"credential {why}")
     env = {k: v for k, v in p.env.items() if not (p.github_token and k in FORGE_TOKEN_NAMES)
-           and k not in p.credentials}
+           and k not in p.credentials and k not in transfer_protocol.ENVS}
     env.update(workspace_env(p.workspace))
     if p.credentials:
         env[ENV_SECRET_NAMES] = ",".join(sorted(p.credentials))
@@ -184,18 +203,24 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         env[ENV_AGENT_DIR] = AGENT_DIR
     if p.workspace_size_limit is not None:
         env[ENV_WORKSPACE_LIMIT] = str(p.workspace_size_limit[1])
-    if mounted:
+    if staged:
         env[ENV_SESSION_FILE] = SESSION_FILE
         env[ENV_HOST_RESUME] = "true" if p.host_resume else "false"
         env[ENV_RETHREAD_PCT] = str(p.rethread_pct)
         if p.rethread:
             env[ENV_RETHREAD] = p.rethread
+    secret_env = dict(p.credentials)
+    if p.transfer is not None:
+        env[transfer_protocol.ENV_URL] = p.transfer.url
+        env[transfer_protocol.ENV_CA_FILE] = f"{transfer_protocol.CA_DIR}/{transfer_protocol.CA_KEY}"
+        env[transfer_protocol.ENV_MAX_BYTES] = str(p.transfer.max_bytes)
+        secret_env[transfer_protocol.ENV_TOKEN] = (p.transfer.secret, transfer_protocol.SECRET_KEY)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": p.image,
         "command": list(p.command),
         "workingDir": WORKSPACE,
-        "env": _env_list(env, p.github_token, p.credentials, enterprise=p.workspace.gh_host is not None),
+        "env": _env_list(env, p.github_token, secret_env, enterprise=p.workspace.gh_host is not None),
         "securityContext": {**restricted_security_context(p.run_as_user),
                             "runAsGroup": p.scheduling.pod_security_context.get("runAsGroup", p.run_as_user)},
         "terminationMessagePath": TERMINATION_LOG,
@@ -222,6 +247,14 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         container["volumeMounts"].append({"name": "session", "mountPath": SESSION_MOUNT,
                                           "subPath": p.session_subpath})
         volumes.append({"name": "session", "persistentVolumeClaim": {"claimName": p.staging_claim}})
+    if p.transfer is not None:
+        # Where the mount would have put the copy; the runner fills it before pi starts. The CA is public.
+        container["volumeMounts"] += [
+            {"name": "session", "mountPath": SESSION_MOUNT},
+            {"name": "transfer-ca", "mountPath": transfer_protocol.CA_DIR, "readOnly": True}]
+        volumes += [{"name": "session", "emptyDir": {}},
+                    {"name": "transfer-ca", "configMap": {"name": p.transfer.ca_configmap, "items": [
+                        {"key": transfer_protocol.CA_KEY, "path": transfer_protocol.CA_KEY}]}}]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -268,6 +301,25 @@ def _env_list(env: dict[str, str], github_token: tuple[str, str] | None,
         if enterprise:  # gh sends only GH_ENTERPRISE_TOKEN to a host other than github.com
             entries.append({"name": "GH_ENTERPRISE_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
     return sorted(entries, key=lambda e: e["name"])
+
+
+def job_transfer_secret(job_name: str, job_uid: str, namespace: str, token: str) -> dict[str, Any]:
+    """The per-job Secret holding the Job's transfer token: owned by the Job (the garbage collector removes it
+    with the Job; retention sooner), immutable, labelled like the Job's Pod. The token is the uid's HMAC
+    (transfer/token.py), so a second create after a restart holds the same value and its 409 is harmless."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "immutable": True,
+        "metadata": {
+            "name": transfer_protocol.secret_name(job_uid),
+            "namespace": namespace,
+            "labels": {JOB_LABEL: job_label(job_name), **MANAGED_BY},
+            "ownerReferences": [_owner(job_name, job_uid)],
+        },
+        "stringData": {transfer_protocol.SECRET_KEY: token},
+    }
 
 
 def job_token_secret(job_name: str, job_uid: str, namespace: str, secret_name: str, token: str,

@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -32,6 +32,7 @@ from pidispatch.contract import (
 )
 from pidispatch.runner.checkout import CheckoutSpec
 from pidispatch.store.handoff import LINEAGE_REASONS
+from pidispatch.transfer import protocol as transfer_protocol
 
 
 class Env(StrEnum):
@@ -57,6 +58,12 @@ class Env(StrEnum):
     RETHREAD_PCT = ENV_RETHREAD_PCT  # pack a handoff at or above this context use (%); 0 = never
     RETHREAD = ENV_RETHREAD  # the gate's lineage reason when a letter and the ledger are staged to unpack
     WORKSPACE_LIMIT = ENV_WORKSPACE_LIMIT  # bytes the checked-out files may take (the emptyDir's sizeLimit)
+    # Staging by transfer (all four or none): this job's session URL, its token (by secretKeyRef), the CA file
+    # the operator's certificate is checked against, and the cap on either direction.
+    TRANSFER_URL = transfer_protocol.ENV_URL
+    TRANSFER_TOKEN = transfer_protocol.ENV_TOKEN
+    TRANSFER_CA_FILE = transfer_protocol.ENV_CA_FILE
+    TRANSFER_MAX_BYTES = transfer_protocol.ENV_MAX_BYTES
 
 
 class Exit(IntEnum):
@@ -106,6 +113,16 @@ class Previous:
 
 
 @dataclass(frozen=True)
+class Transfer:
+    """Where the runner fetches the staged copy from and hands the result back to (transfer/protocol.py)."""
+
+    url: str
+    token: str = field(repr=False)  # never in a log line or a traceback's locals
+    ca_file: str
+    max_bytes: int
+
+
+@dataclass(frozen=True)
 class RunnerConfig:
     """The parsed environment."""
 
@@ -122,6 +139,7 @@ class RunnerConfig:
     rethread_pct: int = 70
     unpack_reason: str | None = None  # set: a letter waits beside the empty session file (a lineage refusal)
     workspace_limit: int | None = None  # bytes a checkout may write (None: the Pod sets no limit)
+    transfer: Transfer | None = None  # set: the session directory is filled and handed back over HTTPS
 
 
 def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object") -> dict[str, Any] | None:
@@ -234,6 +252,30 @@ def _text(spec: Mapping[str, Any], name: str) -> str | None:
     return value if isinstance(value, str) and value.strip() else None
 
 
+def _transfer(env: Mapping[str, str], session_file: str | None) -> Transfer | None:
+    """The four transfer variables, all or none; the URL https only (TLS is never off)."""
+    names = (Env.TRANSFER_URL, Env.TRANSFER_TOKEN, Env.TRANSFER_CA_FILE, Env.TRANSFER_MAX_BYTES)
+    values = {name: _value(env, name) for name in names}
+    if all(value is None for value in values.values()):
+        return None
+    missing = [name.value for name, value in values.items() if value is None]
+    if missing:
+        raise ConfigError(f"staging by transfer needs {', '.join(n.value for n in names)}; {', '.join(missing)} "
+                          "not set: the operator sets all four in transfer mode")
+    url, token, ca_file = values[Env.TRANSFER_URL], values[Env.TRANSFER_TOKEN], values[Env.TRANSFER_CA_FILE]
+    assert url is not None and token is not None and ca_file is not None
+    if not url.startswith("https://"):
+        raise ConfigError(f"{Env.TRANSFER_URL.value}={url!r} is not valid: expected an https:// URL (TLS is never off)")
+    if not os.path.isabs(ca_file):
+        raise ConfigError(f"{Env.TRANSFER_CA_FILE.value}={ca_file!r} is not valid: expected an absolute path")
+    max_bytes = _number(env, Env.TRANSFER_MAX_BYTES, None)
+    assert max_bytes is not None
+    if session_file is None:
+        raise ConfigError(f"{Env.TRANSFER_URL.value} is set without {Env.SESSION_FILE.value}: a transferred "
+                          "session needs the file pi resumes")
+    return Transfer(url, token, ca_file, max_bytes)
+
+
 def load_config(env: Mapping[str, str]) -> RunnerConfig:
     """Parse the runner's environment; raise `ConfigError` (one line) on anything unusable.
 
@@ -289,4 +331,5 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
         termination_log=_value(env, Env.TERMINATION_LOG) or TERMINATION_LOG,
         agent_dir=_agent_dir(env),
         job_name=_value(env, Env.JOB_NAME),
+        transfer=_transfer(env, session_file),
     )

@@ -1,6 +1,8 @@
 """`pidispatch runner`: the thin shell that runs the contract's steps in order (ARCHITECTURE §5).
 
 1. parse the environment (`config`);                          configuration error → exit 2
+   in transfer mode, fetch the staged copy into the session directory (`transfer`):
+   refused by the operator → exit 2, unreachable after retries → exit 1;
 2. mount readiness, when `PI_SESSION_FILE` is set (`mount`);    → exit 2, pi never started
 3. the workspace exists (created when missing);                 → exit 2
 4. `pi --version` is the declared `PI_VERSION` (`version`);     → exit 2
@@ -9,8 +11,9 @@
 6. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
 7. run pi (`pi`);                                              pi's non-zero exit → exit 1
 8. measure context and this run's token use on the final file (a job without a session: on a scratch file
-   pi wrote instead of keeping the session in memory, removed once read), note the workspace's HEAD and what was
-   pushed, write the report (`report`).
+   pi wrote instead of keeping the session in memory, removed once read), note the workspace's HEAD and what
+   was pushed; in transfer mode, after a successful run, hand the session back (`transfer`): a failed
+   upload → exit 1 (the operator promotes nothing); write the report (`report`).
 
 Every path writes a report; the refusals of steps 1–4 write `{"outcome": "refused"}` (plus the pi
 version when it was read) and no `session`, so the operator's record falls back to the host's verdict.
@@ -43,8 +46,10 @@ from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
 from pidispatch.runner.report import Usage, measure_context, new_usage, priced_models
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
+from pidispatch.runner.transfer import TransferFailed, fetch_staged, hand_back
 from pidispatch.runner.version import VersionError, version_problem
 from pidispatch.store.redact import MAX_SECRETS, SecretDigest, digest_of
+from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
 
 MODELS_JSON = "models.json"
 MODELS_JSON_LIMIT = 4 * 1024 * 1024
@@ -62,7 +67,7 @@ def own_secrets(env: Mapping[str, str]) -> tuple[SecretDigest, ...]:
     """The digests of the job's own secrets (its forge token, its model keys), for the operator's scan before
     the promotion: lengths and SHA-256 only, never a value, and none of a value too short to be safe
     (``store/redact.py``)."""
-    names = [*FORGE_TOKEN_NAMES, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
+    names = [*FORGE_TOKEN_NAMES, TRANSFER_TOKEN, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
     found = (digest_of(env[name]) for name in dict.fromkeys(names) if name and env.get(name))
     return tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS]
 
@@ -269,6 +274,11 @@ def run(env: Mapping[str, str]) -> int:
     except ConfigError as error:
         return refuse(str(error), env.get(Env.TERMINATION_LOG.value) or TERMINATION_LOG, None)
     pienv = pi_env(env)
+    if config.transfer is not None and config.session_file is not None:
+        try:
+            fetch_staged(config.transfer, os.path.dirname(config.session_file))
+        except TransferFailed as error:
+            return transfer_refused(str(error), config.termination_log, final=error.final)
     try:
         version = prepare(config, pienv)
     except Refused as error:
@@ -287,6 +297,16 @@ def run(env: Mapping[str, str]) -> int:
         report = RunnerReport(session=RunnerSession(opened.resumed, opened.reason.value), pi_version=version,
                               outcome="failed")
         code = int(Exit.INFRASTRUCTURE)
+    if code == Exit.COMPLETED and config.transfer is not None and config.session_file is not None:
+        try:
+            hand_back(config.transfer, os.path.dirname(config.session_file))
+        except TransferFailed as error:
+            sys.stderr.write(f"pidispatch runner: {error}. The job fails and the operator promotes nothing: "
+                             "re-create the Job once the operator is reachable (or the session under its cap)\n")
+            sys.stderr.flush()
+            emit("transfer_failed", direction="upload", reason=str(error))
+            report = replace(report, outcome="failed")
+            code = int(Exit.INFRASTRUCTURE)
     deliver(report, config.termination_log)
     emit("exit", exitCode=code, **report.to_json())
     return code
@@ -302,6 +322,16 @@ def refuse_checkout(error: CheckoutError, termination_log: str, pi_version: str)
                          workspace=Workspace(failure=error.failure, detail=error.detail)), termination_log)
     # A commit that is gone or a refused token fails the same way again: configuration, not infrastructure.
     return int(Exit.INFRASTRUCTURE if error.failure == "failed" else Exit.CONFIGURATION)
+
+
+def transfer_refused(message: str, termination_log: str, *, final: bool) -> int:
+    """The staged copy did not arrive: pi never starts. Refused by the operator (a token or uid it does not
+    accept) → exit 2; unreachable after retries → exit 1 (``failed``)."""
+    sys.stderr.write(f"pidispatch runner: {message}; pi was not started\n")
+    sys.stderr.flush()
+    emit("transfer_failed", direction="fetch", reason=message)
+    deliver(RunnerReport(outcome="refused" if final else "failed"), termination_log)
+    return int(Exit.CONFIGURATION if final else Exit.INFRASTRUCTURE)
 
 
 def refuse(message: str, termination_log: str, pi_version: str | None) -> int:

@@ -17,6 +17,7 @@ from types import FrameType
 
 from pidispatch.runner.startpaths import UNTRUSTED_FLAGS
 from pidispatch.runner.version import VersionError, parse_version_output
+from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
 
 VERSION_TIMEOUT_S = 60.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -48,6 +49,8 @@ def pi_env(base: Mapping[str, str]) -> dict[str, str]:
     """The environment pi runs with: ours, offline (no version check or telemetry; pi-cli §1)."""
     env = dict(base)
     env["PI_OFFLINE"] = "1"
+    # The transfer token is the runner's, to hand the session back; pi and what it runs never need it.
+    env.pop(TRANSFER_TOKEN, None)
     return env
 
 

@@ -26,6 +26,7 @@ from pidispatch.settings.jobpod import (
 )
 from pidispatch.settings.readers import flag, integer, object_name, one_line, one_of, refuse_empty, text
 from pidispatch.settings.scheduling import SCHEDULING_VARIABLES, Scheduling, job_scheduling
+from pidispatch.settings.staging import STAGING_VARIABLES, Staging, staging_settings
 from pidispatch.settings.store import STORE_VARIABLES, Settings
 
 DEFAULT_STAGING_DIR = "/var/lib/pi-dispatch/jobs"
@@ -35,6 +36,7 @@ MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
 # (tests/test_settings_strict.py holds the lists to the names the code reads).
 OPERATOR_VARIABLES = (
     "PI_DISPATCH_NAMESPACE",
+    "PI_DISPATCH_NODE_NAME",
     "PI_DISPATCH_STAGING_DIR",
     "PI_DISPATCH_STAGING_CLAIM",
     "PI_DISPATCH_MAX_CONCURRENT_JOBS",
@@ -63,6 +65,7 @@ OPERATOR_VARIABLES = (
     "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST",
     "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT",
     *SCHEDULING_VARIABLES,
+    *STAGING_VARIABLES,
     *STORE_VARIABLES,
     *GITHUB_VARIABLES,
 )
@@ -125,6 +128,11 @@ class OperatorSettings:
     job_ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
     # Where job Pods run: the cluster's rules and the staging claim's co-location (settings/scheduling.py).
     job_scheduling: Scheduling = Scheduling()
+    # How job Pods get their staged copy: the claim's subPath (mount) or over HTTPS (transfer).
+    staging: Staging = Staging()
+    # The node the operator's Pod runs on (the downward API's spec.nodeName): under co-location, resumed job
+    # Pods must land there, and a Trigger whose rules exclude it is refused ahead (api/placement.py).
+    node_name: str | None = None
     github: GitHubSettings = GitHubSettings()
 
     @classmethod
@@ -181,6 +189,8 @@ class OperatorSettings:
             job_git_email=one_line(env, "PI_DISPATCH_JOB_GIT_EMAIL", DEFAULT_GIT_EMAIL),
             job_checkout=flag(env, "PI_DISPATCH_JOB_CHECKOUT", True),
             job_scheduling=job_scheduling(env),
+            staging=staging_settings(env),
+            node_name=text(env, "PI_DISPATCH_NODE_NAME"),
             metrics_port=integer(
                 env, "PI_DISPATCH_METRICS_PORT", "a TCP port, 0 to turn metrics off", default=9090, maximum=65535
             ),

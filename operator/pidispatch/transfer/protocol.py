@@ -28,6 +28,15 @@ ENV_TOKEN = "PI_TRANSFER_TOKEN"  # this job's credential (hex)
 ENV_CA_FILE = "PI_TRANSFER_CA_FILE"  # the CA that signed the server's certificate (a mounted ConfigMap/Secret key)
 ENV_MAX_BYTES = "PI_TRANSFER_MAX_BYTES"  # the cap on either direction's body, in bytes
 
+# Where the job Pod finds its credential and the CA: its own per-job Secret (made and owned by the operator,
+# read by secretKeyRef; ``jobPodPolicy`` allows a job Pod this name for its own Job's uid only), and the CA
+# ConfigMap mounted read-only.
+SECRET_PREFIX = "pi-job-transfer-"
+SECRET_KEY = "token"
+CA_DIR = "/etc/pi-dispatch/transfer"
+CA_KEY = "ca.crt"
+ENVS = (ENV_URL, ENV_TOKEN, ENV_CA_FILE, ENV_MAX_BYTES)
+
 # A Kubernetes uid as the apiserver makes them (RFC 4122, lower case). Checked before a uid touches a path.
 UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
@@ -39,6 +48,11 @@ MARKER = "uploaded.json"
 def is_uid(value: str) -> bool:
     """True when ``value`` has the shape of a Kubernetes object uid (and so is a single safe path segment)."""
     return UID.fullmatch(value) is not None
+
+
+def secret_name(uid: str) -> str:
+    """The per-job Secret holding ``uid``'s token: by uid, so a Job re-created under a name never finds an old one."""
+    return SECRET_PREFIX + uid
 
 
 def session_url(base: str, uid: str) -> str:
