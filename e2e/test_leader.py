@@ -118,6 +118,20 @@ def test_a_holder_that_cannot_renew_stops_leading_at_the_deadline(cluster: Any, 
     assert a.step() is False, "at 10 s it stops: 5 s before any standby may take over"
 
 
+def test_holds_says_no_at_the_renew_deadline_without_asking_the_apiserver(cluster: Any, namespace: str) -> None:
+    """The fence's guard: a holder woken from a pause must learn at once, before its elector runs again."""
+    clock = Clock()
+    a = replica(cluster, namespace, "op-a", clock)
+    assert a.holds() is False, "a replica that never led may not act"
+    assert a.step() is True and a.holds() is True
+    a.api = Api("https://127.0.0.1:1", retries=0, timeout=1)  # any call would fail: holds() makes none
+    clock.now += 9.9
+    assert a.holds() is True
+    clock.now += 0.1
+    assert a.holds() is False, "10 s after the last renewal: 5 s before a standby may take over, it stops"
+    assert a.leading is True, "the elector itself has not run again: only the fence knows"
+
+
 def test_run_starts_on_acquiring_and_releases_on_stop(cluster: Any, namespace: str) -> None:
     a = replica(cluster, namespace, "op-a")
     a.config = LeaseConfig(namespace=namespace, name=LEASE, identity="op-a", lease_seconds=3,

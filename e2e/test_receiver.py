@@ -260,6 +260,7 @@ CAN = [
     ("get triggers", ["get", f"triggers.{GROUP}"]),
     ("watch triggers", ["watch", f"triggers.{GROUP}"]),
     ("create jobs", ["create", f"jobs.{GROUP}"]),
+    ("annotate sessionkeys for retirement", ["patch", f"sessionkeys.{GROUP}"]),
 ]
 CANNOT = [
     ("get secrets", ["get", "secrets"]),
@@ -273,6 +274,9 @@ CANNOT = [
     ("create triggers", ["create", f"triggers.{GROUP}"]),
     ("patch triggers", ["patch", f"triggers.{GROUP}"]),
     ("list sessionkeys", ["list", f"sessionkeys.{GROUP}"]),
+    ("get sessionkeys", ["get", f"sessionkeys.{GROUP}"]),
+    ("patch sessionkeys status", ["patch", f"sessionkeys.{GROUP}", "--subresource=status"]),
+    ("delete sessionkeys", ["delete", f"sessionkeys.{GROUP}"]),
     ("create batch jobs", ["create", "jobs.batch"]),
     ("create events", ["create", "events"]),
     ("list configmaps", ["list", "configmaps"]),

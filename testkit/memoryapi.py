@@ -91,6 +91,10 @@ class MemoryApi:
             if wanted is not None and wanted != obj["metadata"]["resourceVersion"]:
                 raise ApiError(409, "PATCH", path, "the object has been modified")
             _merge(obj, {k: v for k, v in body.items() if k != "metadata"})
+            annotations = (body.get("metadata") or {}).get("annotations")
+            if annotations is not None and not path.endswith("/status"):  # a status patch changes no metadata
+                obj["metadata"]["annotations"] = obj["metadata"].get("annotations") or {}
+                _merge(obj["metadata"]["annotations"], annotations)
             obj["metadata"]["resourceVersion"] = str(next(self._rv))
             self.writes.append(("PATCH", path))
             return copy.deepcopy(obj)

@@ -59,6 +59,8 @@ class MemoryCluster:
         self.jobs: dict[str, dict[str, Any]] = {}
         self.down = False
         self.lists = 0
+        # SessionKeys that exist (by key) → the annotations the receiver set on them.
+        self.sessionkeys: dict[str, dict[str, str]] = {}
 
     async def triggers(self) -> list[dict[str, Any]]:
         if self.down:
@@ -74,6 +76,14 @@ class MemoryCluster:
         if name in self.jobs:
             return False
         self.jobs[name] = copy.deepcopy(body)
+        return True
+
+    async def retire(self, key: str, reason: str) -> bool:
+        if self.down:
+            raise ClusterUnavailable("cannot annotate SessionKey: 0 cannot reach the API server")
+        if key not in self.sessionkeys:
+            return False
+        self.sessionkeys[key]["pi-dispatch.dev/retire"] = reason
         return True
 
 

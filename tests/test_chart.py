@@ -611,13 +611,14 @@ def test_receiver_values_file_names_every_variable_it_sets(helm: Any) -> None:
     assert [name for name in sorted(names - {"PI_DISPATCH_NAMESPACE"}) if name not in text] == []
 
 
-def test_receiver_rbac_reads_triggers_and_creates_jobs_only(helm: Any) -> None:
+def test_receiver_rbac_reads_triggers_creates_jobs_and_annotates_sessionkeys_only(helm: Any) -> None:
     docs = render(helm, {**ALL_ON, **RECEIVER_ON})
     role = one(docs, "Role", RECEIVER)
     for rule in role["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"} and "*" not in str(rule), rule
+    # patch on sessionkeys: a closed pull request or issue annotates its key for retirement (no get, no status).
     assert _rules(role) == (_expand(["pi-dispatch.dev"], ["triggers"], ["get", "list", "watch"])
-                            | {("pi-dispatch.dev", "jobs", "create")})
+                            | {("pi-dispatch.dev", "jobs", "create"), ("pi-dispatch.dev", "sessionkeys", "patch")})
     binding = one(docs, "RoleBinding", RECEIVER)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": RECEIVER, "namespace": NAMESPACE}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": RECEIVER}

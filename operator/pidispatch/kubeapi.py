@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import quote, urlencode
 
@@ -67,6 +67,9 @@ class Api:
                  timeout: float = 30.0, pool: int = 32, verify: bool = True, namespace: str | None = None,
                  retries: int = 3) -> None:
         self.server = server.rstrip("/")
+        # Called with (method, path) before every request that is not a GET: the leader's fence
+        # (``pidispatch/fence.py``), which ends a process that may have lost the Lease before it writes.
+        self.write_guard: Callable[[str, str], None] | None = None
         # The namespace the configuration names (the Pod's own, or the kubeconfig context's), if any.
         self.namespace = namespace
         self._token = token
@@ -127,6 +130,8 @@ class Api:
 
     def request(self, method: str, path: str, body: Any = None, *, params: dict[str, Any] | None = None,
                 content_type: str = "application/json") -> Any:
+        if method != "GET" and self.write_guard is not None:
+            self.write_guard(method, path)
         url = self.server + path + (("?" + urlencode(params)) if params else "")
         headers = {"Accept": "application/json"}
         token = self._bearer()

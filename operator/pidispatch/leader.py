@@ -38,6 +38,16 @@ log = logging.getLogger("pidispatch.leader")
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
+def boottime() -> float:
+    """Seconds on a clock that keeps counting while the machine is suspended (``CLOCK_BOOTTIME``).
+
+    ``time.monotonic`` stops during a suspend: a frozen node that resumes would find its lease as fresh
+    as when it froze, though a standby may have led for minutes. Where there is no such clock, monotonic.
+    """
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(clock) if clock is not None else time.monotonic()
+
+
 def micro_time(now: datetime | None = None) -> str:
     """A ``MicroTime`` as the Lease's ``acquireTime`` and ``renewTime`` take it (RFC 3339, microseconds)."""
     return (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -67,7 +77,7 @@ class LeaderElector:
     ``wall`` stamps the times written into the Lease (for people and for ``kubectl get lease``).
     """
 
-    def __init__(self, api: Api, config: LeaseConfig, *, monotonic: Callable[[], float] = time.monotonic,
+    def __init__(self, api: Api, config: LeaseConfig, *, monotonic: Callable[[], float] = boottime,
                  wall: Callable[[], str] = micro_time) -> None:
         self.api = api
         self.config = config
@@ -79,6 +89,18 @@ class LeaderElector:
         self._seen_at = 0.0
         self._renewed_at: float | None = None  # the last successful write while leading
         self.leading = False
+
+    def holds(self) -> bool:
+        """True while this replica may act: it leads and its last renewal is younger than the renew deadline.
+
+        Judged by the clock alone, never by asking the apiserver: this is the fence (``pidispatch/fence.py``)
+        each write passes, and it must say no at once to a replica that wakes from a pause past its lease,
+        before its elector has run again. A standby waits a whole lease after our last renewal, so a yes
+        leaves ``lease - renew deadline`` seconds (5 by default) for the write it guards.
+        """
+        renewed = self._renewed_at
+        return self.leading and renewed is not None and \
+            self._monotonic() - renewed < self.config.renew_deadline_seconds
 
     # ---- one attempt ---------------------------------------------------------------------------------
 

@@ -35,6 +35,11 @@ class SessionReason(StrEnum):
     LOCKED = "locked"
     PROMOTE_FAILED = "promote-failed"
     DISABLED = "disabled"
+    # Not pi-dispatch's (docs/store-divergences.md): the operator's own refusals, decided from the SessionKey
+    # before the gates run. The key was retired (its pull request or issue closed), or its transcript is
+    # quarantined after resumed jobs failed in a row (``jobflow/lifecycle.py``).
+    RETIRED = "retired"
+    QUARANTINED = "quarantined"
 
 
 SESSION_REASONS: tuple[str, ...] = tuple(reason.value for reason in SessionReason)

@@ -224,6 +224,12 @@ app.kubernetes.io/component: operator
 - name: PI_SESSIONS_ALLOW_GH_SOURCE
   value: "1"
 {{- end }}
+- name: PI_DISPATCH_RETIRE
+  value: {{ $s.retire | default "delete" | quote }}
+{{- if not (kindIs "invalid" $s.quarantineAfter) }}
+- name: PI_DISPATCH_QUARANTINE_AFTER
+  value: {{ $s.quarantineAfter | int64 | quote }}
+{{- end }}
 {{- end }}
 {{- end }}
 

@@ -383,6 +383,27 @@ class RethreadedBy(_Model):
     reason: SessionReason = None
 
 
+class Retired(_Model):
+    """The key was retired (``jobflow/retire.py``): its pull request or issue closed, or a person asked."""
+
+    reason: Annotated[str, Field(max_length=64, description="pull-request-merged, pull-request-closed, "
+                                                            "issue-closed or requested.")]
+    at: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    archive: Annotated[str | None, Field(
+        max_length=128, json_schema_extra=NULLABLE,
+        description="The store root's entry the key directory was archived as (sessions.retire: archive).")] = None
+
+
+class FailedResumes(_Model):
+    """Resumed jobs in a row that ended Failed on this key (``jobflow/lifecycle.py``)."""
+
+    count: Annotated[int, Field(ge=0)]
+    jobs: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=10)] = []
+    quarantinedAt: Annotated[str | None, Field(
+        json_schema_extra={**DATE_TIME, **NULLABLE},
+        description="When the count reached sessions.quarantineAfter: the transcript is quarantined.")] = None
+
+
 class KeyUsage(_Model):
     """The jobs that ended on a key and their tokens, by how they started (``jobflow/cost.py``)."""
 
@@ -416,6 +437,12 @@ class SessionKeyStatus(_Model):
     rethreadedBy: Annotated[RethreadedBy | None, Field(
         json_schema_extra=NULLABLE, description="The job that started the stored conversation from a letter and "
                                                 "ledger, and the refusal it carried the work across.")] = None
+    retired: Annotated[Retired | None, Field(
+        json_schema_extra=NULLABLE, description="Set while the key is retired; the next delivery on the branch "
+                                                "starts cold (retired).")] = None
+    failedResumes: Annotated[FailedResumes | None, Field(
+        json_schema_extra=NULLABLE, description="Resumed jobs in a row that ended Failed; at "
+                                                "sessions.quarantineAfter the transcript is quarantined.")] = None
     usage: Annotated[KeyUsage | None, Field(
         description="Jobs ended on this key and the tokens of their own replies, by how they started: resumed, "
                     "rethreaded (from the letter and ledger) or cold. cost sums the priced jobs; unpriced counts "

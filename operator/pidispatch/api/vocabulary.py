@@ -76,3 +76,8 @@ COMMENT_MAX = 65536
 REPOSITORY_MAX = 200
 SENDER_MAX = 100
 DELIVERY_MAX = 100
+# The lifecycle's requests, as annotations on a SessionKey (jobflow/lifecycle.py): the receiver sets the first
+# when a pull request or issue closes (the value: one of RETIRE_REASONS), a person may set either by hand.
+RETIRE_ANNOTATION = "pi-dispatch.dev/retire"
+RELEASE_ANNOTATION = "pi-dispatch.dev/release-quarantine"
+RETIRE_REASONS = ("pull-request-merged", "pull-request-closed", "issue-closed")

@@ -11,6 +11,11 @@ Losing the Lease (no renewal within the renew deadline) ends the process: what t
 were doing cannot be stopped half-way in a consistent state, and the next leader's journal recovery is
 made for exactly that, the same as after a crash. A planned stop (SIGTERM) releases the Lease, so the
 standby takes over at once.
+
+A replica paused past its lease (SIGSTOP, a frozen node) learns that it lost the Lease only at its next
+renewal; until then its threads would go on where they stood. So while leading, the fence
+(``pidispatch/fence.py``) is installed: each write first asks :meth:`LeaderElector.holds`, and events are
+dropped as soon as it says no.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from pidispatch import fence
 from pidispatch.leader import LeaderElector
 
 log = logging.getLogger("pidispatch.operator")
@@ -28,8 +34,11 @@ class Leadership:
     """Runs ``elector`` in a thread: :meth:`start`'s ``on_started`` once the Lease is ours, ``on_lost`` if it
     is lost after that."""
 
-    def __init__(self, elector: LeaderElector, on_lost: Callable[[], None]) -> None:
+    def __init__(self, elector: LeaderElector, on_lost: Callable[[], None], *, fenced: bool = False) -> None:
+        """``fenced``: install the process-wide fence on taking the Lease (the operator; not a test that runs
+        several replicas in one process)."""
         self._elector = elector
+        self._fenced = fenced
         self._on_started: Callable[[], None] = lambda: None
         self._on_lost = on_lost
         self._leading = threading.Event()
@@ -38,8 +47,9 @@ class Leadership:
 
     @property
     def leading(self) -> bool:
-        """True once this replica holds the Lease and has started acting on it."""
-        return self._leading.is_set()
+        """True once this replica holds the Lease and has started acting on it, and only while its last
+        renewal is younger than the renew deadline (a replica woken from a pause drops events at once)."""
+        return self._leading.is_set() and self._elector.holds()
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._leading.wait(timeout)
@@ -54,6 +64,13 @@ class Leadership:
         self._thread.start()
 
     def _started(self) -> None:
+        # Started on a thread of its own: the dispatcher's start (journal recovery, a LIST of every Job) must
+        # not hold up the renewals, or a long one would outlast the renew deadline and trip the fence.
+        threading.Thread(target=self._start_acting, name="pidispatch-lead", daemon=True).start()
+
+    def _start_acting(self) -> None:
+        if self._fenced:
+            fence.install(self._elector.holds)
         self._on_started()
         self._leading.set()
         log.info("leading: lease %s/%s held by %s", self._elector.config.namespace, self._elector.config.name,

@@ -36,6 +36,11 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
         print(f"pidispatch: {exc}", file=sys.stderr)
         return 2
     api = Api.from_environment()
+    # Every write to the API server passes the fence first (a no-op until this replica leads): a replica
+    # woken from a pause past its lease stops before it creates a Pod the new leader created already.
+    from pidispatch import fence
+
+    api.write_guard = fence.write_guard
     namespace = settings.namespace or api.namespace_default()
     refusals = claims_being_deleted(settings, api, namespace)
     if refusals:
@@ -85,7 +90,7 @@ def leadership(settings: OperatorSettings, namespace: str) -> Leadership:
     # apiserver must not outlast the lease while a standby takes over.
     elector_api = Api.from_environment(timeout=config.retry_seconds, retries=0)
     elector = LeaderElector(elector_api, config)
-    return Leadership(elector, on_lost=lost)
+    return Leadership(elector, on_lost=lost, fenced=True)
 
 
 def claims_being_deleted(settings: OperatorSettings, api: Api, namespace: str) -> list[Check]:

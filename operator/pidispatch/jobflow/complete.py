@@ -17,11 +17,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch import failpoints, metrics
+from pidispatch import failpoints, fence, metrics
 from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.events import emit
-from pidispatch.jobflow import cost, sessionkey
+from pidispatch.jobflow import cost, lifecycle, quarantine, sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import (
     deadline_exceeded,
@@ -145,8 +145,10 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         began = time.perf_counter()
         # The Job's own secrets by digest: the App token the operator minted (host record) and what the runner
         # reported (the agent controls the Pod, so a report may leave some out; the formats are scanned anyway).
+        # Fenced: a replica woken from a pause past its lease stops before the promotion's next write.
         promotion = promote_once(settings.store, jd, host, report.context, job=job,
-                                 secrets=host.secrets + report.secrets, seams=failpoints.FailpointSeams(job))
+                                 secrets=host.secrets + report.secrets,
+                                 seams=fence.Fenced(failpoints.FailpointSeams(job)))
         metrics.PROMOTION_SECONDS.observe(time.perf_counter() - began)
         metrics.PROMOTIONS.labels(result_label(promotion)).inc()
     forgotten = (promotion is not None and promotion.forgotten) or (host is not None and jd.forgotten())
@@ -257,8 +259,11 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
                                          done.report.workspace if promoted_at is not None else None)
         if promoted_at is not None and not host.resume:  # a resumed job keeps the lineage it continued
             last["rethreadedBy"] = rethread_fact(name, host, done)
+        if promoted_at is not None:
+            last.update(lifecycle.promoted_facts())
         try:
             sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
+            quarantine.count(settings, cluster, host.key, name, resumed=host.resume, ended=done.ended)
             sessionkey.update(settings, cluster, host.key, last,
                               ended=cost.JobUsage(name, start, done.report.tokens or None))
         except Exception as exc:  # the SessionKey is a view of the store: the refresh timer mends it

@@ -28,7 +28,7 @@ from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import complete as completion
-from pidispatch.jobflow import sessionkey, timers
+from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey, timers
 from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
@@ -94,7 +94,7 @@ class Dispatcher:
         release_interrupted(self.store, self.s.staging_dir)
         self._triggers_as_listed()
         for body in self.api.list(self.cluster.crd("sessionkeys")):
-            if (body.get("metadata") or {}).get("deletionTimestamp"):
+            if (body.get("metadata") or {}).get("deletionTimestamp") or lifecycle.asks(body):
                 guarded(self.on_sessionkey, "MODIFIED", body)
         jobs = sorted(self.cluster.jobs(), key=arrival)
         self.table.note_preexisting({job.uid for job in jobs if job.phase not in TERMINAL_PHASES})
@@ -160,6 +160,10 @@ class Dispatcher:
         sk = SessionKeyView.of(body)
         if event_type != "DELETED" and sk.meta.deletion and sessionkey.FINALIZER in sk.meta.finalizers:
             sessionkey.finalize(self.s, self.cluster, sk)
+        elif event_type != "DELETED" and lifecycle.asks(body):
+            # A retire or release annotation (the receiver's, or a person's): acted on, then the status redone.
+            if retire.retire(self.s, self.cluster, sk) | quarantine.release(self.cluster, sk):
+                sessionkey.update(self.s, self.cluster, sk.name, None)
 
     def on_trigger(self, body: dict[str, Any]) -> None:
         self.triggers.on_trigger(TriggerView.of(body))

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from pidispatch import fence
+
 log = logging.getLogger("pidispatch.operator")
 
 Wait = Callable[[], bool]  # blocks until the loop's next turn; True when the loop is to stop instead
@@ -66,4 +68,5 @@ class Loops:
         while not self.stopping.is_set():
             if wait():
                 return
+            fence.check(f"a turn of {threading.current_thread().name}")  # a leader woken past its lease stops
             guarded(turn)

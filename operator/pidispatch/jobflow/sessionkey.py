@@ -16,7 +16,7 @@ from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.models import JobSession
 from pidispatch.api.views import SessionKeyView
 from pidispatch.contract import MANAGED_BY
-from pidispatch.jobflow import cost
+from pidispatch.jobflow import cost, lifecycle
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.cost import JobUsage
 from pidispatch.kubeapi import ApiError
@@ -83,6 +83,8 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     judged = facts.get("judgedWith") or {}
     view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
     status = sessionkey_status(view, old.get("conditions"), facts, current.meta.generation)
+    # Retired or quarantined (as stored, or as the last job just ended it): say so.
+    status = lifecycle.overlay(status, {**old, **(last or {})}, key, current.meta.generation)
     # A null inside an object is a deletion in a merge patch: the stored status never holds one.
     if {k: old.get(k) for k in status} == {k: without_nulls(v) for k, v in status.items()}:
         return

@@ -23,11 +23,12 @@ log = logging.getLogger("pidispatch.operator")
 
 
 def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: TriggerRun, job: str, *,
-                  secrets: tuple[SecretDigest, ...] = ()) -> HostRecord:
+                  secrets: tuple[SecretDigest, ...] = (), held: str | None = None) -> HostRecord:
     """Stage ``ref``'s session for the Job and return its host record (written, not yet synced).
 
     ``secrets``: digests of the job's own secrets the operator knows (the App token it minted), kept for
-    the scan before the promotion."""
+    the scan before the promotion. ``held``: the SessionKey refuses the resume before any gate (a retired
+    key, a quarantined transcript: ``lifecycle.held_reason``), so 0 bytes are staged with that reason."""
     record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
                         pi_version=run.piVersion, model=run.model, secrets=secrets)
     # A job gets its copy by the claim's subPath, or over HTTPS in transfer mode (no claim in its Pod).
@@ -35,7 +36,7 @@ def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: Trig
     if not reachable:
         log.error("PI_DISPATCH_STAGING_CLAIM is unset: job %s runs without its session", job)
     began = time.perf_counter()
-    record = stage(settings.store, jd, record, mount=reachable)
+    record = stage(settings.store, jd, record, mount=reachable, held=held)
     if record.mounted:
         metrics.GATE_SECONDS.observe(time.perf_counter() - began)
         metrics.RESOLUTIONS.labels(record.reason).inc()

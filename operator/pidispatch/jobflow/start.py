@@ -46,7 +46,7 @@ from pidispatch.forge.credentials import SecretRef, job_credential
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.forge.head import Head, NoHead
 from pidispatch.jobflow import checkout as checkout_step
-from pidispatch.jobflow import sessionkey
+from pidispatch.jobflow import lifecycle, sessionkey
 from pidispatch.jobflow.admit import refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.forks import fork_refusal, is_fork
@@ -189,8 +189,10 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         emit("pr_head_unresolved", job=name, reason=no_head.value)
     host = None
     if ref is not None:
+        known = cluster.sessionkey(ref.key)  # a retired key, a quarantined transcript: cold before any gate
         host = stage_session(settings, jd, ref, trigger_spec.run, name,
-                             secrets=(token.digest,) if token is not None and token.digest is not None else ())
+                             secrets=(token.digest,) if token is not None and token.digest is not None else (),
+                             held=lifecycle.held_reason(known.stored_status if known is not None else None))
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:

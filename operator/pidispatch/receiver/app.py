@@ -19,6 +19,9 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 8. the body (JSON, or form-encoded ``payload=<JSON>``) of that event's shape else 400
 9. the action one a Trigger can match, the sender not a bot or one of the jobs' own logins
    commenting                                                          else 202 ``{"ignored": ...}``
+9b. ``pull_request.closed`` or ``issues.closed``: no Job; when a resume-armed Trigger serves the repository,
+    the key's SessionKey is annotated ``pi-dispatch.dev/retire`` → 202 ``{"retired": <key>, "reason"}``
+    (no SessionKey, a fork's pull request: 202 ``{"ignored": ...}``)
 10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
     the API server unavailable → 503 (a redelivery completes the set: names are deterministic). Names
     come from the Trigger and the body's SHA-256, so a replay of a body under a new delivery id is a
@@ -270,6 +273,8 @@ class Receiver:
             return self._reject(request, started, 400, Result.MALFORMED, f"not a {event_name} payload: {exc}")
         if isinstance(event, core.Ignored):
             return self._ignore(request, started, event.why)
+        if isinstance(event, core.Closed):
+            return await self._retire(request, started, event)
         ignored = core.sender_problem(event, self.ignore_logins)
         if ignored is not None:
             return self._ignore(request, started, ignored.why)
@@ -307,6 +312,21 @@ class Receiver:
         result = Result.CREATED if created else Result.DUPLICATE
         return self._answer(request, started, 202, result, {"jobs": created, "duplicates": duplicates},
                             jobs=created, duplicates=duplicates)
+
+    async def _retire(self, request: web.Request, started: float, close: core.Closed) -> web.Response:
+        """A closed pull request or issue: no Job; the key's SessionKey is annotated for the operator to retire.
+        No SessionKey (no conversation was ever kept on that branch) is nothing to do."""
+        try:
+            ignored = core.retirement_problem(await self.cluster.triggers(), close)
+            if ignored is not None:
+                return self._ignore(request, started, ignored.why)
+            asked = await self.cluster.retire(close.key, close.reason)
+        except ClusterUnavailable as exc:
+            return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
+        if not asked:
+            return self._ignore(request, started, "no conversation is stored for this branch", key=close.key)
+        return self._answer(request, started, 202, Result.RETIRED, {"retired": close.key, "reason": close.reason},
+                            key=close.key, reason=close.reason)
 
     # -- probes ----------------------------------------------------------------------------------------
     async def healthz(self, request: web.Request) -> web.Response:

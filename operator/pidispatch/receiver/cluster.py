@@ -1,4 +1,5 @@
-"""The receiver's two API calls: list the namespace's Triggers, create a Job. Nothing else.
+"""The receiver's three API calls: list the namespace's Triggers, create a Job, annotate a SessionKey for
+retirement (a merge patch of one annotation: the receiver reads no SessionKey). Nothing else.
 
 The JSON client (:mod:`pidispatch.kubeapi`) is synchronous; calls run in a worker thread with a
 deadline, so a slow API server costs a 503 (GitHub lets you redeliver) rather than a hung delivery; a Job
@@ -11,7 +12,7 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from pidispatch.api.vocabulary import GROUP, VERSION
+from pidispatch.api.vocabulary import GROUP, RETIRE_ANNOTATION, VERSION
 from pidispatch.kubeapi import Api, ApiError
 
 # GitHub gives a delivery 10 s; leave room to answer.
@@ -67,6 +68,10 @@ class Cluster(Protocol):
         :class:`JobRefused` when the API server refuses it for good, :class:`ClusterUnavailable` otherwise."""
         ...
 
+    async def retire(self, key: str, reason: str) -> bool:
+        """Annotate SessionKey ``key`` for the operator to retire; ``False`` when there is none."""
+        ...
+
 
 class ApiCluster:
     """:class:`Cluster` on the real API server, as the receiver's ServiceAccount."""
@@ -107,4 +112,14 @@ class ApiCluster:
                 raise _refusal(body["metadata"]["name"], exc.status, exc.body) from None
             raise ClusterUnavailable(f"cannot create Job {body['metadata']['name']}: {exc.status} "
                                      f"{exc.message}") from None
+        return True
+
+    async def retire(self, key: str, reason: str) -> bool:
+        patch = {"metadata": {"annotations": {RETIRE_ANNOTATION: reason}}}
+        try:
+            await self._call(self._api.patch, f"{self._base}/sessionkeys/{key}", patch)
+        except ApiError as exc:
+            if exc.status == 404:
+                return False
+            raise ClusterUnavailable(f"cannot annotate SessionKey {key}: {exc.status} {exc.message}") from None
         return True

@@ -4,6 +4,10 @@ No I/O here. The shell (``app``) calls, in this order: :func:`event_problem` on 
 header, :func:`payload_of` on the verified body (JSON, or GitHub's form encoding), :func:`parse_delivery`
 on the payload, :func:`sender_problem`, :func:`plan_jobs` with the namespace's Triggers.
 
+A closed pull request or issue (``pull_request.closed``, ``issues.closed``) starts no Job: :func:`closed`
+names the key it retires, :func:`retirement_problem` checks a resume-armed Trigger serves the repository, and
+the shell annotates that SessionKey (``pi-dispatch.dev/retire``) for the operator to retire.
+
 Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 
 * ``event`` equals ``<X-GitHub-Event>.<action>`` (cron Triggers never match a delivery);
@@ -60,6 +64,7 @@ from pidispatch.api.vocabulary import (
     SENDER_MAX,
     VERSION,
 )
+from pidispatch.contract.keys import issue_branch, key_from_parts
 from pidispatch.receiver.mention import mentions
 
 ISSUES_LABELED = "issues.labeled"
@@ -75,6 +80,8 @@ ACTIONS = {
     "pull_request_review_comment": "created",
 }
 TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
+# X-GitHub-Event → the action that ends a conversation: the key it names is retired (:func:`retirement`).
+CLOSING = {"issues": "closed", "pull_request": "closed"}
 
 
 _FULL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
@@ -121,7 +128,7 @@ def event_problem(event: str | None) -> Ignored | None:
     """``Ignored`` when ``X-GitHub-Event`` names an event no Trigger can match (``ping`` among them)."""
     if not event:
         return Ignored("no X-GitHub-Event header")
-    if event not in ACTIONS:
+    if event not in ACTIONS and event not in CLOSING:
         return Ignored(f"event {event[:64]!r} is not one a Trigger can match")
     return None
 
@@ -212,18 +219,22 @@ def _fork(pull_request: dict[str, Any]) -> bool:
     return _full_name(head_repo, "pull_request.head.repo.").casefold() != base_name.casefold()
 
 
-def parse_delivery(event: str, payload: Any) -> Event | Ignored:
+def parse_delivery(event: str, payload: Any) -> Event | Closed | Ignored:
     """The facts of a verified payload of ``event`` (already known to :data:`ACTIONS`).
 
-    Returns ``Ignored`` for an action no Trigger can match; raises :class:`Malformed` when a field the
+    Returns ``Closed`` for a closed pull request or issue (:func:`closed`), ``Ignored`` for an action no
+    Trigger can match; raises :class:`Malformed` when a field the
     event always carries is missing or of the wrong type.
     """
     if not isinstance(payload, dict):
         raise Malformed("the payload is not a JSON object")
     action = payload.get("action")
-    if action != ACTIONS[event]:
+    if event in CLOSING and action == CLOSING[event]:
+        return closed(event, payload)
+    if action != ACTIONS.get(event):
         shown = action[:64] if isinstance(action, str) else action
-        return Ignored(f"{event} action {shown!r} is not one a Trigger can match (only {ACTIONS[event]!r})")
+        wanted = " or ".join(repr(a) for a in (ACTIONS.get(event), CLOSING.get(event)) if a)
+        return Ignored(f"{event} action {shown!r} is not one a Trigger can match (only {wanted})")
     trigger_event = f"{event}.{action}"
     repository = _full_name(_object(payload, "repository", ""), "repository.")
     sender_obj = _object(payload, "sender", "")
@@ -260,6 +271,61 @@ def _association(writing: dict[str, Any]) -> str | None:
     """The comment's or review's ``author_association``; anything but a short string reads as none."""
     value = writing.get("author_association")
     return value if isinstance(value, str) and 0 < len(value) <= 32 else None
+
+
+# -- retirement ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Closed:
+    """A pull request closed (merged or not) or an issue closed: the conversation on ``branch`` of ``repository``
+    is over. ``reason``: one of ``api.vocabulary.RETIRE_REASONS``."""
+
+    repository: str
+    branch: str
+    reason: str
+
+    @property
+    def key(self) -> str:
+        """The SessionKey's name (spec §1: the same key the operator's jobs on that branch use)."""
+        return key_from_parts(["github", self.repository, self.branch])
+
+
+def closed(event: str, payload: dict[str, Any]) -> Closed | Ignored:
+    """The retirement a verified ``issues.closed`` or ``pull_request.closed`` payload asks for.
+
+    A pull request retires its head branch's key only when its head repository is the base repository, exactly
+    as the key is made (``store.keys.pull_request_key``, case-sensitive): a fork's head ref is a name its owner
+    chose, and ``main`` in a fork must not retire ``main`` of the base repository. A fork's pull request never
+    had a key to retire, so nothing is lost. A deleted head repository is a fork.
+    """
+    repository = _full_name(_object(payload, "repository", ""), "repository.")
+    if event == "issues":
+        number = _number(_object(payload, "issue", ""), "number", "issue.")
+        return Closed(repository, issue_branch(number), "issue-closed")
+    pull_request = _object(payload, "pull_request", "")
+    head = _object(pull_request, "head", "pull_request.")
+    ref = _string(head, "ref", "pull_request.head.")
+    head_repo = head.get("repo")
+    if not isinstance(head_repo, dict) or _full_name(head_repo, "pull_request.head.repo.") != repository:
+        return Ignored("a pull request from another repository (a fork) retires no key")
+    assert ref is not None
+    if not ref or len(ref) > 255:
+        raise Malformed("pull_request.head.ref is empty or longer than 255")
+    merged = pull_request.get("merged") is True
+    return Closed(repository, ref, "pull-request-merged" if merged else "pull-request-closed")
+
+
+def retirement_problem(triggers: list[dict[str, Any]], close: Closed) -> Ignored | None:
+    """Why no key is retired for ``close``, or ``None``: only a Trigger that arms ``resume`` and serves the
+    repository (``on.repository`` unset or the same) keeps conversations to retire."""
+    for trigger in triggers:
+        if (trigger.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        spec = trigger.get("spec") or {}
+        wanted = (spec.get("on") or {}).get("repository")
+        if ((spec.get("run") or {}).get("resume") is True
+                and (not wanted or str(wanted).casefold() == close.repository.casefold())):
+            return None
+    return Ignored("no Trigger that arms resume serves this repository: there is no conversation to retire")
 
 
 # -- matching ------------------------------------------------------------------------------------------------

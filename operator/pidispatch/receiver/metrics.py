@@ -19,6 +19,7 @@ class Result(StrEnum):
     FAILED = "failed"  # the API server could not be asked or refused (503; a redelivery completes it)
     REFUSED = "refused"  # a Job the API server refuses for good, or would (422; no redelivery creates it)
     BUSY = "busy"  # every body-read permit taken (503 with Retry-After; a redelivery completes it)
+    RETIRED = "retired"  # a closed pull request or issue: its key's SessionKey annotated for retirement
 
 
 class ReceiverMetrics:

@@ -30,6 +30,7 @@ from pidispatch.settings.staging import STAGING_VARIABLES, Staging, staging_sett
 from pidispatch.settings.store import STORE_VARIABLES, Settings
 
 DEFAULT_STAGING_DIR = "/var/lib/pi-dispatch/jobs"
+RETIRE_MODES = ("delete", "archive")  # store.retire.RetireMode's values (settings read no store module)
 MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
 
 # Every variable the operator reads, named once: an empty value of any of them is refused
@@ -64,6 +65,8 @@ OPERATOR_VARIABLES = (
     "PI_DISPATCH_JOB_WORKSPACE_SIZE_LIMIT",
     "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST",
     "PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT",
+    "PI_DISPATCH_RETIRE",
+    "PI_DISPATCH_QUARANTINE_AFTER",
     *SCHEDULING_VARIABLES,
     *STAGING_VARIABLES,
     *STORE_VARIABLES,
@@ -134,6 +137,12 @@ class OperatorSettings:
     # Pods must land there, and a Trigger whose rules exclude it is refused ahead (api/placement.py).
     node_name: str | None = None
     github: GitHubSettings = GitHubSettings()
+    # A retired key's directory (its pull request or issue closed): deleted, or archived beside the keys
+    # (store/retire.py). The chart's sessions.retire.
+    retire: str = "delete"
+    # This many resumed jobs in a row that end Failed quarantine the key's transcript (jobflow/lifecycle.py);
+    # 0: never. The chart's sessions.quarantineAfter.
+    quarantine_after: int = 3
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorSettings:
@@ -208,4 +217,9 @@ class OperatorSettings:
                 default=3600, minimum=10, maximum=604800,
             ),
             github=GitHubSettings.from_env(env, store.github_auth_source),
+            retire=one_of(env, "PI_DISPATCH_RETIRE", RETIRE_MODES, "delete or archive (unset: delete)") or "delete",
+            quarantine_after=integer(
+                env, "PI_DISPATCH_QUARANTINE_AFTER", "a whole number of failed resumed jobs from 0 (never) to 100",
+                default=3, maximum=100,
+            ),
         )

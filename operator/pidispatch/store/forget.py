@@ -33,17 +33,7 @@ def forget_key(settings: Settings, staging_root: str, key: str) -> int:
     if settings.sessions_dir is None or not is_key(key):
         return 0
     with keyguard.exclusive(key):
-        marked = 0
-        for uid in staged_uids(staging_root):
-            jd = JobDir(staging_root, uid)
-            host = jd.read_host()
-            if host is None or host.key != key:
-                continue
-            try:
-                jd.write(FORGOTTEN, {"key": key})
-            except FileNotFoundError:
-                continue  # the Job ended and its staging went meanwhile
-            marked += 1
+        marked = mark_jobs_in_flight(staging_root, key)
         path = os.path.join(settings.sessions_dir, key)
         st = fsio.lstat_or_none(path)
         if fsio.is_real_dir(st):
@@ -52,3 +42,20 @@ def forget_key(settings: Settings, staging_root: str, key: str) -> int:
             os.unlink(path)
         emit("session_forgotten", key=key, jobsInFlight=marked)
         return marked
+
+
+def mark_jobs_in_flight(staging_root: str, key: str) -> int:
+    """Mark every Job staged on ``key`` (``forgotten.json``): none of them may promote. The caller holds the
+    key's guard exclusively (:func:`forget_key`, ``store/retire.py``). Returns the number marked."""
+    marked = 0
+    for uid in staged_uids(staging_root):
+        jd = JobDir(staging_root, uid)
+        host = jd.read_host()
+        if host is None or host.key != key:
+            continue
+        try:
+            jd.write(FORGOTTEN, {"key": key})
+        except FileNotFoundError:
+            continue  # the Job ended and its staging went meanwhile
+        marked += 1
+    return marked

@@ -76,14 +76,16 @@ def promote_once(
     The copy is durable before the journal names it, so no path promotes an unscanned transcript, and the
     count of hits is journaled with it (``PromotionResult.redacted``).
 
-    Seams (for the kill tests): ``scanned`` once the scanned copy is durable, ``journaled`` once the intent
-    is durable, the store's own promotion steps, then ``promoted`` before the result is journaled. Never
-    raises for a store fault (those are ``promote-failed``); a journal that cannot be written raises, and
-    the caller retries later.
+    Seams (for the kill tests, and the fence of ``pidispatch/fence.py``): ``begin`` before anything is
+    written (a recovery, the scan, the journal), ``scanned`` once the scanned copy is durable, ``journaled``
+    once the intent is durable, the store's own promotion steps, then ``promoted`` before the result is
+    journaled. Never raises for a store fault (those are ``promote-failed``); a journal that cannot be
+    written raises, and the caller retries later.
     """
     done = jd.read(PROMOTION)
     if done and done.get("state") == "done":
         return _result(done)
+    seams.at("begin")  # before anything is written (the fence of a replica that may have lost the Lease)
     with keyguard.shared(host.key):
         if jd.forgotten():
             # The key was forgotten while the Job ran (kubectl delete sessionkey): promoting now would
@@ -238,9 +240,10 @@ def release_interrupted(settings: Settings, staging_root: str) -> int:
     promotion on the key as ``locked`` and lose those transcripts. Only a lock proven to be the
     attempt's own (the inode of its journaled candidate) is removed, with the attempt's temp. This
     relies on one operator process acting at a time (the Lease of ``leader.py``: it runs only when this
-    replica has taken it): a journal that says ``started`` is then a dead or deposed process's. Not fenced:
-    a leader paused past its lease (a frozen node) that wakes mid-promotion would find its lock gone; it
-    exits at its next failed renewal, but the step it was in completes first.
+    replica has taken it): a journal that says ``started`` is then a dead or deposed process's. A deposed
+    one that is only paused (a frozen node) and wakes mid-promotion does not go on without its lock: the
+    fence (``pidispatch/fence.py``) stops it before its next step's write, since its lease deadline passed
+    before this replica could take the Lease.
     """
     released = 0
     if settings.sessions_dir is None:

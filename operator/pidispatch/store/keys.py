@@ -6,22 +6,15 @@ always 32 characters of ``[0-9a-f]``, so it is a safe single directory name.
 
 from __future__ import annotations
 
-import hashlib
 import re
-from collections.abc import Sequence
+
+from pidispatch.contract.keys import issue_branch, key_from_parts
+
+__all__ = ["FORGE_KINDS", "KEY_PATTERN", "branch_key", "is_key", "issue_branch", "issue_key", "key_from_parts",
+           "pull_request_key"]
 
 FORGE_KINDS = ("github", "gitlab", "forgejo", "azure")
 KEY_PATTERN = re.compile(r"[0-9a-f]{32}")
-
-
-def key_from_parts(parts: Sequence[str]) -> str:
-    """Hash the parts; the NUL separator keeps ``a/b␀c`` and ``a␀b/c`` apart."""
-    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]
-
-
-def issue_branch(number: int) -> str:
-    """The branch an issue job is told to push to, and so the branch its key is named after."""
-    return f"pi/issue-{number}"
 
 
 def issue_key(kind: str, repo: str, number: object) -> str | None:

@@ -74,6 +74,22 @@ def resolve(
     return Resolution(verdict, key, stage_dir, delivery)
 
 
+def hold(settings: Settings, key: str | None, stage_dir: str, reason: str) -> Resolution | None:
+    """Stage 0 bytes for ``key`` without judging it: the caller refused the resume already (``reason``: the
+    key is retired or its transcript quarantined). The stored transcript is not read. ``None`` as
+    :func:`resolve` (no store, no key, a fault)."""
+    if settings.sessions_dir is None or key is None:
+        return None
+    try:
+        os.close(_create_staged_file(stage_dir))
+    except Exception as exc:  # the store never fails a job
+        emit("session_store_failed", phase="resolve", reason=f"{type(exc).__name__}: {exc}")
+        shutil.rmtree(stage_dir, ignore_errors=True)
+        return None
+    emit("session_resolved", key=key, resume=False, reason=reason)
+    return Resolution(HostVerdict(False, reason, None), key, stage_dir, make_delivery(VENUE, None, None))
+
+
 def _resolve(
     settings: Settings, key: str, stage_dir: str, delivery: Delivery, clock: float, seams: Seams
 ) -> HostVerdict:

@@ -31,7 +31,7 @@ from pidispatch.record import HostVerdict
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, handoff, handoffdir, keyguard
 from pidispatch.store.redact import SecretDigest, as_json, parse_digests
-from pidispatch.store.resolve import resolve
+from pidispatch.store.resolve import hold, resolve
 from pidispatch.store.seams import NO_SEAMS, Seams
 
 SESSION = "session"
@@ -212,19 +212,22 @@ def _make_dir(path: str) -> bool:
 
 
 def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = True,
-          clock: float | None = None, seams: Seams = NO_SEAMS) -> HostRecord:
+          clock: float | None = None, seams: Seams = NO_SEAMS, held: str | None = None) -> HostRecord:
     """Judge the record's key, stage the Job's copy and write its host record; return the record as written.
 
     With ``mount`` false (no staging claim to mount it from), nothing is judged and the record says
     so. Under the key's guard (shared; a forget holds it exclusive): a key is either forgotten before
     this stage (which then sees no transcript) or after it (and then finds this Job's record and marks it).
     The record goes to the page cache only: the caller syncs it once the Pod exists (``JobDir.sync``).
+    ``held``: the caller refused the resume already (a retired or quarantined key): 0 bytes are staged with
+    that reason, and neither the transcript nor the letter is read.
     """
     fresh = jd.prepare()
     with keyguard.shared(record.key):
         if mount:
-            resolution = resolve(settings, record.key, jd.session, venue=record.venue,
-                                 pi_version=record.pi_version, model=record.model, clock=clock, seams=seams)
+            resolution = hold(settings, record.key, jd.session, held) if held is not None else resolve(
+                settings, record.key, jd.session, venue=record.venue, pi_version=record.pi_version,
+                model=record.model, clock=clock, seams=seams)
             if resolution is not None:
                 verdict = resolution.verdict
                 record = replace(record, mounted=True, resume=verdict.resume, reason=verdict.reason,

@@ -1,0 +1,149 @@
+"""A key's lifecycle on the real apiserver (issue 34 items 1-2): retirement and quarantine.
+
+* A merged pull request retires its key: the receiver (in this process, on the real apiserver with the admin
+  credentials; its Role is held to ``patch`` on sessionkeys by e2e/test_receiver.py) annotates the SessionKey,
+  the operator archives the key directory (``sessions.retire: archive``), the SessionKey says ``Retired``,
+  and the next delivery on the branch starts cold with the reason ``retired``.
+* Three resumed jobs in a row that fail quarantine the transcript: ``Resumable`` is False and says why, the
+  fourth delivery starts cold (``quarantined``) and leaves the transcript alone; ``kubectl annotate`` releases
+  it, and the fifth resumes it again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.cluster import Cluster
+from e2e.kube import Kube
+from e2e.release import Release, base_values, installed, merge
+from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION
+from pidispatch.kubeapi import Api
+from pidispatch.receiver.cluster import ApiCluster
+from pidispatch.store.keys import branch_key, issue_key
+from testkit.receiver import Running
+from testkit.wait import wait_until
+
+pytestmark = pytest.mark.e2e
+
+REPO = "acme/widgets"
+BRANCH = "feature/lifecycle"
+PR = 41
+HEAD = {"headRef": BRANCH, "headRepository": REPO}
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
+    values = merge(base_values(), {"sessions": {"enabled": True, "retire": "archive", "quarantineAfter": 3}})
+    with installed(cluster, kube, "lifecycle", values) as r:
+        yield r
+
+
+@pytest.fixture
+def receiver(cluster: Cluster, release: Release) -> Iterator[Running]:
+    admin = Api(cluster.server, ca_file=str(cluster.ca_file), cert_file=str(cluster.pki / "admin.crt"),
+                key_file=str(cluster.pki / "admin.key"))
+    running = Running(ApiCluster(admin, release.ns, cache_seconds=0))  # type: ignore[arg-type]
+    yield running
+    running.stop()
+
+
+def session(job: dict[str, Any]) -> tuple[bool, str]:
+    s = job["status"]["session"]
+    return s["resumed"], s["reason"]
+
+
+def merged_pr(receiver: Running) -> Any:
+    head = {"ref": BRANCH, "repo": {"full_name": REPO}}
+    return receiver.hooks.event("pull_request", "closed", number=PR, pull_request={
+        "number": PR, "merged": True, "head": head, "base": {"ref": "main", "repo": {"full_name": REPO}}})
+
+
+def test_a_merged_pull_request_retires_its_key_and_the_next_delivery_starts_cold(release: Release,
+                                                                                receiver: Running) -> None:
+    r = release
+    key = branch_key("github", REPO, BRANCH)
+    assert key is not None
+    first = r.run("pr-first", pullRequest=PR, resolved=HEAD)
+    assert first["status"]["phase"] == "Succeeded", json.dumps(first["status"])
+    second = r.run("pr-second", pullRequest=PR, resolved=HEAD)
+    assert session(second) == (True, "resumed")
+    stored = (r.key_dir(key) / "current.jsonl").read_bytes()
+
+    sent = receiver.hooks.send(merged_pr(receiver))
+    assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-merged"}), sent.json
+
+    def retired() -> dict[str, Any] | None:
+        sk = r.sessionkey(key)
+        condition = r.condition(sk, "Retired")
+        return sk if condition is not None and condition["status"] == "True" else None
+
+    sk = wait_until(f"SessionKey {key} Retired", retired, timeout=60)
+    assert r.condition(sk, "Retired")["reason"] == "PullRequestMerged"
+    assert RETIRE_ANNOTATION not in (sk["metadata"].get("annotations") or {}), "the request is removed once done"
+    resumable = r.condition(sk, "Resumable")
+    assert (resumable["status"], resumable["reason"]) == ("False", "Retired"), resumable
+    assert not r.key_dir(key).exists()
+    archive = sk["status"]["retired"]["archive"]
+    assert archive.startswith(f".retired-{key}-")
+    assert (r.store / archive / "current.jsonl").read_bytes() == stored, "the archive is the key directory, whole"
+
+    after = r.run("pr-after", pullRequest=PR, resolved=HEAD)
+    assert after["status"]["phase"] == "Succeeded"
+    assert session(after) == (False, "retired"), json.dumps(after["status"]["session"])
+
+    def in_use() -> dict[str, Any] | None:
+        sk = r.sessionkey(key)
+        condition = r.condition(sk, "Retired")
+        return sk if condition is not None and condition["status"] == "False" else None
+
+    sk = wait_until(f"SessionKey {key} in use again", in_use, timeout=60)
+    assert "retired" not in sk["status"] and r.key_dir(key).is_dir()
+    again = r.run("pr-again", pullRequest=PR, resolved=HEAD)
+    assert session(again) == (True, "resumed"), "the new conversation resumes as any other"
+
+
+def test_three_failed_resumes_quarantine_and_a_person_releases(release: Release) -> None:
+    r = release
+    issue = 801
+    key = issue_key("github", REPO, issue)
+    assert key is not None
+    assert r.run("q-seed", issue=issue)["status"]["phase"] == "Succeeded"
+    poisoned = r.digest(key)
+    failed = []
+    for i in range(1, 4):
+        job = r.run(f"q-fail-{i}", issue=issue, comment="@pi exit=1")
+        assert job["status"]["phase"] == "Failed" and session(job)[0] is True, json.dumps(job["status"])
+        failed.append(job["metadata"]["name"])
+
+    def quarantined() -> dict[str, Any] | None:
+        sk = r.sessionkey(key)
+        condition = r.condition(sk, "Resumable")
+        return sk if condition is not None and condition["reason"] == "Quarantined" else None
+
+    sk = wait_until(f"SessionKey {key} quarantined", quarantined, timeout=60)
+    message = r.condition(sk, "Resumable")["message"]
+    assert r.condition(sk, "Resumable")["status"] == "False"
+    assert "3 resumed jobs in a row ended Failed" in message and ", ".join(failed) in message, message
+    assert sk["status"]["failedResumes"]["count"] == 3 and sk["status"]["next"] == "quarantined"
+
+    fourth = r.run("q-fourth", issue=issue, comment="@pi exit=1")
+    assert session(fourth) == (False, "quarantined"), json.dumps(fourth["status"]["session"])
+    assert r.digest(key) == poisoned, "the quarantined transcript is kept for a person to judge"
+
+    r.kube.patch(r.path("sessionkeys", key), {"metadata": {"annotations": {RELEASE_ANNOTATION: "true"}}})
+
+    def released() -> dict[str, Any] | None:
+        sk = r.sessionkey(key)
+        condition = r.condition(sk, "Resumable")
+        return sk if condition is not None and condition["status"] == "True" else None
+
+    sk = wait_until(f"SessionKey {key} released", released, timeout=60)
+    assert "failedResumes" not in sk["status"]
+    assert RELEASE_ANNOTATION not in (sk["metadata"].get("annotations") or {})
+    fifth = r.run("q-fifth", issue=issue)
+    assert fifth["status"]["phase"] == "Succeeded"
+    assert session(fifth) == (True, "resumed"), "released: the transcript resumes again"

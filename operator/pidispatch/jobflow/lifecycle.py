@@ -1,0 +1,142 @@
+"""A key's lifecycle between deliveries, as pure rules: retirement and the quarantine of a poisoned transcript.
+
+Both live in the SessionKey's status, never in the store (whose format a pi-dispatch host shares):
+
+* ``status.retired`` (``retire.py`` writes it): the key's pull request or issue closed, or a person asked
+  (the ``pi-dispatch.dev/retire`` annotation). Its directory is gone (deleted or archived); the next
+  delivery on the branch starts cold with the reason ``retired``, and a promotion of that new
+  conversation ends the retirement.
+* ``status.failedResumes`` (``quarantine.py`` writes it): the resumed jobs in a row that ended ``Failed``.
+  At the chart's ``sessions.quarantineAfter`` of them the transcript is quarantined: every delivery
+  starts cold with the reason ``quarantined`` until a person releases it (the
+  ``pi-dispatch.dev/release-quarantine`` annotation) or a job on the key succeeds and its new
+  conversation replaces the poisoned one. A resumed job that succeeds resets the count.
+
+``Resumable`` says either, and why (:func:`overlay`); ``Retired`` is a condition of its own once a key
+was ever retired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pidispatch.api.conditions import get_condition, reason_to_camel, set_condition
+from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_REASONS
+from pidispatch.record import SessionReason
+
+# Why a key was retired: what the receiver writes into the retire annotation (RETIRE_REASONS). Anything else
+# (a person's own value) reads as ``requested``.
+REQUESTED = "requested"
+# How many of the failed jobs' names the status keeps (the last ones).
+JOBS_KEPT = 10
+# A job that ended this way had pi read its staged transcript: its failure may be the transcript's doing. A
+# checkout that failed, or a Pod that never started, never ran pi: they say nothing of the transcript.
+TRANSCRIPT_FAILURES = frozenset({"PodFailed", "DeadlineExceeded", "OOMKilled"})
+
+
+def annotations_of(body: Mapping[str, Any]) -> dict[str, str]:
+    """The object's annotations (an object without any: empty)."""
+    found = (body.get("metadata") or {}).get("annotations") or {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
+
+
+def asks(body: Mapping[str, Any]) -> bool:
+    """Does a SessionKey's body carry a request for the operator (retire, release)?"""
+    found = annotations_of(body)
+    return RETIRE_ANNOTATION in found or RELEASE_ANNOTATION in found
+
+
+def retire_reason(value: str) -> str:
+    """The reason a retire annotation's value names: one of :data:`RETIRE_REASONS`, else ``requested``."""
+    return value if value in RETIRE_REASONS else REQUESTED
+
+
+def counts_against(resumed: bool, outcome: str, condition_reason: str) -> bool:
+    """Does this job's end count towards quarantining the transcript it resumed?"""
+    return resumed and outcome == "Failed" and condition_reason in TRANSCRIPT_FAILURES
+
+
+def after_job(state: Mapping[str, Any] | None, job: str, *, resumed: bool, outcome: str, condition_reason: str,
+              promoted: bool, threshold: int, now: str) -> dict[str, Any] | None:
+    """The key's ``failedResumes`` after ``job`` ended (``None``: no failure counted).
+
+    A resumed job that failed adds one (and at ``threshold`` in a row the transcript is quarantined, stamped
+    ``quarantinedAt``); a promotion (a resumed job that succeeded, or a cold one whose new conversation
+    replaced the transcript) resets it; anything else leaves it. ``threshold`` 0: nothing is counted.
+    """
+    current = dict(state) if state else None
+    if promoted or threshold <= 0:
+        return None
+    if not counts_against(resumed, outcome, condition_reason) or job in ((current or {}).get("jobs") or []):
+        return current  # a job counted already (its end written again after a kill) is not counted twice
+    count = int((current or {}).get("count") or 0) + 1
+    jobs = [*((current or {}).get("jobs") or []), job][-JOBS_KEPT:]
+    since = (current or {}).get("quarantinedAt")
+    if since is None and count >= threshold:
+        since = now
+    return {"count": count, "jobs": jobs, "quarantinedAt": since}
+
+
+def promoted_facts() -> dict[str, Any]:
+    """What a promotion on a key tells its SessionKey (merged into the last job's facts, so it costs no write
+    of its own): the failure count starts again, and a retirement ends (a new conversation on the branch)."""
+    return {"failedResumes": None, "retired": None}
+
+
+def is_quarantined(status: Mapping[str, Any]) -> bool:
+    failed = status.get("failedResumes") or {}
+    return bool(failed.get("quarantinedAt"))
+
+
+def is_retired(status: Mapping[str, Any]) -> bool:
+    return bool(status.get("retired"))
+
+
+def held_reason(status: Mapping[str, Any] | None) -> str | None:
+    """The cold start the SessionKey's status imposes on the next delivery (before any gate), or ``None``."""
+    if not status:
+        return None
+    if is_retired(status):
+        return SessionReason.RETIRED.value
+    if is_quarantined(status):
+        return SessionReason.QUARANTINED.value
+    return None
+
+
+def quarantine_message(name: str, failed: Mapping[str, Any]) -> str:
+    jobs = ", ".join(failed.get("jobs") or []) or "none recorded"
+    return (f"{failed.get('count')} resumed jobs in a row ended Failed (the last: {jobs}); the transcript is "
+            f"quarantined since {failed.get('quarantinedAt')} and every delivery starts cold. If the failures were "
+            f"not the transcript's doing, release it: kubectl annotate sessionkey {name} "
+            f"{RELEASE_ANNOTATION}=true. To drop it: kubectl delete sessionkey {name}. A job that succeeds on the "
+            "key replaces it with its new conversation and ends the quarantine.")
+
+
+def retired_message(retired: Mapping[str, Any]) -> str:
+    kept = (f" Its directory was archived as {retired['archive']} in the store's root."
+            if retired.get("archive") else " Its directory was deleted.")
+    return (f"The key was retired ({retired.get('reason')}) at {retired.get('at')}.{kept} The next delivery on "
+            "this branch starts a fresh conversation, and once that one is promoted the key is in use again.")
+
+
+def overlay(status: dict[str, Any], stored: Mapping[str, Any], name: str,
+            generation: int | None = None) -> dict[str, Any]:
+    """``status`` (the store's judgement, ``sessionkey.sessionkey_status``) with the lifecycle on top: a retired
+    or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a ``Retired``
+    condition. ``stored``: the status as stored, which holds ``retired`` and ``failedResumes``."""
+    conditions = status.get("conditions")
+    retired = stored.get("retired")
+    if retired or get_condition(conditions, "Retired") is not None:
+        conditions = set_condition(
+            conditions, "Retired", bool(retired),
+            reason_to_camel(str(retired.get("reason") or REQUESTED)) if retired else "InUse",
+            retired_message(retired) if retired else
+            "A new conversation was promoted on this branch after the key was retired.", generation)
+    held = held_reason(stored)
+    if held is not None:
+        message = retired_message(retired or {}) if held == SessionReason.RETIRED else quarantine_message(
+            name, stored.get("failedResumes") or {})
+        conditions = set_condition(conditions, "Resumable", False, reason_to_camel(held), message, generation)
+        status = {**status, "next": held}
+    return {**status, "conditions": conditions}

@@ -1,0 +1,334 @@
+"""A key's lifecycle (issue 34 items 1-2): retirement and quarantine, as rules, on a real store, at the receiver."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pidispatch.api.views import SessionKeyView
+from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.sessionkey import sessionkey_status
+from pidispatch.jobflow.summarize import Ended
+from pidispatch.receiver import delivery as core
+from pidispatch.settings import ConfigError, OperatorSettings
+from pidispatch.store.inspect import inspect_key
+from pidispatch.store.keys import branch_key, issue_key
+from pidispatch.store.resolve import resolve
+from pidispatch.store.retire import ARCHIVE_PREFIX, RetireMode, retire_key
+from pidispatch.store.staging import HostRecord, JobDir, stage
+from testkit.memoryapi import NS
+from testkit.receiver import MemoryCluster, Running, trigger
+from testkit.store import KEY, MODEL, PI, Store, sample
+from tests.test_sessionkey_refresh import SESSIONKEYS, CountingApi
+
+NOW = "2026-12-04T18:00:00Z"
+OLD = sample("s1_after_turn1.jsonl")
+
+
+# -- the count ------------------------------------------------------------------------------------------------
+def after(state: dict[str, Any] | None, job: str = "j4", *, resumed: bool = True, outcome: str = "Failed",
+          reason: str = "PodFailed", promoted: bool = False, threshold: int = 3) -> dict[str, Any] | None:
+    return lifecycle.after_job(state, job, resumed=resumed, outcome=outcome, condition_reason=reason,
+                               promoted=promoted, threshold=threshold, now=NOW)
+
+
+TWO = {"count": 2, "jobs": ["j1", "j2"], "quarantinedAt": None}
+THREE = {"count": 3, "jobs": ["j1", "j2", "j3"], "quarantinedAt": NOW}
+COUNTS = [
+    ("a first failed resume counts one", None, {}, {"count": 1, "jobs": ["j4"], "quarantinedAt": None}),
+    ("the third in a row quarantines", TWO, {"job": "j3"}, THREE),
+    ("a fourth keeps the first quarantine stamp", {**THREE, "quarantinedAt": "2026-12-01T00:00:00Z"}, {},
+     {"count": 4, "jobs": ["j1", "j2", "j3", "j4"], "quarantinedAt": "2026-12-01T00:00:00Z"}),
+    ("a resumed job that succeeds resets the count", TWO, {"outcome": "Succeeded", "reason": "PodSucceeded",
+                                                           "promoted": True}, None),
+    ("a cold job that promotes replaces the quarantined transcript", THREE,
+     {"resumed": False, "outcome": "Succeeded", "reason": "PodSucceeded", "promoted": True}, None),
+    ("a cold job that fails leaves the count", TWO, {"resumed": False}, TWO),
+    ("a checkout that failed never ran pi: not counted", TWO, {"reason": "CheckoutFailed"}, TWO),
+    ("a Pod that never started: not counted", TWO, {"reason": "PodNeverStarted"}, TWO),
+    ("a deadline is counted (a huge context can cause it)", None, {"reason": "DeadlineExceeded"},
+     {"count": 1, "jobs": ["j4"], "quarantinedAt": None}),
+    ("a job counted already is not counted again (its end rewritten after a kill)", TWO, {"job": "j2"}, TWO),
+    ("threshold 0 never counts", TWO, {"threshold": 0}, None),
+    ("threshold 1 quarantines at once", None, {"threshold": 1}, {"count": 1, "jobs": ["j4"], "quarantinedAt": NOW}),
+]
+
+
+@pytest.mark.parametrize(("state", "change", "expected"), [c[1:] for c in COUNTS], ids=[c[0] for c in COUNTS])
+def test_failed_resumes_are_counted_in_a_row(state: dict[str, Any] | None, change: dict[str, Any],
+                                             expected: dict[str, Any] | None) -> None:
+    assert after(state, **change) == expected
+
+
+def test_the_count_keeps_the_last_job_names_only() -> None:
+    state = {"count": 12, "jobs": [f"j{i}" for i in range(10)], "quarantinedAt": NOW}
+    assert after(state, "j99")["jobs"] == [*(f"j{i}" for i in range(1, 10)), "j99"]
+
+
+# -- what the next delivery is told ------------------------------------------------------------------------
+HELD = [
+    ("nothing stored", None, None),
+    ("a plain key", {"bytes": 10}, None),
+    ("counted, not yet quarantined", {"failedResumes": TWO}, None),
+    ("quarantined", {"failedResumes": THREE}, "quarantined"),
+    ("retired", {"retired": {"reason": "pull-request-merged", "at": NOW}}, "retired"),
+    ("retired wins over quarantined", {"retired": {"reason": "issue-closed", "at": NOW}, "failedResumes": THREE},
+     "retired"),
+]
+
+
+@pytest.mark.parametrize(("status", "held"), [h[1:] for h in HELD], ids=[h[0] for h in HELD])
+def test_the_sessionkey_holds_the_next_delivery_cold(status: dict[str, Any] | None, held: str | None) -> None:
+    assert lifecycle.held_reason(status) == held
+
+
+def resumable(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Resumable")
+
+
+def test_a_quarantined_key_is_not_resumable_and_says_why_and_how_to_release(store: Store) -> None:
+    store.put(OLD)
+    judged = sessionkey_status(inspect_key(store.settings, KEY, pi_version=PI, model=MODEL), None)
+    assert resumable(judged)["status"] == "True"
+    status = lifecycle.overlay(judged, {"failedResumes": THREE}, KEY)
+    condition = resumable(status)
+    assert (condition["status"], condition["reason"], status["next"]) == ("False", "Quarantined", "quarantined")
+    assert "3 resumed jobs in a row ended Failed" in condition["message"]
+    assert "j1, j2, j3" in condition["message"]
+    assert f"kubectl annotate sessionkey {KEY} pi-dispatch.dev/release-quarantine=true" in condition["message"]
+    assert not any(c["type"] == "Retired" for c in status["conditions"]), "never retired: no Retired condition"
+
+
+def test_a_retired_key_says_retired_with_its_reason_until_a_new_conversation(store: Store) -> None:
+    judged = sessionkey_status(inspect_key(store.settings, KEY), None)
+    retired = {"reason": "pull-request-merged", "at": NOW, "archive": f"{ARCHIVE_PREFIX}{KEY}-1"}
+    status = lifecycle.overlay(judged, {"retired": retired}, KEY)
+    condition = next(c for c in status["conditions"] if c["type"] == "Retired")
+    assert (condition["status"], condition["reason"]) == ("True", "PullRequestMerged")
+    assert retired["archive"] in condition["message"]
+    assert (resumable(status)["reason"], status["next"]) == ("Retired", "retired")
+    # A new conversation promoted: the stored status has no ``retired`` any more; the condition is judged again.
+    rejudged = sessionkey_status(inspect_key(store.settings, KEY), status["conditions"])
+    reopened = lifecycle.overlay(rejudged, {"conditions": status["conditions"]}, KEY)
+    again = next(c for c in reopened["conditions"] if c["type"] == "Retired")
+    assert (again["status"], again["reason"]) == ("False", "InUse")
+
+
+def test_annotations_ask_the_operator() -> None:
+    assert lifecycle.asks({"metadata": {"annotations": {"pi-dispatch.dev/retire": "issue-closed"}}})
+    assert lifecycle.asks({"metadata": {"annotations": {"pi-dispatch.dev/release-quarantine": "yes"}}})
+    assert not lifecycle.asks({"metadata": {"annotations": {"other": "x"}}})
+    assert not lifecycle.asks({"metadata": {}})
+    assert lifecycle.retire_reason("pull-request-closed") == "pull-request-closed"
+    assert lifecycle.retire_reason("because I said so") == "requested"
+
+
+# -- the store ------------------------------------------------------------------------------------------------
+def record() -> HostRecord:
+    return HostRecord(key=KEY, forge="github", repository="acme/widgets", branch="pi/issue-7", venue="kubernetes",
+                      pi_version=PI, model=MODEL)
+
+
+def staged(store: Store, uid: str, held: str | None = None) -> tuple[JobDir, HostRecord]:
+    store.stage_root.mkdir(parents=True, exist_ok=True)
+    jd = JobDir(str(store.stage_root), uid)
+    return jd, stage(store.settings, jd, record(), held=held)
+
+
+def test_retiring_deletes_the_key_and_marks_the_jobs_in_flight(store: Store) -> None:
+    store.put(OLD)
+    running, host = staged(store, "job-in-flight")
+    assert host.resume
+    assert retire_key(store.settings, str(store.stage_root), KEY, RetireMode.DELETE) is None
+    assert not store.key_dir().exists() and running.forgotten()
+    assert os.listdir(store.root) == []
+
+
+def test_archiving_keeps_the_key_directory_whole_outside_any_key_name(store: Store) -> None:
+    store.put(OLD)
+    before = {p.name: p.read_bytes() for p in store.key_dir().iterdir()}
+    archived = retire_key(store.settings, str(store.stage_root), KEY, RetireMode.ARCHIVE, clock_ms=1234.5)
+    assert archived == f"{ARCHIVE_PREFIX}{KEY}-1234"
+    assert not store.key_dir().exists()
+    assert {p.name: p.read_bytes() for p in (store.root / archived).iterdir()} == before
+    # No resolution reaches it: the key starts cold, and the archive is readable as a key directory if moved back.
+    assert resolve(store.settings, KEY, str(store.stage())).verdict.reason == "absent"
+    os.rename(store.root / archived, store.key_dir())
+    assert resolve(store.settings, KEY, str(store.stage()), pi_version=PI, model=MODEL).verdict.resume
+
+
+def test_retiring_removes_a_link_at_the_key_without_following_it(store: Store, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / "current.jsonl").write_bytes(OLD)
+    store.root.mkdir(parents=True, exist_ok=True)
+    os.symlink(target, store.key_dir())
+    assert retire_key(store.settings, str(store.stage_root), KEY, RetireMode.ARCHIVE) is None
+    assert not os.path.lexists(store.key_dir())
+    assert (target / "current.jsonl").read_bytes() == OLD, "the link's target is never touched"
+
+
+def test_retiring_twice_finds_nothing(store: Store) -> None:
+    store.put(OLD)
+    retire_key(store.settings, str(store.stage_root), KEY, RetireMode.ARCHIVE, clock_ms=1)
+    assert retire_key(store.settings, str(store.stage_root), KEY, RetireMode.ARCHIVE, clock_ms=2) is None
+    assert len(os.listdir(store.root)) == 1
+
+
+@pytest.mark.parametrize("reason", ["quarantined", "retired"])
+def test_a_held_key_stages_0_bytes_with_the_reason_and_leaves_the_transcript(store: Store, reason: str) -> None:
+    store.put(OLD)
+    jd, host = staged(store, "job-held", held=reason)
+    assert (host.mounted, host.resume, host.reason) == (True, False, reason)
+    assert Path(jd.session, "current.jsonl").read_bytes() == b""
+    assert (store.key_dir() / "current.jsonl").read_bytes() == OLD
+    _, free = staged(store, "job-free")
+    assert free.resume, "without the hold the same key resumes"
+
+
+# -- settings -------------------------------------------------------------------------------------------------
+def test_the_chart_values_reach_the_operator_settings() -> None:
+    settings = OperatorSettings.from_env({})
+    assert (settings.retire, settings.quarantine_after) == ("delete", 3)
+    settings = OperatorSettings.from_env({"PI_DISPATCH_RETIRE": "archive", "PI_DISPATCH_QUARANTINE_AFTER": "0"})
+    assert (settings.retire, settings.quarantine_after) == ("archive", 0)
+    for name, value in (("PI_DISPATCH_RETIRE", "keep"), ("PI_DISPATCH_QUARANTINE_AFTER", "-1"),
+                        ("PI_DISPATCH_QUARANTINE_AFTER", "three")):
+        with pytest.raises(ConfigError, match=name):
+            OperatorSettings.from_env({name: value})
+
+
+# -- the receiver ---------------------------------------------------------------------------------------------
+RESUMING = trigger("fix", "issue_comment.created", phrase="@pi", run={"model": "fake/fake-model", "resume": True})
+NOT_RESUMING = trigger("fix", "issue_comment.created", phrase="@pi")
+REPO = "acme/widgets"
+
+
+def closed_pr(hooks: Any, head_ref: str, head_repo: str | None, merged: bool) -> Any:
+    head = {"ref": head_ref, "repo": {"full_name": head_repo} if head_repo else None}
+    return hooks.event("pull_request", "closed", number=5, pull_request={
+        "number": 5, "merged": merged, "head": head, "base": {"ref": "main", "repo": {"full_name": REPO}}})
+
+
+@pytest.fixture
+def retiring() -> Any:
+    cluster = MemoryCluster([RESUMING])
+    running = Running(cluster)
+    yield running, cluster
+    running.stop()
+
+
+@pytest.mark.parametrize(("merged", "reason"), [(True, "pull-request-merged"), (False, "pull-request-closed")],
+                         ids=["merged", "closed unmerged"])
+def test_a_closed_pull_request_annotates_its_head_branch_key(retiring: Any, merged: bool, reason: str) -> None:
+    receiver, cluster = retiring
+    key = branch_key("github", REPO, "feature/x")
+    cluster.sessionkeys[key] = {}
+    sent = receiver.hooks.send(closed_pr(receiver.hooks, "feature/x", REPO, merged))
+    assert (sent.status, sent.json) == (202, {"retired": key, "reason": reason})
+    assert cluster.sessionkeys[key] == {"pi-dispatch.dev/retire": reason} and cluster.jobs == {}
+    assert receiver.counts()["retired"] == 1
+
+
+def test_a_closed_issue_annotates_its_issue_branch_key(retiring: Any) -> None:
+    receiver, cluster = retiring
+    key = issue_key("github", REPO, 9)
+    cluster.sessionkeys[key] = {}
+    sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": 9}))
+    assert (sent.status, sent.json) == (202, {"retired": key, "reason": "issue-closed"})
+    assert cluster.sessionkeys[key] == {"pi-dispatch.dev/retire": "issue-closed"}
+
+
+def test_a_forks_closed_pull_request_retires_nothing(retiring: Any) -> None:
+    """A fork's head named main must not retire main of the base repository."""
+    receiver, cluster = retiring
+    key = branch_key("github", REPO, "main")
+    cluster.sessionkeys[key] = {}
+    for head_repo in ("mallory/widgets", None):
+        sent = receiver.hooks.send(closed_pr(receiver.hooks, "main", head_repo, True))
+        assert sent.status == 202 and "fork" in sent.json["ignored"]
+    assert cluster.sessionkeys[key] == {}
+
+
+def test_without_a_resume_trigger_or_a_sessionkey_nothing_is_retired() -> None:
+    cluster = MemoryCluster([NOT_RESUMING])
+    receiver = Running(cluster)
+    try:
+        key = issue_key("github", REPO, 9)
+        cluster.sessionkeys[key] = {}
+        sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": 9}))
+        assert sent.status == 202 and "arms resume" in sent.json["ignored"]
+        cluster.trigger_objects = [RESUMING]
+        sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": 10}))
+        assert sent.status == 202 and sent.json["ignored"] == "no conversation is stored for this branch"
+        assert cluster.sessionkeys[key] == {}
+    finally:
+        receiver.stop()
+
+
+def test_the_receiver_names_the_key_the_store_does() -> None:
+    close = core.Closed(REPO, "pi/issue-3", "issue-closed")
+    assert close.key == issue_key("github", REPO, 3) == branch_key("github", REPO, "pi/issue-3")
+
+
+# -- the operator's writes on a SessionKey (MemoryApi, a real store) ------------------------------------------
+@pytest.fixture
+def keyed(store: Store, tmp_path: Path) -> Any:
+    api = CountingApi()
+    store.put(OLD)
+    api.create(SESSIONKEYS, {"metadata": {"name": KEY}, "spec": {"forge": "github", "repository": REPO,
+                                                                  "branch": "pi/issue-7"}})
+    settings = OperatorSettings(store=store.settings, staging_dir=str(tmp_path / "staging"), retire="archive")
+    return settings, Cluster(api, NS, clock=lambda: NOW), api, f"{SESSIONKEYS}/{KEY}"  # type: ignore[arg-type]
+
+
+def failed_end(reason: str = "PodFailed") -> Any:
+    return Ended("Failed", None, None, reason, "failed")
+
+
+def test_failed_resumes_counted_by_two_writers_at_once_lose_none(keyed: Any) -> None:
+    settings, cluster, api, path = keyed
+    # Another job's count lands between this one's read and its write: the write is refused (409), read again.
+    api.before_patch = lambda _: quarantine.count(settings, cluster, KEY, "j1", resumed=True, ended=failed_end())
+    quarantine.count(settings, cluster, KEY, "j2", resumed=True, ended=failed_end())
+    assert api.get(path)["status"]["failedResumes"] == {"count": 2, "jobs": ["j1", "j2"]}
+    quarantine.count(settings, cluster, KEY, "j3", resumed=True, ended=failed_end())
+    sessionkey.update(settings, cluster, KEY, None)
+    status = api.get(path)["status"]
+    assert status["failedResumes"]["quarantinedAt"] == NOW and status["next"] == "quarantined"
+    calls = dict(api.calls)
+    quarantine.count(settings, cluster, KEY, "j4", resumed=False, ended=failed_end())
+    assert api.calls == calls, "a job that did not resume costs no read and no write"
+
+
+def test_a_release_annotation_clears_the_count_and_goes(keyed: Any) -> None:
+    settings, cluster, api, path = keyed
+    for job in ("j1", "j2", "j3"):
+        quarantine.count(settings, cluster, KEY, job, resumed=True, ended=failed_end())
+    api.patch(path, {"metadata": {"annotations": {lifecycle.RELEASE_ANNOTATION: "true"}}})
+    assert quarantine.release(cluster, SessionKeyView.of(api.get(path)))
+    body = api.get(path)
+    assert "failedResumes" not in body["status"] and lifecycle.RELEASE_ANNOTATION not in body["metadata"]["annotations"]
+
+
+def test_a_retire_annotation_archives_and_a_promotion_ends_the_retirement(keyed: Any, store: Store) -> None:
+    settings, cluster, api, path = keyed
+    api.patch(path, {"metadata": {"annotations": {lifecycle.RETIRE_ANNOTATION: "issue-closed"}}})
+    seen = SessionKeyView.of(api.get(path))
+    assert retire.retire(settings, cluster, seen)
+    assert not retire.retire(settings, cluster, SessionKeyView.of(api.get(path))), "the annotation is gone"
+    assert retire.retire(settings, cluster, seen), "the same request seen again (a stale watch event)"
+    sessionkey.update(settings, cluster, KEY, None)
+    status = api.get(path)["status"]
+    assert status["retired"]["reason"] == "issue-closed"
+    assert status["retired"]["archive"] == os.listdir(store.root)[0], "the second look kept the first's archive"
+    assert (status["next"], resumable(status)["reason"]) == ("retired", "Retired")
+    store.put(OLD)  # a new conversation promoted on the branch
+    sessionkey.update(settings, cluster, KEY, {"lastJob": "j9", **lifecycle.promoted_facts()})
+    status = api.get(path)["status"]
+    assert "retired" not in status and status["next"] == "resumed"
+    assert next(c for c in status["conditions"] if c["type"] == "Retired")["status"] == "False"
