@@ -131,6 +131,8 @@ def test_a_trigger_naming_a_secret_the_policy_does_not_list_fails_its_job_pod_re
     r.trigger("unlisted", resume=False, secrets=["not-listed"])
     job = r.run("unlisted-1", trigger="unlisted", issue=806)
     assert job["status"]["phase"] == "Failed", json.dumps(job["status"])
-    done = r.condition(job, "Completed")
-    assert done is not None and done["reason"] == "PodRefused", done
-    assert "jobPodPolicy.credentialSecrets" in done["message"], done["message"]
+    started = r.condition(job, "Started")
+    assert started is not None and started["reason"] == "PodRefused", started
+    assert "ValidatingAdmissionPolicy" in started["message"] and "mounts only emptyDirs" in started["message"], (
+        started["message"])
+    assert r.pods_of("unlisted-1") == []
