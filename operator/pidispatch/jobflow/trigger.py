@@ -14,6 +14,7 @@ from typing import Any
 
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
+from pidispatch.api.trigger import refusal_reason
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
@@ -30,7 +31,7 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
     problem = trigger.refusal or placement
     armed = trigger.armed
     store = settings.sessions_dir is not None
-    reason = "Loaded" if problem is None else "ResumeConflict" if trigger.refusal else PLACEMENT_CONFLICT
+    reason = "Loaded" if problem is None else refusal_reason(trigger.refusal) if trigger.refusal else PLACEMENT_CONFLICT
     conditions = set_condition(conditions, "Ready", problem is None, reason,
                                "The Trigger can run jobs." if problem is None else problem, generation)
     if armed and problem is None:
