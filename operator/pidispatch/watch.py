@@ -65,7 +65,7 @@ class ListWatch:
     def stop(self, timeout: float = 5.0) -> None:
         """Deliver nothing more. An open watch ends at its next chunk (a bookmark, at worst about a minute)."""
         self.stopping.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
+        if timeout > 0 and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
     def run(self) -> None:

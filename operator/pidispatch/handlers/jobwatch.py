@@ -50,8 +50,12 @@ class JobWatch:
         self.watch.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop watching; the workers finish the event in hand and drop the rest."""
-        self.watch.stop(timeout)
+        """Stop watching; the workers finish the event in hand and drop the rest.
+
+        The watch's thread is not waited for: it may sit in a read until the next bookmark (about a minute),
+        and the Lease is released only after this returns (a planned stop hands over at once). It delivers
+        nothing more once stopping, and it is a daemon thread."""
+        self.watch.stop(timeout=0)
         for q in self._queues:
             q.put(_STOP)
         for thread in self._threads:
