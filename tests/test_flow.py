@@ -86,7 +86,6 @@ def pr(**changes: Any) -> dict[str, Any]:
 NOT_READY = [
     ("resume with command", {"resume": True, "command": "/pi fix"}, "issue_comment.created",
      TRIGGER_RULES[0]["message"]),
-    ("resume on a cron trigger", ARMED, "cron", TRIGGER_RULES[1]["message"]),
     ("resume on a local-kind trigger", {"resume": True, "kind": "local"}, "issue_comment.created",
      TRIGGER_RULES[1]["message"]),
     ("resume with replicas", {"resume": True, "replicas": 2}, "issue_comment.created", TRIGGER_RULES[2]["message"]),

@@ -232,10 +232,28 @@ class Bounds(_Model):
     maxContextPct: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
 
 
+class CronStatus(_Model):
+    """A cron Trigger's firing record (``jobflow/cron.py``): written, with the Trigger's resourceVersion, before
+    the slot's Job is created, so that no slot fires twice across a restart or a change of leader."""
+
+    lastSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The last slot (a UTC minute of on.schedule) this Trigger fired, or claimed and is creating the Job "
+        "of."))] = None
+    lastJob: Annotated[str | None, Field(max_length=253, description=(
+        "The Job created for lastSlot (unset while it is being created: the operator creates it again, by its "
+        "deterministic name, after a restart)."))] = None
+    missed: Annotated[int | None, Field(ge=0, json_schema_extra=INT64, description=(
+        "Slots that came due while the operator was not running (or not leading) and were skipped: only the "
+        "latest slot due is fired, once, the others are counted here."))] = None
+    nextSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The next slot this Trigger fires at (UTC)."))] = None
+
+
 class TriggerStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
     bounds: Bounds | None = None
+    schedule: CronStatus | None = None
 
 
 # ---- Job --------------------------------------------------------------------------------------------

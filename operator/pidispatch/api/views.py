@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from pidispatch.api.models import JobSpec, JobStatus, SessionKeySpec, SessionKeyStatus, TriggerSpec, parsed
-from pidispatch.api.trigger import refusal_of, resume_armed
+from pidispatch.api.trigger import refusal_of, resume_armed, schedule_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -139,6 +139,11 @@ class TriggerView:
     @property
     def stored_status(self) -> dict[str, Any]:
         return _mapping(self.body.get("status"))
+
+    @property
+    def schedule_problem(self) -> str | None:
+        """Why this Trigger's ``on.schedule`` cannot fire (``api/trigger.py``), or ``None``."""
+        return schedule_problem(_mapping(self.body.get("spec")))
 
 
 @dataclass(frozen=True)
