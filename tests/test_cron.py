@@ -368,6 +368,8 @@ def test_one_failing_trigger_does_not_stop_the_others() -> None:
     api.on_create = refuse_nightly
     firing.Cron(cluster, Clock("2026-12-04 18:46:01")).turn()
     assert jobs(api) == ["other-cron-202612041846"]
+    nightly = api.get(f"{TRIGGERS}/nightly")["status"]["schedule"]
+    assert nightly["lastSlot"] == "2026-12-04T18:46:00Z" and "lastJob" not in nightly, "claimed before the create"
     api.on_create = lambda path, body: None
     firing.Cron(cluster, Clock("2026-12-04 18:46:20")).turn()  # the claimed slot's Job, on the next turn
     assert jobs(api) == ["nightly-cron-202612041846", "other-cron-202612041846"]
