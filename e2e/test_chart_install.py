@@ -99,6 +99,7 @@ CAN = [
     ("create secrets (per-job App tokens)", ["create", "secrets"]),
     ("delete secrets (per-job App tokens, after the retention)", ["delete", "secrets"]),
     ("delete pi jobs (after ttlSecondsAfterFinished)", ["delete", f"jobs.{GROUP}"]),
+    ("create pi jobs (a cron Trigger's slots)", ["create", f"jobs.{GROUP}"]),
     ("create events", ["create", "events"]),
     ("get persistentvolumeclaims", ["get", "persistentvolumeclaims"]),
     ("get leases (leader election)", ["get", "leases.coordination.k8s.io"]),
@@ -117,7 +118,6 @@ CANNOT = [
     ("exec into pods", ["create", "pods", "--subresource=exec"]),
     ("patch pods", ["patch", "pods"]),
     ("create deployments", ["create", "deployments.apps"]),
-    ("create pi jobs", ["create", f"jobs.{GROUP}"]),
     # Least privilege: only status is written on Jobs and Triggers, and only by patch.
     ("patch pi jobs", ["patch", f"jobs.{GROUP}"]),
     ("update pi jobs status", ["update", f"jobs.{GROUP}", "--subresource=status"]),
