@@ -316,6 +316,10 @@ class JobHandoff(_Model):
 JobTokens = create_model("JobTokens", __base__=_Model, **{  # type: ignore[call-overload]
     name: (Annotated[float | None, Field(json_schema_extra=NULLABLE)], None) for name in TOKEN_FIELDS})
 
+# A SessionKey's counters for one way its jobs started: how many jobs, and the sums of their tokens.
+StartUsage = create_model("StartUsage", __base__=_Model, jobs=(Annotated[int | None, Field(ge=0)], None), **{
+    name: (Annotated[float | None, Field(ge=0)], None) for name in TOKEN_FIELDS})  # type: ignore[call-overload]
+
 
 Commit = Annotated[str, Field(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 
@@ -418,6 +422,17 @@ class FailedResumes(_Model):
         description="When the count reached sessions.quarantineAfter: the transcript is quarantined.")] = None
 
 
+class KeyUsage(_Model):
+    """The jobs that ended on a key and their tokens, by how they started (``jobflow/cost.py``)."""
+
+    resumed: StartUsage | None = None  # type: ignore[valid-type]
+    rethreaded: StartUsage | None = None  # type: ignore[valid-type]
+    cold: StartUsage | None = None  # type: ignore[valid-type]
+    recentJobs: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(
+        max_length=16, description="The last jobs counted, so a job's end written twice (a restart between the "
+                                   "SessionKey and the Job) counts once.")] = None
+
+
 class SessionKeyStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
@@ -446,6 +461,10 @@ class SessionKeyStatus(_Model):
     failedResumes: Annotated[FailedResumes | None, Field(
         json_schema_extra=NULLABLE, description="Resumed jobs in a row that ended Failed; at "
                                                 "sessions.quarantineAfter the transcript is quarantined.")] = None
+    usage: Annotated[KeyUsage | None, Field(
+        description="Jobs ended on this key and the tokens of their own replies, by how they started: resumed, "
+                    "rethreaded (from the letter and ledger) or cold. cost sums the priced jobs; unpriced counts "
+                    "the replies no price was known for.")] = None
 
 
 M = TypeVar("M", bound=BaseModel)
