@@ -1,9 +1,10 @@
 """A cron Trigger fires on its schedule across an operator restart, without a double fire, and its second run
 resumes the first (issue 34 item 4's proof), with real pi 0.73.1 and the scripted model.
 
-Slots are real UTC minutes (``* * * * *``): the test waits for real minute boundaries, about four minutes in
-all. The operator is stopped (its Deployment scaled to 0) across two slot boundaries, then started again: the slots that came due while it was down are counted as missed and only the latest fires; the slot
-that fired before the restart never fires again.
+Slots are real UTC minutes (``* * * * *``): the test waits for real minute boundaries, under three minutes
+in all. The operator is stopped (its Deployment scaled to 0) across two slot boundaries, then started again:
+the slots that came due while it was down are counted as missed and only the latest fires; the slot that
+fired before the restart never fires again.
 """
 
 from __future__ import annotations
