@@ -58,9 +58,9 @@ def trigger(run: dict, event: str = "issue_comment.created") -> dict:
 
 REFUSED = [
     ("resume with command", {"resume": True, "command": "make fix"}, "issue_comment.created", 0),
-    ("command is reported before cron", {"resume": True, "command": "x", "kind": "local"}, "cron", 0),
-    ("resume on cron", {"resume": True, "kind": "local"}, "cron", 1),
-    ("resume on a cron event", {"resume": True}, "cron", 1),
+    ("command is reported before a local job", {"resume": True, "command": "x", "kind": "local"}, "cron", 0),
+    ("resume on a local job", {"resume": True, "kind": "local"}, "cron", 1),
+    ("resume with replicas on a cron Trigger", {"resume": True, "replicas": 2}, "cron", 2),
     ("resume with replicas", {"resume": True, "replicas": 2}, "issue_comment.created", 2),
     ("replicas is reported before secrets", {"resume": True, "replicas": 2, "secrets": ["s"]},
      "issue_comment.created", 2),
@@ -103,6 +103,7 @@ ACCEPTED = [
     ("resume false with everything", {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]},
      "issue_comment.created"),
     ("no resume on cron", {"kind": "local", "command": "x"}, "cron"),
+    ("resume on a cron Trigger: it continues its own conversation", {"resume": True}, "cron"),
 ]
 
 

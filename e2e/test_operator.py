@@ -107,7 +107,7 @@ def test_metrics_are_served_with_closed_label_sets(release: Release) -> None:
 
 TRIGGER_SHAPES = {
     "resume with command": ("run:\n    resume: true\n    command: make fix", "run.command"),
-    "resume on cron": ("run:\n    resume: true\n    kind: local", "cron"),
+    "resume on a local job": ("run:\n    resume: true\n    kind: local", "run.kind: local"),
     "resume with replicas": ("run:\n    resume: true\n    replicas: 2", "run.replicas"),
     "resume with secrets": ("run:\n    resume: true\n    secrets: [token]", "run.secrets"),
     "resume not a boolean": ("run:\n    resume: \"yes\"", "boolean"),
