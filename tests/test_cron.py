@@ -202,10 +202,10 @@ def test_a_job_made_by_hand_for_an_issue_keeps_the_issues_key_and_other_triggers
 
 # ---- the Trigger's status --------------------------------------------------------------------------------
 
-def ready(view: TriggerView, now: datetime) -> dict[str, Any]:
+def ready(view: TriggerView, now: datetime, kind: str = "Ready") -> dict[str, Any]:
     status = trigger_step.trigger_status(view, Settings(sessions_dir="/s", github_auth_source="app"), 1, None,
                                          upcoming=trigger_step.next_fire(view, now))
-    return next(c for c in status["conditions"] if c["type"] == "Ready")
+    return next(c for c in status["conditions"] if c["type"] == kind)
 
 
 def test_ready_says_when_a_cron_trigger_fires_next() -> None:
@@ -213,6 +213,9 @@ def test_ready_says_when_a_cron_trigger_fires_next() -> None:
     assert condition["status"] == "True"
     assert condition["message"] == ("The Trigger can run jobs. It fires on its schedule '0 6 * * 1-5' (UTC, the "
                                     "operator's clock); next at 2026-12-07T06:00:00Z.")
+    armed = ready(cron_trigger(), at("2026-12-04 18:45"), "ResumeArmed")
+    assert (armed["status"], armed["message"]) == ("True", "Each job of this cron Trigger continues the Trigger's "
+                                                           "own conversation.")
 
 
 NOT_READY = [

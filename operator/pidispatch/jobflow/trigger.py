@@ -68,7 +68,9 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
                                ready_message(trigger, upcoming) if problem is None else problem, generation)
     if armed and problem is None:
         armed_reason = "Armed"
-        armed_message = "Jobs of this Trigger continue the previous conversation on their branch."
+        armed_message = ("Each job of this cron Trigger continues the Trigger's own conversation."
+                         if upcoming is not None else
+                         "Jobs of this Trigger continue the previous conversation on their branch.")
     elif armed:
         armed_reason, armed_message = "Refused", "run.resume is set but the Trigger is refused (see Ready)."
     else:
