@@ -167,14 +167,27 @@ class Toleration(_Model):
 
 class TriggerRun(_Model):
     kind: Literal["forge", "local"] | None = None
-    flow: Annotated[str, Field(max_length=253)] | None = None
+    # command, flow and replicas stay in the v1alpha1 schema (removing a field is not additive:
+    # docs/crd-policy.md) but nothing acts on them yet, so a Trigger that sets one is refused (api/trigger.py).
+    flow: Annotated[str | None, Field(max_length=253, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
+        "repository's .pi/skills/<flow> the job runs."))] = None
     # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
     # apiserver's own type check ("spec.run.resume ... must be of type boolean").
     resume: Annotated[bool | None, Field(
         description="Continue the previous job's conversation on the same branch.")] = None
-    command: Annotated[str, Field(max_length=4096)] | None = None
-    replicas: Annotated[int | None, Field(ge=2, le=3)] = None
-    secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32)] = None
+    command: Annotated[str | None, Field(max_length=4096, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
+        "'/<command> args' a job gets as its whole prompt. With run.resume it is refused."))] = None
+    replicas: Annotated[int | None, Field(ge=2, le=3, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, 2 or 3 "
+        "independent attempts per delivery, each on its own branch. With run.resume it is refused."))] = None
+    secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32, description=(
+        "Secrets of the Trigger's namespace, by name, delivered to every job of this Trigger: each is mounted "
+        "read-only at /var/run/pi-dispatch/secrets/<name>/<key> (PI_RUN_SECRETS_DIR), a file per key, never "
+        "an environment value. Never stored: the scan before the promotion redacts a value the job echoed. "
+        "Refused with run.resume. The job Pod policy admits only the Secrets named in "
+        "jobPodPolicy.credentialSecrets."))] = None
     model: Annotated[str, Field(max_length=128)] | None = None
     image: Annotated[str, Field(max_length=512)] | None = None
     piVersion: Annotated[str, Field(max_length=64)] | None = None

@@ -19,6 +19,7 @@ from typing import Any
 from pidispatch.api import cron
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
+from pidispatch.api.trigger import refusal_reason
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
@@ -62,7 +63,7 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
     problem = trigger.refusal or schedule or placement
     armed = trigger.armed
     store = settings.sessions_dir is not None
-    reason = ("Loaded" if problem is None else "ResumeConflict" if trigger.refusal
+    reason = ("Loaded" if problem is None else refusal_reason(trigger.refusal) if trigger.refusal
               else INVALID_SCHEDULE if schedule else PLACEMENT_CONFLICT)
     conditions = set_condition(conditions, "Ready", problem is None, reason,
                                ready_message(trigger, upcoming) if problem is None else problem, generation)

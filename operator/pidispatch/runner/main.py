@@ -45,6 +45,7 @@ from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
 from pidispatch.runner.report import Usage, measure_context, new_usage, priced_models
+from pidispatch.runner.runsecrets import run_secret_values
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.transfer import TransferFailed, fetch_staged, hand_back
 from pidispatch.runner.version import VersionError, version_problem
@@ -64,11 +65,13 @@ class Refused(Exception):
 
 
 def own_secrets(env: Mapping[str, str]) -> tuple[SecretDigest, ...]:
-    """The digests of the job's own secrets (its forge token, its model keys), for the operator's scan before
-    the promotion: lengths and SHA-256 only, never a value, and none of a value too short to be safe
-    (``store/redact.py``)."""
+    """The digests of the job's own secrets (its forge token, its model keys, its run.secrets), for the
+    operator's scan before the promotion: lengths and SHA-256 only, never a value, and none of a value too
+    short to be safe (``store/redact.py``)."""
     names = [*FORGE_TOKEN_NAMES, TRANSFER_TOKEN, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
-    found = (digest_of(env[name]) for name in dict.fromkeys(names) if name and env.get(name))
+    values: list[str | bytes] = [env[name] for name in dict.fromkeys(names) if name and env.get(name)]
+    values += run_secret_values(env)  # run.secrets, read from their mounts (runner/runsecrets.py)
+    found = (digest_of(value) for value in values)
     return tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS]
 
 
