@@ -355,6 +355,16 @@ def test_a_trigger_that_cannot_fire_creates_nothing() -> None:
     assert jobs(api) == []
 
 
+def test_a_trigger_whose_jobs_could_not_be_placed_fires_nothing_and_its_slots_count_as_missed() -> None:
+    api, cluster = setup()
+    blocked = firing.Cron(cluster, Clock("2026-12-04 18:47:01"), lambda trigger: "PlacementConflict")
+    blocked.turn()
+    assert jobs(api) == []
+    firing.Cron(cluster, Clock("2026-12-04 18:48:01")).turn()  # placeable again
+    assert jobs(api) == ["nightly-cron-202612041848"]
+    assert record(api)["missed"] == 2
+
+
 def test_one_failing_trigger_does_not_stop_the_others() -> None:
     api, cluster = setup()
     api.create(TRIGGERS, {"metadata": {"name": "other"},

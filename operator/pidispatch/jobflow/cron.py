@@ -102,9 +102,13 @@ def job_body(trigger: TriggerView, repository: str, slot: datetime) -> dict[str,
 class Cron:
     """The cron loop's turns for one namespace. ``wall``: the operator's clock (seconds since the epoch)."""
 
-    def __init__(self, cluster: Cluster, wall: Callable[[], float]) -> None:
+    def __init__(self, cluster: Cluster, wall: Callable[[], float],
+                 blocked: Callable[[TriggerView], str | None] = lambda trigger: None) -> None:
         self.cluster = cluster
         self.wall = wall
+        # Why a Trigger that may fire by its spec cannot run jobs now (its resumed jobs could not be placed:
+        # Triggers.placement): its slots pass unfired, as missed, instead of making a refused Job each.
+        self.blocked = blocked
         self.wake = threading.Event()  # a Trigger changed: the next turn comes now
         self._soonest: datetime | None = None
 
@@ -135,6 +139,8 @@ class Cron:
         if schedule is None or spec is None or not spec.on.repository:
             return None
         now = datetime.fromtimestamp(self.wall(), UTC)
+        if self.blocked(trigger) is not None:
+            return cron.next_slot(schedule, now)
         record = dict(trigger.stored_status.get("schedule") or {})
         version = trigger.meta.resource_version
         last = parse_time(record.get("lastSlot"))

@@ -71,7 +71,7 @@ class Dispatcher:
         self.queue = JobQueue(Slots(settings.max_concurrent_jobs, monotonic), self.table, self._locks, self.cluster,
                               monotonic)
         self.triggers = Triggers(self.cluster, self.store, settings.job_scheduling, settings.node_name, wall)
-        self.cron = cron.Cron(self.cluster, wall)
+        self.cron = cron.Cron(self.cluster, wall, self.triggers.placement)
         self._loops = Loops()
         self._stop = self._loops.stopping
 
