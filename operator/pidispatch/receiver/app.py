@@ -22,6 +22,8 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 9b. ``pull_request.closed`` or ``issues.closed``: no Job; when a resume-armed Trigger serves the repository,
     the key's SessionKey is annotated ``pi-dispatch.dev/retire`` → 202 ``{"retired": <key>, "reason"}``
     (no SessionKey, a fork's pull request: 202 ``{"ignored": ...}``)
+9c. the repository served by some Trigger (``on.repository``, ``on.repositories``: ``api/serves.py``)
+    else 202 ``{"ignored": "repository not served by any Trigger"}``
 10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
     the API server unavailable → 503 (a redelivery completes the set: names are deterministic). Names
     come from the Trigger and the body's SHA-256, so a replay of a body under a new delivery id is a
@@ -283,6 +285,9 @@ class Receiver:
             triggers = await self.cluster.triggers()
         except ClusterUnavailable as exc:
             return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
+        ignored = core.unserved(triggers, event)
+        if ignored is not None:
+            return self._ignore(request, started, ignored.why)
         planned = core.plan_jobs(triggers, event, delivery, self.auth_source, core.body_digest(body))
         if not planned:
             return self._ignore(request, started, f"no Trigger matches this {event.trigger_event} delivery",

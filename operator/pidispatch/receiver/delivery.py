@@ -11,8 +11,9 @@ the shell annotates that SessionKey (``pi-dispatch.dev/retire``) for the operato
 Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 
 * ``event`` equals ``<X-GitHub-Event>.<action>`` (cron Triggers never match a delivery);
-* ``repository`` (OWNER/NAME), when set, equals the payload's ``repository.full_name``, ignoring case
-  as GitHub does;
+* the Trigger serves the payload's ``repository.full_name`` (``api/serves.py``: ``on.repository`` exactly,
+  ``on.repositories`` as OWNER/NAME globs, ignoring case as GitHub does; neither set: every repository). A
+  delivery from a repository no Trigger serves is ignored before any matching (:func:`unserved`);
 * ``issues.labeled``: ``label`` is required and equals the added label's name, ignoring case (GitHub
   label names are unique regardless of case);
 * ``issue_comment.created`` and ``pull_request_review_comment.created``: ``phrase`` is required and
@@ -54,6 +55,7 @@ from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
 
+from pidispatch.api import serves
 from pidispatch.api.models import JobSpec
 from pidispatch.api.vocabulary import (
     COMMENT_MAX,
@@ -315,15 +317,15 @@ def closed(event: str, payload: dict[str, Any]) -> Closed | Ignored:
 
 
 def retirement_problem(triggers: list[dict[str, Any]], close: Closed) -> Ignored | None:
-    """Why no key is retired for ``close``, or ``None``: only a Trigger that arms ``resume`` and serves the
-    repository (``on.repository`` unset or the same) keeps conversations to retire."""
+    """Why no key is retired for ``close``, or ``None``: only a Trigger that asks for ``resume`` and serves the
+    repository (``api/serves.py``) keeps conversations to retire. One that names no repository still counts
+    (its resume is off, but conversations stored before it was may remain, and retiring is the safe side)."""
     for trigger in triggers:
         if (trigger.get("metadata") or {}).get("deletionTimestamp"):
             continue
         spec = trigger.get("spec") or {}
-        wanted = (spec.get("on") or {}).get("repository")
         if ((spec.get("run") or {}).get("resume") is True
-                and (not wanted or str(wanted).casefold() == close.repository.casefold())):
+                and serves.serves(serves.entries_of(spec.get("on")), close.repository)):
             return None
     return Ignored("no Trigger that arms resume serves this repository: there is no conversation to retire")
 
@@ -334,10 +336,7 @@ def event_differs(on: dict[str, Any], event: Event) -> str | None:
 
 
 def repository_differs(on: dict[str, Any], event: Event) -> str | None:
-    wanted = on.get("repository")
-    if not wanted:
-        return None
-    return None if str(wanted).casefold() == event.repository.casefold() else "another repository"
+    return None if serves.serves(serves.entries_of(on), event.repository) else "another repository"
 
 
 def label_differs(on: dict[str, Any], event: Event) -> str | None:
@@ -384,6 +383,19 @@ def mismatch(trigger: dict[str, Any], event: Event) -> str | None:
         if why is not None:
             return why
     return None
+
+
+NOT_SERVED = "repository not served by any Trigger"
+
+
+def unserved(triggers: list[dict[str, Any]], event: Event) -> Ignored | None:
+    """``Ignored`` when no Trigger (being deleted or not: a repository is trusted by what the namespace's Triggers
+    name) serves the delivery's repository (``api/serves.py``). A pull request's is its base repository, the
+    payload's ``repository``, whoever owns its head."""
+    for trigger in triggers:
+        if serves.serves(serves.entries_of((trigger.get("spec") or {}).get("on")), event.repository):
+            return None
+    return Ignored(NOT_SERVED)
 
 
 OWN_COMMENT_MARKER = "<!-- pi-dispatch:"  # forge/comments.py marks every comment the operator posts
