@@ -273,6 +273,23 @@ class RealNode:
     def containerd_socket(self) -> Path:
         return self.node_dir / "containerd" / "containerd.sock"
 
+    @property
+    def registry_hosts_dir(self) -> Path:
+        """containerd's ``certs.d``: how it reaches each registry (``<host:port>/hosts.toml``)."""
+        return self.node_dir / "containerd" / "certs.d"
+
+    def trust_registry(self, host: str, ca: Path) -> None:
+        """Pull from ``https://<host>`` (``host:port``) trusting only ``ca`` for it, as a cluster's nodes are set up
+        for a private registry with its own CA: containerd's ``hosts.toml`` for that host. containerd reads it at
+        each pull, so a registry started after the node needs no restart. Credentials are not here: they come
+        with each pull, from the Pod's ``imagePullSecrets``."""
+        d = self.registry_hosts_dir / host
+        d.mkdir(parents=True, exist_ok=True)
+        trusted = d / "ca.crt"
+        shutil.copyfile(ca, trusted)
+        (d / "hosts.toml").write_text(f'server = "https://{host}"\n\n[host."https://{host}"]\n'
+                                      f'  capabilities = ["pull", "resolve"]\n  ca = "{trusted}"\n')
+
     def ctr(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         """``ctr`` against this node's containerd, in the CRI namespace ``k8s.io``."""
         return run("ctr", f"--address={self.containerd_socket}", "--namespace=k8s.io", *args, check=check,
@@ -403,6 +420,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       [{cri}.containerd.runtimes.runc.options]
         SystemdCgroup = false
         BinaryName = "{RUNC}"
+  # a registry's CA and mirrors: one <host:port>/hosts.toml per registry, read at each pull (trust_registry)
+  [{cri}.registry]
+    config_path = "{self.registry_hosts_dir}"
   [{cri}.cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{cni_conf}"

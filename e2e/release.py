@@ -267,6 +267,12 @@ class Release:
         return self.kube.list(f"/api/v1/namespaces/{self.ns}/pods",
                               labelSelector=f"pi-dispatch.dev/job={job_label(job)}")
 
+    def only_pod(self, job: str) -> dict[str, Any]:
+        """The one Pod of ``job`` (a second Pod for one Job is a failure of the operator, so it fails here)."""
+        pods = self.pods_of(job)
+        assert len(pods) == 1, f"Job {job}: {len(pods)} Pods"
+        return pods[0]
+
     def sessionkey(self, key: str) -> dict[str, Any] | None:
         return self.kube.get_or_none(self.path("sessionkeys", key))
 
@@ -290,6 +296,15 @@ class Release:
     def digest(self, key: str) -> str | None:
         f = self.key_dir(key) / "current.jsonl"
         return hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None
+
+
+def issue_key_of(issue: int, repository: str = "acme/widgets") -> str:
+    """The store key of ``issue``'s branch (``pi/issue-<n>``) in ``repository`` on github, as the operator makes it."""
+    from pidispatch.store.keys import issue_key
+
+    key = issue_key("github", repository, issue)
+    assert key is not None
+    return key
 
 
 def create_secret(kube: Kube, ns: str, name: str, data: dict[str, bytes]) -> None:

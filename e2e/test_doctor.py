@@ -73,7 +73,7 @@ def bound_pvc(kube: Kube, namespace: str, name: str) -> None:
 def test_admin_resume_trigger_without_a_store_fails(cluster: Cluster, kube: Kube, namespace: str,
                                                     crds_installed: None) -> None:
     create_trigger(kube, namespace, "resumer", {"resume": True})
-    create_trigger(kube, namespace, "plain", {"flow": "fix"})
+    create_trigger(kube, namespace, "plain", {"model": "openai/gpt-4o"})
     result = doctor(cluster.kubeconfig, namespace)
     lines = result.stdout.splitlines()
     assert result.returncode == 1, result.stdout + result.stderr

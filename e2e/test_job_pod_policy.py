@@ -33,6 +33,7 @@ pytestmark = pytest.mark.e2e
 STAGING = f"{FULLNAME}-staging"
 TOKEN_SECRET = "gh-token"  # github.token.secretName
 MODEL_SECRET = "model-keys"  # job.credentials
+RUN_SECRET = "deploy-keys"  # jobPodPolicy.credentialSecrets: what a Trigger's run.secrets may name
 CA_CONFIGMAP = "forge-ca"
 POLICY_DENIED = "denied request"
 
@@ -44,7 +45,8 @@ def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFac
     try:
         install(cluster, home, ns, "--set", "github.authSource=pat", "--set", f"github.token.secretName={TOKEN_SECRET}",
                 "--set", f"github.caBundle.configMap={CA_CONFIGMAP}",
-                "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}')
+                "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}',
+                "--set", f"jobPodPolicy.credentialSecrets[0]={RUN_SECRET}")
         # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
         wait_until("the policy in force", lambda: refuses(cluster, ns), timeout=30)
         yield ns
@@ -201,6 +203,24 @@ def test_a_job_pod_without_a_session_or_checkout_is_allowed(cluster: Cluster, na
     pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image="job:test",
                             command=["pidispatch", "runner"]))
     create(operator_client(cluster, namespace), pod)
+
+
+def test_a_job_pod_mounting_the_listed_run_secret_is_allowed(cluster: Cluster, namespace: str) -> None:
+    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image="job:test",
+                            command=["pidispatch", "runner"], run_secrets=(RUN_SECRET,)))
+    created = create(operator_client(cluster, namespace), pod)
+    assert {"name": "run-secret-0", "secret": {"secretName": RUN_SECRET, "defaultMode": 0o440}} in created["spec"][
+        "volumes"]
+
+
+@pytest.mark.parametrize("secret", [MODEL_SECRET, "unlisted"], ids=["a chart Secret not listed", "any other"])
+def test_a_job_pod_mounting_a_secret_not_listed_is_refused(cluster: Cluster, namespace: str, secret: str) -> None:
+    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image="job:test",
+                            command=["pidispatch", "runner"], run_secrets=(secret,)))
+    with pytest.raises(ApiError) as refused:
+        create(operator_client(cluster, namespace), pod)
+    assert refused.value.status in (403, 422) and "the Secrets of jobPodPolicy.credentialSecrets (deploy-keys" in (
+        refused.value.message), refused.value.message
 
 
 @pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in REFUSED], ids=[i for i, _, _ in REFUSED])

@@ -27,8 +27,7 @@ from e2e.kube import Kube, wait_for
 from e2e.multinode import BLOCK_CLASS, NODE_NAMES, SHARED_CLASS, ZONE_LABEL
 from e2e.pods import container_status, pod_path, wait_pod_gone, wait_pod_phase
 from e2e.receiver_release import Receiver
-from e2e.release import FAKEPI, RELEASE, ROOT, Release, base_values, create_secret, installed, merge
-from pidispatch.store.keys import issue_key
+from e2e.release import FAKEPI, RELEASE, ROOT, Release, base_values, create_secret, installed, issue_key_of, merge
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 
 pytestmark = pytest.mark.e2e
@@ -186,18 +185,6 @@ def test_the_block_class_provisions_no_readwritemany_claim(mkube: Kube, ns: str)
 _issues = iter(range(500, 100000))
 
 
-def key_of(issue: int) -> str:
-    key = issue_key("github", "acme/widgets", issue)
-    assert key is not None
-    return key
-
-
-def job_pod(r: Release, job: str) -> dict[str, Any]:
-    pods = r.pods_of(job)
-    assert len(pods) == 1, f"Job {job}: {len(pods)} Pods"
-    return pods[0]
-
-
 def operator_node(r: Release) -> str:
     (pod,) = [p for p in r.operator_pods() if not p["metadata"].get("deletionTimestamp")]
     return pod["spec"]["nodeName"]
@@ -232,15 +219,15 @@ def test_readwriteonce_staging_resumed_jobs_run_on_the_operators_node(multinode_
         for issue in issues:
             cold = r.run(f"cold-{issue}", issue=issue)
             assert cold["status"]["phase"] == "Succeeded", cold["status"]
-            stored = stored_digest(r, key_of(issue))
+            stored = stored_digest(r, issue_key_of(issue))
             warm = r.run(f"warm-{issue}", issue=issue, comment="@pi and now the review")
             assert warm["status"]["phase"] == "Succeeded", warm["status"]
             assert warm["status"]["session"]["reason"] == "resumed", warm["status"]["session"]
-            pod = job_pod(r, f"warm-{issue}")
+            pod = r.only_pod(f"warm-{issue}")
             assert received_digest(r, pod["metadata"]["name"]) == stored
             terms = pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             assert [t["topologyKey"] for t in terms] == [HOSTNAME]
-        nodes = {job_pod(r, f"{kind}-{i}")["spec"]["nodeName"] for i in issues for kind in ("cold", "warm")}
+        nodes = {r.only_pod(f"{kind}-{i}")["spec"]["nodeName"] for i in issues for kind in ("cold", "warm")}
         assert nodes == {here}, f"job Pods on {nodes}, the operator on {here}"
 
 
@@ -292,17 +279,17 @@ def test_readwritemany_staging_jobs_spread_over_the_nodes_and_resume(multinode_c
         for issue in issues:
             cold = r.wait_job(f"cold-{issue}", timeout=180)
             assert cold["status"]["phase"] == "Succeeded", cold["status"]
-            stored[issue] = stored_digest(r, key_of(issue))
+            stored[issue] = stored_digest(r, issue_key_of(issue))
         for issue in issues:
             r.job(f"warm-{issue}", issue=issue, comment="@pi and now the review")
         for issue in issues:
             warm = r.wait_job(f"warm-{issue}", timeout=180)
             assert warm["status"]["phase"] == "Succeeded", warm["status"]
             assert warm["status"]["session"]["reason"] == "resumed", (issue, warm["status"]["session"])
-            pod = job_pod(r, f"warm-{issue}")
+            pod = r.only_pod(f"warm-{issue}")
             assert received_digest(r, pod["metadata"]["name"]) == stored[issue], issue
             assert "podAffinity" not in (pod["spec"].get("affinity") or {})
-        nodes = Counter(job_pod(r, f"{kind}-{i}")["spec"]["nodeName"] for i in issues for kind in ("cold", "warm"))
+        nodes = Counter(r.only_pod(f"{kind}-{i}")["spec"]["nodeName"] for i in issues for kind in ("cold", "warm"))
         assert len(nodes) >= 2, f"12 job Pods on {dict(nodes)}"
         print(f"12 job Pods per node: {dict(nodes)}; the operator on {operator_node(r)}")
 
@@ -387,11 +374,11 @@ def test_the_readme_quickstart_as_committed_runs_a_cold_then_a_resumed_job_on_th
                 done = r.wait_job(name, timeout=180)
                 assert done["status"]["phase"] == "Succeeded", done["status"]
                 jobs.append(done)
-                stored.append(stored_digest(r, key_of(issue)))
+                stored.append(stored_digest(r, issue_key_of(issue)))
             cold, warm = jobs
             assert cold["status"]["session"]["reason"] != "resumed", cold["status"]["session"]
             assert warm["status"]["session"]["reason"] == "resumed", warm["status"]["session"]
-            pods = [job_pod(r, j["metadata"]["name"]) for j in jobs]
+            pods = [r.only_pod(j["metadata"]["name"]) for j in jobs]
             assert received_digest(r, pods[1]["metadata"]["name"]) == stored[0], "the resumed job saw the cold one's"
             terms = pods[1]["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
             assert [t["topologyKey"] for t in terms] == [HOSTNAME]
@@ -431,7 +418,7 @@ def test_a_triggers_node_selector_and_tolerations_place_its_job_pods_on_the_tain
     issue = next(_issues)
     done = r.run(f"pool-{issue}", trigger="pool", issue=issue, timeout=120)
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    pod = job_pod(r, f"pool-{issue}")
+    pod = r.only_pod(f"pool-{issue}")
     assert pod["spec"]["nodeName"] == node
     assert pod["spec"]["nodeSelector"] == {POOL: "agents"}
     assert POOL_TOLERATION in pod["spec"]["tolerations"]
@@ -486,4 +473,4 @@ def test_a_resumed_trigger_that_excludes_the_operators_node_is_not_ready_and_its
     assert r.pods_of(f"there-{issue}") == [], "refused before any Pod"
     done = r.run(f"here-{issue}", trigger="here", issue=issue, timeout=120)
     assert done["status"]["phase"] == "Succeeded", done["status"]
-    assert job_pod(r, f"here-{issue}")["spec"]["nodeName"] == here
+    assert r.only_pod(f"here-{issue}")["spec"]["nodeName"] == here

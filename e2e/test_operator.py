@@ -98,7 +98,8 @@ def test_metrics_are_served_with_closed_label_sets(release: Release) -> None:
         text = response.read().decode()
     for name in ("pidispatch_session_resolutions_total", "pidispatch_session_promotions_total",
                  "pidispatch_jobs", "pidispatch_queue_depth", "pidispatch_job_tokens_total",
-                 "pidispatch_gate_seconds_bucket", "pidispatch_promotion_seconds_bucket"):
+                 "pidispatch_gate_seconds_bucket", "pidispatch_promotion_seconds_bucket",
+                 "pidispatch_jobs_ended_total", "pidispatch_jobs_measured_total"):
         assert name in text, f"{name} is not exported"
     assert 'pidispatch_session_resolutions_total{reason="absent"}' in text
     assert "acme" not in text and "pi/issue" not in text and not re.search(r"[0-9a-f]{32}", text)

@@ -16,6 +16,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
+from pidispatch.contract import RUN_SECRETS_DIR
 from pidispatch.store.keys import issue_key
 from testkit.wait import wait_until
 
@@ -29,7 +30,7 @@ def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
     values = merge(base_values(), {"sessions": {"enabled": True}, "maxConcurrentJobs": 1,
                                    "job": {"startTimeoutSeconds": START_TIMEOUT},
                                    # the Secrets the Triggers below name (the chart's policy allows no other)
-                                   "jobPodPolicy": {"credentialSecrets": ["model-keys", "no-such"]}})
+                                   "jobPodPolicy": {"credentialSecrets": ["model-keys", "no-such", "deploy-keys"]}})
     with installed(cluster, kube, "limits", values) as r:
         yield r
 
@@ -105,3 +106,33 @@ def test_a_secret_the_policy_does_not_allow_fails_the_job_pod_refused(release: R
     assert "reads only its own token Secret" in started["message"], started["message"]
     assert r.pods_of("prying-1") == []
     assert r.run("after-prying", issue=808)["status"]["phase"] == "Succeeded"
+
+
+def test_run_secrets_reach_the_job_as_read_only_files_and_never_in_the_pod_spec(release: Release) -> None:
+    r = release
+    value = "deploy_" + "k" * 33
+    r.kube.create(f"/api/v1/namespaces/{r.ns}/secrets", {
+        "metadata": {"name": "deploy-keys"}, "stringData": {"token": value}})
+    r.trigger("deployer", resume=False, secrets=["deploy-keys"])
+    path = f"{RUN_SECRETS_DIR}/deploy-keys/token"
+    job = r.run("deployer-1", trigger="deployer", issue=805, comment=f"@pi file-sha={path}")
+    assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
+    [pod] = r.pods_of("deployer-1")
+    assert value not in json.dumps(pod), "the Secret's value is in the Pod spec"
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    [mount] = [m for m in mounts if m["mountPath"] == f"{RUN_SECRETS_DIR}/deploy-keys"]
+    assert mount["readOnly"] is True
+    expected = hashlib.sha256(value.encode()).hexdigest()
+    assert f"file-sha {path} sha256:{expected}" in r.pod_log(pod["metadata"]["name"])
+
+
+def test_a_trigger_naming_a_secret_the_policy_does_not_list_fails_its_job_pod_refused(release: Release) -> None:
+    r = release
+    r.trigger("unlisted", resume=False, secrets=["not-listed"])
+    job = r.run("unlisted-1", trigger="unlisted", issue=806)
+    assert job["status"]["phase"] == "Failed", json.dumps(job["status"])
+    started = r.condition(job, "Started")
+    assert started is not None and started["reason"] == "PodRefused", started
+    assert "ValidatingAdmissionPolicy" in started["message"] and "mounts only emptyDirs" in started["message"], (
+        started["message"])
+    assert r.pods_of("unlisted-1") == []

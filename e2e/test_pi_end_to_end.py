@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,6 +97,61 @@ def test_a_second_delivery_continues_the_first_conversation(release: Release, mo
     assert "also add a regression test" in text
     assert second["status"]["session"]["resumed"] is True and second["status"]["session"]["reason"] == "resumed"
     assert second["status"]["tokens"]["calls"] == 1
+
+
+def pi_tokens(usage: Usage) -> dict[str, int]:
+    """What pi makes of the scripted model's usage, as a job's ``status.tokens`` carries it: the fake model has
+    no prices in models.json, so no cost and one unpriced reply. pi 0.73.1's parseChunkUsage (pi-ai
+    openai-completions.js) reads cached_tokens as hits plus this request's writes when cache_write_tokens is
+    given (OpenRouter's way), so cacheRead is cached - written (pi-cli §3.3 has input - written instead)."""
+    read = usage.cached_tokens - usage.cache_write_tokens if usage.cache_write_tokens else usage.cached_tokens
+    fresh = usage.prompt_tokens - read - usage.cache_write_tokens
+    return {"input": fresh, "output": usage.completion_tokens, "cacheRead": read,
+            "cacheWrite": usage.cache_write_tokens,
+            "total": fresh + usage.completion_tokens + read + usage.cache_write_tokens, "calls": 1, "unpriced": 1}
+
+
+def test_the_keys_token_figures_equal_the_models_usage_for_a_cold_then_a_resumed_job(
+        release: Release, model: ScriptedModel, cluster: Cluster) -> None:
+    issue = next(_issues)
+    cold_usage = Usage(1200, 30, cached_tokens=200)
+    resumed_usage = Usage(1500, 20, cached_tokens=1100, cache_write_tokens=100)
+    model.reply("Cold: I read the code.", usage=cold_usage)
+    cold, _ = deliver(release, model, issue, "@pi the parser drops the last line")
+    model.reply("Resumed: fixed.", usage=resumed_usage)
+    resumed, _ = deliver(release, model, issue, "@pi now fix it")
+    assert cold["status"]["session"]["reason"] == "absent" and resumed["status"]["session"]["resumed"] is True
+    assert cold["status"]["tokens"] == pi_tokens(cold_usage)
+    assert resumed["status"]["tokens"] == pi_tokens(resumed_usage), "the job's own turn, not the resumed history"
+
+    # The SessionKey is written before the Job's terminal status: both jobs are counted by now.
+    usage = release.sessionkey(key_of(issue))["status"]["usage"]  # type: ignore[index]
+    assert usage["cold"] == {"jobs": 1, **pi_tokens(cold_usage)}
+    assert usage["resumed"] == {"jobs": 1, **pi_tokens(resumed_usage)}
+    assert "rethreaded" not in usage
+
+    # `pidispatch report` prints the same from the cluster.
+    done = subprocess.run([sys.executable, "-m", "pidispatch", "report", "--namespace", release.ns, "-o", "json"],
+                          capture_output=True, text=True, env=cluster.env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    (row,) = [r for r in json.loads(done.stdout)["keys"] if r["key"] == key_of(issue)]
+    assert (row["cold"]["jobs"], row["cold"]["total"]) == (1, pi_tokens(cold_usage)["total"])
+    assert (row["resumed"]["jobs"], row["resumed"]["perJob"]) == (1, pi_tokens(resumed_usage)["total"])
+    assert row["resumeRate"] == 0.5
+    table = subprocess.run([sys.executable, "-m", "pidispatch", "report", "--namespace", release.ns],
+                           capture_output=True, text=True, env=cluster.env(), timeout=60)
+    assert table.returncode == 0 and key_of(issue) in table.stdout, table.stderr
+
+
+def test_a_job_without_a_session_reports_its_tokens(release: Release, model: ScriptedModel) -> None:
+    release.trigger("no-session", resume=False)
+    usage = Usage(700, 12, cached_tokens=100)
+    model.reply("Done, no session kept.", usage=usage)
+    job = release.run(f"nosession-{uuid.uuid4().hex[:5]}", trigger="no-session", issue=next(_issues),
+                      comment="@pi quick look", timeout=120)
+    assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
+    assert job["status"]["session"]["reason"] == "disabled"
+    assert job["status"]["tokens"] == pi_tokens(usage)
 
 
 def test_the_stored_context_reading_matches_pis_own_figure(release: Release, model: ScriptedModel,

@@ -181,6 +181,15 @@ def test_pack_at_the_bound_then_unpack_after_context_too_full(release: Release, 
     with urllib.request.urlopen(f"http://127.0.0.1:{release.values['metrics']['port']}/metrics", timeout=10) as rsp:
         metrics = rsp.read().decode()
     assert re.search(r'pidispatch_rethreads_total\{reason="context-too-full"\} [1-9]', metrics), metrics[-2000:]
+    # A rethreaded job is its own start, neither cold nor resumed: per key and fleet-wide.
+    usage = sk["status"]["usage"]
+    assert {start: usage[start]["jobs"] for start in ("cold", "resumed", "rethreaded")} == {
+        "cold": 1, "resumed": 1, "rethreaded": 1}, usage
+    assert usage["resumed"]["calls"] == 2, "the run and its pack turn"
+    assert [usage[s]["total"] for s in ("cold", "resumed", "rethreaded")] == [
+        job["status"]["tokens"]["total"] for job in (first, second, third)]
+    assert re.search(r'pidispatch_jobs_ended_total\{session="rethreaded"\} [1-9]', metrics), metrics[-2000:]
+    assert re.search(r'pidispatch_job_tokens_total\{session="rethreaded"\} [1-9]', metrics), metrics[-2000:]
 
 
 def test_the_agent_that_ignores_the_pack_turn_gets_a_summary_handoff(release: Release, model: ScriptedModel) -> None:

@@ -21,8 +21,7 @@ import pytest
 from e2e.cluster import Cluster, free_port
 from e2e.kube import Kube
 from e2e.multinode import NODE_NAMES
-from e2e.release import Release, base_values, installed, merge
-from pidispatch.store.keys import issue_key
+from e2e.release import Release, base_values, installed, issue_key_of, merge
 
 pytestmark = pytest.mark.e2e
 
@@ -49,18 +48,6 @@ def transfer_values() -> dict[str, Any]:
 _issues = iter(range(700, 100000))
 
 
-def key_of(issue: int) -> str:
-    key = issue_key("github", "acme/widgets", issue)
-    assert key is not None
-    return key
-
-
-def the_pod(r: Release, job: str) -> dict[str, Any]:
-    pods = r.pods_of(job)
-    assert len(pods) == 1, f"Job {job}: {len(pods)} Pods"
-    return pods[0]
-
-
 def logged(r: Release, pod: str, word: str) -> str:
     m = re.search(rf"^{word} (\S+)$", r.pod_log(pod), re.MULTILINE)
     assert m, f"fakepi did not log {word!r}:\n{r.pod_log(pod)}"
@@ -68,7 +55,7 @@ def logged(r: Release, pod: str, word: str) -> str:
 
 
 def stored(r: Release, issue: int) -> str | None:
-    return r.digest(key_of(issue))
+    return r.digest(issue_key_of(issue))
 
 
 def assert_no_claim(pod: dict[str, Any]) -> None:
@@ -97,12 +84,12 @@ def test_transfer_staging_jobs_run_on_every_node_without_a_claim_and_resume(mult
             warm = r.wait_job(f"warm-{issue}", timeout=180)
             assert warm["status"]["phase"] == "Succeeded", warm["status"]
             assert warm["status"]["session"]["reason"] == "resumed", (issue, warm["status"]["session"])
-            pod = the_pod(r, f"warm-{issue}")
+            pod = r.only_pod(f"warm-{issue}")
             assert logged(r, pod["metadata"]["name"], "received") == digests[issue], issue
             assert logged(r, pod["metadata"]["name"], "uploaded")
             assert stored(r, issue) == logged(r, pod["metadata"]["name"], "wrote"), \
                 "what the job handed back is what was promoted"
-        pods = [the_pod(r, f"{kind}-{i}") for i in issues for kind in ("cold", "warm")]
+        pods = [r.only_pod(f"{kind}-{i}") for i in issues for kind in ("cold", "warm")]
         for pod in pods:
             assert_no_claim(pod)
         nodes = Counter(p["spec"]["nodeName"] for p in pods)
@@ -121,7 +108,7 @@ def test_a_job_cannot_read_another_jobs_copy_and_a_cut_or_oversized_upload_promo
         r.job(f"held-{other}", issue=other, comment="@pi hold=never")
         held = r.wait_job(f"held-{other}", ("Running",), timeout=120)
         peek = r.run(f"peek-{issue}", issue=issue, comment=f"@pi peek={held['metadata']['uid']}", timeout=180)
-        assert logged(r, the_pod(r, f"peek-{issue}")["metadata"]["name"], "peek") == "401"
+        assert logged(r, r.only_pod(f"peek-{issue}")["metadata"]["name"], "peek") == "401"
         assert peek["status"]["phase"] == "Succeeded", peek["status"]
 
         # cut mid-upload, the Pod still exits 0: no committed upload, so the Job fails and nothing is promoted
@@ -136,7 +123,7 @@ def test_a_job_cannot_read_another_jobs_copy_and_a_cut_or_oversized_upload_promo
 
         # a body past the cap, streamed without a length: refused while it streams, the Job fails
         big = r.run(f"big-{issue}", issue=issue, comment="@pi upload=stream-big", timeout=180)
-        assert logged(r, the_pod(r, f"big-{issue}")["metadata"]["name"], "upload") == "413"
+        assert logged(r, r.only_pod(f"big-{issue}")["metadata"]["name"], "upload") == "413"
         assert big["status"]["phase"] == "Failed", big["status"]
-        assert stored(r, issue) == logged(r, the_pod(r, f"peek-{issue}")["metadata"]["name"], "wrote"), \
+        assert stored(r, issue) == logged(r, r.only_pod(f"peek-{issue}")["metadata"]["name"], "wrote"), \
             "the last promotion is the peeking job's own, not the oversized one's"

@@ -8,8 +8,8 @@ message. Directives in the Job's comment script the odd cases, e.g. ``@pi exit=1
 ``@pi sleep=3``, ``@pi report=garbage``, ``@pi session=symlink``, ``@pi session=empty``;
 ``@pi token=log`` logs ``gh-token sha256:<hex>`` (or ``gh-token absent``): whether ``GH_TOKEN``
 arrived, and which one, without printing it; ``@pi env-sha=<VAR>`` does the same for any variable (a model
-credential). ``@pi hold=<name>`` keeps the job running until a file
-``<name>`` appears beside the session file (the test creates it on the staging volume), so a test can
+credential), ``@pi file-sha=<path>`` for a file (a run.secrets key). ``@pi hold=<name>`` keeps the job running
+until a file ``<name>`` appears beside the session file (the test creates it on the staging volume), so a test can
 act while the job is in flight without guessing at timings.
 
 Staging by transfer (``PI_TRANSFER_URL`` set, as the operator sets it in transfer mode): the copy is fetched into
@@ -150,6 +150,13 @@ def main() -> int:
         value = os.environ.get(script["env-sha"])
         seen = f"sha256:{hashlib.sha256(value.encode()).hexdigest()}" if value else "absent"
         print("env-sha", script["env-sha"], seen, flush=True)
+    if "file-sha" in script:  # a mounted file (a run.secrets key): whether it arrived, and which, not its value
+        try:
+            with open(script["file-sha"], "rb") as mounted:
+                print("file-sha", script["file-sha"], f"sha256:{hashlib.sha256(mounted.read()).hexdigest()}",
+                      flush=True)
+        except OSError as error:
+            print("file-sha", script["file-sha"], "absent", error.strerror, flush=True)
     if script.get("token") == "log":
         token = os.environ.get("GH_TOKEN")
         print("gh-token", f"sha256:{hashlib.sha256(token.encode()).hexdigest()}" if token else "absent", flush=True)

@@ -46,7 +46,7 @@ def trigger(name: str, run: dict[str, Any], event: str = "issue_comment.created"
 
 
 ARMED = trigger("resumer", {"resume": True})
-PLAIN = trigger("plain", {"flow": "fix"})
+PLAIN = trigger("plain", {"model": "openai/gpt-4o"})
 RESUME_OFF = trigger("off", {"resume": False})
 # stored without CEL (an old CRD): the operator refuses it, so it never uses the store
 REFUSED = trigger("refused", {"resume": True, "command": "make fix"})

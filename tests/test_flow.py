@@ -222,8 +222,7 @@ RESUME_OFF = [
     ("resume false", {"resume": False}, "issue_comment.created"),
     ("resume absent", {}, "issue_comment.created"),
     ("resume null", {"resume": None}, "issue_comment.created"),
-    ("resume false with command, replicas, secrets on cron",
-     {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]}, "cron"),
+    ("resume false with secrets on cron", {"resume": False, "secrets": ["s"]}, "cron"),
 ]
 
 

@@ -84,6 +84,12 @@ NO_CONFLICT = [
                                                              colocate_with=OPERATOR), tainted(AGENTS_TAINT)),
     ("a PreferNoSchedule taint only discourages", spec(), COLOCATED,
      tainted({"key": "busy", "effect": "PreferNoSchedule"})),
+    ("a node not ready for a moment is a state, not a rule", spec(), COLOCATED,
+     tainted({"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+             {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"})),
+    ("a cordoned or uninitialised node is a state, not a rule", spec(), COLOCATED,
+     tainted({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+             {"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"})),
     ("a required node affinity the node meets by name", spec(), Scheduling(affinity={"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["agents"]}]},

@@ -26,7 +26,7 @@ from pidispatch.runner.config import ConfigError, Event, RunnerConfig, load_conf
 from pidispatch.runner.mount import MOUNT_CHECKS, MountFacts, gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env
 from pidispatch.runner.prompt import build_prompt, fence
-from pidispatch.runner.report import Usage, context_window, measure_context, new_usage
+from pidispatch.runner.report import Usage, context_window, measure_context, new_usage, priced_models
 from pidispatch.runner.session import (
     Repair,
     normalise,
@@ -614,7 +614,7 @@ def test_new_usage_counts_only_this_runs_entries() -> None:
     added = new_usage(turn2, before)
     last = json.loads(lines(turn2)[6])["message"]["usage"]
     assert added == Usage(input=last["input"], output=last["output"], total=last["totalTokens"],
-                          cost=last["cost"]["total"], calls=1)
+                          cost=last["cost"]["total"], calls=1, unpriced=1)  # models.json gives fake-model no price
     everything = new_usage(turn2, frozenset())
     assert everything.calls == 2 and everything.total > added.total
     assert new_usage(turn2, normalise(turn2, WORKSPACE).entry_ids) == Usage()
@@ -624,7 +624,36 @@ def test_new_usage_counts_error_replies_and_cached_tokens() -> None:
     retries = new_usage(sample("s7_http500_retries_then_resume.jsonl"), frozenset())
     assert retries.calls == 5  # four error replies and the successful one: all billed attempts
     cached = new_usage(sample("s4_cached_tokens.jsonl"), frozenset())
-    assert (cached.input, cached.output, cached.total) == (700, 7, 1007)
+    assert (cached.input, cached.output, cached.cache_read, cached.cache_write, cached.total) == (700, 7, 300, 0, 1007)
+
+
+def _reply(entry_id: str, model: str, total: int, cost: float) -> bytes:
+    provider, _, model_id = model.partition("/")
+    return json.dumps({"type": "message", "id": entry_id, "parentId": None, "message": {
+        "role": "assistant", "provider": provider, "model": model_id,
+        "usage": {"input": total, "output": 0, "cacheRead": 0, "cacheWrite": 0, "totalTokens": total,
+                  "cost": {"total": cost}}}}).encode() + b"\n"
+
+
+PRICED = {"providers": {"fake": {"models": [{"id": "free", "cost": {"input": 0, "output": 0}}, {"id": "unpriced"}]}}}
+
+
+@pytest.mark.parametrize(("replies", "unpriced", "cost"), [
+    ([("a", "fake/unpriced", 10, 0.0)], 1, None),
+    ([("a", "fake/free", 10, 0.0)], 0, 0.0),
+    ([("a", "anthropic/claude", 10, 0.25)], 0, 0.25),
+    ([("a", "anthropic/claude", 10, 0.25), ("b", "fake/unpriced", 10, 0.0)], 1, None),
+    ([("a", "fake/unpriced", 0, 0.0)], 0, 0.0),
+], ids=["a model models.json gives no price is unpriced: no cost at all",
+        "a model priced at 0 in models.json is free, not unpriced",
+        "a reply pi put a cost on is priced (pi's own registry knew the model)",
+        "one unpriced reply withholds the job's cost: a partial sum would read as the whole",
+        "a reply of no tokens costs nothing at any price"])
+def test_cost_is_reported_only_when_every_reply_was_priced(replies: list[tuple[str, str, int, float]],
+                                                           unpriced: int, cost: float | None) -> None:
+    usage = new_usage(b"".join(_reply(*r) for r in replies), frozenset(), priced_models(PRICED))
+    assert usage.unpriced == unpriced
+    assert usage.as_tokens().get("cost") == cost
 
 
 def test_new_usage_survives_hostile_values() -> None:
@@ -725,7 +754,8 @@ def test_encode_report_drops_optional_parts_before_exceeding_the_limit() -> None
 
 
 # The termination message byte for byte, as the runner wrote it before the report became one model (the
-# operator of the previous release reads what this release's runner writes, and the other way round).
+# operator of the previous release reads what this release's runner writes, and the other way round). The
+# tokens part has since gained cacheRead, cacheWrite and unpriced: a reader drops the token fields it does not know.
 WIRE = [
     (RunnerReport(session=RunnerSession(True, "resumed"), context=(659, 32000),
                   tokens=Usage(input=700, output=7, total=1007, cost=0.0123, calls=2).as_tokens(),
@@ -734,8 +764,9 @@ WIRE = [
                   secrets=(SecretDigest(40, "0" * 64),)),
      '{"rethread":{"unpacked":true,"packed":null,"detail":"over the bound right after the unpack"},'
      '"workspace":{"head":"' + "a" * 40 + '","pushed":null},"session":{"resumed":true,"reason":"resumed"},'
-     '"context":{"tokens":659,"window":32000},"tokens":{"input":700,"output":7,"total":1007,"cost":0.0123,'
-     '"calls":2},"piVersion":"0.73.1","outcome":"completed","secrets":[{"length":40,"sha256":"' + "0" * 64 + '"}]}'),
+     '"context":{"tokens":659,"window":32000},"tokens":{"input":700,"output":7,"cacheRead":0,"cacheWrite":0,'
+     '"total":1007,"cost":0.0123,"calls":2,"unpriced":0},"piVersion":"0.73.1","outcome":"completed",'
+     '"secrets":[{"length":40,"sha256":"' + "0" * 64 + '"}]}'),
     (RunnerReport(pi_version="0.73.1", outcome="failed", workspace=Workspace(failure="commit-gone", detail="gone")),
      '{"workspace":{"failure":"commit-gone","detail":"gone"},"piVersion":"0.73.1","outcome":"failed"}'),
     (RunnerReport(session=RunnerSession(False, "disabled"), outcome="completed", rethread=Rethread(unpacked=True)),

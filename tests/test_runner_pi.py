@@ -87,7 +87,9 @@ def test_cold_run_then_resumed_run_on_the_same_file(job: Job) -> None:
     assert first.report == {
         "session": {"resumed": False, "reason": "absent"},
         "context": {"tokens": 1007, "window": 32000},
-        "tokens": {"input": 1000, "output": 7, "total": 1007, "cost": 0.0, "calls": 1},
+        # fake-model has no prices in models.json: no cost, one unpriced reply
+        "tokens": {"input": 1000, "output": 7, "cacheRead": 0, "cacheWrite": 0, "total": 1007, "calls": 1,
+                   "unpriced": 1},
         "piVersion": pinned_version(), "outcome": "completed"}
     assert_report_survives_the_operator(first)
     (cold_prompt,) = user_texts(job.model.messages(0))
@@ -102,7 +104,8 @@ def test_cold_run_then_resumed_run_on_the_same_file(job: Job) -> None:
     assert second.report == {
         "session": {"resumed": True, "reason": "resumed"},
         "context": {"tokens": 2011, "window": 32000},
-        "tokens": {"input": 1500, "output": 11, "total": 2011, "cost": 0.0, "calls": 1},  # this run only
+        "tokens": {"input": 1500, "output": 11, "cacheRead": 500, "cacheWrite": 0, "total": 2011, "calls": 1,
+                   "unpriced": 1},  # this run only
         "piVersion": pinned_version(), "outcome": "completed"}
     assert_report_survives_the_operator(second)
     sent = conversation(job.model.messages(1))
@@ -117,15 +120,35 @@ def test_cold_run_then_resumed_run_on_the_same_file(job: Job) -> None:
                                                          second.report["context"]["window"])
 
 
-def test_disabled_runs_in_memory_and_leaves_no_file(job: Job) -> None:
-    result = job.run(session=False)
+def test_a_run_without_a_session_reports_its_tokens_and_keeps_no_file(job: Job) -> None:
+    scratch = job.tmp / "tmp"
+    scratch.mkdir()
+    job.model.reply("done", usage=Usage(prompt_tokens=800, completion_tokens=9, cached_tokens=200))
+    result = job.run(session=False, extra={"TMPDIR": str(scratch)})
     assert result.code == 0, result.stderr
-    assert result.report == {"session": {"resumed": False, "reason": "disabled"}, "piVersion": pinned_version(),
-                             "outcome": "completed"}
+    assert result.report == {"session": {"resumed": False, "reason": "disabled"},
+                             "tokens": {"input": 600, "output": 9, "cacheRead": 200, "cacheWrite": 0, "total": 809,
+                                        "calls": 1, "unpriced": 1},
+                             "piVersion": pinned_version(), "outcome": "completed"}
     assert_report_survives_the_operator(result)
     assert len(job.model.requests) == 1
     assert not job.session_file.parent.exists()
-    assert not (job.agent / "sessions").exists()  # --no-session: pi kept nothing anywhere
+    assert not (job.agent / "sessions").exists()  # pi kept nothing in its own session directory
+    assert list(scratch.iterdir()) == []  # and the runner's scratch file, read for the usage, is gone
+
+
+def test_a_priced_model_reports_the_cost_pi_computed(job: Job) -> None:
+    """models.json prices fake-model (dollars per million tokens): the report carries pi's own cost."""
+    models = json.loads((job.agent / "models.json").read_text())
+    models["providers"]["fake"]["models"][0]["cost"] = {"input": 3, "output": 15, "cacheRead": 0.3, "cacheWrite": 0}
+    (job.agent / "models.json").write_text(json.dumps(models))
+    job.model.reply("done", usage=Usage(prompt_tokens=1000, completion_tokens=100, cached_tokens=500))
+    result = job.run(session=False)
+    assert result.code == 0, result.stderr
+    tokens = result.report["tokens"]
+    assert (tokens["input"], tokens["cacheRead"], tokens["output"], tokens["unpriced"]) == (500, 500, 100, 0)
+    assert tokens["cost"] == pytest.approx((500 * 3 + 500 * 0.3 + 100 * 15) / 1e6)
+    assert_report_survives_the_operator(result)
 
 
 def test_host_resume_with_an_empty_file_still_briefs_by_the_envelope(job: Job) -> None:

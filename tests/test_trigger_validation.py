@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pidispatch.api.crds import TRIGGER_RULES
-from pidispatch.api.trigger import RESUME_NOT_BOOLEAN, first_refusal, resume_armed
+from pidispatch.api.trigger import NOT_IMPLEMENTED, RESUME_NOT_BOOLEAN, first_refusal, refusal_reason, resume_armed
 
 CASES = [
     ("resume alone", {"resume": True}, "issue_comment.created", None),
@@ -19,7 +19,20 @@ CASES = [
      TRIGGER_RULES[2]["message"]),
     ("secrets", {"resume": True, "secrets": ["s"]}, "issue_comment.created", TRIGGER_RULES[3]["message"]),
     ("empty secrets list", {"resume": True, "secrets": []}, "issue_comment.created", None),
-    ("resume false allows all", {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]}, "cron", None),
+    ("resume false with secrets", {"resume": False, "secrets": ["s"]}, "cron", None),
+    ("secrets without resume", {"secrets": ["model-keys", "deploy.key"]}, "issue_comment.created", None),
+    # Accepted by the v1alpha1 schema, acted on by nothing: refused, the resume refusals said first.
+    ("command without resume", {"command": "x"}, "issue_comment.created", NOT_IMPLEMENTED["command"]),
+    ("command with resume false", {"resume": False, "command": "x", "replicas": 2}, "cron",
+     NOT_IMPLEMENTED["command"]),
+    ("flow", {"flow": "fix"}, "issue_comment.created", NOT_IMPLEMENTED["flow"]),
+    ("flow before replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", NOT_IMPLEMENTED["flow"]),
+    ("replicas", {"replicas": 2}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
+    ("resume with flow: flow alone is not a resume conflict", {"resume": True, "flow": "fix"},
+     "issue_comment.created", NOT_IMPLEMENTED["flow"]),
+    ("secrets names a Secret", {"secrets": ["Model_Keys"]}, "issue_comment.created",
+     "run.secrets: 'Model_Keys' is not a Secret's name (lowercase letters, digits, '-' and '.', at most 253). "
+     "It names a Secret of the Trigger's namespace, mounted into the job."),
 ]
 
 
@@ -32,3 +45,14 @@ def test_first_refusal(run: dict, event: str, message: str | None) -> None:
                                             ({"resume": "true"}, False), ({"resume": 1}, False)])
 def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
     assert resume_armed({"run": run}) is armed
+
+
+@pytest.mark.parametrize(("run", "reason"), [
+    ({"replicas": 2}, "FieldNotImplemented"),
+    ({"command": "x"}, "FieldNotImplemented"),
+    ({"flow": "fix"}, "FieldNotImplemented"),
+    ({"resume": True, "replicas": 2}, "ResumeConflict"),
+], ids=["replicas", "command", "flow", "resume with replicas"])
+def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
+    message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
+    assert message is not None and refusal_reason(message) == reason

@@ -5,6 +5,7 @@
 #   etcd                                             (wrapper module etcd/)
 #   helm                                             (wrapper module helm/)
 #   actionlint                                       (wrapper module actionlint/: tests/test_workflows.py)
+#   registry                                         (wrapper module registry/: e2e/test_pull_secret.py)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
 # A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum
 # changed (a stamp file next to it records their hash), so a second run builds
@@ -68,6 +69,10 @@ build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/vers
 # the workflow linter of .github/workflows (`make test` runs it through tests/test_workflows.py)
 build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
     "-s -w -X github.com/rhysd/actionlint.version=$ACTIONLINT_VERSION"
+
+# the private registry the real node pulls from with an imagePullSecret (e2e/test_pull_secret.py)
+build registry registry github.com/distribution/distribution/v3/cmd/registry \
+    "-s -w -X github.com/distribution/distribution/v3/version.version=v$REGISTRY_VERSION"
 
 echo "[controlplane] $built binaries built, total $(( $(date +%s) - total_start ))s; bin dir:" >&2
 echo "$bin_dir"

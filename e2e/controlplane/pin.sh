@@ -10,6 +10,8 @@
 #   helm/  requires helm.sh/helm/v3 v$HELM_VERSION (separate module so its k8s.io
 #          dependencies do not collide with the kubernetes release above).
 #   actionlint/  requires github.com/rhysd/actionlint v$ACTIONLINT_VERSION (the workflow linter).
+#   registry/  requires github.com/distribution/distribution/v3 v$REGISTRY_VERSION (the private registry of
+#          e2e/test_pull_secret.py).
 #
 # Re-runnable: edit versions.env, run this script, commit */go.mod */go.sum.
 set -euo pipefail
@@ -78,4 +80,11 @@ new_module actionlint pidispatch.invalid/controlplane/actionlint
     go get -tool "github.com/rhysd/actionlint/cmd/actionlint@v$ACTIONLINT_VERSION"
     go mod tidy
 )
-echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint}/go.{mod,sum}"
+echo "== registry wrapper: github.com/distribution/distribution/v3 v$REGISTRY_VERSION"
+new_module registry pidispatch.invalid/controlplane/registry
+(
+    cd "$here/registry"
+    go get -tool "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION"
+    go mod tidy
+)
+echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry}/go.{mod,sum}"

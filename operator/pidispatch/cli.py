@@ -248,6 +248,36 @@ def cmd_stop_jobs(args: argparse.Namespace) -> int:
                          staging_claim=args.staging_claim)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """What each key's jobs cost, by how they started, from the SessionKeys of a namespace."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from pidispatch.api.crds import GROUP, VERSION
+    from pidispatch.costreport import report, table
+    from pidispatch.kubeapi import Api, ApiError
+
+    try:
+        api = Api.from_environment(timeout=10, retries=0)
+    except (ConfigException, OSError, ValueError) as exc:
+        raise UsageError(f"no cluster to ask: not in a Pod, and no usable kubeconfig ({exc}); set KUBECONFIG "
+                         "or run it in the operator's Pod (kubectl exec)") from None
+    namespace = args.namespace or os.environ.get("PI_DISPATCH_NAMESPACE") or api.namespace_default()
+    try:
+        keys = api.list(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/sessionkeys")
+    except ApiError as exc:
+        why = {403: "forbidden: your credentials may not list sessionkeys.pi-dispatch.dev there",
+               404: "not found: the pi-dispatch CRDs are not installed"}.get(exc.status, f"HTTP {exc.status}")
+        sys.stderr.write(f"pidispatch report: cannot list the SessionKeys in namespace {namespace}: {why}. "
+                         "Name the operator's namespace with --namespace, or check the chart is installed.\n")
+        return 1
+    data = report(keys)
+    if args.output == "json":
+        _print_json(data)
+    else:
+        sys.stdout.write(table(data))
+    return 0
+
+
 def cmd_runner(args: argparse.Namespace) -> int:
     from pidispatch.runner.main import main as runner_main
 
@@ -327,6 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
     op = commands.add_parser("operator", help="run the kopf operator (the container's entrypoint)")
     op.add_argument("--verbose", action="store_true")
     op.set_defaults(run=cmd_operator)
+
+    cost = commands.add_parser("report", help="per key: jobs and tokens per job, resumed, rethreaded or cold "
+                                              "(the SessionKeys' status.usage)")
+    cost.add_argument("--namespace", "-n", default=None,
+                      help="the operator's namespace (default: PI_DISPATCH_NAMESPACE, else the kubeconfig's)")
+    cost.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    cost.set_defaults(run=cmd_report)
 
     runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
     runner.set_defaults(run=cmd_runner)

@@ -19,12 +19,39 @@ STORE_KEYS = Gauge("pidispatch_store_keys", "Keys in the session store at the la
 STORE_BYTES = Gauge("pidispatch_store_bytes", "Transcript bytes in the store at the last sweep.", registry=REGISTRY)
 RETHREADS = Counter("pidispatch_rethreads", "Jobs that started a new session from a stored letter and ledger "
                     "instead of a cold start, by the gate's refusal.", ["reason"], registry=REGISTRY)
-TOKENS = Counter("pidispatch_job_tokens", "Tokens used by finished jobs, by whether they resumed.", ["session"],
-                 registry=REGISTRY)
+# The job-usage metrics share the label `session`: how the job started (jobflow/cost.py): resumed,
+# rethreaded, cold, or none (no session). Divide tokens by jobs of the same label for tokens per job.
+TOKENS = Counter("pidispatch_job_tokens", "Tokens of finished jobs' own replies (pi's totalTokens), by how the job "
+                 "started.", ["session"], registry=REGISTRY)
+TOKEN_PARTS = Counter("pidispatch_job_token_parts", "Tokens of finished jobs' own replies by part (input, output, "
+                      "cacheRead, cacheWrite) and by how the job started.", ["session", "part"], registry=REGISTRY)
+JOBS_ENDED = Counter("pidispatch_jobs_ended", "Finished jobs, by how they started (with or without a token report).",
+                     ["session"], registry=REGISTRY)
+JOBS_MEASURED = Counter("pidispatch_jobs_measured", "Finished jobs whose runner reported tokens, by how they "
+                        "started: the denominator of tokens per job.", ["session"], registry=REGISTRY)
+COST = Counter("pidispatch_job_cost_dollars", "What finished jobs' replies cost, as pi priced them, by how the job "
+               "started (jobs with an unpriced reply are left out).", ["session"], registry=REGISTRY)
 GATE_SECONDS = Histogram("pidispatch_gate_seconds", "Time to judge and stage one delivery.", registry=REGISTRY,
                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
 PROMOTION_SECONDS = Histogram("pidispatch_promotion_seconds", "Time to promote one transcript.", registry=REGISTRY,
                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
+
+
+TOKEN_PART_NAMES = ("input", "output", "cacheRead", "cacheWrite")
+
+
+def observe_job_usage(session: str, tokens: dict[str, float]) -> None:
+    """Count one finished job that started as ``session`` and the tokens its runner reported (maybe none)."""
+    JOBS_ENDED.labels(session).inc()
+    if "total" not in tokens:
+        return
+    JOBS_MEASURED.labels(session).inc()
+    TOKENS.labels(session).inc(tokens["total"])
+    for part in TOKEN_PART_NAMES:
+        if part in tokens:
+            TOKEN_PARTS.labels(session, part).inc(tokens[part])
+    if "cost" in tokens:
+        COST.labels(session).inc(tokens["cost"])
 
 
 def serve(port: int) -> None:

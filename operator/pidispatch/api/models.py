@@ -179,14 +179,27 @@ class Toleration(_Model):
 
 class TriggerRun(_Model):
     kind: Literal["forge", "local"] | None = None
-    flow: Annotated[str, Field(max_length=253)] | None = None
+    # command, flow and replicas stay in the v1alpha1 schema (removing a field is not additive:
+    # docs/crd-policy.md) but nothing acts on them yet, so a Trigger that sets one is refused (api/trigger.py).
+    flow: Annotated[str | None, Field(max_length=253, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
+        "repository's .pi/skills/<flow> the job runs."))] = None
     # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
     # apiserver's own type check ("spec.run.resume ... must be of type boolean").
     resume: Annotated[bool | None, Field(
         description="Continue the previous job's conversation on the same branch.")] = None
-    command: Annotated[str, Field(max_length=4096)] | None = None
-    replicas: Annotated[int | None, Field(ge=2, le=3)] = None
-    secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32)] = None
+    command: Annotated[str | None, Field(max_length=4096, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
+        "'/<command> args' a job gets as its whole prompt. With run.resume it is refused."))] = None
+    replicas: Annotated[int | None, Field(ge=2, le=3, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, 2 or 3 "
+        "independent attempts per delivery, each on its own branch. With run.resume it is refused."))] = None
+    secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32, description=(
+        "Secrets of the Trigger's namespace, by name, delivered to every job of this Trigger: each is mounted "
+        "read-only at /var/run/pi-dispatch/secrets/<name>/<key> (PI_RUN_SECRETS_DIR), a file per key, never "
+        "an environment value. Never stored: the scan before the promotion redacts a value the job echoed. "
+        "Refused with run.resume. The job Pod policy admits only the Secrets named in "
+        "jobPodPolicy.credentialSecrets."))] = None
     model: Annotated[str, Field(max_length=128)] | None = None
     image: Annotated[str, Field(max_length=512)] | None = None
     piVersion: Annotated[str, Field(max_length=64)] | None = None
@@ -310,6 +323,10 @@ class JobHandoff(_Model):
 JobTokens = create_model("JobTokens", __base__=_Model, **{  # type: ignore[call-overload]
     name: (Annotated[float | None, Field(json_schema_extra=NULLABLE)], None) for name in TOKEN_FIELDS})
 
+# A SessionKey's counters for one way its jobs started: how many jobs, and the sums of their tokens.
+StartUsage = create_model("StartUsage", __base__=_Model, jobs=(Annotated[int | None, Field(ge=0)], None), **{
+    name: (Annotated[float | None, Field(ge=0)], None) for name in TOKEN_FIELDS})  # type: ignore[call-overload]
+
 
 Commit = Annotated[str, Field(pattern=r"^([0-9a-f]{40}|[0-9a-f]{64})$")]
 
@@ -412,6 +429,17 @@ class FailedResumes(_Model):
         description="When the count reached sessions.quarantineAfter: the transcript is quarantined.")] = None
 
 
+class KeyUsage(_Model):
+    """The jobs that ended on a key and their tokens, by how they started (``jobflow/cost.py``)."""
+
+    resumed: StartUsage | None = None  # type: ignore[valid-type]
+    rethreaded: StartUsage | None = None  # type: ignore[valid-type]
+    cold: StartUsage | None = None  # type: ignore[valid-type]
+    recentJobs: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(
+        max_length=16, description="The last jobs counted, so a job's end written twice (a restart between the "
+                                   "SessionKey and the Job) counts once.")] = None
+
+
 class SessionKeyStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
@@ -440,6 +468,10 @@ class SessionKeyStatus(_Model):
     failedResumes: Annotated[FailedResumes | None, Field(
         json_schema_extra=NULLABLE, description="Resumed jobs in a row that ended Failed; at "
                                                 "sessions.quarantineAfter the transcript is quarantined.")] = None
+    usage: Annotated[KeyUsage | None, Field(
+        description="Jobs ended on this key and the tokens of their own replies, by how they started: resumed, "
+                    "rethreaded (from the letter and ledger) or cold. cost sums the priced jobs; unpriced counts "
+                    "the replies no price was known for.")] = None
 
 
 M = TypeVar("M", bound=BaseModel)

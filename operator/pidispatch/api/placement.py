@@ -26,6 +26,11 @@ from pidispatch.settings.scheduling import Scheduling
 PLACEMENT_CONFLICT = "PlacementConflict"  # the Trigger's Ready reason when its resumed jobs cannot be placed
 # Taints that keep a Pod off a node unless it tolerates them (PreferNoSchedule only discourages).
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+# Taints the cluster puts on and takes off a node by its state (not ready, unreachable, cordoned, under
+# pressure, not yet initialised by its cloud): a moment of the node, not a rule of the Trigger, and no
+# toleration the Trigger could add would be right. A Trigger is never refused for them (a loaded node
+# flapping NotReady for a second refused every resumed job until the next resync).
+STATE_TAINT_PREFIXES = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 
 WAYS_OUT = (
     "Ways out: give staging ReadWriteMany storage (Helm values sessions.staging.accessModes=[ReadWriteMany] and "
@@ -128,6 +133,8 @@ def placement_conflict(spec: TriggerSpec, rules: Scheduling, node: OperatorNode 
     tolerations = [dict(t) for t in rules.tolerations]
     tolerations += [t.model_dump(exclude_none=True) for t in run.tolerations or ()]
     for taint in node.taints:
+        if str(taint.get("key") or "").startswith(STATE_TAINT_PREFIXES):
+            continue
         if taint.get("effect") in BLOCKING_EFFECTS and not any(tolerates(t, taint) for t in tolerations):
             conflicts.append(f"that node has the taint {_taint_text(taint)} and the job Pods do not tolerate it "
                              "(add a toleration to run.tolerations or job.tolerations)")

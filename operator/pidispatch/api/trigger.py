@@ -12,8 +12,26 @@ from typing import Any
 
 from pidispatch.api.models import TriggerSpec, problem
 from pidispatch.api.vocabulary import TRIGGER_RULES
+from pidispatch.contract import run_secret_problem
 
 RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it out to keep resume off)."
+
+# Fields of ``run`` the v1alpha1 schema accepts (removing them would break stored Triggers: docs/crd-policy.md)
+# but no code acts on yet. A Trigger that sets one is refused rather than run as if the field were not there,
+# in pi-dispatch's order (command, flow, replicas), after the resume refusals so theirs are said first.
+NOT_IMPLEMENTED: dict[str, str] = {
+    "command": "run.command is not implemented by this operator yet: pi-dispatch gives the job exactly "
+               "'/<command> args' as its prompt (a registered pi extension command) with the event in "
+               "/job/event.json, and this operator would run the event's own prompt instead. Remove run.command "
+               "from this Trigger (write the instruction in the issue, the comment or the model's instructions).",
+    "flow": "run.flow is not implemented by this operator yet: pi-dispatch runs the repository's "
+            ".pi/skills/<flow> as the job's prompt, and this operator would run the event's own prompt instead. "
+            "Remove run.flow from this Trigger.",
+    "replicas": "run.replicas is not implemented by this operator yet: it runs one job per delivery, on one branch, "
+                "not 2 or 3 independent attempts each on its own branch pi/issue-<n>-r<i>. Remove run.replicas "
+                "from this Trigger (a second Trigger on another label gives a second, separate attempt).",
+}
+NOT_IMPLEMENTED_REASON = "FieldNotImplemented"
 
 
 def resume_armed(spec: dict[str, Any]) -> bool:
@@ -35,14 +53,25 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
         return RESUME_NOT_BOOLEAN
     if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
         return f"its spec is not valid: {invalid}."
-    if not resume_armed(spec):
-        return None
-    if "command" in run:
-        return TRIGGER_RULES[0]["message"]
-    if on.get("event") == "cron" or run.get("kind") == "local":
-        return TRIGGER_RULES[1]["message"]
-    if "replicas" in run:
-        return TRIGGER_RULES[2]["message"]
-    if run.get("secrets"):
-        return TRIGGER_RULES[3]["message"]
+    if resume_armed(spec):
+        if "command" in run:
+            return TRIGGER_RULES[0]["message"]
+        if on.get("event") == "cron" or run.get("kind") == "local":
+            return TRIGGER_RULES[1]["message"]
+        if "replicas" in run:
+            return TRIGGER_RULES[2]["message"]
+        if run.get("secrets"):
+            return TRIGGER_RULES[3]["message"]
+    for name, message in NOT_IMPLEMENTED.items():
+        if run.get(name) is not None:
+            return message
+    for secret in run.get("secrets") or ():
+        why = run_secret_problem(secret)
+        if why is not None:
+            return f"run.secrets: {why}. It names a Secret of the Trigger's namespace, mounted into the job."
     return None
+
+
+def refusal_reason(message: str) -> str:
+    """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
+    return NOT_IMPLEMENTED_REASON if message in NOT_IMPLEMENTED.values() else "ResumeConflict"

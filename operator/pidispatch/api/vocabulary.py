@@ -70,7 +70,9 @@ TRIGGER_RULES: list[dict[str, str]] = [
 ]
 
 JOB_FORGES = ("github",)
-SESSIONKEY_FORGES = ("github", "gitlab", "forgejo", "azure")
+# A SessionKey is made by the operator from a Job, so it names only the forges a Job may: the key derivation
+# still knows gitlab, forgejo and azure (store/keys.py, so keys stay pi-dispatch's), no path here serves them.
+SESSIONKEY_FORGES = JOB_FORGES
 # Lengths the receiver must keep to when it writes a Job (the Job CRD refuses longer ones).
 COMMENT_MAX = 65536
 REPOSITORY_MAX = 200

@@ -8,6 +8,7 @@ helpers (checked by import-linter, ``.importlinter``).
 
 from __future__ import annotations
 
+import re
 from typing import TypeGuard
 
 VENUE = "kubernetes"  # the venue a job of this operator stamps and is judged by (spec §2.4)
@@ -17,11 +18,11 @@ SESSION_FILE = f"{SESSION_MOUNT}/current.jsonl"
 WORKSPACE = "/workspace"  # always the same path: pi refuses a session whose header cwd does not exist
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_MESSAGE_LIMIT = 4096  # the kubelet's cap on a termination message, in bytes
-# The token fields a report may carry (`contract/report.py`), the same as the Job's `status.tokens`.
-TOKEN_FIELDS = ("input", "output", "total", "cost", "metered", "rootTotal", "otherTotal", "looseTotal", "sessions",
-                "calls", "unresolved", "unpriced", "childTotal", "childProcesses", "unmeteredChildren",
-                "costUnreported", "costCapMicros", "costRefused", "boundExceeded", "longContext", "costUnjudged",
-                "costUnanswered", "modelRefused")
+# The token fields a report may carry (`contract/report.py`), the same as the Job's `status.tokens`: the sums
+# over the job's own assistant replies (pi's `usage`), never the resumed history's. `cost` is the dollars pi
+# priced them at, sent only when every reply was priced; `unpriced` counts the replies no price was known for.
+# Upstream's record lists 23 fields; the 18 nothing here measures are left out (docs/store-divergences.md).
+TOKEN_FIELDS = ("input", "output", "cacheRead", "cacheWrite", "total", "cost", "calls", "unpriced")
 
 AGENT_DIR = "/pi-agent"  # pi's agent directory (writable) when models.json comes from a ConfigMap
 MODELS_JSON = "models.json"
@@ -35,6 +36,12 @@ ENV_RETHREAD_PCT = "PI_SESSION_RETHREAD_PCT"  # the context use (%) at which the
 # each value and of the forge token (``store/redact.py``), so the operator's scan can redact them.
 ENV_SECRET_NAMES = "PI_SECRET_ENV"
 ENV_AGENT_DIR = "PI_CODING_AGENT_DIR"  # pi's own: where it reads models.json
+# run.secrets: each named Secret of the Trigger's namespace is mounted read-only at RUN_SECRETS_DIR/<name>/<key>
+# (a file per key, never an environment value the Pod's spec would show). ENV_RUN_SECRETS lists the names
+# (comma-separated) so the runner reports a digest of every value for the scan before the promotion.
+RUN_SECRETS_DIR = "/var/run/pi-dispatch/secrets"
+ENV_RUN_SECRETS_DIR = "PI_RUN_SECRETS_DIR"
+ENV_RUN_SECRETS = "PI_RUN_SECRETS"
 # Names a model credential may not take: the forge token reaches the Pod only one way (GH_TOKEN, by
 # the operator's own secretKeyRef), and the session and agent settings are the operator's.
 FORGE_TOKEN_NAMES = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")
@@ -43,6 +50,16 @@ FORGE_TOKEN_NAMES = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_
 JOB_LABEL = "pi-dispatch.dev/job"
 RELEASE_LABEL = "pi-dispatch.dev/release"  # the Helm release of the operator that created it (its uninstall hook's)
 MANAGED_BY = {"app.kubernetes.io/managed-by": "pi-dispatch"}
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def run_secret_problem(name: str) -> str | None:
+    """Why ``name`` cannot be one of ``run.secrets`` (a Secret's name: a DNS subdomain), or ``None``."""
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        return f"{name[:80]!r} is not a Secret's name (lowercase letters, digits, '-' and '.', at most 253)"
+    return None
 
 
 def credential_name_problem(name: str) -> str | None:

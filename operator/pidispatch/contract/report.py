@@ -6,7 +6,8 @@ One JSON object in the job container's termination message (and the runner's las
      "workspace": {"head": sha, "pushed": sha | null} | {"failure": <CHECKOUT_FAILURES key>, "detail": str},
      "session": {"resumed": bool, "reason": <closed enum token>},
      "context": {"tokens": int, "window": int},            # only when measured (finite, window > 0)
-     "tokens": {"input", "output", "total", "cost", "calls"},  # only when a session file was kept
+     "tokens": {"input", "output", "cacheRead", "cacheWrite", "total", "calls", "unpriced"[, "cost"]},
+                # the job's own replies, with or without a session; "cost" only when every reply was priced
      "piVersion": "<what pi --version said>",
      "outcome": "completed" | "failed" | "aborted" | "refused",
      "secrets": [{"length": int, "sha256": hex}]}  # the job's own secrets, by digest (store/redact.py)

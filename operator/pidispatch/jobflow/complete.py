@@ -21,7 +21,7 @@ from pidispatch import failpoints, fence, metrics
 from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.events import emit
-from pidispatch.jobflow import lifecycle, quarantine, sessionkey
+from pidispatch.jobflow import cost, lifecycle, quarantine, sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import (
     deadline_exceeded,
@@ -250,6 +250,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
     is out of the ordinary (a rethreaded start, a promotion that did not happen, a deadline, a Pod that never
     started, OOM)."""
     name = job.name
+    start = cost.session_start(done.ended.session)
     if host is not None and not done.forgotten:
         # Before the Job's terminal status: a Job that reads terminal never comes back here, and
         # writing the same SessionKey facts twice after a kill is harmless.
@@ -263,7 +264,8 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
         try:
             sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
             quarantine.count(settings, cluster, host.key, name, resumed=host.resume, ended=done.ended)
-            sessionkey.update(settings, cluster, host.key, last)
+            sessionkey.update(settings, cluster, host.key, last,
+                              ended=cost.JobUsage(name, start, done.report.tokens or None))
         except Exception as exc:  # the SessionKey is a view of the store: the refresh timer mends it
             log.warning("SessionKey %s not written: %s: %s", host.key, type(exc).__name__, exc)
     cluster.record(job, done.ended)
@@ -273,10 +275,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
         cluster.event(job, "Normal", "Rethreaded",
                       f"The resume was refused ({host.reason}); the job started a new session from the stored "
                       "letter and ledger instead of a cold start.")
-    total = done.report.tokens.get("total")
-    if total is not None:
-        metrics.TOKENS.labels("resumed" if done.ended.session is not None and done.ended.session.resumed
-                              else "cold").inc(total)
+    metrics.observe_job_usage(start, done.report.tokens)
     # A promotion is the routine end: the Job's Completed condition and the SessionKey's lastPromotedAt say so,
     # and an Event for it would be one more API write per job (issue 18: at most 6, a queued job included).
     # A promotion that did not happen is worth a person's attention, so it still gets its Warning.

@@ -105,7 +105,7 @@ def pod_env(job_name: str, job_spec: JobSpec, trigger_spec: TriggerSpec) -> dict
                                   sort_keys=True, separators=(",", ":")),
     }
     for name, value in (("PI_ISSUE", job_spec.issue), ("PI_PULL_REQUEST", job_spec.pullRequest),
-                        ("PI_MODEL", run.model), ("PI_VERSION", run.piVersion), ("PI_FLOW", run.flow)):
+                        ("PI_MODEL", run.model), ("PI_VERSION", run.piVersion)):
         if value is not None:
             env[name] = str(value)
     return env
@@ -335,6 +335,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         active_deadline_seconds=deadline,
         resources=job_resources(settings, run),
         credentials=job_credentials(settings, run),
+        run_secrets=tuple(run.secrets or ()),
         models_configmap=settings.job_models_configmap,
         workspace=workspace_inputs(settings, spec.repository, checkout, moved),
         workspace_size_limit=(settings.job_workspace_size_limit, settings.job_workspace_limit_bytes),

@@ -16,8 +16,9 @@ from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.models import JobSession
 from pidispatch.api.views import SessionKeyView
 from pidispatch.contract import MANAGED_BY
-from pidispatch.jobflow import lifecycle
+from pidispatch.jobflow import cost, lifecycle
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.cost import JobUsage
 from pidispatch.kubeapi import ApiError
 from pidispatch.report import Workspace
 from pidispatch.settings import OperatorSettings
@@ -27,7 +28,7 @@ from pidispatch.store.keys import is_key
 from pidispatch.store.staging import HostRecord
 
 FINALIZER = "pi-dispatch.dev/forget-transcript"
-LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith", "rethreadedBy")
+LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith", "rethreadedBy", "usage")
 
 
 def ensure(cluster: Cluster, host: HostRecord) -> None:
@@ -58,13 +59,16 @@ def last_job_facts(job: str, host: HostRecord, session: JobSession | None, promo
 
 
 def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[str, Any] | None,
-           listed: SessionKeyView | None = None) -> None:
+           listed: SessionKeyView | None = None, ended: JobUsage | None = None) -> None:
     """Recompute a SessionKey's status from the store (and the last job's facts); write it if it changed.
 
     ``listed``: the SessionKey as a LIST just returned it (the refresh), read instead of a GET per key.
     It may be older than the object (a job that ended meanwhile wrote its facts), so the write then
     carries its ``resourceVersion``: a conflict means the object moved on, and it is read again and judged
     once more, never overwritten with the older facts.
+
+    ``ended``: the job that ended on the key, counted in ``status.usage`` (once: ``jobflow/cost.py``); that
+    write carries the ``resourceVersion`` it was read at too.
     """
     if settings.store.sessions_dir is None or not is_key(key):
         return
@@ -73,6 +77,8 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
         return
     old = current.stored_status  # compared as stored: a write only when the judgement changed it
     facts = {**{k: old[k] for k in LAST_FACTS if k in old}, **(last or {})}
+    if ended is not None:
+        facts["usage"] = cost.counted(old.get("usage"), ended.job, ended.start, ended.tokens)
     # Judge the next delivery as if it ran the last job's pi and model; unknown → the stamped pi version.
     judged = facts.get("judgedWith") or {}
     view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
@@ -82,16 +88,17 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     # A null inside an object is a deletion in a merge patch: the stored status never holds one.
     if {k: old.get(k) for k in status} == {k: without_nulls(v) for k, v in status.items()}:
         return
-    if listed is None:
+    if listed is None and ended is None:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"), {"status": status})
         return
+    # Counters are read, added to and written back: two jobs ending at once on one key must not lose one.
     try:
         cluster.api.patch(cluster.crd("sessionkeys", key, "status"),
                           {"metadata": {"resourceVersion": current.meta.resource_version}, "status": status})
     except ApiError as exc:
         if exc.status != 409:
             raise
-        update(settings, cluster, key, last)  # the object moved on since the LIST: judge it as it is now
+        update(settings, cluster, key, last, ended=ended)  # the object moved on since it was read: judge it anew
 
 
 def without_nulls(value: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
 from pidispatch.api.serves import NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
+from pidispatch.api.trigger import refusal_reason
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
@@ -31,13 +32,13 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
     problem = trigger.refusal or placement
     armed = trigger.armed
     store = settings.sessions_dir is not None
-    reason = "Loaded" if problem is None else "ResumeConflict" if trigger.refusal else PLACEMENT_CONFLICT
+    reason = "Loaded" if problem is None else refusal_reason(trigger.refusal) if trigger.refusal else PLACEMENT_CONFLICT
     conditions = set_condition(conditions, "Ready", problem is None, reason,
                                "The Trigger can run jobs." if problem is None else problem, generation)
     if armed and problem is None:
         armed_reason = "Armed"
         armed_message = "Jobs of this Trigger continue the previous conversation on their branch."
-    elif armed:
+    elif trigger.requested and problem is not None:
         armed_reason, armed_message = "Refused", "run.resume is set but the Trigger is refused (see Ready)."
     elif trigger.requested:
         armed_reason, armed_message = NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE

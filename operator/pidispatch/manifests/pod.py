@@ -30,6 +30,8 @@ from pidispatch.contract import (
     ENV_PREVIOUS_COMMIT,
     ENV_RETHREAD,
     ENV_RETHREAD_PCT,
+    ENV_RUN_SECRETS,
+    ENV_RUN_SECRETS_DIR,
     ENV_SECRET_NAMES,
     ENV_SESSION_FILE,
     ENV_SUBJECT,
@@ -39,11 +41,13 @@ from pidispatch.contract import (
     MANAGED_BY,
     MODELS_JSON,
     RELEASE_LABEL,
+    RUN_SECRETS_DIR,
     SESSION_FILE,
     SESSION_MOUNT,
     TERMINATION_LOG,
     WORKSPACE,
     credential_name_problem,
+    run_secret_problem,
 )
 from pidispatch.manifests.scheduling import scheduling_fields
 from pidispatch.settings.scheduling import Scheduling
@@ -128,6 +132,8 @@ class PodInputs:
     resources: dict[str, dict[str, str]] = field(default_factory=dict)
     # Model credentials: env name -> (Secret name, key), by secretKeyRef (never a value in the spec).
     credentials: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # run.secrets: Secrets of the job's namespace, each mounted read-only at RUN_SECRETS_DIR/<name>/<key>.
+    run_secrets: tuple[str, ...] = ()
     # A ConfigMap whose models.json is mounted read-only into pi's (writable) agent directory.
     models_configmap: str | None = None
     workspace: WorkspaceInputs = field(default_factory=WorkspaceInputs)
@@ -197,6 +203,13 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     env = {k: v for k, v in p.env.items() if not (p.github_token and k in FORGE_TOKEN_NAMES)
            and k not in p.credentials and k not in transfer_protocol.ENVS}
     env.update(workspace_env(p.workspace))
+    for secret in p.run_secrets:
+        why = run_secret_problem(secret)
+        if why is not None:
+            raise ValueError(f"run.secrets: {why}")
+    if p.run_secrets:
+        env[ENV_RUN_SECRETS_DIR] = RUN_SECRETS_DIR
+        env[ENV_RUN_SECRETS] = ",".join(dict.fromkeys(p.run_secrets))
     if p.credentials:
         env[ENV_SECRET_NAMES] = ",".join(sorted(p.credentials))
     if p.models_configmap:
@@ -243,6 +256,11 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         volumes += [{"name": "agent", "emptyDir": {}},
                     {"name": "models", "configMap": {"name": p.models_configmap,
                                                      "items": [{"key": MODELS_JSON, "path": MODELS_JSON}]}}]
+    for index, secret in enumerate(dict.fromkeys(p.run_secrets)):
+        # Files, not env values: a file per key, readable by the job's group only (the Pod's fsGroup).
+        container["volumeMounts"].append({"name": f"run-secret-{index}", "mountPath": f"{RUN_SECRETS_DIR}/{secret}",
+                                          "readOnly": True})
+        volumes.append({"name": f"run-secret-{index}", "secret": {"secretName": secret, "defaultMode": 0o440}})
     if mounted:
         container["volumeMounts"].append({"name": "session", "mountPath": SESSION_MOUNT,
                                           "subPath": p.session_subpath})

@@ -47,7 +47,6 @@ class Env(StrEnum):
     ISSUE = "PI_ISSUE"
     PULL_REQUEST = "PI_PULL_REQUEST"
     JOB_NAME = "PI_JOB_NAME"
-    FLOW = "PI_FLOW"
     PI_BIN = "PI_BIN"  # the pi executable (default: `pi` on PATH)
     WORKSPACE = "PI_WORKSPACE"  # pi's working directory (default /workspace; tests override it)
     TERMINATION_LOG = "PI_TERMINATION_LOG"  # where the report goes (default /dev/termination-log)

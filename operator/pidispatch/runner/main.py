@@ -10,8 +10,9 @@
    a commit that is gone or a refused token → exit 2, a fault after retries → exit 1;
 6. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
 7. run pi (`pi`);                                              pi's non-zero exit → exit 1
-8. measure context and this run's token use on the final file, note the workspace's HEAD and what was
-   pushed; in transfer mode, after a successful run, hand the session back (`transfer`): a failed
+8. measure context and this run's token use on the final file (a job without a session: on a scratch file
+   pi wrote instead of keeping the session in memory, removed once read), note the workspace's HEAD and what
+   was pushed; in transfer mode, after a successful run, hand the session back (`transfer`): a failed
    upload → exit 1 (the operator promotes nothing); write the report (`report`).
 
 Every path writes a report; the refusals of steps 1–4 write `{"outcome": "refused"}` (plus the pi
@@ -23,10 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -40,7 +44,8 @@ from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
-from pidispatch.runner.report import Usage, measure_context, new_usage
+from pidispatch.runner.report import Usage, measure_context, new_usage, priced_models
+from pidispatch.runner.runsecrets import run_secret_values
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.transfer import TransferFailed, fetch_staged, hand_back
 from pidispatch.runner.version import VersionError, version_problem
@@ -60,11 +65,13 @@ class Refused(Exception):
 
 
 def own_secrets(env: Mapping[str, str]) -> tuple[SecretDigest, ...]:
-    """The digests of the job's own secrets (its forge token, its model keys), for the operator's scan before
-    the promotion: lengths and SHA-256 only, never a value, and none of a value too short to be safe
-    (``store/redact.py``)."""
+    """The digests of the job's own secrets (its forge token, its model keys, its run.secrets), for the
+    operator's scan before the promotion: lengths and SHA-256 only, never a value, and none of a value too
+    short to be safe (``store/redact.py``)."""
     names = [*FORGE_TOKEN_NAMES, TRANSFER_TOKEN, *(env.get(ENV_SECRET_NAMES) or "").split(",")]
-    found = (digest_of(env[name]) for name in dict.fromkeys(names) if name and env.get(name))
+    values: list[str | bytes] = [env[name] for name in dict.fromkeys(names) if name and env.get(name)]
+    values += run_secret_values(env)  # run.secrets, read from their mounts (runner/runsecrets.py)
+    found = (digest_of(value) for value in values)
     return tuple(dict.fromkeys(d for d in found if d is not None))[:MAX_SECRETS]
 
 
@@ -159,14 +166,39 @@ def _first_prompt(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSe
                                   event_prompt=first_prompt(config.event), text=text), unpack
 
 
-def _measure(config: RunnerConfig, opened: OpenedSession) -> tuple[bytes | None, Usage | None, tuple[int, int] | None]:
+def _measure(config: RunnerConfig, opened: OpenedSession, scratch: str | None = None
+             ) -> tuple[bytes | None, Usage | None, tuple[int, int] | None]:
+    """The file pi left, this run's usage and the context it ends on; a scratch file gives the usage only."""
+    models = load_models(config.agent_dir)
     if opened.session_file is None:
-        return None, None, None
+        final = read_final(scratch) if scratch is not None else None
+        return None, (new_usage(final, frozenset(), priced_models(models)) if final is not None else None), None
     final = read_final(opened.session_file)
     if final is None:
         return None, None, None
-    context = measure_context(final, config.model, load_models(config.agent_dir))
-    return final, new_usage(final, opened.entry_ids), context
+    context = measure_context(final, config.model, models)
+    return final, new_usage(final, opened.entry_ids, priced_models(models)), context
+
+
+@contextmanager
+def scratch_session(opened: OpenedSession) -> Iterator[str | None]:
+    """A private file for pi to write a job without a session to, so its usage can be read: ``None`` when the
+    job has a session (pi writes that) or no private directory could be made (pi then runs with --no-session
+    and the report has no tokens). Removed when the run is measured: it is this job's conversation, nobody
+    else's, and nothing keeps it."""
+    if opened.session_file is not None:
+        yield None
+        return
+    try:
+        directory = tempfile.mkdtemp(prefix="pi-usage-")  # mode 0700
+    except OSError as error:
+        emit("runner_usage_unmeasured", reason=error.strerror or str(error))
+        yield None
+        return
+    try:
+        yield os.path.join(directory, "run.jsonl")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | None:
@@ -213,9 +245,10 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
          rethread=unpack is not None)
     fork = untrusted(config)
     agent_env = agent_git_env(env, config.workspace)
-    run = run_pi(pi_command(config.pi_bin, opened.session_file, config.model, prompt, untrusted_workspace=fork),
-                 config.workspace, agent_env)
-    final, usage, context = _measure(config, opened)
+    with scratch_session(opened) as scratch:
+        run = run_pi(pi_command(config.pi_bin, opened.session_file or scratch, config.model, prompt,
+                                untrusted_workspace=fork), config.workspace, agent_env)
+        final, usage, context = _measure(config, opened, scratch)
     part = None
     if run.signalled is None and run.exit_code == 0:
         part = _pack(config, agent_env, opened, final, context, unpack)

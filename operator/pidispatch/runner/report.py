@@ -20,14 +20,21 @@ class Usage:
 
     input: int = 0
     output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
     total: int = 0
     cost: float = 0.0
     calls: int = 0
+    unpriced: int = 0  # replies whose model had no known price: their cost is not in `cost`
 
     def as_tokens(self) -> dict[str, float]:
-        """The report's ``tokens`` part."""
-        return {"input": self.input, "output": self.output, "total": self.total,
-                "cost": round(self.cost, 10), "calls": self.calls}
+        """The report's ``tokens`` part: ``cost`` only when every reply was priced (a partial sum would read as
+        the job's whole cost)."""
+        tokens: dict[str, float] = {"input": self.input, "output": self.output, "cacheRead": self.cache_read,
+                                    "cacheWrite": self.cache_write, "total": self.total}
+        if self.unpriced == 0:
+            tokens["cost"] = round(self.cost, 10)
+        return {**tokens, "calls": self.calls, "unpriced": self.unpriced}
 
 
 def _count(value: Any) -> int:
@@ -45,16 +52,32 @@ def _money(value: Any) -> float:
     return float(value)
 
 
-def new_usage(final: bytes, before_ids: frozenset[str]) -> Usage:
+def priced_models(models: Any) -> frozenset[str]:
+    """``provider/model`` of every model a parsed models.json gives prices for (a ``cost`` object)."""
+    providers = models.get("providers") if isinstance(models, dict) else None
+    priced: set[str] = set()
+    for provider, config in providers.items() if isinstance(providers, dict) else ():
+        listed = config.get("models") if isinstance(config, dict) else None
+        for model in listed if isinstance(listed, list) else []:
+            if isinstance(model, dict) and isinstance(model.get("id"), str) and isinstance(model.get("cost"), dict):
+                priced.add(f"{provider}/{model['id']}")
+    return frozenset(priced)
+
+
+def new_usage(final: bytes, before_ids: frozenset[str], priced: frozenset[str] = frozenset()) -> Usage:
     """Sum the usage of assistant messages in `final` whose entry id was not in the file before the run.
 
     Tolerant, like pi's own reading (malformed lines are skipped): pi only appends, but the agent can
     write to the file, and the report must still come out. Every billed reply counts, including error
     replies and replies on abandoned branches: this is what the run cost, not what the context holds.
+
+    A reply is priced when pi put a cost on it (a model pi knows the prices of) or its model is in `priced`
+    (models.json gives its prices, which may be 0: a free model). pi writes cost 0 for a model without
+    prices, which is not the same as free, so such a reply counts as `unpriced`.
     """
-    totals = [0, 0, 0]
+    totals = [0, 0, 0, 0, 0]
     cost = 0.0
-    calls = 0
+    calls = unpriced = 0
     seen: set[str] = set()
     for line in final.split(b"\n"):
         try:
@@ -71,13 +94,17 @@ def new_usage(final: bytes, before_ids: frozenset[str]) -> Usage:
         seen.add(entry_id)
         raw = message.get("usage")
         usage: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        totals[0] += _count(usage.get("input"))
-        totals[1] += _count(usage.get("output"))
-        totals[2] += _count(usage.get("totalTokens"))
+        for i, name in enumerate(("input", "output", "cacheRead", "cacheWrite", "totalTokens")):
+            totals[i] += _count(usage.get(name))
         price = usage.get("cost")
-        cost += _money(price.get("total")) if isinstance(price, dict) else 0.0
+        spent = _money(price.get("total")) if isinstance(price, dict) else 0.0
+        cost += spent
+        billed = _count(usage.get("totalTokens")) > 0  # a reply of no tokens costs 0 at any price
+        if spent == 0.0 and billed and f"{message.get('provider')}/{message.get('model')}" not in priced:
+            unpriced += 1
         calls += 1
-    return Usage(input=totals[0], output=totals[1], total=totals[2], cost=cost, calls=calls)
+    return Usage(input=totals[0], output=totals[1], cache_read=totals[2], cache_write=totals[3], total=totals[4],
+                 cost=cost, calls=calls, unpriced=unpriced)
 
 
 def context_window(models: Any, model: str | None) -> int | None:
