@@ -638,3 +638,12 @@ def test_admission_refuses_a_job_for_a_repository_its_trigger_does_not_serve(on:
         return
     assert answer is not None and answer.reason == JobReason.BEYOND_TRIGGER, answer
     assert f"repository {repository}" in answer.message and "serves only" in answer.message
+
+
+def test_a_refused_trigger_naming_no_repository_says_refused_not_no_repositories() -> None:
+    """The first thing to fix is the conflict Ready names; ResumeArmed points there, not at a missing field."""
+    conflicted = unnamed({"resume": True, "secrets": ["s"]})
+    view = TriggerView.of(conflicted)
+    assert view.refusal is not None and view.requested and not view.armed
+    armed = by_type(trigger_status(conflicted["spec"], STORE, 1, None)["conditions"])["ResumeArmed"]
+    assert (armed["status"], armed["reason"]) == ("False", "Refused")
