@@ -98,6 +98,29 @@ def test_author_associations_are_github_s_values(installed: Kube, namespace: str
     assert err.value.status == 422 and "authorAssociations" in err.value.message
 
 
+REPOSITORIES = [
+    ("owner globs", ["acme/*", "acme-labs/api-*"], None),
+    ("a character class", ["acme/[aw]*"], None),
+    ("an empty list", [], "spec.on.repositories"),
+    ("no slash", ["acme"], "spec.on.repositories[0]"),
+    ("a second slash", ["acme/*", "acme/api/x"], "spec.on.repositories[1]"),
+]
+
+
+@pytest.mark.parametrize(("entries", "refused"), [r[1:] for r in REPOSITORIES], ids=[r[0] for r in REPOSITORIES])
+def test_each_repository_entry_is_owner_slash_name(installed: Kube, namespace: str, entries: list[str],
+                                                   refused: str | None) -> None:
+    body = trigger({"resume": True})
+    body["spec"]["on"]["repositories"] = entries
+    if refused is None:
+        created = installed.create(TRIGGERS.format(ns=namespace), body, dryRun="All")
+        assert created["spec"]["on"]["repositories"] == entries, "kept, not pruned"
+        return
+    with pytest.raises(ApiError) as err:
+        installed.create(TRIGGERS.format(ns=namespace), body, dryRun="All")
+    assert err.value.status == 422 and refused in err.value.message, err.value.message
+
+
 ACCEPTED = [
     ("resume alone", {"resume": True}, "issue_comment.created"),
     ("resume false with everything", {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]},

@@ -306,8 +306,8 @@ def test_resume_with_a_gh_token_is_refused(release: Release) -> None:
 BEYOND = [
     ("a Job asking for pat on an app Trigger", {"authSource": "pat"}, "asks for the pat token"),
     ("a Job asking for gh on an app Trigger", {"authSource": "gh"}, "asks for the gh token"),
-    ("a Job for a repository the Trigger does not answer for", {"repository": "mallory/widgets"},
-     "answers only for acme/widgets"),
+    ("a Job for a repository the Trigger does not serve", {"repository": "mallory/widgets"},
+     "serves only acme/widgets"),
 ]
 
 

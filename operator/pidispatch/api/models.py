@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from pidispatch.api import serves
 from pidispatch.api.vocabulary import (
     AUTH_SOURCES,
     AUTHOR_ASSOCIATIONS,
@@ -108,6 +109,17 @@ class TriggerOn(_Model):
         max_length=len(AUTHOR_ASSOCIATIONS),
         description="Who may start a job with a comment or a review, by their GitHub author association. "
                     "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
+    repositories: Annotated[list[Annotated[str, Field(max_length=200, pattern=serves.PATTERN)]] | None, Field(
+        min_length=1, max_length=serves.PATTERNS_MAX,
+        description="The repositories this Trigger serves, as OWNER/NAME where each half is a shell-style glob "
+                    "(*, ?, [abc]) matched without regard to case: [\"acme/*\", \"acme-labs/api-*\"]. Deliveries "
+                    "from any other repository create nothing, and resume is armed only on a Trigger that names "
+                    "its repositories (here or in on.repository). Unset, with on.repository unset too: every "
+                    "repository, and run.resume stays off.")] = None
+
+    def served(self) -> tuple[str, ...]:
+        """What this Trigger names as the repositories it serves (``api/serves.py``); empty: every repository."""
+        return serves.entries(self.repository, self.repositories)
 
 
 Quantities = Annotated[dict[str, Annotated[str, Field(max_length=64)]] | None, Field(max_length=16)]

@@ -19,6 +19,7 @@ from typing import Any
 from pidispatch.api import cron
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
+from pidispatch.api.serves import NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
 from pidispatch.api.trigger import refusal_reason
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
@@ -72,8 +73,10 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
         armed_message = ("Each job of this cron Trigger continues the Trigger's own conversation."
                          if upcoming is not None else
                          "Jobs of this Trigger continue the previous conversation on their branch.")
-    elif armed:
+    elif trigger.requested and problem is not None:
         armed_reason, armed_message = "Refused", "run.resume is set but the Trigger is refused (see Ready)."
+    elif trigger.requested:
+        armed_reason, armed_message = NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
     else:
         armed_reason, armed_message = "NotRequested", "run.resume is not set: every job starts a fresh conversation."
     conditions = set_condition(conditions, "ResumeArmed", armed and problem is None, armed_reason, armed_message,
