@@ -112,20 +112,20 @@ kubectl wait -n "$NS" --for=create pod -l app.kubernetes.io/component=operator -
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null
 
-say "2. Two Triggers that resume: a label on an issue, and @pi in a comment (note the quoted \"on\": YAML 1.1 reads a bare on: as true)"
+say "2. Two Triggers that resume on the repositories they name: a label on an issue, and @pi in a comment (note the quoted \"on\": YAML 1.1 reads a bare on: as true)"
 show_apply <<YAML
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Trigger
 metadata: {name: triage}
 spec:
-  "on": {event: issues.labeled, label: pi}
+  "on": {event: issues.labeled, label: pi, repositories: ["octo/*"]}
   run: {resume: true, piVersion: "0.73.1", model: fake/fake-model}
 ---
 apiVersion: pi-dispatch.dev/v1alpha1
 kind: Trigger
 metadata: {name: review}
 spec:
-  "on": {event: issue_comment.created, phrase: "@pi"}
+  "on": {event: issue_comment.created, phrase: "@pi", repositories: ["octo/*"]}
   run: {resume: true, piVersion: "0.73.1", model: fake/fake-model}
 YAML
 kubectl wait -n "$NS" --for=condition=ResumeArmed trigger/triage trigger/review --timeout=60s >/dev/null

@@ -38,6 +38,8 @@ FAKEPI = ROOT / "testkit" / "fakepi.py"
 RELEASE = "pi-dispatch"
 TERMINAL = ("Succeeded", "Failed", "Refused")
 PI_VERSION = "0.73.1"
+# The owner every Release.trigger serves (api/serves.py): resume is armed only on a Trigger that names its repositories.
+TRUSTED = "acme/*"
 
 
 DAY = 86400
@@ -223,11 +225,14 @@ class Release:
         return self.kube.get(self.path(plural, name))
 
     def trigger(self, name: str, *, resume: bool = True, pi_version: str = PI_VERSION, **run: Any) -> dict[str, Any]:
+        """A Trigger for ``@pi`` comments on the repositories of :data:`TRUSTED` (``acme/*``: every Job here is for
+        ``acme/widgets``), resume armed unless ``resume=False``."""
         spec_run = {"model": "fake/fake-model", "piVersion": pi_version, **run}
         if resume:
             spec_run["resume"] = True
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": name},
-                "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": spec_run}}
+                "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": [TRUSTED]},
+                         "run": spec_run}}
         existing = self.kube.get_or_none(self.path("triggers", name))
         if existing is None:
             return self.kube.create(self.path("triggers"), body)

@@ -99,6 +99,7 @@ CAN = [
     ("create secrets (per-job App tokens)", ["create", "secrets"]),
     ("delete secrets (per-job App tokens, after the retention)", ["delete", "secrets"]),
     ("delete pi jobs (after ttlSecondsAfterFinished)", ["delete", f"jobs.{GROUP}"]),
+    ("create pi jobs (a cron Trigger's slots)", ["create", f"jobs.{GROUP}"]),
     ("create events", ["create", "events"]),
     ("get persistentvolumeclaims", ["get", "persistentvolumeclaims"]),
     ("get leases (leader election)", ["get", "leases.coordination.k8s.io"]),
@@ -117,7 +118,6 @@ CANNOT = [
     ("exec into pods", ["create", "pods", "--subresource=exec"]),
     ("patch pods", ["patch", "pods"]),
     ("create deployments", ["create", "deployments.apps"]),
-    ("create pi jobs", ["create", f"jobs.{GROUP}"]),
     # Least privilege: only status is written on Jobs and Triggers, and only by patch.
     ("patch pi jobs", ["patch", f"jobs.{GROUP}"]),
     ("update pi jobs status", ["update", f"jobs.{GROUP}", "--subresource=status"]),
@@ -180,8 +180,11 @@ def test_service_account_token_acts_within_its_rbac(release: Release, cluster: C
     sa.patch(jobs.format(ns=ns) + "/j1/status", {"status": {"phase": "Queued"}})
     assert kube.get(jobs.format(ns=ns) + "/j1")["status"]["phase"] == "Queued"
 
+    # A cron Trigger's slot: the operator creates the Job, in its own namespace only.
+    sa.create(jobs.format(ns=ns), {**job, "metadata": {"name": "t-cron-202612040600"}})
     refused = [
-        ("create a pi Job (only the receiver creates them)", lambda: sa.create(jobs.format(ns=ns), job)),
+        ("create a pi Job in another namespace", lambda: sa.create(jobs.format(ns=namespace), {
+            **job, "metadata": {"name": "t-cron-202612040600"}})),
         ("get a Secret", lambda: sa.get(f"/api/v1/namespaces/{ns}/secrets")),
         ("list another namespace's pi Jobs", lambda: sa.get(jobs.format(ns=namespace))),
         ("patch another namespace's pi Job status",

@@ -58,9 +58,9 @@ def trigger(run: dict, event: str = "issue_comment.created") -> dict:
 
 REFUSED = [
     ("resume with command", {"resume": True, "command": "make fix"}, "issue_comment.created", 0),
-    ("command is reported before cron", {"resume": True, "command": "x", "kind": "local"}, "cron", 0),
-    ("resume on cron", {"resume": True, "kind": "local"}, "cron", 1),
-    ("resume on a cron event", {"resume": True}, "cron", 1),
+    ("command is reported before a local job", {"resume": True, "command": "x", "kind": "local"}, "cron", 0),
+    ("resume on a local job", {"resume": True, "kind": "local"}, "cron", 1),
+    ("resume with replicas on a cron Trigger", {"resume": True, "replicas": 2}, "cron", 2),
     ("resume with replicas", {"resume": True, "replicas": 2}, "issue_comment.created", 2),
     ("replicas is reported before secrets", {"resume": True, "replicas": 2, "secrets": ["s"]},
      "issue_comment.created", 2),
@@ -98,11 +98,35 @@ def test_author_associations_are_github_s_values(installed: Kube, namespace: str
     assert err.value.status == 422 and "authorAssociations" in err.value.message
 
 
+REPOSITORIES = [
+    ("owner globs", ["acme/*", "acme-labs/api-*"], None),
+    ("a character class", ["acme/[aw]*"], None),
+    ("an empty list", [], "spec.on.repositories"),
+    ("no slash", ["acme"], "spec.on.repositories[0]"),
+    ("a second slash", ["acme/*", "acme/api/x"], "spec.on.repositories[1]"),
+]
+
+
+@pytest.mark.parametrize(("entries", "refused"), [r[1:] for r in REPOSITORIES], ids=[r[0] for r in REPOSITORIES])
+def test_each_repository_entry_is_owner_slash_name(installed: Kube, namespace: str, entries: list[str],
+                                                   refused: str | None) -> None:
+    body = trigger({"resume": True})
+    body["spec"]["on"]["repositories"] = entries
+    if refused is None:
+        created = installed.create(TRIGGERS.format(ns=namespace), body, dryRun="All")
+        assert created["spec"]["on"]["repositories"] == entries, "kept, not pruned"
+        return
+    with pytest.raises(ApiError) as err:
+        installed.create(TRIGGERS.format(ns=namespace), body, dryRun="All")
+    assert err.value.status == 422 and refused in err.value.message, err.value.message
+
+
 ACCEPTED = [
     ("resume alone", {"resume": True}, "issue_comment.created"),
     ("resume false with everything", {"resume": False, "command": "x", "replicas": 2, "secrets": ["s"]},
      "issue_comment.created"),
     ("no resume on cron", {"kind": "local", "command": "x"}, "cron"),
+    ("resume on a cron Trigger: it continues its own conversation", {"resume": True}, "cron"),
 ]
 
 

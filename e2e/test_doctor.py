@@ -42,7 +42,7 @@ def doctor(kubeconfig: Path, namespace: str, *args: str, **env: str) -> subproce
 def create_trigger(kube: Kube, namespace: str, name: str, run: dict) -> None:
     kube.create(f"/apis/{crds.GROUP}/{crds.VERSION}/namespaces/{namespace}/triggers", {
         "apiVersion": f"{crds.GROUP}/{crds.VERSION}", "kind": "Trigger", "metadata": {"name": name},
-        "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": run}})
+        "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": ["acme/*"]}, "run": run}})
 
 
 def grant_operator_role(cluster: Cluster, kube: Kube, namespace: str, sa: str) -> None:

@@ -113,16 +113,20 @@ def lease_holder(kube: Kube, ns: str) -> str | None:
 
 
 @pytest.fixture
-def standby(cluster: Cluster, kube: Kube, kubelet: Any) -> Iterator[Release]:
-    # Both replicas run on one test kubelet as local processes: no metrics or health port, or they would clash.
+def standby(multinode_cluster: Cluster) -> Iterator[Release]:
+    # On the three-node cluster with the real scheduler: the store is ReadWriteOnce, so the standby is
+    # co-scheduled with the leader (and the replacement Pod with the standby). The test kubelets run both
+    # replicas as local processes of this machine: no metrics or health port, or they would clash.
     values = merge(base_values(), {"replicas": 2, "sessions": {"enabled": True}, "metrics": {"port": 0},
                                    "health": {"port": 0}})
-    with installed(cluster, kube, "leader", values) as r:
+    with installed(multinode_cluster, multinode_cluster.kube(), "leader", values) as r:
         def both_running() -> bool:
             pods = [p for p in r.operator_pods() if not p["metadata"].get("deletionTimestamp")]
             return len(pods) == 2 and all((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
         wait_until("two operator replicas Running", both_running, timeout=90)
+        nodes = {p["spec"]["nodeName"] for p in r.operator_pods()}
+        assert len(nodes) == 1, f"the standby of a ReadWriteOnce store is not on the leader's node: {nodes}"
         yield r
 
 
@@ -136,7 +140,7 @@ def store_state(r: Release, key: str) -> tuple[str | None, int, str, str | None]
     return (hashlib.sha256(data).hexdigest() if data else None, data.count(b'"role":"user"'), chain, venue)
 
 
-def test_the_leader_killed_in_a_burst_every_job_converges_once(standby: Release, cluster: Cluster) -> None:
+def test_the_leader_killed_in_a_burst_every_job_converges_once(standby: Release, multinode_cluster: Cluster) -> None:
     r = standby
     leader = lease_holder(r.kube, r.ns)
     names = {p["metadata"]["name"] for p in r.operator_pods()}
@@ -172,7 +176,7 @@ def test_the_leader_killed_in_a_burst_every_job_converges_once(standby: Release,
                 pass  # the kubelet was first
 
         def watch_lease() -> None:
-            kube = cluster.kube()
+            kube = multinode_cluster.kube()
             while time.monotonic() - (killed_at or 0) < 120:
                 holder = lease_holder(kube, r.ns)
                 if holder and holder != leader:
@@ -182,7 +186,7 @@ def test_the_leader_killed_in_a_burst_every_job_converges_once(standby: Release,
 
         threading.Thread(target=watch_lease, daemon=True).start()
 
-    with PodRecorder(cluster.kube(), r.ns) as pods:
+    with PodRecorder(multinode_cluster.kube(), r.ns) as pods:
         for k in range(KEYS):
             deliver(k)
 

@@ -107,7 +107,7 @@ def test_metrics_are_served_with_closed_label_sets(release: Release) -> None:
 
 TRIGGER_SHAPES = {
     "resume with command": ("run:\n    resume: true\n    command: make fix", "run.command"),
-    "resume on cron": ("run:\n    resume: true\n    kind: local", "cron"),
+    "resume on a local job": ("run:\n    resume: true\n    kind: local", "run.kind: local"),
     "resume with replicas": ("run:\n    resume: true\n    replicas: 2", "run.replicas"),
     "resume with secrets": ("run:\n    resume: true\n    secrets: [token]", "run.secrets"),
     "resume not a boolean": ("run:\n    resume: \"yes\"", "boolean"),
@@ -306,8 +306,8 @@ def test_resume_with_a_gh_token_is_refused(release: Release) -> None:
 BEYOND = [
     ("a Job asking for pat on an app Trigger", {"authSource": "pat"}, "asks for the pat token"),
     ("a Job asking for gh on an app Trigger", {"authSource": "gh"}, "asks for the gh token"),
-    ("a Job for a repository the Trigger does not answer for", {"repository": "mallory/widgets"},
-     "answers only for acme/widgets"),
+    ("a Job for a repository the Trigger does not serve", {"repository": "mallory/widgets"},
+     "serves only acme/widgets"),
 ]
 
 

@@ -113,10 +113,13 @@ class MemoryApi:
 
 
 def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386: ``null`` removes a key, also inside an object the patch adds (so it never stores a null)."""
     for key, value in patch.items():
         if value is None:
             into.pop(key, None)
-        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+        elif isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
             _merge(into[key], value)
         else:
             into[key] = copy.deepcopy(value)

@@ -54,11 +54,15 @@ def test_a_status_field_that_does_not_fit_reads_as_absent_and_the_others_stay() 
 
 TRIGGERS = [
     ("loadable, resume off", {"on": {"event": "issue_comment.created"}, "run": {}}, False),
-    ("armed", {"on": {"event": "issue_comment.created"}, "run": {"resume": True}}, True),
+    ("armed", {"on": {"event": "issue_comment.created", "repositories": ["acme/*"]}, "run": {"resume": True}}, True),
+    ("armed on one exact repository", {"on": {"event": "issue_comment.created", "repository": "acme/api"},
+                                       "run": {"resume": True}}, True),
+    ("resume asked, no repository named: not armed", {"on": {"event": "issue_comment.created"},
+                                                      "run": {"resume": True}}, False),
     ("resume a string", {"on": {"event": "issue_comment.created"}, "run": {"resume": "true"}}, False),
-    ("armed with a command", {"on": {"event": "issue_comment.created"}, "run": {"resume": True, "command": "x"}},
-     True),
-    ("no on", {"run": {"resume": True}}, True),
+    ("armed with a command", {"on": {"event": "issue_comment.created", "repositories": ["acme/*"]},
+                              "run": {"resume": True, "command": "x"}}, True),
+    ("no on", {"run": {"resume": True}}, False),
 ]
 
 
@@ -68,6 +72,7 @@ def test_a_trigger_carries_its_first_refusal_as_the_operator_always_judged_it(sp
     trigger = TriggerView.of({"metadata": {"name": "fix-it"}, "spec": spec})
     assert trigger.refusal == first_refusal(spec)
     assert trigger.armed is armed
+    assert trigger.requested is (spec["run"].get("resume") is True)
     assert (trigger.spec is None) is (problem(TriggerSpec, spec) is not None)
 
 

@@ -316,7 +316,7 @@ def _expand(groups: list[str], resources: list[str], verbs: list[str]) -> set[tu
 NAMESPACED_GRANTS = (
     _expand(["pi-dispatch.dev"], ["triggers", "jobs", "sessionkeys"], ["get", "list", "watch"])
     | _expand(["pi-dispatch.dev"], ["sessionkeys"], ["create", "delete", "patch"])
-    | _expand(["pi-dispatch.dev"], ["jobs"], ["delete"])
+    | _expand(["pi-dispatch.dev"], ["jobs"], ["create", "delete"])  # create: a cron Trigger's slots
     | _expand(["pi-dispatch.dev"], ["triggers/status", "jobs/status", "sessionkeys/status"], ["patch"])
     | _expand([""], ["pods"], ["get", "list", "watch", "create", "delete"])
     | _expand([""], ["secrets"], ["create", "delete"])

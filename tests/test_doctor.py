@@ -41,7 +41,8 @@ def settings(**env: str) -> OperatorSettings:
 
 
 def trigger(name: str, run: dict[str, Any], event: str = "issue_comment.created") -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"on": {"event": event, "phrase": "@pi"}, "run": run}}
+    return {"metadata": {"name": name}, "spec": {"on": {"event": event, "phrase": "@pi", "repositories": ["acme/*"]},
+                                                 "run": run}}
 
 
 ARMED = trigger("resumer", {"resume": True})
@@ -560,3 +561,35 @@ def test_a_trigger_whose_model_has_no_credentials_is_named(t: dict, env: dict, s
 
 def test_offline_there_is_no_model_line() -> None:
     assert named(run_checks(offline=True), "models") == []
+
+
+def on(t: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """``t`` with its ``spec.on`` fields replaced (``None``: removed)."""
+    changed = {**t["spec"]["on"], **fields}
+    return {**t, "spec": {**t["spec"], "on": {k: v for k, v in changed.items() if v is not None}}}
+
+
+SERVING = [
+    ("a resume Trigger naming owners: ok, and what it serves", on(ARMED, repositories=["acme/*", "acme-labs/api-*"]),
+     Status.OK, "Trigger resumer serves acme/*, acme-labs/api-*; resume is armed for those only"),
+    ("on.repository and on.repositories together", on(ARMED, repository="acme/api", repositories=["x/*"]),
+     Status.OK, "Trigger resumer serves acme/api, x/*;"),
+    ("a resume Trigger serving everything: flagged", on(ARMED, repositories=["*/*"]),
+     Status.WARN, "it resumes conversations in every repository"),
+    ("a resume Trigger naming none: resume off, flagged", on(ARMED, repositories=None),
+     Status.WARN, "serves every repository (it names none), so its run.resume is off"),
+    ("no resume, naming none: every repository, as before", on(PLAIN, repositories=None),
+     Status.OK, "Trigger plain serves every repository (it names none)"),
+]
+
+
+@pytest.mark.parametrize(("t", "status", "says"), [s[1:] for s in SERVING], ids=[s[0] for s in SERVING])
+def test_each_trigger_says_what_it_serves(t: dict[str, Any], status: Status, says: str) -> None:
+    [line] = named(run_checks(facts=cluster(triggers=[t])), "serves")
+    assert line.status is status and says in line.message, line
+    assert (line.fix is not None) is (status is Status.WARN)
+
+
+def test_a_resume_trigger_naming_no_repository_is_not_counted_as_armed() -> None:
+    checks = run_checks(facts=cluster(triggers=[on(ARMED, repositories=None), ARMED]))
+    assert named(checks, "triggers")[0].message == f"2 Triggers in {NS}, 1 arms resume"

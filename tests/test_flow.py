@@ -41,7 +41,8 @@ PR_JOB: dict[str, Any] = {
 
 def trigger(run: dict[str, Any] | None = None, event: str = "issue_comment.created") -> dict[str, Any]:
     return {"metadata": {"name": "fix-it"},
-            "spec": {"on": {"event": event}, "run": {"model": "fake/fake-model", "piVersion": PI, **(run or {})}}}
+            "spec": {"on": {"event": event, "repositories": ["octo/*"]},
+                     "run": {"model": "fake/fake-model", "piVersion": PI, **(run or {})}}}
 
 
 ARMED = {"resume": True}
@@ -86,7 +87,6 @@ def pr(**changes: Any) -> dict[str, Any]:
 NOT_READY = [
     ("resume with command", {"resume": True, "command": "/pi fix"}, "issue_comment.created",
      TRIGGER_RULES[0]["message"]),
-    ("resume on a cron trigger", ARMED, "cron", TRIGGER_RULES[1]["message"]),
     ("resume on a local-kind trigger", {"resume": True, "kind": "local"}, "issue_comment.created",
      TRIGGER_RULES[1]["message"]),
     ("resume with replicas", {"resume": True, "replicas": 2}, "issue_comment.created", TRIGGER_RULES[2]["message"]),
@@ -580,3 +580,69 @@ def test_inspect_of_a_key_directory_path(tmp_path: Path) -> None:
     view = inspect_key(Settings(sessions_dir=str(root)), KEY, clock=NOW_MS)
     conditions = by_type(sessionkey_status(view, None)["conditions"])
     assert (conditions["Stored"]["status"], conditions["Resumable"]["reason"]) == ("False", "KeyNotADirectory")
+
+
+# ---- resume is armed only on a Trigger that names its repositories (api/serves.py) ---------------------------
+
+def unnamed(run: dict[str, Any]) -> dict[str, Any]:
+    """The module's Trigger without on.repositories: it serves every repository, as Triggers did before."""
+    body = trigger(run)
+    del body["spec"]["on"]["repositories"]
+    return body
+
+
+@pytest.mark.parametrize(("settings", "store"), [(STORE, ("True", "Configured")),
+                                                 (NO_STORE, ("False", "NotConfigured"))], ids=["store", "no store"])
+def test_resume_on_a_trigger_naming_no_repository_is_off_and_says_why(settings: Settings,
+                                                                      store: tuple[str, str]) -> None:
+    conditions = by_type(trigger_status(unnamed(ARMED)["spec"], settings, 2, None)["conditions"])
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == ("True", "Loaded"), "its jobs still run"
+    armed = conditions["ResumeArmed"]
+    assert (armed["status"], armed["reason"]) == ("False", "NoRepositories")
+    assert "on.repositories" in armed["message"] and "remove run.resume" in armed["message"]
+    assert (conditions["SessionStore"]["status"], conditions["SessionStore"]["reason"]) == store, (
+        "a store it does not use is not asked for")
+
+
+def test_jobs_of_a_resume_trigger_naming_no_repository_run_as_without_resume() -> None:
+    view = TriggerView.of(unnamed(ARMED))
+    assert view.requested and not view.armed
+    # No store and the gh source: each would refuse a resume-armed Trigger's job; this one's runs, without a key.
+    gh = Settings(sessions_dir=None, github_auth_source="gh")
+    assert refusal("j", ISSUE_JOB, unnamed(ARMED), NO_STORE) is None
+    assert refusal("j", ISSUE_JOB, unnamed(ARMED), gh) is None
+    assert key_step.job_key(JobSpec.model_validate(ISSUE_JOB), view.armed) is None
+    named = TriggerView.of(trigger(ARMED))
+    assert named.armed and key_step.job_key(JobSpec.model_validate(ISSUE_JOB), named.armed) is not None
+    assert refusal("j", ISSUE_JOB, trigger(ARMED), NO_STORE).reason == JobReason.SESSIONS_DIR_UNSET
+
+
+NOT_SERVED = [
+    ("an owner the Trigger does not name", {"repositories": ["acme/*"]}, "evil/repo", True),
+    ("a repository of a named owner", {"repositories": ["octo/*"]}, "octo/repo", False),
+    ("on.repository kept as one exact entry", {"repository": "octo/other"}, "octo/repo", True),
+    ("a Trigger naming none serves every repository", {}, "anyone/repo", False),
+]
+
+
+@pytest.mark.parametrize(("on", "repository", "refused"), [b[1:] for b in NOT_SERVED],
+                         ids=[b[0] for b in NOT_SERVED])
+def test_admission_refuses_a_job_for_a_repository_its_trigger_does_not_serve(on: dict[str, Any], repository: str,
+                                                                             refused: bool) -> None:
+    body = unnamed({})
+    body["spec"]["on"].update(on)
+    answer = refusal("hand-made", {**ISSUE_JOB, "repository": repository}, body, STORE)
+    if not refused:
+        assert answer is None
+        return
+    assert answer is not None and answer.reason == JobReason.BEYOND_TRIGGER, answer
+    assert f"repository {repository}" in answer.message and "serves only" in answer.message
+
+
+def test_a_refused_trigger_naming_no_repository_says_refused_not_no_repositories() -> None:
+    """The first thing to fix is the conflict Ready names; ResumeArmed points there, not at a missing field."""
+    conflicted = unnamed({"resume": True, "secrets": ["s"]})
+    view = TriggerView.of(conflicted)
+    assert view.refusal is not None and view.requested and not view.armed
+    armed = by_type(trigger_status(conflicted["spec"], STORE, 1, None)["conditions"])["ResumeArmed"]
+    assert (armed["status"], armed["reason"]) == ("False", "Refused")

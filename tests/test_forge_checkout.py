@@ -52,6 +52,16 @@ def test_an_issue_whose_branch_exists_continues_from_its_tip(api: FakeGitHubAPI,
     assert (c.ref, c.sha, c.branch) == ("refs/heads/pi/issue-8", tip, "pi/issue-8")
 
 
+def test_a_cron_job_works_on_its_triggers_branch_from_the_default_tip_then_its_own(api: FakeGitHubAPI,
+                                                                                   forge: Forge) -> None:
+    c = forge.checkout(REPO, None, None, "pi/cron-ns-nightly")  # no issue to read: no subject
+    assert (c.ref, c.sha, c.branch, c.subject) == ("refs/heads/trunk", api.repos.tip(REPO, "trunk"),
+                                                   "pi/cron-ns-nightly", None)
+    tip = api.repos.commit(REPO, "pi/cron-ns-nightly", {"a": "1"}, "last night's work")
+    c = forge.checkout(REPO, None, None, "pi/cron-ns-nightly")
+    assert (c.ref, c.sha, c.branch) == ("refs/heads/pi/cron-ns-nightly", tip, "pi/cron-ns-nightly")
+
+
 def test_a_same_repository_pull_request_is_checked_out_at_its_head(api: FakeGitHubAPI, forge: Forge) -> None:
     tip = api.repos.commit(REPO, "feature/x", {"a": "1"}, "feature")
     api.set_pull(REPO, 5, head_ref="feature/x", title="Feature", body="b" * 20000)

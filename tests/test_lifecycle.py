@@ -13,17 +13,17 @@ from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.sessionkey import sessionkey_status
 from pidispatch.jobflow.summarize import Ended
-from pidispatch.receiver import delivery as core
+from pidispatch.receiver.closed import Closed
 from pidispatch.settings import ConfigError, OperatorSettings
 from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import branch_key, issue_key
 from pidispatch.store.resolve import resolve
 from pidispatch.store.retire import ARCHIVE_PREFIX, RetireMode, retire_key
 from pidispatch.store.staging import HostRecord, JobDir, stage
+from testkit.countingapi import SESSIONKEYS, CountingApi
 from testkit.memoryapi import NS
 from testkit.receiver import MemoryCluster, Running, trigger
 from testkit.store import KEY, MODEL, PI, Store, sample
-from tests.test_sessionkey_refresh import SESSIONKEYS, CountingApi
 
 NOW = "2026-12-04T18:00:00Z"
 OLD = sample("s1_after_turn1.jsonl")
@@ -271,7 +271,7 @@ def test_without_a_resume_trigger_or_a_sessionkey_nothing_is_retired() -> None:
 
 
 def test_the_receiver_names_the_key_the_store_does() -> None:
-    close = core.Closed(REPO, "pi/issue-3", "issue-closed")
+    close = Closed(REPO, "pi/issue-3", "issue-closed")
     assert close.key == issue_key("github", REPO, 3) == branch_key("github", REPO, "pi/issue-3")
 
 

@@ -38,7 +38,7 @@ def test_a_refusal_logs_the_spec_s_event(tmp_path: Path, events, store: str | No
                                          fields: dict) -> None:
     api = MemoryApi()
     api.create(TRIGGERS, {"metadata": {"name": "armed"}, "spec": {
-        "on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": ARMED}})
+        "on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": ["acme/*"]}, "run": ARMED}})
     settings = OperatorSettings(store=Settings(sessions_dir=store, github_auth_source=source),
                                 staging_dir=str(tmp_path), max_concurrent_jobs=1)
     from pidispatch.jobflow.dispatcher import Dispatcher
@@ -130,7 +130,11 @@ BOUNDED = [
     ("a Job for another repository than on.repository", {}, {"repository": REPO},
      {"repository": "mallory/widgets"}, "repository mallory/widgets"),
     ("a Job for another owner's repository of the same name", {}, {"repository": REPO},
-     {"repository": "evil/widgets", "authSource": "pat"}, "answers only for acme/widgets"),
+     {"repository": "evil/widgets", "authSource": "pat"}, "serves only acme/widgets"),
+    ("a Job for an owner on.repositories does not name", {}, {"repositories": ["acme/*", "acme-labs/api-*"]},
+     {"repository": "acme-lab/api-x"}, "serves only acme/*, acme-labs/api-*"),
+    ("a Job for a name the owner's glob does not match", {}, {"repositories": ["acme-labs/api-*"]},
+     {"repository": "acme-labs/web"}, "repository acme-labs/web"),
 ]
 
 
@@ -155,6 +159,7 @@ RECEIVER_MADE = [
     ("the deployment's source, the Trigger naming none", {}, None, {"authSource": "pat"}),
     ("no authSource at all", {}, None, {}),
     ("on.repository matched without regard to case", {}, {"repository": "Acme/Widgets"}, {"authSource": "pat"}),
+    ("on.repositories' owner glob matched without regard to case", {}, {"repositories": ["ACME/*"]}, {}),
 ]
 
 

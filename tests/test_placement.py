@@ -29,7 +29,7 @@ TOLERATE_AGENTS = {"key": "dedicated", "operator": "Equal", "value": "agents", "
 
 
 def spec(**run: Any) -> TriggerSpec:
-    return TriggerSpec.model_validate({"on": {"event": "issue_comment.created"},
+    return TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "repositories": ["acme/*"]},
                                        "run": {"model": "fake/fake-model", "resume": True, **run}})
 
 
@@ -148,7 +148,7 @@ def node_body(labels: dict[str, str], taints: list[dict[str, Any]] | None = None
 
 def add_trigger(api: MemoryApi, **run: Any) -> dict[str, Any]:
     return api.create(TRIGGERS, {"metadata": {"name": "elsewhere"}, "spec": {
-        "on": {"event": "issue_comment.created", "phrase": "@pi"},
+        "on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": ["acme/*"]},
         "run": {"model": "fake/fake-model", "piVersion": "0.73.1", "resume": True, **run}}})
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from e2e.cluster import Cluster
-from e2e.realnode import NODE_NETWORKS, RealNode, bridge_name, choose_subnet, node_tag
+from e2e.realnode import RealNode
+from e2e.realnodekit import NODE_NETWORKS, bridge_name, choose_subnet, node_tag
 
 Net = ipaddress.IPv4Network
 

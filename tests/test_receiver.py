@@ -388,6 +388,24 @@ MATCHING: list[tuple[str, dict[str, Any], Callable[[Webhooks], Delivery], bool]]
     ("repository: another owner", {"event": "issue_comment.created", "phrase": "@pi",
                                    "repository": "evil/widgets"},
      lambda h: h.issue_comment(1, "@pi"), False),
+    ("repositories: an owner glob serves its repositories", {**COMMENT, "repositories": ["acme/*"]},
+     lambda h: h.issue_comment(1, "@pi"), True),
+    ("repositories: ignoring case", {**COMMENT, "repositories": ["ACME/WIDG*"]},
+     lambda h: h.issue_comment(1, "@pi"), True),
+    ("repositories: an untrusted owner", {**COMMENT, "repositories": ["acme/*"]},
+     lambda h: h.issue_comment(1, "@pi", repository="evil/widgets"), False),
+    ("repositories: an owner whose name starts with a trusted one", {**COMMENT, "repositories": ["acme/*"]},
+     lambda h: h.issue_comment(1, "@pi", repository="acme-evil/widgets"), False),
+    ("repositories: a fork's pull request is served by its base",
+     {"event": "pull_request_review_comment.created", "phrase": "/pi", "repositories": ["acme/*"]},
+     lambda h: h.pull_request_review_comment(h.pull_request(2, fork="stranger/widgets"), "/pi"), True),
+    ("repositories: a trusted owner's fork of an untrusted base is not",
+     {"event": "pull_request_review_comment.created", "phrase": "/pi", "repositories": ["acme/*"]},
+     lambda h: h.pull_request_review_comment(h.pull_request(2, fork="acme/widgets", repository="evil/widgets"),
+                                             "/pi"), False),
+    ("repositories: on.repository is one more exact entry",
+     {**COMMENT, "repository": "evil/widgets", "repositories": ["acme/*"]},
+     lambda h: h.issue_comment(1, "@pi", repository="evil/widgets"), True),
     ("cron Triggers never match a delivery", {"event": "cron", "schedule": "0 * * * *"},
      lambda h: h.issue_comment(1, "@pi"), False),
 ]
@@ -403,6 +421,46 @@ def test_matching_rules(on: dict[str, Any], build: Callable[[Webhooks], Delivery
         named = core.job_name(core.body_digest(sent.delivery.body), "t")
         assert (sent.json.get("jobs") == [named]) is matches, sent.json
         assert len(cluster.jobs) == (1 if matches else 0)
+    finally:
+        running.stop()
+
+
+UNTRUSTED = [
+    ("a comment", lambda h: h.issue_comment(3, "@pi fix", repository="evil/widgets")),
+    ("a label", lambda h: h.issues_labeled(3, "pi", repository="evil/widgets")),
+    ("a fork's review of an untrusted base", lambda h: h.pull_request_review(
+        h.pull_request(2, fork="acme/widgets", repository="evil/widgets"), "@pi")),
+]
+
+
+@pytest.mark.parametrize("build", [u[1] for u in UNTRUSTED], ids=[u[0] for u in UNTRUSTED])
+def test_a_delivery_from_a_repository_no_trigger_serves_creates_nothing(build: Callable[[Webhooks], Delivery]) -> None:
+    cluster = MemoryCluster([
+        trigger("fix", "issue_comment.created", phrase="@pi", repositories=["acme/*"]),
+        trigger("label", "issues.labeled", label="pi", repositories=["acme/*", "acme-labs/api-*"]),
+        trigger("review", "pull_request_review.submitted", phrase="@pi", repository="acme/widgets"),
+    ])
+    running = Running(cluster)
+    try:
+        sent = running.hooks.send(build(running.hooks))
+        assert sent.status == 202, sent.json
+        assert sent.json == {"ignored": "repository not served by any Trigger"}
+        assert cluster.jobs == {}
+        assert running.counts()["ignored"] == 1
+        trusted = running.hooks.send(running.hooks.issue_comment(3, "@pi fix"))
+        assert trusted.json["jobs"] == [core.job_name(core.body_digest(trusted.delivery.body), "fix")], trusted.json
+        assert list(cluster.jobs) == trusted.json["jobs"]
+    finally:
+        running.stop()
+
+
+def test_a_trigger_naming_no_repository_still_serves_every_one(cluster: MemoryCluster) -> None:
+    cluster.trigger_objects.append(trigger("acme-only", "issue_comment.created", phrase="@pi",
+                                           repositories=["acme/*"]))
+    running = Running(cluster)
+    try:
+        sent = running.hooks.send(running.hooks.issue_comment(3, "@pi fix", repository="elsewhere/widgets"))
+        assert sent.json["jobs"] == [core.job_name(core.body_digest(sent.delivery.body), "fix")], sent.json
     finally:
         running.stop()
 

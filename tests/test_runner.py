@@ -523,6 +523,14 @@ def test_prompt_without_comment_says_so() -> None:
     assert "(The event carried no text.)" in prompt
 
 
+def test_a_scheduled_jobs_prompt_keeps_the_work_on_its_triggers_branch() -> None:
+    checkout = CheckoutSpec("http://forge/o/r.git", "refs/heads/main", "a" * 40, "pi/cron-ns-nightly")
+    prompt = build_prompt(Event("o/r", checkout=checkout), host_resume=False)
+    assert "Do the work on the branch pi/cron-ns-nightly and open one pull request from it, unless one" in prompt
+    assert "a new branch" not in prompt
+    assert "Do the work on a new branch" in build_prompt(Event("o/r"), host_resume=False)
+
+
 FORK_EVENTS = [
     ("the Job says fork, no checkout", {"fork": True}, None),
     ("a read-only checkout at the pull ref", {}, CheckoutSpec("http://forge/o/r.git", "refs/pull/5/head", "a" * 40,

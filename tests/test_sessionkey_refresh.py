@@ -1,6 +1,6 @@
 """The ``Resumable`` refresh over many keys: one LIST a page at a time, no GET per key, no unchanged
 transcript read again, a write only where a status changed, and a listed body that went stale never
-overwriting fresher facts. The apiserver is ``MemoryApi`` (test_operator_queue.py); the store is real."""
+overwriting fresher facts. The apiserver is ``testkit.countingapi.CountingApi``; the store is real."""
 
 from __future__ import annotations
 
@@ -13,53 +13,16 @@ from typing import Any
 
 import pytest
 
-from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.sessionkey import without_nulls
 from pidispatch.jobflow.timers import refresh_sessionkeys
 from pidispatch.kubeapi import Api, ApiError
 from pidispatch.settings import OperatorSettings
 from pidispatch.store import handoff, handoffdir, scanmemo
+from testkit.countingapi import SESSIONKEYS, CountingApi
 from testkit.memoryapi import NS, MemoryApi
 from testkit.store import NOW_MS, Store, sample
 
-SESSIONKEYS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/sessionkeys"
 KEYS = [f"{i:032x}" for i in range(1, 8)]
-
-
-class CountingApi(MemoryApi):
-    """``MemoryApi`` with pages (``limit`` items each), a count of every request by verb, and merge patches
-    that drop nested nulls as the apiserver does."""
-
-    def __init__(self, limit: int = 3) -> None:
-        super().__init__()
-        self.limit = limit
-        self.calls: dict[str, int] = {}
-        self.before_patch: Any = None
-
-    def _count(self, verb: str) -> None:
-        self.calls[verb] = self.calls.get(verb, 0) + 1
-
-    def get_or_none(self, path: str) -> dict[str, Any] | None:
-        self._count("GET")
-        return super().get_or_none(path)
-
-    def pages(self, path: str, **_: Any) -> Iterator[list[dict[str, Any]]]:
-        items = super().list(path)
-        for start in range(0, len(items), self.limit):
-            self._count("LIST")
-            yield items[start:start + self.limit]
-
-    def patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if self.before_patch is not None:
-            hook, self.before_patch = self.before_patch, None
-            hook(path)
-        self._count("PATCH")
-        result = super().patch(path, body)
-        # RFC 7386 as the apiserver applies it: a null inside a newly added object is not stored either.
-        stored = self.objects[path.removesuffix("/status")]
-        stored["status"] = without_nulls(stored.get("status") or {})
-        return result
 
 
 @pytest.fixture(autouse=True)

@@ -140,7 +140,7 @@ def world(tmp_path: Path) -> dict[str, Any]:
                                              token_key_file=str(key_file), ca_configmap="ca", max_bytes=1 << 20)))
     api = MemoryApi(kubernetes_uids=True)
     api.create(TRIGGERS, {"metadata": {"name": "armed"}, "spec": {
-        "on": {"event": "issue_comment.created", "phrase": "@pi"},
+        "on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": ["acme/*"]},
         "run": {"model": "fake/fake-model", "piVersion": "0.73.1", "resume": True}}})
     c = Dispatcher(settings, api, NS)  # type: ignore[arg-type]
     c.slots = Slots(4, clock=Clock())

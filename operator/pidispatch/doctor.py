@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from pidispatch.api import serves
 from pidispatch.api.crds import ALL as CRD_PLURALS
 from pidispatch.api.crds import GROUP
 from pidispatch.api.placement import PLACEMENT_CONFLICT
@@ -230,6 +231,7 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
             checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is refused: {_short(refusal)}",
                                 f"kubectl edit pitrigger {name} -n {ns}"))
             continue
+        checks.append(serving_check(t, ns))
         # The operator's own verdict (api/placement.py): it read the Node, doctor need not.
         ready = _condition(t, "Ready")
         if ready is not None and ready.get("status") == "False" and ready.get("reason") == PLACEMENT_CONFLICT:
@@ -239,9 +241,30 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
     return checks
 
 
+def serving_check(trigger: Mapping[str, Any], namespace: str) -> Check:
+    """What ``trigger`` serves (``api/serves.py``). A warning for a resume Trigger that serves every repository
+    (``*/*``: conversations kept for whoever installs the App), or that names none (its resume is off)."""
+    spec = trigger.get("spec") or {}
+    name = (trigger.get("metadata") or {}).get("name", "?")
+    named = serves.entries_of(spec.get("on"))
+    fix = f"kubectl edit pitrigger {name} -n {namespace}"
+    served = f"Trigger {name} serves {serves.described(named)}"
+    if not resume_armed(spec):
+        return Check("serves", Status.OK, served)
+    if not serves.names_repositories(named):
+        return Check("serves", Status.WARN, f"{served}, so its run.resume is off: name the repositories whose "
+                                            "conversations are kept in on.repositories", fix)
+    if serves.serves_everything(named):
+        return Check("serves", Status.WARN, f"{served}: it resumes conversations in every repository that sends it "
+                                            "a delivery; name the owners you trust (on.repositories: "
+                                            "[\"your-org/*\"])", fix)
+    return Check("serves", Status.OK, f"{served}; resume is armed for those only")
+
+
 def armed_triggers(triggers: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The Triggers whose jobs would use the store: resume armed, and not refused at load."""
-    return [t for t in triggers if resume_armed(t.get("spec") or {}) and first_refusal(t.get("spec") or {}) is None]
+    """The Triggers whose jobs would use the store: resume armed on named repositories, and not refused at load."""
+    return [t for t in triggers if resume_armed(t.get("spec") or {}) and first_refusal(t.get("spec") or {}) is None
+            and serves.names_repositories(serves.entries_of((t.get("spec") or {}).get("on")))]
 
 
 def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check]:

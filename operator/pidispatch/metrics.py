@@ -36,6 +36,11 @@ GATE_SECONDS = Histogram("pidispatch_gate_seconds", "Time to judge and stage one
 PROMOTION_SECONDS = Histogram("pidispatch_promotion_seconds", "Time to promote one transcript.", registry=REGISTRY,
                               buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5))
 
+# Cron Triggers (jobflow/cron.py): no Trigger label (a closed set only); per Trigger, see its status.schedule.
+CRON_FIRES = Counter("pidispatch_cron_fires", "Jobs created by cron Triggers, one per fired slot.", registry=REGISTRY)
+CRON_MISSED = Counter("pidispatch_cron_missed", "Slots of cron Triggers skipped while the operator was down or not "
+                      "leading: only the latest slot due fires.", registry=REGISTRY)
+
 
 TOKEN_PART_NAMES = ("input", "output", "cacheRead", "cacheWrite")
 

@@ -74,6 +74,7 @@ def trigger_crd() -> dict[str, Any]:
             _condition_column("Ready", "Ready"),
             _condition_column("Resume", "ResumeArmed"),
             _condition_column("Store", "SessionStore", priority=1),
+            {"name": "Next", "type": "string", "jsonPath": ".status.schedule.nextSlot"},  # a cron Trigger's next slot
         ],
         description="One trigger: which forge event starts a pi job, and how that job runs.",
     )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
+from pidispatch.api import serves
 from pidispatch.api.vocabulary import (
     AUTH_SOURCES,
     AUTHOR_ASSOCIATIONS,
@@ -108,6 +109,17 @@ class TriggerOn(_Model):
         max_length=len(AUTHOR_ASSOCIATIONS),
         description="Who may start a job with a comment or a review, by their GitHub author association. "
                     "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
+    repositories: Annotated[list[Annotated[str, Field(max_length=200, pattern=serves.PATTERN)]] | None, Field(
+        min_length=1, max_length=serves.PATTERNS_MAX,
+        description="The repositories this Trigger serves, as OWNER/NAME where each half is a shell-style glob "
+                    "(*, ?, [abc]) matched without regard to case: [\"acme/*\", \"acme-labs/api-*\"]. Deliveries "
+                    "from any other repository create nothing, and resume is armed only on a Trigger that names "
+                    "its repositories (here or in on.repository). Unset, with on.repository unset too: every "
+                    "repository, and run.resume stays off.")] = None
+
+    def served(self) -> tuple[str, ...]:
+        """What this Trigger names as the repositories it serves (``api/serves.py``); empty: every repository."""
+        return serves.entries(self.repository, self.repositories)
 
 
 Quantities = Annotated[dict[str, Annotated[str, Field(max_length=64)]] | None, Field(max_length=16)]
@@ -245,10 +257,28 @@ class Bounds(_Model):
     maxContextPct: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
 
 
+class CronStatus(_Model):
+    """A cron Trigger's firing record (``jobflow/cron.py``): written, with the Trigger's resourceVersion, before
+    the slot's Job is created, so that no slot fires twice across a restart or a change of leader."""
+
+    lastSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The last slot (a UTC minute of on.schedule) this Trigger fired, or claimed and is creating the Job "
+        "of."))] = None
+    lastJob: Annotated[str | None, Field(max_length=253, description=(
+        "The Job created for lastSlot (unset while it is being created: the operator creates it again, by its "
+        "deterministic name, after a restart)."))] = None
+    missed: Annotated[int | None, Field(ge=0, json_schema_extra=INT64, description=(
+        "Slots that came due while the operator was not running (or not leading) and were skipped: only the "
+        "latest slot due is fired, once, the others are counted here."))] = None
+    nextSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The next slot this Trigger fires at (UTC)."))] = None
+
+
 class TriggerStatus(_Model):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     conditions: Conditions | None = None
     bounds: Bounds | None = None
+    schedule: CronStatus | None = None
 
 
 # ---- Job --------------------------------------------------------------------------------------------

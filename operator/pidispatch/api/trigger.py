@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pidispatch.api import cron
 from pidispatch.api.models import TriggerSpec, problem
 from pidispatch.api.vocabulary import TRIGGER_RULES
 from pidispatch.contract import run_secret_problem
@@ -48,7 +49,6 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     """:func:`first_refusal` of a spec already validated against ``TriggerSpec`` (``invalid``: the first way it
     breaks it, ``None`` when it does not), so that a view parses its Trigger once (``api/views.py``)."""
     run = spec.get("run") or {}
-    on = spec.get("on") or {}
     if "resume" in run and run["resume"] is not None and not isinstance(run["resume"], bool):
         return RESUME_NOT_BOOLEAN
     if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
@@ -56,7 +56,7 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     if resume_armed(spec):
         if "command" in run:
             return TRIGGER_RULES[0]["message"]
-        if on.get("event") == "cron" or run.get("kind") == "local":
+        if run.get("kind") == "local":  # a cron Trigger's forge jobs resume (jobflow/cron.py)
             return TRIGGER_RULES[1]["message"]
         if "replicas" in run:
             return TRIGGER_RULES[2]["message"]
@@ -75,3 +75,30 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
 def refusal_reason(message: str) -> str:
     """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
     return NOT_IMPLEMENTED_REASON if message in NOT_IMPLEMENTED.values() else "ResumeConflict"
+
+
+CRON_EXAMPLE = "five fields in UTC: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5'"
+
+
+def schedule_problem(spec: dict[str, Any]) -> str | None:
+    """Why a cron Trigger cannot fire (no schedule, an invalid one, no repository), or a schedule on a Trigger
+    that is not cron (it would never be read); ``None`` when the schedule is fine or there is none to read.
+
+    Checked at load (``jobflow/trigger.py``: ``Ready=False`` with reason ``InvalidSchedule``), not by the CRD: the
+    CRD's schema cannot parse cron."""
+    on = spec.get("on") or {}
+    text = on.get("schedule")
+    if on.get("event") != "cron":
+        if text is None:
+            return None
+        return (f"on.schedule is set but on.event is {on.get('event')!r}: only a cron Trigger reads a schedule. "
+                "Set on.event: cron, or remove on.schedule.")
+    if not isinstance(text, str) or not text.strip():
+        return f"a cron Trigger fires on on.schedule, which is not set: add one ({CRON_EXAMPLE})."
+    why = cron.problem(text)
+    if why is not None:
+        return f"on.schedule {text!r} is not valid cron ({why}): write {CRON_EXAMPLE}."
+    if not on.get("repository"):
+        return ("a cron Trigger's jobs run on one repository, and on.repository is not set: name it "
+                "(owner/name).")
+    return None

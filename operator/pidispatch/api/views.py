@@ -25,8 +25,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from pidispatch.api import serves
 from pidispatch.api.models import JobSpec, JobStatus, SessionKeySpec, SessionKeyStatus, TriggerSpec, parsed
-from pidispatch.api.trigger import refusal_of, resume_armed
+from pidispatch.api.trigger import refusal_of, resume_armed, schedule_problem
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -118,19 +119,25 @@ class JobView:
 @dataclass(frozen=True)
 class TriggerView:
     """A Trigger: ``refusal`` is its first load-time conflict (``api/trigger.py``), ``None`` when it can run jobs;
-    then ``spec`` is never ``None``. ``armed``: ``run.resume`` is exactly ``true`` (refused or not)."""
+    then ``spec`` is never ``None``. ``requested``: ``run.resume`` is exactly ``true`` (refused or not);
+    ``armed``: requested, and the Trigger names the repositories it serves (``api/serves.py``): only then do its
+    jobs get a key."""
 
     meta: ObjectMeta
     spec: TriggerSpec | None
     refusal: str | None
     armed: bool
     body: dict[str, Any] = field(repr=False, compare=False)
+    requested: bool = False
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> TriggerView:
         raw = _mapping(body.get("spec"))
         spec, invalid = parsed(TriggerSpec, raw)
-        return cls(ObjectMeta.of(body), spec, refusal_of(raw, invalid), resume_armed(raw), dict(body))
+        requested = resume_armed(raw)
+        named = serves.names_repositories(serves.entries_of(raw.get("on")))
+        return cls(ObjectMeta.of(body), spec, refusal_of(raw, invalid), requested and named, dict(body),
+                   requested=requested)
 
     @property
     def name(self) -> str:
@@ -139,6 +146,11 @@ class TriggerView:
     @property
     def stored_status(self) -> dict[str, Any]:
         return _mapping(self.body.get("status"))
+
+    @property
+    def schedule_problem(self) -> str | None:
+        """Why this Trigger's ``on.schedule`` cannot fire (``api/trigger.py``), or ``None``."""
+        return schedule_problem(_mapping(self.body.get("spec")))
 
 
 @dataclass(frozen=True)
@@ -166,5 +178,6 @@ class SessionKeyView:
 
 
 def armed(spec: TriggerSpec) -> bool:
-    """Resume is armed only by exactly boolean ``true``; ``false`` and absence both mean off."""
-    return spec.run.resume is True
+    """Resume is armed only by exactly boolean ``true`` on a Trigger that names the repositories it serves
+    (``api/serves.py``); ``false``, absence, or no repository named all mean off."""
+    return spec.run.resume is True and serves.names_repositories(spec.on.served())

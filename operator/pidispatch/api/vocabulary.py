@@ -28,7 +28,9 @@ DEFAULT_AUTHOR_ASSOCIATIONS = ("OWNER", "MEMBER", "COLLABORATOR")
 # value is refused by the apiserver's own type check ("spec.run.resume ... must be of type boolean").
 _ARMED = "has(self.run.resume) && self.run.resume"
 _COMMAND = "has(self.run.command)"
-_CRON = "(self.on.event == 'cron' || (has(self.run.kind) && self.run.kind == 'local'))"
+# A cron Trigger's jobs are forge jobs on its on.repository, and resume with a key of their own (jobflow/cron.py);
+# only a local job (no forge, no repository) still has no session to continue.
+_LOCAL = "(has(self.run.kind) && self.run.kind == 'local')"
 _REPLICAS = "has(self.run.replicas)"
 
 # In the spec's order (§10.3). Each rule excuses the conflicts reported before it, so a Trigger
@@ -43,15 +45,16 @@ TRIGGER_RULES: list[dict[str, str]] = [
                    "closed, not a permanent limit; drop run.resume or run.command for now.",
     },
     {
-        "rule": f"!({_ARMED} && {_CRON}) || {_COMMAND}",
+        "rule": f"!({_ARMED} && {_LOCAL}) || {_COMMAND}",
         "fieldPath": ".run.resume",
         "reason": "FieldValueForbidden",
-        "message": "run.resume is not supported on cron triggers yet: sessions are wired into forge jobs only, "
-                   "so a cron job would run without a session while appearing to use one. This is a known gap "
-                   "that will be closed, not a permanent limit; drop run.resume from this trigger.",
+        "message": "run.resume is not supported on local jobs (run.kind: local) yet: sessions are wired into forge "
+                   "jobs only, so a local job would run without a session while appearing to use one. This is a "
+                   "known gap that will be closed, not a permanent limit; drop run.resume or run.kind: local (a "
+                   "cron Trigger's forge jobs do resume).",
     },
     {
-        "rule": f"!({_ARMED} && {_REPLICAS}) || {_COMMAND} || {_CRON}",
+        "rule": f"!({_ARMED} && {_REPLICAS}) || {_COMMAND} || {_LOCAL}",
         "fieldPath": ".run.resume",
         "reason": "FieldValueForbidden",
         "message": "run.resume cannot be combined with run.replicas: replicas exist to produce independent "
@@ -59,7 +62,7 @@ TRIGGER_RULES: list[dict[str, str]] = [
                    "overwrite one transcript. This is a lasting limit; choose one of the two.",
     },
     {
-        "rule": f"!({_ARMED} && has(self.run.secrets) && size(self.run.secrets) > 0) || {_COMMAND} || {_CRON} "
+        "rule": f"!({_ARMED} && has(self.run.secrets) && size(self.run.secrets) > 0) || {_COMMAND} || {_LOCAL} "
                 f"|| {_REPLICAS}",
         "fieldPath": ".run.resume",
         "reason": "FieldValueForbidden",

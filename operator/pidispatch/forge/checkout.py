@@ -56,7 +56,7 @@ class Checkout:
     ref: str
     sha: str
     branch: str | None
-    subject: Subject
+    subject: Subject | None  # None: a job with no issue and no pull request (a cron Trigger's)
     head: Head | None = None  # a pull request's head, as the same answer gave it (the session key uses it)
 
     def status(self) -> dict[str, str]:

@@ -284,17 +284,20 @@ class Forge:
             return Head.failed(exc.reason)
         return head_from_pull(payload)
 
-    def checkout(self, repository: str, issue: int | None, pull_request: int | None) -> Checkout:
+    def checkout(self, repository: str, issue: int | None, pull_request: int | None,
+                 branch: str | None = None) -> Checkout:
         """The commit a job's workspace holds (``forge/checkout.py``). Raises :class:`Unresolvable` when the
-        forge says what the job names is not there (a 404, a malformed answer), ``GitHubError`` otherwise."""
+        forge says what the job names is not there (a 404, a malformed answer), ``GitHubError`` otherwise.
+        ``branch``: the branch of a job that names neither an issue nor a pull request (a cron Trigger's,
+        ``jobflow/key.py``), checked out as an issue's: its tip when it exists, else the default branch's."""
         auth = self._authorization(repository)
         try:
             if pull_request is not None:
                 return from_pull(repository, pull_request, self.client.pull(repository, pull_request, auth))
-            if issue is None:
+            if issue is None and branch is None:
                 raise Unresolvable("the job names neither an issue nor a pull request")
-            subject = Subject.of(self.client.issue(repository, issue, auth))
-            branch = issue_branch(issue)
+            subject = Subject.of(self.client.issue(repository, issue, auth)) if issue is not None else None
+            branch = issue_branch(issue) if issue is not None else branch
             try:
                 sha = ref_commit(self.client.git_ref(repository, f"heads/{branch}", auth), f"refs/heads/{branch}")
                 return Checkout(f"refs/heads/{branch}", sha, branch, subject)

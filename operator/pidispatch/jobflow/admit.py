@@ -7,6 +7,7 @@ answer.
 
 from __future__ import annotations
 
+from pidispatch.api import serves
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.api.views import JobView, TriggerView, armed
 from pidispatch.forge.authsource import gets_gh_login, trigger_auth_source
@@ -36,9 +37,10 @@ AUTH_BEYOND_TRIGGER_MESSAGE = (
     "or change the Trigger's run.auth."
 )
 REPOSITORY_BEYOND_TRIGGER_MESSAGE = (
-    "Job {job} is for the repository {asked}, but its Trigger {trigger} answers only for {given} (on.repository), "
-    "so nothing ran and no token was handed out: a Job cannot ask for more than its Trigger allows. Re-create "
-    "the Job for {given}, or use a Trigger for {asked}."
+    "Job {job} is for the repository {asked}, but its Trigger {trigger} serves only {given} (on.repository, "
+    "on.repositories), so nothing ran and no token was handed out: a Job cannot ask for more than its Trigger "
+    "allows. Re-create the Job for a repository the Trigger serves, use a Trigger that serves {asked}, or add it "
+    "to the Trigger's on.repositories."
 )
 
 
@@ -49,18 +51,18 @@ def beyond_trigger(job: JobView, job_spec: JobSpec, trigger_spec: TriggerSpec, s
     broader token than the Trigger's: ``pat`` where the Trigger says ``app``, or a token for another
     repository. The receiver writes ``spec.authSource`` as the Trigger's ``run.auth``, else the deployment's
     ``github.authSource`` (the chart gives the receiver and the operator the same value), and
-    ``spec.repository`` only for an event ``on.repository`` matched (case-insensitively, as here), so a Job
-    it made is never refused.
+    ``spec.repository`` only for an event from a repository the Trigger serves (``api/serves.py``, the same
+    rules), so a Job it made is never refused.
     """
     given = trigger_auth_source(trigger_spec, settings)
     asked = job_spec.authSource
     if asked is not None and asked != given:
         return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", AUTH_BEYOND_TRIGGER_MESSAGE.format(
             job=job.name, asked=asked, trigger=job_spec.trigger, given=given))
-    wanted = trigger_spec.on.repository
-    if wanted and wanted.casefold() != job_spec.repository.casefold():
+    named = trigger_spec.on.served()
+    if not serves.serves(named, job_spec.repository):
         return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", REPOSITORY_BEYOND_TRIGGER_MESSAGE.format(
-            job=job.name, asked=job_spec.repository, trigger=job_spec.trigger, given=wanted))
+            job=job.name, asked=job_spec.repository, trigger=job_spec.trigger, given=serves.described(named)))
     return None
 
 

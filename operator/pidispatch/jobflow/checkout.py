@@ -31,9 +31,10 @@ def wanted(settings: OperatorSettings, forge: Forge | None) -> bool:
     return forge is not None and settings.job_checkout
 
 
-def resolve(forge: Forge, job_spec: JobSpec) -> Checkout:
-    """The job's checkout. Raises ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
-    return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest)
+def resolve(forge: Forge, job_spec: JobSpec, branch: str | None = None) -> Checkout:
+    """The job's checkout (``branch``: a cron Trigger's, for a Job with no issue and no pull request). Raises
+    ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
+    return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest, branch)
 
 
 def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, checkout: Checkout) -> Moved | None:

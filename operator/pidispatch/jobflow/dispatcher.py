@@ -8,7 +8,8 @@ For one delivery, top to bottom:
    ``Started | Refusal | Gone``; a passing failure puts the Job back in line after a back-off (``queue.py``);
 3. ``on_pod`` → :meth:`complete` (``complete.py``: ``ending`` → ``finished`` or ``abandon`` → ``record_end``)
    → slot and staging freed;
-4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep.
+4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep; the cron Triggers' slots
+   (``cron.py``).
 
 What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
 budget's (``slots.py``), the waiting is the queue's (``queue.py``, its policy in ``queuepolicy.py``).
@@ -28,7 +29,7 @@ from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import complete as completion
-from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey, timers
+from pidispatch.jobflow import cron, lifecycle, quarantine, retire, sessionkey, timers
 from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
@@ -69,7 +70,8 @@ class Dispatcher:
         self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
         self.queue = JobQueue(Slots(settings.max_concurrent_jobs, monotonic), self.table, self._locks, self.cluster,
                               monotonic)
-        self.triggers = Triggers(self.cluster, self.store, settings.job_scheduling, settings.node_name)
+        self.triggers = Triggers(self.cluster, self.store, settings.job_scheduling, settings.node_name, wall)
+        self.cron = cron.Cron(self.cluster, wall, self.triggers.placement)
         self._loops = Loops()
         self._stop = self._loops.stopping
 
@@ -111,10 +113,12 @@ class Dispatcher:
         self._loops.start("resync", self.resync, self._loops.every(RESYNC_SECONDS))
         self._loops.start("sessionkeys", self.refresh_sessionkeys, self._loops.every(self.s.resumable_refresh_seconds))
         self._loops.start("sweep", self.sweep, self._loops.every(self.s.sweep_interval_seconds))
+        self._loops.start("cron", self.cron.turn, self._loops.woken(self.cron.wake, self.cron.next_turn_in))
         self.queue.wake.set()
+        self.cron.wake.set()
 
     def stop(self) -> None:
-        self._loops.stop(self.queue.wake, self.queue.mark)
+        self._loops.stop(self.queue.wake, self.queue.mark, self.cron.wake)
 
     # ---- events from kopf --------------------------------------------------------------------------
 
@@ -166,7 +170,10 @@ class Dispatcher:
                 sessionkey.update(self.s, self.cluster, sk.name, None)
 
     def on_trigger(self, body: dict[str, Any]) -> None:
-        self.triggers.on_trigger(TriggerView.of(body))
+        trigger = TriggerView.of(body)
+        self.triggers.on_trigger(trigger)
+        if trigger.spec is not None and trigger.spec.on.event == "cron":
+            self.cron.wake.set()  # a new or changed schedule: its next slot may be sooner than the loop's wait
 
     def on_trigger_deleted(self, name: str) -> None:
         self.triggers.forget(name)

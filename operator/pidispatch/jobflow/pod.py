@@ -246,7 +246,7 @@ def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Chec
     """The checkout, git identity, forge host and CA bundle of a job Pod."""
     return WorkspaceInputs(
         checkout=checkout.env(clone_url(settings, repository)) if checkout is not None else None,
-        subject=checkout.subject.as_json() if checkout is not None else None,
+        subject=checkout.subject.as_json() if checkout is not None and checkout.subject is not None else None,
         previous=moved.as_json() if moved is not None else None,
         git_name=settings.job_git_name, git_email=settings.job_git_email,
         gh_host=gh_host(settings.github.web_url),

@@ -50,7 +50,7 @@ from pidispatch.jobflow import lifecycle, sessionkey
 from pidispatch.jobflow.admit import refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.forks import fork_refusal, is_fork
-from pidispatch.jobflow.key import key_and_reason, needs_head_lookup
+from pidispatch.jobflow.key import cron_of, key_and_reason, needs_head_lookup
 from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
 from pidispatch.jobflow.stage import session_view, stage_session, start_message
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused, Running
@@ -153,10 +153,11 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         if host is not None:
             jd.sync(HOST)  # a restart after a kill between the create and the sync: the page cache still has it
         return Launched(pod, host, created=False)
+    cron = cron_of(cluster.ns, trigger, spec)
     checkout = None
     if forge is not None and checkout_step.wanted(settings, forge):
         try:
-            checkout = checkout_step.resolve(forge, spec)  # an outage raises: the Job is retried
+            checkout = checkout_step.resolve(forge, spec, cron)  # an outage raises: the Job is retried
         except Unresolvable as exc:
             return NotLaunched(Refused("Failed", None, "CheckoutUnresolved",
                                        f"The forge has no commit for this job ({str(exc)[:300]}); nothing ran and "
@@ -183,7 +184,8 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
                                    "nothing ran. Check the App's installation and permissions (pidispatch "
                                    "doctor), then re-create the Job."), staging_used=False)
     # The key reads the forge's head only for a resume-armed job (spec §1.3): the same answer as above.
-    ref, no_head = key_and_reason(spec, trigger.armed, head if needs_head_lookup(spec, trigger.armed) else None)
+    ref, no_head = key_and_reason(spec, trigger.armed, head if needs_head_lookup(spec, trigger.armed) else None,
+                                  cron)
     if no_head is not None:
         # No refusal and no comment (spec rule 21): the job runs as it would without resume.
         emit("pr_head_unresolved", job=name, reason=no_head.value)

@@ -4,16 +4,22 @@ The operator repeats the Trigger CRD's CEL refusals (defence in depth, and for c
 CRD without CEL) and says, per Trigger, whether its jobs would resume and whether a store is there. A
 Trigger whose resumed jobs could never be placed on the operator's node (ReadWriteOnce staging, mount
 mode: ``api/placement.py``) is not Ready either, and its Jobs are refused at admission as any Job of a
-Trigger that is not Ready.
+Trigger that is not Ready. So is a cron Trigger whose ``on.schedule`` cannot fire (``InvalidSchedule``); a
+cron Trigger that can says in its Ready message when it fires next (``jobflow/cron.py`` fires it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+from pidispatch.api import cron
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
+from pidispatch.api.serves import NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
 from pidispatch.api.trigger import refusal_reason
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
@@ -22,23 +28,55 @@ from pidispatch.kubeapi import ApiError
 from pidispatch.settings import Settings
 from pidispatch.settings.scheduling import Scheduling
 
+INVALID_SCHEDULE = "InvalidSchedule"
+
+
+def firing(trigger: TriggerView) -> cron.Schedule | None:
+    """``trigger``'s schedule when it is a cron Trigger that may fire, else ``None``."""
+    spec = trigger.spec
+    if (spec is None or spec.on.event != "cron" or trigger.meta.deletion or trigger.refusal is not None
+            or trigger.schedule_problem is not None or spec.on.schedule is None):
+        return None
+    return cron.parse(spec.on.schedule)
+
+
+def next_fire(trigger: TriggerView, now: datetime) -> datetime | None:
+    """When ``trigger`` fires next: the first slot after ``now``; ``None`` for a Trigger that does not fire."""
+    schedule = firing(trigger)
+    return cron.next_slot(schedule, now) if schedule is not None else None
+
+
+def ready_message(trigger: TriggerView, upcoming: datetime | None) -> str:
+    if upcoming is None or trigger.spec is None:
+        return "The Trigger can run jobs."
+    return (f"The Trigger can run jobs. It fires on its schedule {trigger.spec.on.schedule!r} (UTC, the operator's "
+            f"clock); next at {upcoming.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.")
+
 
 def trigger_status(trigger: TriggerView, settings: Settings, generation: int | None,
-                   conditions: list[dict[str, Any]] | None, placement: str | None = None) -> dict[str, Any]:
+                   conditions: list[dict[str, Any]] | None, placement: str | None = None,
+                   upcoming: datetime | None = None) -> dict[str, Any]:
     """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger.
 
-    ``placement``: why its resumed jobs cannot run on the operator's node (``api/placement.py``), if so."""
-    problem = trigger.refusal or placement
+    ``placement``: why its resumed jobs cannot run on the operator's node (``api/placement.py``), if so;
+    ``upcoming``: a cron Trigger's next slot (:func:`next_fire`), said in the Ready message."""
+    schedule = trigger.schedule_problem if trigger.refusal is None else None
+    problem = trigger.refusal or schedule or placement
     armed = trigger.armed
     store = settings.sessions_dir is not None
-    reason = "Loaded" if problem is None else refusal_reason(trigger.refusal) if trigger.refusal else PLACEMENT_CONFLICT
+    reason = ("Loaded" if problem is None else refusal_reason(trigger.refusal) if trigger.refusal
+              else INVALID_SCHEDULE if schedule else PLACEMENT_CONFLICT)
     conditions = set_condition(conditions, "Ready", problem is None, reason,
-                               "The Trigger can run jobs." if problem is None else problem, generation)
+                               ready_message(trigger, upcoming) if problem is None else problem, generation)
     if armed and problem is None:
         armed_reason = "Armed"
-        armed_message = "Jobs of this Trigger continue the previous conversation on their branch."
-    elif armed:
+        armed_message = ("Each job of this cron Trigger continues the Trigger's own conversation."
+                         if upcoming is not None else
+                         "Jobs of this Trigger continue the previous conversation on their branch.")
+    elif trigger.requested and problem is not None:
         armed_reason, armed_message = "Refused", "run.resume is set but the Trigger is refused (see Ready)."
+    elif trigger.requested:
+        armed_reason, armed_message = NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
     else:
         armed_reason, armed_message = "NotRequested", "run.resume is not set: every job starts a fresh conversation."
     conditions = set_condition(conditions, "ResumeArmed", armed and problem is None, armed_reason, armed_message,
@@ -63,8 +101,9 @@ class Triggers:
     """The Triggers as the watch last delivered them, and the one writer of their status."""
 
     def __init__(self, cluster: Cluster, settings: Settings, rules: Scheduling | None = None,
-                 node_name: str | None = None) -> None:
+                 node_name: str | None = None, wall: Callable[[], float] = time.time) -> None:
         self.cluster = cluster
+        self.wall = wall
         self.settings = settings
         self.rules = rules or Scheduling()
         self.node_name = node_name
@@ -101,8 +140,9 @@ class Triggers:
         """Remember ``trigger`` and write its status if that changed."""
         self._known[trigger.name] = trigger
         old = trigger.stored_status  # compared as stored: a write only when something changed
+        upcoming = next_fire(trigger, datetime.fromtimestamp(self.wall(), UTC))
         status = trigger_status(trigger, self.settings, trigger.meta.generation, old.get("conditions"),
-                                self.placement(trigger))
+                                self.placement(trigger), upcoming)
         if {k: old.get(k) for k in status} != status:
             self.cluster.api.patch(self.cluster.crd("triggers", trigger.name, "status"), {"status": status})
 
@@ -113,7 +153,8 @@ class Triggers:
         """The Job's Trigger (one GET the first time a name is asked for), or ``None`` when there is none.
 
         A Trigger whose resumed jobs cannot be placed comes back refused (``refusal`` the placement
-        conflict), so the admission refuses its Jobs as those of any Trigger that is not Ready."""
+        conflict), so the admission refuses its Jobs as those of any Trigger that is not Ready; so does a cron
+        Trigger whose schedule cannot fire."""
         name = job.trigger_name
         known = self._known.get(name)
         if known is None:
@@ -122,5 +163,5 @@ class Triggers:
                 known = self._known[name] = TriggerView.of(found)
         if known is None:
             return None
-        conflict = self.placement(known)
+        conflict = (known.schedule_problem or self.placement(known)) if known.refusal is None else None
         return known if conflict is None else dataclasses.replace(known, refusal=conflict)

@@ -22,6 +22,8 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 9b. ``pull_request.closed`` or ``issues.closed``: no Job; when a resume-armed Trigger serves the repository,
     the key's SessionKey is annotated ``pi-dispatch.dev/retire`` → 202 ``{"retired": <key>, "reason"}``
     (no SessionKey, a fork's pull request: 202 ``{"ignored": ...}``)
+9c. the repository served by some Trigger (``on.repository``, ``on.repositories``: ``api/serves.py``)
+    else 202 ``{"ignored": "repository not served by any Trigger"}``
 10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
     the API server unavailable → 503 (a redelivery completes the set: names are deterministic). Names
     come from the Trigger and the body's SHA-256, so a replay of a body under a new delivery id is a
@@ -50,8 +52,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pidispatch.events import emit
 from pidispatch.receiver import delivery as core
+from pidispatch.receiver.closed import Closed, retirement_problem
 from pidispatch.receiver.cluster import Cluster, ClusterUnavailable, JobRefused
 from pidispatch.receiver.metrics import ReceiverMetrics, Result
+from pidispatch.receiver.payload import Ignored, Malformed, payload_of
 from pidispatch.receiver.settings import DEFAULT_MAX_CONNECTIONS
 from pidispatch.receiver.signature import HEADER, WebhookSecret, header_problem, signature_matches
 
@@ -268,12 +272,12 @@ class Receiver:
             return self._ignore(request, started, ignored.why)
         assert event_name is not None
         try:
-            event = core.parse_delivery(event_name, core.payload_of(body, request.content_type))
-        except core.Malformed as exc:
+            event = core.parse_delivery(event_name, payload_of(body, request.content_type))
+        except Malformed as exc:
             return self._reject(request, started, 400, Result.MALFORMED, f"not a {event_name} payload: {exc}")
-        if isinstance(event, core.Ignored):
+        if isinstance(event, Ignored):
             return self._ignore(request, started, event.why)
-        if isinstance(event, core.Closed):
+        if isinstance(event, Closed):
             return await self._retire(request, started, event)
         ignored = core.sender_problem(event, self.ignore_logins)
         if ignored is not None:
@@ -283,6 +287,9 @@ class Receiver:
             triggers = await self.cluster.triggers()
         except ClusterUnavailable as exc:
             return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
+        ignored = core.unserved(triggers, event)
+        if ignored is not None:
+            return self._ignore(request, started, ignored.why)
         planned = core.plan_jobs(triggers, event, delivery, self.auth_source, core.body_digest(body))
         if not planned:
             return self._ignore(request, started, f"no Trigger matches this {event.trigger_event} delivery",
@@ -313,11 +320,11 @@ class Receiver:
         return self._answer(request, started, 202, result, {"jobs": created, "duplicates": duplicates},
                             jobs=created, duplicates=duplicates)
 
-    async def _retire(self, request: web.Request, started: float, close: core.Closed) -> web.Response:
+    async def _retire(self, request: web.Request, started: float, close: Closed) -> web.Response:
         """A closed pull request or issue: no Job; the key's SessionKey is annotated for the operator to retire.
         No SessionKey (no conversation was ever kept on that branch) is nothing to do."""
         try:
-            ignored = core.retirement_problem(await self.cluster.triggers(), close)
+            ignored = retirement_problem(await self.cluster.triggers(), close)
             if ignored is not None:
                 return self._ignore(request, started, ignored.why)
             asked = await self.cluster.retire(close.key, close.reason)

@@ -11,8 +11,9 @@ the shell annotates that SessionKey (``pi-dispatch.dev/retire``) for the operato
 Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 
 * ``event`` equals ``<X-GitHub-Event>.<action>`` (cron Triggers never match a delivery);
-* ``repository`` (OWNER/NAME), when set, equals the payload's ``repository.full_name``, ignoring case
-  as GitHub does;
+* the Trigger serves the payload's ``repository.full_name`` (``api/serves.py``: ``on.repository`` exactly,
+  ``on.repositories`` as OWNER/NAME globs, ignoring case as GitHub does; neither set: every repository). A
+  delivery from a repository no Trigger serves is ignored before any matching (:func:`unserved`);
 * ``issues.labeled``: ``label`` is required and equals the added label's name, ignoring case (GitHub
   label names are unique regardless of case);
 * ``issue_comment.created`` and ``pull_request_review_comment.created``: ``phrase`` is required and
@@ -45,27 +46,33 @@ it lasts as long as the Job (the chart's ``jobs.ttlSecondsAfterFinished``, unset
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl
 
 from pydantic import ValidationError
 
+from pidispatch.api import serves
 from pidispatch.api.models import JobSpec
 from pidispatch.api.vocabulary import (
     COMMENT_MAX,
     DEFAULT_AUTHOR_ASSOCIATIONS,
     DELIVERY_MAX,
     GROUP,
-    REPOSITORY_MAX,
     SENDER_MAX,
     VERSION,
 )
-from pidispatch.contract.keys import issue_branch, key_from_parts
+from pidispatch.receiver.closed import CLOSING, Closed, closed
 from pidispatch.receiver.mention import mentions
+from pidispatch.receiver.payload import (
+    Ignored,
+    Malformed,
+    full_name_at,
+    number_at,
+    object_at,
+    string_at,
+)
 
 ISSUES_LABELED = "issues.labeled"
 ISSUE_COMMENT_CREATED = "issue_comment.created"
@@ -80,11 +87,8 @@ ACTIONS = {
     "pull_request_review_comment": "created",
 }
 TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
-# X-GitHub-Event → the action that ends a conversation: the key it names is retired (:func:`retirement`).
-CLOSING = {"issues": "closed", "pull_request": "closed"}
 
 
-_FULL_NAME = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 _DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -94,17 +98,6 @@ _BODY_HASH_CHARS = 32  # 128 bits of the body's digest: no two bodies meet by ch
 
 CREATED_BY_LABEL = "app.kubernetes.io/created-by"
 CREATED_BY = "pi-dispatch-receiver"
-
-
-class Malformed(Exception):
-    """A verified payload that lacks what its event promises (400: nothing is created)."""
-
-
-@dataclass(frozen=True)
-class Ignored:
-    """A verified delivery that no Trigger could ever match (202 with this reason)."""
-
-    why: str
 
 
 @dataclass(frozen=True)
@@ -142,81 +135,21 @@ def delivery_id_problem(delivery: str | None) -> str | None:
     return None
 
 
-# -- payload -------------------------------------------------------------------------------------------------
-FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
-FORM_FIELD = "payload"
-
-
-def payload_of(body: bytes, content_type: str) -> Any:
-    """The JSON payload of a verified body: the body itself, or, in GitHub's form encoding
-    (``application/x-www-form-urlencoded``), its one ``payload`` field. Raises :class:`Malformed`.
-
-    The signature covers the raw body in both encodings, so this runs only after it is checked.
-    """
-    if content_type == FORM_CONTENT_TYPE:
-        try:
-            fields = parse_qsl(body.decode("ascii"), keep_blank_values=True, strict_parsing=True,
-                               errors="strict", max_num_fields=1)
-        except (UnicodeDecodeError, ValueError):
-            raise Malformed(f"the form-encoded body is not one {FORM_FIELD}=<JSON> field") from None
-        if len(fields) != 1 or fields[0][0] != FORM_FIELD:
-            raise Malformed(f"the form-encoded body is not one {FORM_FIELD}=<JSON> field")
-        text: str | bytes = fields[0][1]
-    else:
-        text = body
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        raise Malformed("the payload is not JSON") from None
-
-
-def _object(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
-    value = parent.get(key)
-    if not isinstance(value, dict):
-        raise Malformed(f"{where}{key} is missing or not an object")
-    return value
-
-
-def _string(parent: dict[str, Any], key: str, where: str, *, nullable: bool = False) -> str | None:
-    value = parent.get(key)
-    if value is None and nullable:
-        return None
-    if not isinstance(value, str):
-        raise Malformed(f"{where}{key} is missing or not a string")
-    return value
-
-
-def _number(parent: dict[str, Any], key: str, where: str) -> int:
-    value = parent.get(key)
-    # bool is an int in Python; GitHub's numbers never are.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise Malformed(f"{where}{key} is missing or not a positive whole number")
-    return value
-
-
-def _full_name(repo: dict[str, Any], where: str) -> str:
-    name = _string(repo, "full_name", where)
-    assert name is not None
-    if len(name) > REPOSITORY_MAX or not _FULL_NAME.fullmatch(name):
-        raise Malformed(f"{where}full_name is not OWNER/NAME")
-    return name
-
-
 def _fork(pull_request: dict[str, Any]) -> bool:
     """Whether the PR comes from another repository, as the payload claims it.
 
     Only a hint: the operator asks the forge API again before it derives any key. A deleted head
     repository (``head.repo: null``) counts as a fork, the safe side: no session.
     """
-    head = _object(pull_request, "head", "pull_request.")
-    base = _object(pull_request, "base", "pull_request.")
-    base_name = _full_name(_object(base, "repo", "pull_request.base."), "pull_request.base.repo.")
+    head = object_at(pull_request, "head", "pull_request.")
+    base = object_at(pull_request, "base", "pull_request.")
+    base_name = full_name_at(object_at(base, "repo", "pull_request.base."), "pull_request.base.repo.")
     head_repo = head.get("repo")
     if head_repo is None:
         return True
     if not isinstance(head_repo, dict):
         raise Malformed("pull_request.head.repo is not an object")
-    return _full_name(head_repo, "pull_request.head.repo.").casefold() != base_name.casefold()
+    return full_name_at(head_repo, "pull_request.head.repo.").casefold() != base_name.casefold()
 
 
 def parse_delivery(event: str, payload: Any) -> Event | Closed | Ignored:
@@ -236,9 +169,9 @@ def parse_delivery(event: str, payload: Any) -> Event | Closed | Ignored:
         wanted = " or ".join(repr(a) for a in (ACTIONS.get(event), CLOSING.get(event)) if a)
         return Ignored(f"{event} action {shown!r} is not one a Trigger can match (only {wanted})")
     trigger_event = f"{event}.{action}"
-    repository = _full_name(_object(payload, "repository", ""), "repository.")
-    sender_obj = _object(payload, "sender", "")
-    sender = _string(sender_obj, "login", "sender.")
+    repository = full_name_at(object_at(payload, "repository", ""), "repository.")
+    sender_obj = object_at(payload, "sender", "")
+    sender = string_at(sender_obj, "login", "sender.")
     assert sender is not None
     if not sender or len(sender) > SENDER_MAX:
         raise Malformed(f"sender.login is empty or longer than {SENDER_MAX}")
@@ -246,23 +179,23 @@ def parse_delivery(event: str, payload: Any) -> Event | Closed | Ignored:
                               "sender_is_bot": sender_obj.get("type") == "Bot"}
 
     if trigger_event == ISSUES_LABELED:
-        issue = _object(payload, "issue", "")
-        label = _string(_object(payload, "label", ""), "name", "label.")
-        return Event(**common, issue=_number(issue, "number", "issue."), label=label)
+        issue = object_at(payload, "issue", "")
+        label = string_at(object_at(payload, "label", ""), "name", "label.")
+        return Event(**common, issue=number_at(issue, "number", "issue."), label=label)
     if trigger_event == ISSUE_COMMENT_CREATED:
-        issue = _object(payload, "issue", "")
-        number = _number(issue, "number", "issue.")
-        comment = _object(payload, "comment", "")
-        text = _string(comment, "body", "comment.", nullable=True)
+        issue = object_at(payload, "issue", "")
+        number = number_at(issue, "number", "issue.")
+        comment = object_at(payload, "comment", "")
+        text = string_at(comment, "body", "comment.", nullable=True)
         written = {**common, "text": text, "author_association": _association(comment)}
         # A comment on a pull request arrives as an issue comment whose issue has `pull_request` set.
         if issue.get("pull_request") is not None:
             return Event(**written, pull_request=number)
         return Event(**written, issue=number)
-    pull_request = _object(payload, "pull_request", "")
-    number = _number(pull_request, "number", "pull_request.")
-    writing = _object(payload, "review" if trigger_event == REVIEW_SUBMITTED else "comment", "")
-    text = _string(writing, "body", "review." if trigger_event == REVIEW_SUBMITTED else "comment.", nullable=True)
+    pull_request = object_at(payload, "pull_request", "")
+    number = number_at(pull_request, "number", "pull_request.")
+    writing = object_at(payload, "review" if trigger_event == REVIEW_SUBMITTED else "comment", "")
+    text = string_at(writing, "body", "review." if trigger_event == REVIEW_SUBMITTED else "comment.", nullable=True)
     return Event(**common, pull_request=number, text=text, fork=_fork(pull_request),
                  author_association=_association(writing))
 
@@ -273,71 +206,13 @@ def _association(writing: dict[str, Any]) -> str | None:
     return value if isinstance(value, str) and 0 < len(value) <= 32 else None
 
 
-# -- retirement ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Closed:
-    """A pull request closed (merged or not) or an issue closed: the conversation on ``branch`` of ``repository``
-    is over. ``reason``: one of ``api.vocabulary.RETIRE_REASONS``."""
-
-    repository: str
-    branch: str
-    reason: str
-
-    @property
-    def key(self) -> str:
-        """The SessionKey's name (spec §1: the same key the operator's jobs on that branch use)."""
-        return key_from_parts(["github", self.repository, self.branch])
-
-
-def closed(event: str, payload: dict[str, Any]) -> Closed | Ignored:
-    """The retirement a verified ``issues.closed`` or ``pull_request.closed`` payload asks for.
-
-    A pull request retires its head branch's key only when its head repository is the base repository, exactly
-    as the key is made (``store.keys.pull_request_key``, case-sensitive): a fork's head ref is a name its owner
-    chose, and ``main`` in a fork must not retire ``main`` of the base repository. A fork's pull request never
-    had a key to retire, so nothing is lost. A deleted head repository is a fork.
-    """
-    repository = _full_name(_object(payload, "repository", ""), "repository.")
-    if event == "issues":
-        number = _number(_object(payload, "issue", ""), "number", "issue.")
-        return Closed(repository, issue_branch(number), "issue-closed")
-    pull_request = _object(payload, "pull_request", "")
-    head = _object(pull_request, "head", "pull_request.")
-    ref = _string(head, "ref", "pull_request.head.")
-    head_repo = head.get("repo")
-    if not isinstance(head_repo, dict) or _full_name(head_repo, "pull_request.head.repo.") != repository:
-        return Ignored("a pull request from another repository (a fork) retires no key")
-    assert ref is not None
-    if not ref or len(ref) > 255:
-        raise Malformed("pull_request.head.ref is empty or longer than 255")
-    merged = pull_request.get("merged") is True
-    return Closed(repository, ref, "pull-request-merged" if merged else "pull-request-closed")
-
-
-def retirement_problem(triggers: list[dict[str, Any]], close: Closed) -> Ignored | None:
-    """Why no key is retired for ``close``, or ``None``: only a Trigger that arms ``resume`` and serves the
-    repository (``on.repository`` unset or the same) keeps conversations to retire."""
-    for trigger in triggers:
-        if (trigger.get("metadata") or {}).get("deletionTimestamp"):
-            continue
-        spec = trigger.get("spec") or {}
-        wanted = (spec.get("on") or {}).get("repository")
-        if ((spec.get("run") or {}).get("resume") is True
-                and (not wanted or str(wanted).casefold() == close.repository.casefold())):
-            return None
-    return Ignored("no Trigger that arms resume serves this repository: there is no conversation to retire")
-
-
 # -- matching ------------------------------------------------------------------------------------------------
 def event_differs(on: dict[str, Any], event: Event) -> str | None:
     return None if on.get("event") == event.trigger_event else "another event"
 
 
 def repository_differs(on: dict[str, Any], event: Event) -> str | None:
-    wanted = on.get("repository")
-    if not wanted:
-        return None
-    return None if str(wanted).casefold() == event.repository.casefold() else "another repository"
+    return None if serves.serves(serves.entries_of(on), event.repository) else "another repository"
 
 
 def label_differs(on: dict[str, Any], event: Event) -> str | None:
@@ -384,6 +259,19 @@ def mismatch(trigger: dict[str, Any], event: Event) -> str | None:
         if why is not None:
             return why
     return None
+
+
+NOT_SERVED = "repository not served by any Trigger"
+
+
+def unserved(triggers: list[dict[str, Any]], event: Event) -> Ignored | None:
+    """``Ignored`` when no Trigger (being deleted or not: a repository is trusted by what the namespace's Triggers
+    name) serves the delivery's repository (``api/serves.py``). A pull request's is its base repository, the
+    payload's ``repository``, whoever owns its head."""
+    for trigger in triggers:
+        if serves.serves(serves.entries_of((trigger.get("spec") or {}).get("on")), event.repository):
+            return None
+    return Ignored(NOT_SERVED)
 
 
 OWN_COMMENT_MARKER = "<!-- pi-dispatch:"  # forge/comments.py marks every comment the operator posts

@@ -112,6 +112,12 @@ def _work_rule(event: Event) -> str:
     if event.issue is not None:
         return (f"Do the work on the branch pi/issue-{event.issue} and open one pull request for it that "
                 f"references issue #{event.issue}.")
+    if event.checkout is not None and event.checkout.branch:
+        # A job with no issue and no pull request on a branch the operator chose: a cron Trigger's, whose later
+        # runs (and their conversation) continue on it, so the work stays there.
+        branch = event.checkout.branch
+        return (f"Do the work on the branch {branch} and open one pull request from it, unless one is already "
+                "open: later runs of this schedule continue on the same branch.")
     return "Do the work on a new branch and open one pull request for it."
 
 
