@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import requests
 
-from e2e.cluster import free_port
+from e2e.cluster import Cluster, free_port
 from e2e.kube import Kube
-from e2e.release import RELEASE, Release
+from e2e.release import PI_VERSION, RELEASE, Release, base_values, fresh_namespace, merge
+from pidispatch.api.crds import GROUP, VERSION
 from testkit.fakegithub import Webhooks
 from testkit.wait import wait_until
 
@@ -111,3 +114,26 @@ class Receiver:
         text = self.get("/metrics").text
         return {m.group(1): float(m.group(2)) for m in re.finditer(
             r'^pidispatch_receiver_deliveries_total\{result="([^"]*)"\} (\S+)$', text, re.M)}
+
+
+@contextmanager
+def installed_receiver(cluster: Cluster, kube: Kube, prefix: str, secret: bytes,
+                       triggers: dict[str, dict[str, Any]], **values: Any) -> Iterator[Receiver]:
+    """The chart with its receiver in a fresh namespace (``prefix``-...), the webhook Secret made by the admin,
+    and one Trigger per ``triggers`` entry (its ``spec.on``; fake pi's run); uninstalled and deleted after."""
+    ns = fresh_namespace(kube, prefix)
+    create_webhook_secret(kube, ns, secret)
+    release = Release(cluster, kube, ns, merge(base_values(), receiver_values(**values)))
+    try:
+        release.install()
+        r = Receiver(release, secret)
+        r.await_ready()
+        for name, on in triggers.items():
+            kube.create(release.path("triggers"), {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": name},
+                "spec": {"on": on, "run": {"model": "fake/fake-model", "piVersion": PI_VERSION}}})
+        r.await_triggers(len(triggers))
+        yield r
+    finally:
+        release.uninstall()
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")

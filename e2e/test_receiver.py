@@ -21,8 +21,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
-from e2e.receiver_release import RECEIVER, Receiver, create_webhook_secret, receiver_values
-from e2e.release import PI_VERSION, Release, base_values, fresh_namespace, merge
+from e2e.receiver_release import RECEIVER, Receiver, installed_receiver
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.receiver.delivery import body_digest, job_name
 from testkit.fakegithub import Delivery, Webhooks, signature
@@ -43,22 +42,8 @@ TRIGGERS: dict[str, dict[str, Any]] = {
 
 @pytest.fixture(scope="module")
 def receiver(cluster: Cluster, kube: Kube, kubelet: object) -> Iterator[Receiver]:
-    ns = fresh_namespace(kube, "receiver")
-    create_webhook_secret(kube, ns, SECRET)
-    release = Release(cluster, kube, ns, merge(base_values(), receiver_values(max_body=MAX_BODY)))
-    try:
-        release.install()
-        r = Receiver(release, SECRET)
-        r.await_ready()
-        for name, on in TRIGGERS.items():
-            kube.create(release.path("triggers"), {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": name},
-                "spec": {"on": on, "run": {"model": "fake/fake-model", "piVersion": PI_VERSION}}})
-        r.await_triggers(len(TRIGGERS))
+    with installed_receiver(cluster, kube, "receiver", SECRET, TRIGGERS, max_body=MAX_BODY) as r:
         yield r
-    finally:
-        release.uninstall()
-        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def jobs(r: Receiver) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Starting pi: the command line (pure), its environment, `pi --version`, and the run itself.
+"""Starting pi: the command line (pure), its environment, its version, and the run itself.
 
 pi is run non-interactively (`-p`) with stdin on /dev/null: in `-p` mode pi reads a non-TTY stdin to
 EOF before it starts, so an inherited open pipe would hang it forever (pi-cli-behaviour §1, §5). Its
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
 
+from pidispatch.runner.pipackage import package_version
 from pidispatch.runner.startpaths import UNTRUSTED_FLAGS
 from pidispatch.runner.version import VersionError, parse_version_output
 from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
@@ -55,10 +56,14 @@ def pi_env(base: Mapping[str, str]) -> dict[str, str]:
 
 
 def read_pi_version(pi_bin: str, env: Mapping[str, str]) -> str | None:
-    """Run `pi --version` and parse what it printed; None when it fails or prints no version.
+    """pi's version: read from its package where pi reads it (``pipackage``: no Node start-up), else by
+    running `pi --version` and parsing what it printed; None when that fails or prints no version.
 
     Raises `VersionError` when the executable cannot be started at all.
     """
+    known = package_version(pi_bin, env)
+    if known is not None:
+        return known
     try:
         done = subprocess.run([pi_bin, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, env=dict(env), timeout=VERSION_TIMEOUT_S, check=False)
