@@ -20,10 +20,14 @@ from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.release import TAMPER as STORE_TAMPER
 from e2e.release import TAMPER_BOUNDS, Release, base_values, installed, merge
+from pidispatch.kubeapi import Api
+from pidispatch.receiver.cluster import ApiCluster
 from pidispatch.store.keys import issue_key
 from pidispatch.transcript.parser import check_transcript
 from testkit.pitool import pi_binary, pi_env
+from testkit.receiver import Running
 from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -214,3 +218,82 @@ def test_a_body_pi_cannot_read_is_quarantined_and_the_job_starts_fresh(release: 
     # the fresh transcript is what got promoted, and it is whole
     stored = (release.key_dir(key_of(issue)) / "current.jsonl").read_bytes()
     assert check_transcript(stored) == [] and b"after the damage" in stored
+
+
+def test_a_closed_issue_retires_its_conversation_and_the_next_delivery_starts_fresh(
+        cluster: Cluster, release: Release, model: ScriptedModel) -> None:
+    """Issue 34 item 1 with real pi: a signed ``issues.closed`` through the receiver (in this process, on the real
+    apiserver with the admin's credentials; its Role is held to ``patch`` on sessionkeys by e2e/test_receiver.py)
+    retires the key (``sessions.retire: delete``), and the next delivery on the issue's branch is a new
+    conversation: the model is sent nothing of the one before."""
+    issue = next(_issues)
+    key = key_of(issue)
+    model.reply("Noted. The word is PELICAN.", usage=Usage(700, 20))
+    deliver(release, model, issue, "@pi remember the word PELICAN")
+    model.reply("Yes, PELICAN.", usage=Usage(800, 10))
+    _, seen = deliver(release, model, issue, "@pi which word?")
+    assert "remember the word PELICAN" in conversation(seen), "before the close, the second delivery resumes the first"
+
+    admin = Api(cluster.server, ca_file=str(cluster.ca_file), cert_file=str(cluster.pki / "admin.crt"),
+                key_file=str(cluster.pki / "admin.key"))
+    receiver = Running(ApiCluster(admin, release.ns, cache_seconds=0))  # type: ignore[arg-type]
+    try:
+        sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": issue}))
+    finally:
+        receiver.stop()
+    assert (sent.status, sent.json) == (202, {"retired": key, "reason": "issue-closed"}), sent.json
+
+    def retired() -> dict[str, Any] | None:
+        sk = release.sessionkey(key)
+        condition = release.condition(sk, "Retired")
+        return sk if condition is not None and condition["status"] == "True" else None
+
+    sk = wait_until(f"SessionKey {key} Retired", retired, timeout=60)
+    assert (release.condition(sk, "Resumable") or {}).get("reason") == "Retired"
+    assert not release.key_dir(key).exists(), "sessions.retire: delete removes the key directory"
+
+    model.reply("Which word? I have no earlier conversation.", usage=Usage(600, 12))
+    after, seen = deliver(release, model, issue, "@pi which word did I ask you to remember?")
+    assert (after["status"]["session"]["resumed"], after["status"]["session"]["reason"]) == (False, "retired")
+    assert "PELICAN" not in conversation(seen), "a retired conversation is never sent to the model again"
+
+
+def test_three_failed_resumes_quarantine_the_transcript_and_the_fourth_delivery_starts_fresh(
+        release: Release, model: ScriptedModel) -> None:
+    """Issue 34 item 2 with real pi: three resumed jobs in a row whose pi fails (the model refuses: pi exits 1)
+    quarantine the transcript (``sessions.quarantineAfter: 3``), which is kept as it was; the fourth delivery
+    is a new conversation, and the model is sent nothing of the quarantined one. That job succeeds, so its
+    conversation replaces the quarantined one and the key resumes it from then on (a person's release, the
+    other way out, is proven in e2e/test_operator_lifecycle.py)."""
+    issue = next(_issues)
+    key = key_of(issue)
+    model.reply("Noted. The word is HERON.", usage=Usage(700, 20))
+    deliver(release, model, issue, "@pi remember the word HERON")
+    poisoned = release.digest(key)
+    for i in range(3):
+        model.error(400, {"error": {"message": "the model refuses", "type": "invalid_request_error"}})
+        failed = release.run(f"i{issue}-fail-{i}", issue=issue, comment="@pi go on", timeout=120)
+        assert failed["status"]["phase"] == "Failed", json.dumps(failed["status"])
+        assert failed["status"]["session"]["resumed"] is True, "each failure was a resumed job"
+
+    def quarantined() -> dict[str, Any] | None:
+        sk = release.sessionkey(key)
+        condition = release.condition(sk, "Resumable")
+        return sk if condition is not None and condition["reason"] == "Quarantined" else None
+
+    sk = wait_until(f"SessionKey {key} quarantined", quarantined, timeout=60)
+    assert "3 resumed jobs in a row ended Failed" in release.condition(sk, "Resumable")["message"]
+    assert release.digest(key) == poisoned, "the quarantined transcript is kept as it was"
+
+    model.reply("Which word? I have no earlier conversation.", usage=Usage(600, 12))
+    fresh, seen = deliver(release, model, issue, "@pi which word?")
+    assert (fresh["status"]["session"]["resumed"], fresh["status"]["session"]["reason"]) == (False, "quarantined")
+    assert "HERON" not in conversation(seen), "a quarantined transcript is never sent to the model"
+
+    wait_until(f"SessionKey {key} resumable again", lambda: (release.condition(release.sessionkey(key), "Resumable")
+                                                             or {}).get("status") == "True", timeout=60)
+    model.reply("You asked which word.", usage=Usage(900, 5))
+    after, seen = deliver(release, model, issue, "@pi what did I ask last?")
+    assert (after["status"]["session"]["resumed"], after["status"]["session"]["reason"]) == (True, "resumed")
+    text = conversation(seen)
+    assert "@pi which word?" in text and "HERON" not in text, "the fresh conversation is the key's now"
