@@ -224,14 +224,15 @@ class Release:
     def get(self, plural: str, name: str) -> dict[str, Any]:
         return self.kube.get(self.path(plural, name))
 
-    def trigger(self, name: str, *, resume: bool = True, pi_version: str = PI_VERSION, **run: Any) -> dict[str, Any]:
-        """A Trigger for ``@pi`` comments on the repositories of :data:`TRUSTED` (``acme/*``: every Job here is for
-        ``acme/widgets``), resume armed unless ``resume=False``."""
+    def trigger(self, name: str, *, resume: bool = True, pi_version: str = PI_VERSION,
+                repositories: tuple[str, ...] = (TRUSTED,), **run: Any) -> dict[str, Any]:
+        """A Trigger for ``@pi`` comments on ``repositories`` (:data:`TRUSTED`, ``acme/*``: every Job here is for
+        ``acme/widgets`` unless a test names another), resume armed unless ``resume=False``."""
         spec_run = {"model": "fake/fake-model", "piVersion": pi_version, **run}
         if resume:
             spec_run["resume"] = True
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": name},
-                "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": [TRUSTED]},
+                "spec": {"on": {"event": "issue_comment.created", "phrase": "@pi", "repositories": list(repositories)},
                          "run": spec_run}}
         existing = self.kube.get_or_none(self.path("triggers", name))
         if existing is None:

@@ -275,7 +275,10 @@ def test_a_job_without_resume_gets_a_token_too(release: Release, github: FakeGit
 
 
 def test_a_repository_the_app_cannot_reach_fails_the_job_before_any_pod(release: Release) -> None:
-    job = release.run(f"elsewhere-{number()}", issue=1, repository="someone/else")
+    # A Trigger that serves the repository (the others serve acme/* only, and the admission would refuse the Job
+    # as beyond-trigger before any token is asked for): the App is not installed on it, so the mint fails.
+    release.trigger("elsewhere", repositories=("someone/*",))
+    job = release.run(f"elsewhere-{number()}", trigger="elsewhere", issue=1, repository="someone/else")
     assert job["status"]["phase"] == "Failed"
     started = release.condition(job, "Started")
     assert started["reason"] == "GitHubTokenFailed" and "422" in started["message"], started
