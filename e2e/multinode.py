@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from e2e.clusterkit import SCHEDULER_CLIENT, Host, node_ready, python_module_env, start_scheduler
-from e2e.kube import Kube
+from e2e.clusterkit import SCHEDULER_CLIENT, ClusterError, Host, node_ready, python_module_env, start_scheduler
+from e2e.kube import ApiError, Kube
 from e2e.testnode import TestKubeletNode
 
 NODE_NAMES = ("node-a", "node-b", "node-c")
@@ -52,14 +52,29 @@ def storage_classes() -> list[dict[str, Any]]:
             sc(SHARED_CLASS, "ReadWriteOnce,ReadWriteOncePod,ReadOnlyMany,ReadWriteMany", False)]
 
 
-def untaint_ready(kube: Kube, node: str) -> None:
+def untaint_ready(kube: Kube, node: str, attempts: int = 20) -> None:
     """Take off the ``not-ready`` taint the apiserver puts on every new Node, as the node lifecycle controller
     does once the Node is Ready. That controller does not run here (the test kubelet keeps no Lease); without
-    this the scheduler would place no Pod."""
-    n = kube.get(f"/api/v1/nodes/{node}")
-    taints = [t for t in n["spec"].get("taints") or [] if t["key"] != NOT_READY_TAINT]
-    kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]},
-                                         "spec": {"taints": taints or None}})
+    this the scheduler would place no Pod.
+
+    The write is conditional on the Node's resourceVersion (the taints are a list: a blind merge patch could
+    drop a taint added meanwhile), so a write that meets the kubelet's own status update in between gets 409
+    and is made again from a fresh read (a fresh-clone CI lost the whole multi-node cluster to that race)."""
+    for _ in range(attempts):
+        n = kube.get(f"/api/v1/nodes/{node}")
+        present = n["spec"].get("taints") or []
+        taints = [t for t in present if t["key"] != NOT_READY_TAINT]
+        if len(taints) == len(present):
+            return
+        try:
+            kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"resourceVersion": n["metadata"]["resourceVersion"]},
+                                                 "spec": {"taints": taints or None}})
+            return
+        except ApiError as error:
+            if error.status != 409:
+                raise
+    raise ClusterError(f"Node {node}: the not-ready taint could not be removed in {attempts} attempts "
+                       "(every write met a newer version of the Node)")
 
 
 @dataclass
