@@ -1,4 +1,4 @@
-"""The CRD manifests, generated from the API's models (``models.py``), the API's one source.
+"""The CRD manifests, generated from the API's models (``models/``), the API's one source.
 
 ``python -m pidispatch.api.crds --write crds/`` writes ``crds/*.yaml``; a test proves the committed
 files equal this output, and that the Helm chart ships the same files. The schemas come from the

@@ -1,7 +1,7 @@
 """The API's vocabulary: group and version, the closed lists the CRDs and the code share, the CEL rules.
 
 Plain constants, cheap to import (no pydantic): the receiver's parsing and the command line use them;
-the models (``models.py``) and the CRDs (``crds.py``) are built from them.
+the models (``models/``) and the CRDs (``crds.py``) are built from them.
 """
 
 from __future__ import annotations

@@ -1,0 +1,210 @@
+"""A Trigger's spec and status: when it fires (``on``), what its jobs run (``run``), what the operator reports."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Field, field_validator
+
+from pidispatch.api import serves
+from pidispatch.api.models.base import (
+    DATE_TIME,
+    INT64,
+    NULLABLE,
+    ApiModel,
+    AuthorAssociation,
+    AuthSource,
+    Conditions,
+    TriggerEvent,
+)
+from pidispatch.api.vocabulary import (
+    AUTHOR_ASSOCIATIONS,
+    DEFAULT_AUTHOR_ASSOCIATIONS,
+    TRIGGER_RULES,
+)
+from pidispatch.contract import ENV_AGENT_DIR, FORGE_TOKEN_NAMES, credential_name_problem
+
+# ---- Trigger ----------------------------------------------------------------------------------------
+
+class TriggerOn(ApiModel):
+    event: TriggerEvent
+    label: Annotated[str, Field(max_length=253)] | None = None
+    phrase: Annotated[str, Field(max_length=200)] | None = None
+    repository: Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
+    schedule: Annotated[str, Field(max_length=100)] | None = None
+    authorAssociations: Annotated[list[AuthorAssociation] | None, Field(
+        max_length=len(AUTHOR_ASSOCIATIONS),
+        description="Who may start a job with a comment or a review, by their GitHub author association. "
+                    "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
+    repositories: Annotated[list[Annotated[str, Field(max_length=200, pattern=serves.PATTERN)]] | None, Field(
+        min_length=1, max_length=serves.PATTERNS_MAX,
+        description="The repositories this Trigger serves, as OWNER/NAME where each half is a shell-style glob "
+                    "(*, ?, [abc]) matched without regard to case: [\"acme/*\", \"acme-labs/api-*\"]. Deliveries "
+                    "from any other repository create nothing, and resume is armed only on a Trigger that names "
+                    "its repositories (here or in on.repository). Unset, with on.repository unset too: every "
+                    "repository, and run.resume stays off.")] = None
+
+    def served(self) -> tuple[str, ...]:
+        """What this Trigger names as the repositories it serves (``api/serves.py``); empty: every repository."""
+        return serves.entries(self.repository, self.repositories)
+
+
+Quantities = Annotated[dict[str, Annotated[str, Field(max_length=64)]] | None, Field(max_length=16)]
+
+
+class Resources(ApiModel):
+    """The job container's ``resources``, as Kubernetes takes them (quantities as strings: ``500m``, ``2Gi``)."""
+
+    requests: Quantities = None
+    limits: Quantities = None
+
+
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class SecretKey(ApiModel):
+    """One key of a Secret in the Trigger's namespace: the job container reads it by ``secretKeyRef``."""
+
+    secretName: Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN)]
+    key: Annotated[str, Field(max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+
+
+_CREDENTIAL_NAMES_RULE = (
+    "self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_]*$') && !(k in " + str(list(FORGE_TOKEN_NAMES)).replace('"', "'")
+    + ") && !k.startsWith('PI_SESSION') && k != '" + ENV_AGENT_DIR + "')")
+Credentials = Annotated[dict[str, SecretKey] | None, Field(
+    max_length=32, json_schema_extra={"x-kubernetes-validations": [{
+        "rule": _CREDENTIAL_NAMES_RULE,
+        "message": "credentials are named by environment variable, and may not be the forge token "
+                   "(GH_TOKEN, GITHUB_TOKEN, ...: it comes from the github.* values) or the operator's "
+                   "PI_SESSION* and PI_CODING_AGENT_DIR"}]},
+    description="The model's credentials: environment variable name -> a Secret's key (e.g. OPENAI_API_KEY: "
+                "{secretName: model-keys, key: openai}), merged over the deployment's job.credentials. Never "
+                "a plain value.")]
+
+
+# A label key: an optional DNS-subdomain prefix and a slash, then the name.
+LABEL_KEY = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$"
+# Keys are checked by TriggerRun's validator, not in the schema: a CRD's structural schema takes no
+# propertyNames or patternProperties (the apiserver refuses the CRD), so the apiserver checks values only.
+NodeSelector = Annotated[dict[str, Annotated[str, Field(max_length=63, pattern=LABEL_VALUE)]] | None, Field(
+    max_length=16, description="Node labels the job Pods must run on (a node pool), laid over the deployment's "
+                               "job.nodeSelector: this Trigger's value wins for a key both name.")]
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration, as the Pod spec takes it."""
+
+    key: Annotated[str, Field(max_length=316)] | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: Annotated[str, Field(max_length=63)] | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    tolerationSeconds: Annotated[int | None, Field(json_schema_extra=INT64)] = None
+
+
+class TriggerRun(ApiModel):
+    kind: Literal["forge", "local"] | None = None
+    # command, flow and replicas stay in the v1alpha1 schema (removing a field is not additive:
+    # docs/crd-policy.md) but nothing acts on them yet, so a Trigger that sets one is refused (api/trigger.py).
+    flow: Annotated[str | None, Field(max_length=253, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
+        "repository's .pi/skills/<flow> the job runs."))] = None
+    # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
+    # apiserver's own type check ("spec.run.resume ... must be of type boolean").
+    resume: Annotated[bool | None, Field(
+        description="Continue the previous job's conversation on the same branch.")] = None
+    command: Annotated[str | None, Field(max_length=4096, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
+        "'/<command> args' a job gets as its whole prompt. With run.resume it is refused."))] = None
+    replicas: Annotated[int | None, Field(ge=2, le=3, description=(
+        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, 2 or 3 "
+        "independent attempts per delivery, each on its own branch. With run.resume it is refused."))] = None
+    secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32, description=(
+        "Secrets of the Trigger's namespace, by name, delivered to every job of this Trigger: each is mounted "
+        "read-only at /var/run/pi-dispatch/secrets/<name>/<key> (PI_RUN_SECRETS_DIR), a file per key, never "
+        "an environment value. Never stored: the scan before the promotion redacts a value the job echoed. "
+        "Refused with run.resume. The job Pod policy admits only the Secrets named in "
+        "jobPodPolicy.credentialSecrets."))] = None
+    model: Annotated[str, Field(max_length=128)] | None = None
+    image: Annotated[str, Field(max_length=512)] | None = None
+    piVersion: Annotated[str, Field(max_length=64)] | None = None
+    auth: AuthSource | None = None
+    forks: Annotated[bool | None, Field(description=(
+        "Run jobs on pull requests from forks although their token cannot be narrowed (auth source pat or gh): "
+        "the fork's code then runs with the deployment's token and its write access. Unset or false: such a job "
+        "is refused (fork-not-allowed). With the GitHub App (auth source app) a fork's job always runs, with a "
+        "token that is read-only on contents, and this field changes nothing."))] = None
+    timeoutSeconds: Annotated[int | None, Field(ge=1, le=604800, description=(
+        "The job's run timeout (its Pod's activeDeadlineSeconds): past it the job is stopped, ends Failed "
+        "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None
+    resources: Annotated[Resources | None, Field(description=(
+        "The job container's resources. Unset: the deployment's job.resources."))] = None
+    credentials: Credentials = None
+    nodeSelector: NodeSelector = None
+    tolerations: Annotated[list[Toleration] | None, Field(
+        max_length=16, description="Taints the job Pods tolerate (a node pool's, a GPU's), added to the "
+                                   "deployment's job.tolerations.")] = None
+
+    @field_validator("nodeSelector")
+    @classmethod
+    def _node_selector_keys(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        import re
+
+        for key in value or {}:
+            if len(key) > 316 or not re.fullmatch(LABEL_KEY, key):
+                raise ValueError(f"run.nodeSelector: {key[:80]!r} is not a label key")
+        return value
+
+    @field_validator("credentials")
+    @classmethod
+    def _credential_names(cls, value: dict[str, SecretKey] | None) -> dict[str, SecretKey] | None:
+        for name in value or {}:
+            why = credential_name_problem(name)
+            if why is not None:
+                raise ValueError(why)
+        return value
+
+
+class TriggerSpec(ApiModel):
+    """``spec`` of a Trigger. The load-time refusals (spec §10.3) are CEL rules on it."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(TRIGGER_RULES)})  # type: ignore[arg-type]
+
+    on: TriggerOn
+    run: TriggerRun
+
+
+class Bounds(ApiModel):
+    ttlDays: int | None = None
+    maxBytes: int | None = None
+    maxAgeDays: int | None = None
+    maxResumeChain: int | None = None
+    maxContextPct: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
+
+
+class CronStatus(ApiModel):
+    """A cron Trigger's firing record (``jobflow/cron.py``): written, with the Trigger's resourceVersion, before
+    the slot's Job is created, so that no slot fires twice across a restart or a change of leader."""
+
+    lastSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The last slot (a UTC minute of on.schedule) this Trigger fired, or claimed and is creating the Job "
+        "of."))] = None
+    lastJob: Annotated[str | None, Field(max_length=253, description=(
+        "The Job created for lastSlot (unset while it is being created: the operator creates it again, by its "
+        "deterministic name, after a restart)."))] = None
+    missed: Annotated[int | None, Field(ge=0, json_schema_extra=INT64, description=(
+        "Slots that came due while the operator was not running (or not leading) and were skipped: only the "
+        "latest slot due is fired, once, the others are counted here."))] = None
+    nextSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The next slot this Trigger fires at (UTC)."))] = None
+
+
+class TriggerStatus(ApiModel):
+    observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
+    conditions: Conditions | None = None
+    bounds: Bounds | None = None
+    schedule: CronStatus | None = None
+
+
