@@ -15,7 +15,7 @@ from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.pods import pod_path, wait_pod_phase
 from pidispatch.api import crds
-from pidispatch.doctor import CRD_NAMES, REQUIRED_ACCESS
+from pidispatch.doctor_cluster import CRD_NAMES, REQUIRED_ACCESS
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e

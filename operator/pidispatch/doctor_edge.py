@@ -16,17 +16,21 @@ from typing import Any
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.doctor import (
     BOUND_VARIABLES,
-    CRD_NAMES,
-    REQUIRED_ACCESS,
-    Access,
-    Check,
-    ClusterFacts,
-    Status,
     StoreFacts,
     diagnose,
+)
+from pidispatch.doctor_check import (
+    Check,
+    Status,
     exit_code,
     render_json,
     render_text,
+)
+from pidispatch.doctor_cluster import (
+    CRD_NAMES,
+    REQUIRED_ACCESS,
+    Access,
+    ClusterFacts,
 )
 from pidispatch.settings import OperatorSettings
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pidispatch.settings import OperatorSettings
 
 if TYPE_CHECKING:
-    from pidispatch.doctor import Check
+    from pidispatch.doctor_check import Check
     from pidispatch.handlers.leadership import Leadership
     from pidispatch.kubeapi import Api
 
@@ -96,7 +96,7 @@ def leadership(settings: OperatorSettings, namespace: str) -> Leadership:
 def claims_being_deleted(settings: OperatorSettings, api: Api, namespace: str) -> list[Check]:
     """The refusals (doctor's ``claims`` failures) for a staging or store claim that is being deleted:
     a Job staged into one would lose its copy with the claim, and its Pod could not mount it."""
-    from pidispatch.doctor import terminating_claims
+    from pidispatch.doctor_cluster import terminating_claims
     from pidispatch.doctor_edge import gather_claims
     from pidispatch.kubeapi import ApiError
 
