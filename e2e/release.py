@@ -281,6 +281,17 @@ class Release:
         return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or [] if c["type"] == type_),
                     None)
 
+    def sessionkey_when(self, key: str, type_: str, timeout: float = 60, **want: str) -> dict[str, Any]:
+        """The SessionKey ``key`` once its condition ``type_`` has every field of ``want`` (``status="True"``,
+        ``reason="Quarantined"``...)."""
+        def matches() -> dict[str, Any] | None:
+            sk = self.sessionkey(key)
+            condition = self.condition(sk, type_)
+            return sk if condition is not None and all(condition.get(k) == v for k, v in want.items()) else None
+
+        shown = ", ".join(f"{k}={v}" for k, v in want.items())
+        return wait_until(f"SessionKey {key} {type_} {shown}", matches, timeout=timeout)
+
     # ---- the store, seen from the host -------------------------------------------------------------
 
     @property

@@ -25,7 +25,6 @@ from pidispatch.kubeapi import Api
 from pidispatch.receiver.cluster import ApiCluster
 from pidispatch.store.keys import branch_key, issue_key
 from testkit.receiver import Running
-from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -76,12 +75,7 @@ def test_a_merged_pull_request_retires_its_key_and_the_next_delivery_starts_cold
     sent = receiver.hooks.send(merged_pr(receiver))
     assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-merged"}), sent.json
 
-    def retired() -> dict[str, Any] | None:
-        sk = r.sessionkey(key)
-        condition = r.condition(sk, "Retired")
-        return sk if condition is not None and condition["status"] == "True" else None
-
-    sk = wait_until(f"SessionKey {key} Retired", retired, timeout=60)
+    sk = r.sessionkey_when(key, "Retired", status="True")
     assert r.condition(sk, "Retired")["reason"] == "PullRequestMerged"
     assert RETIRE_ANNOTATION not in (sk["metadata"].get("annotations") or {}), "the request is removed once done"
     resumable = r.condition(sk, "Resumable")
@@ -95,12 +89,7 @@ def test_a_merged_pull_request_retires_its_key_and_the_next_delivery_starts_cold
     assert after["status"]["phase"] == "Succeeded"
     assert session(after) == (False, "retired"), json.dumps(after["status"]["session"])
 
-    def in_use() -> dict[str, Any] | None:
-        sk = r.sessionkey(key)
-        condition = r.condition(sk, "Retired")
-        return sk if condition is not None and condition["status"] == "False" else None
-
-    sk = wait_until(f"SessionKey {key} in use again", in_use, timeout=60)
+    sk = r.sessionkey_when(key, "Retired", status="False")
     assert "retired" not in sk["status"] and r.key_dir(key).is_dir()
     again = r.run("pr-again", pullRequest=PR, resolved=HEAD)
     assert session(again) == (True, "resumed"), "the new conversation resumes as any other"
@@ -119,12 +108,7 @@ def test_three_failed_resumes_quarantine_and_a_person_releases(release: Release)
         assert job["status"]["phase"] == "Failed" and session(job)[0] is True, json.dumps(job["status"])
         failed.append(job["metadata"]["name"])
 
-    def quarantined() -> dict[str, Any] | None:
-        sk = r.sessionkey(key)
-        condition = r.condition(sk, "Resumable")
-        return sk if condition is not None and condition["reason"] == "Quarantined" else None
-
-    sk = wait_until(f"SessionKey {key} quarantined", quarantined, timeout=60)
+    sk = r.sessionkey_when(key, "Resumable", reason="Quarantined")
     message = r.condition(sk, "Resumable")["message"]
     assert r.condition(sk, "Resumable")["status"] == "False"
     assert "3 resumed jobs in a row ended Failed" in message and ", ".join(failed) in message, message
@@ -136,12 +120,7 @@ def test_three_failed_resumes_quarantine_and_a_person_releases(release: Release)
 
     r.kube.patch(r.path("sessionkeys", key), {"metadata": {"annotations": {RELEASE_ANNOTATION: "true"}}})
 
-    def released() -> dict[str, Any] | None:
-        sk = r.sessionkey(key)
-        condition = r.condition(sk, "Resumable")
-        return sk if condition is not None and condition["status"] == "True" else None
-
-    sk = wait_until(f"SessionKey {key} released", released, timeout=60)
+    sk = r.sessionkey_when(key, "Resumable", status="True")
     assert "failedResumes" not in sk["status"]
     assert RELEASE_ANNOTATION not in (sk["metadata"].get("annotations") or {})
     fifth = r.run("q-fifth", issue=issue)

@@ -27,7 +27,6 @@ from pidispatch.transcript.parser import check_transcript
 from testkit.pitool import pi_binary, pi_env
 from testkit.receiver import Running
 from testkit.scripted_model import ScriptedModel, Usage, text_of, write_agent_dir
-from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -243,12 +242,7 @@ def test_a_closed_issue_retires_its_conversation_and_the_next_delivery_starts_fr
         receiver.stop()
     assert (sent.status, sent.json) == (202, {"retired": key, "reason": "issue-closed"}), sent.json
 
-    def retired() -> dict[str, Any] | None:
-        sk = release.sessionkey(key)
-        condition = release.condition(sk, "Retired")
-        return sk if condition is not None and condition["status"] == "True" else None
-
-    sk = wait_until(f"SessionKey {key} Retired", retired, timeout=60)
+    sk = release.sessionkey_when(key, "Retired", status="True")
     assert (release.condition(sk, "Resumable") or {}).get("reason") == "Retired"
     assert not release.key_dir(key).exists(), "sessions.retire: delete removes the key directory"
 
@@ -276,12 +270,7 @@ def test_three_failed_resumes_quarantine_the_transcript_and_the_fourth_delivery_
         assert failed["status"]["phase"] == "Failed", json.dumps(failed["status"])
         assert failed["status"]["session"]["resumed"] is True, "each failure was a resumed job"
 
-    def quarantined() -> dict[str, Any] | None:
-        sk = release.sessionkey(key)
-        condition = release.condition(sk, "Resumable")
-        return sk if condition is not None and condition["reason"] == "Quarantined" else None
-
-    sk = wait_until(f"SessionKey {key} quarantined", quarantined, timeout=60)
+    sk = release.sessionkey_when(key, "Resumable", reason="Quarantined")
     assert "3 resumed jobs in a row ended Failed" in release.condition(sk, "Resumable")["message"]
     assert release.digest(key) == poisoned, "the quarantined transcript is kept as it was"
 
@@ -290,8 +279,7 @@ def test_three_failed_resumes_quarantine_the_transcript_and_the_fourth_delivery_
     assert (fresh["status"]["session"]["resumed"], fresh["status"]["session"]["reason"]) == (False, "quarantined")
     assert "HERON" not in conversation(seen), "a quarantined transcript is never sent to the model"
 
-    wait_until(f"SessionKey {key} resumable again", lambda: (release.condition(release.sessionkey(key), "Resumable")
-                                                             or {}).get("status") == "True", timeout=60)
+    release.sessionkey_when(key, "Resumable", status="True")
     model.reply("You asked which word.", usage=Usage(900, 5))
     after, seen = deliver(release, model, issue, "@pi what did I ask last?")
     assert (after["status"]["session"]["resumed"], after["status"]["session"]["reason"]) == (True, "resumed")
