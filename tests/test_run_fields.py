@@ -2,7 +2,8 @@
 
 ``run.secrets`` acts: each named Secret is mounted read-only into the job container, the runner reports a
 digest of every value (the scan before the promotion redacts an echo), and the job Pod policy admits exactly
-the Secrets a person listed. ``run.command``, ``run.flow`` and ``run.replicas`` stay in the v1alpha1 schema
+the Secrets a person listed. ``run.flow`` acts: it reaches the runner as ``PI_FLOW`` (the runner's side is
+``tests/test_flow_runner.py``). ``run.command`` and ``run.replicas`` stay in the v1alpha1 schema
 (docs/crd-policy.md: a field is never removed within a version) and a Trigger that sets one is not Ready.
 The SessionKey's ``forge`` names only what a Job may.
 """
@@ -26,7 +27,6 @@ from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import create_pod, pod_env
 from pidispatch.manifests.pod import PodInputs, job_pod
-from pidispatch.runner.config import Env
 from pidispatch.runner.main import own_secrets
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.store.redact import digest_of
@@ -153,9 +153,9 @@ def test_the_policy_admits_secret_volumes_of_the_listed_secrets_only(helm: Any) 
     assert "v.secret.secretName in []" in closed["expression"]
 
 
-# ---- command, flow, replicas: accepted by the schema, refused at load --------------------------------------
+# ---- command, replicas: accepted by the schema, refused at load; flow: acts ---------------------------------
 
-@pytest.mark.parametrize("field", ["command", "flow", "replicas"])
+@pytest.mark.parametrize("field", ["command", "replicas"])
 def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> None:
     crd = yaml.safe_load((ROOT / "crds" / "pi-dispatch.dev_triggers.yaml").read_text())
     run = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["run"]
@@ -165,11 +165,10 @@ def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> Non
 
 @pytest.mark.parametrize(("run", "message"), [
     ({"command": "/review"}, NOT_IMPLEMENTED["command"]),
-    ({"flow": "fix"}, NOT_IMPLEMENTED["flow"]),
     ({"replicas": 2}, NOT_IMPLEMENTED["replicas"]),
     ({"resume": True, "command": "/review"}, TRIGGER_RULES[0]["message"]),
     ({"resume": True, "replicas": 3}, TRIGGER_RULES[2]["message"]),
-], ids=["command", "flow", "replicas", "resume with command keeps its message",
+], ids=["command", "replicas", "resume with command keeps its message",
         "resume with replicas keeps its message"])
 def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], message: str) -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec(run)})
@@ -179,10 +178,27 @@ def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], 
     assert ready["reason"] == ("FieldNotImplemented" if message in NOT_IMPLEMENTED.values() else "ResumeConflict")
 
 
-def test_flow_no_longer_reaches_the_pod() -> None:
+def test_a_flow_reaches_the_runner_and_the_trigger_is_ready() -> None:
     job = JobSpec.model_validate({"trigger": "t", "forge": "github", "repository": "octo/repo", "issue": 7})
-    env = pod_env("d", job, TriggerSpec.model_validate(spec({"flow": "fix"})))
-    assert "PI_FLOW" not in env and "PI_FLOW" not in {e.value for e in Env}
+    trigger = spec({"flow": "triage"})
+    assert pod_env("d", job, TriggerSpec.model_validate(trigger))["PI_FLOW"] == "triage"
+    assert "PI_FLOW" not in pod_env("d", job, TriggerSpec.model_validate(spec({})))
+    status = trigger_step.trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
+                                         None)
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert ready["status"] == "True", ready
+
+
+@pytest.mark.parametrize("flow", ["Fix", "fix_it", "-fix", "fix-", "fix--it", "a" * 65, "../x", "fix it"])
+def test_a_flow_that_cannot_name_a_pi_skill_is_refused_at_load_not_by_the_schema(flow: str) -> None:
+    """The CRD takes any string, as it did before the field acted (docs/crd-policy.md: no narrower pattern
+    within a version); the Trigger is not Ready, and says why."""
+    assert problem(TriggerSpec, spec({"flow": flow})) is None
+    view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": flow})})
+    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidFlow")
+    assert ready["message"].startswith("run.flow: ") and "is not a flow's name" in ready["message"]
 
 
 # ---- the SessionKey's forge ------------------------------------------------------------------------------

@@ -28,11 +28,10 @@ CASES = [
     ("command without resume", {"command": "x"}, "issue_comment.created", NOT_IMPLEMENTED["command"]),
     ("command with resume false", {"resume": False, "command": "x", "replicas": 2}, "cron",
      NOT_IMPLEMENTED["command"]),
-    ("flow", {"flow": "fix"}, "issue_comment.created", NOT_IMPLEMENTED["flow"]),
-    ("flow before replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", NOT_IMPLEMENTED["flow"]),
+    ("flow acts", {"flow": "fix"}, "issue_comment.created", None),
+    ("flow with replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
     ("replicas", {"replicas": 2}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
-    ("resume with flow: flow alone is not a resume conflict", {"resume": True, "flow": "fix"},
-     "issue_comment.created", NOT_IMPLEMENTED["flow"]),
+    ("resume with flow: a flow resumes", {"resume": True, "flow": "fix"}, "issue_comment.created", None),
     ("secrets names a Secret", {"secrets": ["Model_Keys"]}, "issue_comment.created",
      "run.secrets: 'Model_Keys' is not a Secret's name (lowercase letters, digits, '-' and '.', at most 253). "
      "It names a Secret of the Trigger's namespace, mounted into the job."),
@@ -53,9 +52,8 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
 @pytest.mark.parametrize(("run", "reason"), [
     ({"replicas": 2}, "FieldNotImplemented"),
     ({"command": "x"}, "FieldNotImplemented"),
-    ({"flow": "fix"}, "FieldNotImplemented"),
     ({"resume": True, "replicas": 2}, "ResumeConflict"),
-], ids=["replicas", "command", "flow", "resume with replicas"])
+], ids=["replicas", "command", "resume with replicas"])
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
     message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
     assert message is not None and refusal_reason(message) == reason

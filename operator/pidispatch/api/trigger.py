@@ -13,26 +13,25 @@ from typing import Any
 from pidispatch.api import cron
 from pidispatch.api.models import TriggerSpec, problem
 from pidispatch.api.vocabulary import TRIGGER_RULES
-from pidispatch.contract import run_secret_problem
+from pidispatch.contract import flow_problem, run_secret_problem
 
 RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it out to keep resume off)."
 
 # Fields of ``run`` the v1alpha1 schema accepts (removing them would break stored Triggers: docs/crd-policy.md)
 # but no code acts on yet. A Trigger that sets one is refused rather than run as if the field were not there,
-# in pi-dispatch's order (command, flow, replicas), after the resume refusals so theirs are said first.
+# in pi-dispatch's order (command, replicas), after the resume refusals so theirs are said first.
 NOT_IMPLEMENTED: dict[str, str] = {
     "command": "run.command is not implemented by this operator yet: pi-dispatch gives the job exactly "
                "'/<command> args' as its prompt (a registered pi extension command) with the event in "
                "/job/event.json, and this operator would run the event's own prompt instead. Remove run.command "
                "from this Trigger (write the instruction in the issue, the comment or the model's instructions).",
-    "flow": "run.flow is not implemented by this operator yet: pi-dispatch runs the repository's "
-            ".pi/skills/<flow> as the job's prompt, and this operator would run the event's own prompt instead. "
-            "Remove run.flow from this Trigger.",
     "replicas": "run.replicas is not implemented by this operator yet: it runs one job per delivery, on one branch, "
                 "not 2 or 3 independent attempts each on its own branch pi/issue-<n>-r<i>. Remove run.replicas "
                 "from this Trigger (a second Trigger on another label gives a second, separate attempt).",
 }
 NOT_IMPLEMENTED_REASON = "FieldNotImplemented"
+FLOW_REFUSAL_PREFIX = "run.flow: "
+INVALID_FLOW_REASON = "InvalidFlow"
 
 
 def resume_armed(spec: dict[str, Any]) -> bool:
@@ -65,6 +64,9 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     for name, message in NOT_IMPLEMENTED.items():
         if run.get(name) is not None:
             return message
+    flow = run.get("flow")
+    if isinstance(flow, str) and flow_problem(flow) is not None:
+        return f"{FLOW_REFUSAL_PREFIX}{flow_problem(flow)}. It names the repository's .pi/skills/<flow> the job runs."
     for secret in run.get("secrets") or ():
         why = run_secret_problem(secret)
         if why is not None:
@@ -74,7 +76,9 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
 
 def refusal_reason(message: str) -> str:
     """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
-    return NOT_IMPLEMENTED_REASON if message in NOT_IMPLEMENTED.values() else "ResumeConflict"
+    if message in NOT_IMPLEMENTED.values():
+        return NOT_IMPLEMENTED_REASON
+    return INVALID_FLOW_REASON if message.startswith(FLOW_REFUSAL_PREFIX) else "ResumeConflict"
 
 
 CRON_EXAMPLE = "five fields in UTC: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5'"

@@ -62,6 +62,22 @@ def run_secret_problem(name: str) -> str | None:
     return None
 
 
+# A flow names a pi skill: pi's own rule for a skill's name (lowercase letters, digits, single hyphens, 64 at most).
+_FLOW = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+FLOW_MAX_LENGTH = 64
+
+
+def flow_problem(name: str) -> str | None:
+    """Why ``name`` cannot be ``run.flow`` (a pi skill's name), or ``None``.
+
+    Checked when the Trigger loads and by the runner, not by the CRD: the field took any string before it
+    acted, and a narrower pattern would refuse every write of a Trigger stored then (docs/crd-policy.md)."""
+    if len(name) > FLOW_MAX_LENGTH or not _FLOW.fullmatch(name):
+        return (f"{name[:80]!r} is not a flow's name: a pi skill's name is lowercase letters, digits and single "
+                f"hyphens, {FLOW_MAX_LENGTH} characters at most")
+    return None
+
+
 def credential_name_problem(name: str) -> str | None:
     """Why ``name`` may not be the environment variable of a model credential, or ``None``."""
     if not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name) \
@@ -80,6 +96,7 @@ ENV_SUBJECT = "PI_SUBJECT"  # JSON {"title", "body"} of the issue or pull reques
 ENV_PREVIOUS_COMMIT = "PI_PREVIOUS_COMMIT"  # JSON {"sha", "aheadBy", "behindBy", "status"}: the head moved
 # The workspace's size limit in bytes (the emptyDir's sizeLimit): a tree larger than this is not checked out.
 ENV_WORKSPACE_LIMIT = "PI_WORKSPACE_LIMIT_BYTES"
+ENV_FLOW = "PI_FLOW"  # run.flow: the repository's .pi/skills/<flow> the job runs (runner/flow.py)
 GIT_USERNAME = "x-access-token"  # what git sends as the user name with a token (GitHub's convention)
 SUBJECT_TITLE_LIMIT = 256
 SUBJECT_BODY_LIMIT = 8192

@@ -17,6 +17,7 @@ from typing import Any
 
 from pidispatch.contract import (
     ENV_CHECKOUT,
+    ENV_FLOW,
     ENV_HOST_RESUME,
     ENV_PREVIOUS_COMMIT,
     ENV_RETHREAD,
@@ -28,6 +29,7 @@ from pidispatch.contract import (
     SUBJECT_TITLE_LIMIT,
     TERMINATION_LOG,
     WORKSPACE,
+    flow_problem,
     is_commit,
 )
 from pidispatch.runner.checkout import CheckoutSpec
@@ -57,6 +59,7 @@ class Env(StrEnum):
     RETHREAD_PCT = ENV_RETHREAD_PCT  # pack a handoff at or above this context use (%); 0 = never
     RETHREAD = ENV_RETHREAD  # the gate's lineage reason when a letter and the ledger are staged to unpack
     WORKSPACE_LIMIT = ENV_WORKSPACE_LIMIT  # bytes the checked-out files may take (the emptyDir's sizeLimit)
+    FLOW = ENV_FLOW  # run.flow: the repository's .pi/skills/<flow> the prompt invokes (runner/flow.py)
     # Staging by transfer (all four or none): this job's session URL, its token (by secretKeyRef), the CA file
     # the operator's certificate is checked against, and the cap on either direction.
     TRANSFER_URL = transfer_protocol.ENV_URL
@@ -139,6 +142,7 @@ class RunnerConfig:
     unpack_reason: str | None = None  # set: a letter waits beside the empty session file (a lineage refusal)
     workspace_limit: int | None = None  # bytes a checkout may write (None: the Pod sets no limit)
     transfer: Transfer | None = None  # set: the session directory is filled and handed back over HTTPS
+    flow: str | None = None  # run.flow: the skill of the checked-out commit the prompt invokes
 
 
 def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object") -> dict[str, Any] | None:
@@ -316,7 +320,16 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
     if unpack_reason is not None and unpack_reason not in LINEAGE_REASONS:
         raise ConfigError(f"{Env.RETHREAD.value}={unpack_reason!r} is not valid: expected one of "
                           f"{', '.join(sorted(LINEAGE_REASONS))}")
+    flow = _value(env, Env.FLOW)
+    if flow is not None:
+        why = flow_problem(flow)
+        if why is not None:
+            raise ConfigError(f"{Env.FLOW.value}: {why}")
+        if event.checkout is None:
+            raise ConfigError(f"{Env.FLOW.value}={flow} needs the workspace: a flow is read from the checked-out "
+                              f"commit's .pi/skills/{flow}, and {Env.CHECKOUT.value} is not set")
     return RunnerConfig(
+        flow=flow,
         workspace_limit=_number(env, Env.WORKSPACE_LIMIT, None),
         rethread_pct=rethread_pct,
         unpack_reason=unpack_reason,

@@ -8,6 +8,8 @@
 4. `pi --version` is the declared `PI_VERSION` (`version`);     → exit 2
 5. the workspace is cloned at the operator's commit, when `PI_CHECKOUT` names one (`checkout`):
    a commit that is gone or a refused token → exit 2, a fault after retries → exit 1;
+   with `PI_FLOW`, the flow's skill is copied out of that commit (`flow`): missing, a link, a fork's
+   pull request → exit 2, pi never started;
 6. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
 7. run pi (`pi`);                                              pi's non-zero exit → exit 1
 8. measure context and this run's token use on the final file (a job without a session: on a scratch file
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from typing import Any
 
@@ -41,6 +43,7 @@ from pidispatch.record import RunnerSession
 from pidispatch.runner import rethread
 from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
+from pidispatch.runner.flow import Flow, FlowError, materialise
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
@@ -236,10 +239,33 @@ def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, f
     return Rethread(unpacked=unpack is not None, packed=packed.writer, detail=(packed.detail or "")[:200])
 
 
+@contextmanager
+def flow_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Flow | None]:
+    """The Trigger's flow copied out of the checked-out commit into a private directory (removed after the
+    run), or ``None`` without ``PI_FLOW``. Raises :class:`FlowError` (the runner refuses: exit 2)."""
+    if config.flow is None:
+        yield None
+        return
+    spec = config.event.checkout
+    assert spec is not None  # load_config refuses a flow without a checkout
+    if untrusted(config):
+        raise FlowError(f"run.flow ({config.flow}) never runs on a fork's pull request: its .pi/skills is "
+                        "anyone's text, and a flow is the job's instructions")
+    directory = tempfile.mkdtemp(prefix="pi-flow-")  # mode 0700, outside the workspace
+    try:
+        flow = materialise(config.workspace, spec.sha, config.flow, directory, env)
+        emit("flow_loaded", job=config.job_name, flow=flow.name, sha=spec.sha)
+        yield flow
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
-            opened: OpenedSession) -> tuple[RunnerReport, int]:
+            opened: OpenedSession, flow: Flow | None = None) -> tuple[RunnerReport, int]:
     """Steps 7–8: run pi on the prepared session (then the pack turn, at the bound) and build the report."""
     prompt, unpack = _first_prompt(config, env, opened)
+    if flow is not None:
+        prompt = flow.prompt(prompt)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None,
          rethread=unpack is not None)
@@ -247,7 +273,8 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     agent_env = agent_git_env(env, config.workspace)
     with scratch_session(opened) as scratch:
         run = run_pi(pi_command(config.pi_bin, opened.session_file or scratch, config.model, prompt,
-                                untrusted_workspace=fork), config.workspace, agent_env)
+                                untrusted_workspace=fork, skills=(flow.directory,) if flow is not None else ()),
+                     config.workspace, agent_env)
         final, usage, context = _measure(config, opened, scratch)
     part = None
     if run.signalled is None and run.exit_code == 0:
@@ -290,16 +317,13 @@ def run(env: Mapping[str, str]) -> int:
         clone(config, pienv)
     except CheckoutError as error:
         return refuse_checkout(error, config.termination_log, version)
-    opened = disabled_session()
-    try:
-        if config.session_file is not None:
-            opened = open_session(config.session_file, config.workspace)
-        report, code = execute(config, pienv, version, opened)
-    except Exception as error:  # a runner fault after the checks: still report, as infrastructure
-        emit("runner_failed", reason=f"{type(error).__name__}: {error}")
-        report = RunnerReport(session=RunnerSession(opened.resumed, opened.reason.value), pi_version=version,
-                              outcome="failed")
-        code = int(Exit.INFRASTRUCTURE)
+    with ExitStack() as scope:
+        try:
+            flow = scope.enter_context(flow_of(config, pienv))
+        except FlowError as error:
+            emit("flow_refused", job=config.job_name, flow=config.flow, reason=str(error))
+            return refuse(str(error), config.termination_log, version)
+        report, code = run_pi_step(config, pienv, version, flow)
     if code == Exit.COMPLETED and config.transfer is not None and config.session_file is not None:
         try:
             hand_back(config.transfer, os.path.dirname(config.session_file))
@@ -313,6 +337,20 @@ def run(env: Mapping[str, str]) -> int:
     deliver(report, config.termination_log)
     emit("exit", exitCode=code, **report.to_json())
     return code
+
+
+def run_pi_step(config: RunnerConfig, env: Mapping[str, str], version: str,
+                flow: Flow | None) -> tuple[RunnerReport, int]:
+    """Steps 6–8, any fault after the checks still reported (as infrastructure)."""
+    opened = disabled_session()
+    try:
+        if config.session_file is not None:
+            opened = open_session(config.session_file, config.workspace)
+        return execute(config, env, version, opened, flow)
+    except Exception as error:  # a runner fault after the checks: still report, as infrastructure
+        emit("runner_failed", reason=f"{type(error).__name__}: {error}")
+        return (RunnerReport(session=RunnerSession(opened.resumed, opened.reason.value), pi_version=version,
+                             outcome="failed"), int(Exit.INFRASTRUCTURE))
 
 
 def refuse_checkout(error: CheckoutError, termination_log: str, pi_version: str) -> int:

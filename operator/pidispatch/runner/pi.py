@@ -25,11 +25,13 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str, *,
-               untrusted_workspace: bool = False) -> list[str]:
-    """`pi -p --no-extensions [fork flags] (--session FILE | --no-session) [--model provider/model] PROMPT`.
+               untrusted_workspace: bool = False, skills: tuple[str, ...] = ()) -> list[str]:
+    """`pi -p --no-extensions [fork flags] [--skill DIR]... (--session FILE | --no-session) [--model
+    provider/model] PROMPT`.
 
     The prompt is the last argument, the message pi answers. The session path is absolute (pi reads
-    a name without a slash as a session-id prefix).
+    a name without a slash as a session-id prefix). ``skills``: directories pi loads a skill from explicitly
+    (a flow's, copied out of git by ``runner/flow.py``), which pi loads even beside ``--no-skills``.
     """
     # --no-extensions: pi would run extensions it discovers in the working directory's .pi/, which a
     # repository provides (the checkout also leaves .pi out); explicit -e paths would still load.
@@ -39,6 +41,8 @@ def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt:
         # is told to read none of them too: its AGENTS.md would enter the system prompt as trusted context
         # and its skills as the agent's own, though anyone can write them. The prompt fences the fork's text.
         command += UNTRUSTED_FLAGS
+    for skill in skills:
+        command += ["--skill", skill]
     command += ["--session", session_file] if session_file is not None else ["--no-session"]
     if model is not None:
         command += ["--model", model]

@@ -22,7 +22,11 @@ from pidispatch.api.vocabulary import (
     DEFAULT_AUTHOR_ASSOCIATIONS,
     TRIGGER_RULES,
 )
-from pidispatch.contract import ENV_AGENT_DIR, FORGE_TOKEN_NAMES, credential_name_problem
+from pidispatch.contract import (
+    ENV_AGENT_DIR,
+    FORGE_TOKEN_NAMES,
+    credential_name_problem,
+)
 
 # ---- Trigger ----------------------------------------------------------------------------------------
 
@@ -106,11 +110,14 @@ class Toleration(ApiModel):
 
 class TriggerRun(ApiModel):
     kind: Literal["forge", "local"] | None = None
-    # command, flow and replicas stay in the v1alpha1 schema (removing a field is not additive:
-    # docs/crd-policy.md) but nothing acts on them yet, so a Trigger that sets one is refused (api/trigger.py).
+    # command and replicas stay in the v1alpha1 schema (removing a field is not additive: docs/crd-policy.md,
+    # and the spec's refusals of them with resume are CEL rules on these fields) but nothing acts on them yet,
+    # so a Trigger that sets one is refused (api/trigger.py).
     flow: Annotated[str | None, Field(max_length=253, description=(
-        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
-        "repository's .pi/skills/<flow> the job runs."))] = None
+        "The repository's pi skill the job runs: .pi/skills/<flow>/SKILL.md at the commit the job checks "
+        "out, invoked as the prompt with the event's text as its arguments (pi's /skill:<flow>). A job whose "
+        "commit lacks it, or on a fork's pull request, is refused before pi starts. A pi skill's name "
+        "(lowercase letters, digits, single hyphens, 64 at most), checked when the Trigger loads."))] = None
     # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
     # apiserver's own type check ("spec.run.resume ... must be of type boolean").
     resume: Annotated[bool | None, Field(
