@@ -106,6 +106,23 @@ def test_an_agent_that_writes_no_handoff_gets_a_summary(job: Job) -> None:
     assert (written.writer, written.status) == ("summary", "partial")
     assert written.letter["whereWeAre"] == "summarised" and written.entry["goal"] == "the parser"
     assert written.letter["doFirst"] == "(not stated)"
+    # the job's bill: its turn, the unanswered pack turn (in its session) and the summary call (in a file of its own)
+    tokens = result.report["tokens"]
+    assert (tokens["calls"], tokens["input"], tokens["output"]) == (3, 23000 + 23500 + 900, 100 + 10 + 30), tokens
+
+
+def test_a_summary_that_writes_no_handoff_is_still_billed(job: Job) -> None:
+    job.stage(b"")
+    job.model.reply("worked", usage=AT_BOUND)
+    job.model.reply("no handoff from me", usage=Usage(23500, 10))
+    job.model.reply("nothing useful", usage=Usage(700, 5))
+    result = job.run(host_resume=False)
+    assert result.code == 0, result.stderr
+    assert result.report["rethread"] == {"unpacked": False, "packed": None,
+                                         "detail": "the summary had none of the handoff's sections"}
+    tokens = result.report["tokens"]
+    assert (tokens["calls"], tokens["input"], tokens["output"]) == (3, 23000 + 23500 + 700, 100 + 10 + 5), tokens
+    assert not handoff_file(job).exists()
 
 
 def test_a_handoff_the_agent_left_in_session_is_not_kept(job: Job) -> None:

@@ -215,16 +215,17 @@ def _after_first_reply(final: bytes, config: RunnerConfig) -> tuple[int, int] | 
 
 
 def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, final: bytes | None,
-          context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> Rethread | None:
-    """The pack turn when the conversation reached the bound; the report's ``rethread`` part, or None."""
+          context: tuple[int, int] | None, unpack: rethread.Unpack | None) -> tuple[Rethread | None, Usage | None]:
+    """The pack turn when the conversation reached the bound: the report's ``rethread`` part (or None), and
+    the usage of the summary side call when one ran (its replies are not in the job's session file)."""
     fork = untrusted(config)
     if opened.session_file is None or fork or not rethread.should_pack(config.rethread_pct, context):
-        return Rethread(unpacked=True) if unpack is not None else None
+        return (Rethread(unpacked=True) if unpack is not None else None), None
     if unpack is not None and final is not None and rethread.should_pack(config.rethread_pct,
                                                                         _after_first_reply(final, config)):
         # Over the bound already with the letter alone: packing would only copy the handoff forward.
         emit("rethread_pack_skipped", reason="over the bound right after the unpack")
-        return Rethread(unpacked=True, packed=None, detail="over the bound right after the unpack")
+        return Rethread(unpacked=True, packed=None, detail="over the bound right after the unpack"), None
     assert context is not None
     pct = context[0] * 100 // context[1]
     commit = config.event.checkout.sha if config.event.checkout is not None else None
@@ -235,8 +236,11 @@ def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, f
                            summary_text=rethread.template("summary", config.workspace, commit, env))
     emit("rethread_packed", job=config.job_name, writer=packed.writer, detail=packed.detail, contextPct=pct,
          seconds=round(time.monotonic() - began, 3))
+    side = None
+    if packed.side_call is not None:
+        side = new_usage(packed.side_call, frozenset(), priced_models(load_models(config.agent_dir)))
     # A detail, '' when the pack said nothing: the report then says who packed even when nobody could.
-    return Rethread(unpacked=unpack is not None, packed=packed.writer, detail=(packed.detail or "")[:200])
+    return Rethread(unpacked=unpack is not None, packed=packed.writer, detail=(packed.detail or "")[:200]), side
 
 
 @contextmanager
@@ -276,11 +280,13 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
                                 untrusted_workspace=fork, skills=(flow.directory,) if flow is not None else ()),
                      config.workspace, agent_env)
         final, usage, context = _measure(config, opened, scratch)
-    part = None
+    part = side = None
     if run.signalled is None and run.exit_code == 0:
-        part = _pack(config, agent_env, opened, final, context, unpack)
-        if part is not None and part.packed:
-            final, usage, context = _measure(config, opened)  # the pack turn is part of the run and its cost
+        part, side = _pack(config, agent_env, opened, final, context, unpack)
+        if part is not None:  # a pack turn, answered or not, is part of the run and its cost (read again)
+            final, usage, context = _measure(config, opened)
+        if side is not None:  # so is the summary call, in a file of its own
+            usage = side if usage is None else usage.plus(side)
     if opened.session_file is not None and not (part is not None and part.packed):
         rethread.discard_handoff(opened.session_file)  # only the runner's pack writes a handoff
     elif unpack is not None:

@@ -36,6 +36,12 @@ class Usage:
             tokens["cost"] = round(self.cost, 10)
         return {**tokens, "calls": self.calls, "unpriced": self.unpriced}
 
+    def plus(self, other: Usage) -> Usage:
+        """Both runs' replies: a job's own and a side call's (the rethread summary) make one bill."""
+        return Usage(self.input + other.input, self.output + other.output, self.cache_read + other.cache_read,
+                     self.cache_write + other.cache_write, self.total + other.total, self.cost + other.cost,
+                     self.calls + other.calls, self.unpriced + other.unpriced)
+
 
 def _count(value: Any) -> int:
     """A token count as pi wrote it; anything else (a hostile or damaged value) counts 0."""

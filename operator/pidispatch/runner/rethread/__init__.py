@@ -27,6 +27,7 @@ import re
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -213,9 +214,10 @@ def pack_command(pi_bin: str, session_file: str, model: str | None, prompt: str)
     return [*command, prompt]
 
 
-def summary_command(pi_bin: str, model: str | None, prompt: str) -> list[str]:
-    """The side call: no session, no tools, no extensions; pi prints the answer on stdout."""
-    command = [pi_bin, "-p", "--no-session", "--no-extensions", "--no-tools", "--no-context-files"]
+def summary_command(pi_bin: str, model: str | None, prompt: str, session_file: str) -> list[str]:
+    """The side call: no tools, no extensions; pi prints the answer on stdout. Its own scratch session file
+    (not the job's) is written only so that the call's usage can be read and billed to the job."""
+    command = [pi_bin, "-p", "--session", session_file, "--no-extensions", "--no-tools", "--no-context-files"]
     if model is not None:
         command += ["--model", model]
     return [*command, prompt]
@@ -293,6 +295,7 @@ class Packed:
 
     writer: str | None
     detail: str | None = None
+    side_call: bytes | None = None  # the summary call's scratch transcript, whatever it answered: its usage
 
 
 def _clear(path: str) -> None:
@@ -374,20 +377,25 @@ def pack(*, pi_bin: str, session_file: str, model: str | None, workspace: str, e
         emit("rethread_pack_unanswered", exitCode=run.exit_code)
         final = read_final(session_file) or b""
         prompt = fill(summary_text, {"transcript": fence(transcript_text(final))})
-        try:
-            done = subprocess.run(summary_command(pi_bin, model, prompt), cwd=workspace, env=dict(env),
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=sys.stderr.fileno(),
-                                  timeout=SIDE_CALL_TIMEOUT_S, check=False)
-        except (OSError, subprocess.SubprocessError) as error:
-            return Packed(None, f"the summary call failed: {type(error).__name__}")
+        with tempfile.TemporaryDirectory(prefix="pi-summary-") as scratch:  # mode 0700, removed once read
+            side_file = os.path.join(scratch, "summary.jsonl")
+            try:
+                done = subprocess.run(summary_command(pi_bin, model, prompt, side_file), cwd=workspace,
+                                      env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=sys.stderr.fileno(), timeout=SIDE_CALL_TIMEOUT_S, check=False)
+            except (OSError, subprocess.SubprocessError) as error:
+                return Packed(None, f"the summary call failed: {type(error).__name__}", read_final(side_file))
+            side = read_final(side_file)
         if done.returncode != 0:
-            return Packed(None, f"the summary call exited {done.returncode}")
+            return Packed(None, f"the summary call exited {done.returncode}", side)
         handoff = parse_summary(done.stdout.decode("utf-8", "replace"))
         if handoff is None:
-            return Packed(None, "the summary had none of the handoff's sections")
+            return Packed(None, "the summary had none of the handoff's sections", side)
+    else:
+        side = None
     try:
         # What the operator will render, validated and cut here: the file's size is bounded whatever the agent sent.
         _write_handoff(session_file, parse_handoff(handoff).to_json())
     except (HandoffError, OSError) as error:
-        return Packed(None, f"the handoff could not be kept: {error}")
-    return Packed(str(handoff["writer"]))
+        return Packed(None, f"the handoff could not be kept: {error}", side)
+    return Packed(str(handoff["writer"]), side_call=side)
