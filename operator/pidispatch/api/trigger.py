@@ -13,18 +13,14 @@ from typing import Any
 from pidispatch.api import cron
 from pidispatch.api.models import TriggerSpec, problem
 from pidispatch.api.vocabulary import TRIGGER_RULES
-from pidispatch.contract import flow_problem, run_secret_problem
+from pidispatch.contract import command_problem, flow_problem, run_secret_problem
 
 RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it out to keep resume off)."
 
 # Fields of ``run`` the v1alpha1 schema accepts (removing them would break stored Triggers: docs/crd-policy.md)
 # but no code acts on yet. A Trigger that sets one is refused rather than run as if the field were not there,
-# in pi-dispatch's order (command, replicas), after the resume refusals so theirs are said first.
+# after the resume refusals so theirs are said first.
 NOT_IMPLEMENTED: dict[str, str] = {
-    "command": "run.command is not implemented by this operator yet: pi-dispatch gives the job exactly "
-               "'/<command> args' as its prompt (a registered pi extension command) with the event in "
-               "/job/event.json, and this operator would run the event's own prompt instead. Remove run.command "
-               "from this Trigger (write the instruction in the issue, the comment or the model's instructions).",
     "replicas": "run.replicas is not implemented by this operator yet: it runs one job per delivery, on one branch, "
                 "not 2 or 3 independent attempts each on its own branch pi/issue-<n>-r<i>. Remove run.replicas "
                 "from this Trigger (a second Trigger on another label gives a second, separate attempt).",
@@ -32,6 +28,11 @@ NOT_IMPLEMENTED: dict[str, str] = {
 NOT_IMPLEMENTED_REASON = "FieldNotImplemented"
 FLOW_REFUSAL_PREFIX = "run.flow: "
 INVALID_FLOW_REASON = "InvalidFlow"
+COMMAND_REFUSAL_PREFIX = "run.command: "
+INVALID_COMMAND_REASON = "InvalidCommand"
+FLOW_AND_COMMAND = (f"{COMMAND_REFUSAL_PREFIX}a Trigger names one thing for its job to run, and this one sets both "
+                    "run.flow (the repository's skill) and run.command (a command of the job image's extensions). "
+                    "Keep one of the two; a second Trigger can run the other.")
 
 
 def resume_armed(spec: dict[str, Any]) -> bool:
@@ -64,6 +65,12 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     for name, message in NOT_IMPLEMENTED.items():
         if run.get(name) is not None:
             return message
+    if run.get("flow") is not None and run.get("command") is not None:
+        return FLOW_AND_COMMAND
+    command = run.get("command")
+    if isinstance(command, str) and command_problem(command) is not None:
+        return (f"{COMMAND_REFUSAL_PREFIX}{command_problem(command)}. It is the job's whole prompt, a command a pi "
+                "extension of the job image registers.")
     flow = run.get("flow")
     if isinstance(flow, str) and flow_problem(flow) is not None:
         return f"{FLOW_REFUSAL_PREFIX}{flow_problem(flow)}. It names the repository's .pi/skills/<flow> the job runs."
@@ -78,6 +85,8 @@ def refusal_reason(message: str) -> str:
     """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
     if message in NOT_IMPLEMENTED.values():
         return NOT_IMPLEMENTED_REASON
+    if message.startswith(COMMAND_REFUSAL_PREFIX):
+        return INVALID_COMMAND_REASON
     return INVALID_FLOW_REASON if message.startswith(FLOW_REFUSAL_PREFIX) else "ResumeConflict"
 
 

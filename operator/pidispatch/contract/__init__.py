@@ -78,6 +78,39 @@ def flow_problem(name: str) -> str | None:
     return None
 
 
+# run.command names a command a pi extension registers (``pi.registerCommand``), run as the job's whole prompt
+# '/<name> args'. pi takes any string as a name and splits the prompt at its first space; this is the form a
+# person can write and read back: a letter or digit, then letters, digits, '.', '_', '-' or ':' (pi calls the
+# second of two commands of one name 'name:2'). ``skill:<name>`` is a skill, which is run.flow's.
+_COMMAND_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]*")
+COMMAND_NAME_MAX_LENGTH = 64
+
+
+def split_command(text: str) -> tuple[str, str]:
+    """``'/name args'`` → ``('name', 'args')``, as pi splits it (at the first space; no space: no args)."""
+    name, _, args = text[1:].partition(" ")
+    return name, args
+
+
+def command_problem(text: str) -> str | None:
+    """Why ``text`` cannot be ``run.command`` (``/<name>`` then optional arguments after one space), or ``None``.
+
+    Checked when the Trigger loads and by the runner, not by the CRD (as :func:`flow_problem`)."""
+    shown = repr(text[:80])
+    if not text.startswith("/"):
+        return f"{shown} is not a command: it starts with '/', as in '/review focus on tests'"
+    name, args = split_command(text)
+    if name.startswith("skill:"):
+        return (f"{shown} invokes a skill, not a command: a skill is run.flow's (run.flow: "
+                f"{name.removeprefix('skill:') or '<name>'})")
+    if len(name) > COMMAND_NAME_MAX_LENGTH or not _COMMAND_NAME.fullmatch(name):
+        return (f"{shown} does not start with a command's name: '/' then a letter or digit, then letters, digits, "
+                f"'.', '_', '-' or ':' ({COMMAND_NAME_MAX_LENGTH} at most), then a space before any arguments")
+    if any(ord(c) < 32 or ord(c) == 127 for c in args):
+        return f"{shown} has a line break or another control character in its arguments: write them on one line"
+    return None
+
+
 def credential_name_problem(name: str) -> str | None:
     """Why ``name`` may not be the environment variable of a model credential, or ``None``."""
     if not name or not (name[0].isalpha() or name[0] == "_") or not all(c.isalnum() or c == "_" for c in name) \
@@ -97,6 +130,11 @@ ENV_PREVIOUS_COMMIT = "PI_PREVIOUS_COMMIT"  # JSON {"sha", "aheadBy", "behindBy"
 # The workspace's size limit in bytes (the emptyDir's sizeLimit): a tree larger than this is not checked out.
 ENV_WORKSPACE_LIMIT = "PI_WORKSPACE_LIMIT_BYTES"
 ENV_FLOW = "PI_FLOW"  # run.flow: the repository's .pi/skills/<flow> the job runs (runner/flow.py)
+ENV_COMMAND = "PI_COMMAND"  # run.command: '/<name> args', a command of the image's extensions (runner/command.py)
+# The job image's declaration that it runs commands: the directory of the trusted pi extensions it loads with -e
+# (never the repository's). A command job on an image without it is refused before pi starts.
+ENV_COMMAND_EXTENSIONS_DIR = "PI_COMMAND_EXTENSIONS_DIR"
+ENV_EVENT_FILE = "PI_EVENT_FILE"  # set by the runner for pi: the event as JSON, for a command's handler to read
 GIT_USERNAME = "x-access-token"  # what git sends as the user name with a token (GitHub's convention)
 SUBJECT_TITLE_LIMIT = 256
 SUBJECT_BODY_LIMIT = 8192

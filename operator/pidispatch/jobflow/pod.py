@@ -20,7 +20,7 @@ from typing import Any
 
 from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
 from pidispatch.api.views import JobView
-from pidispatch.contract import CONTAINER, ENV_FLOW
+from pidispatch.contract import CONTAINER, ENV_COMMAND, ENV_FLOW
 from pidispatch.events import emit
 from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
@@ -105,7 +105,8 @@ def pod_env(job_name: str, job_spec: JobSpec, trigger_spec: TriggerSpec) -> dict
                                   sort_keys=True, separators=(",", ":")),
     }
     for name, value in (("PI_ISSUE", job_spec.issue), ("PI_PULL_REQUEST", job_spec.pullRequest),
-                        ("PI_MODEL", run.model), ("PI_VERSION", run.piVersion), (ENV_FLOW, run.flow)):
+                        ("PI_MODEL", run.model), ("PI_VERSION", run.piVersion), (ENV_FLOW, run.flow),
+                        (ENV_COMMAND, run.command)):
         if value is not None:
             env[name] = str(value)
     return env

@@ -17,6 +17,8 @@ from typing import Any
 
 from pidispatch.contract import (
     ENV_CHECKOUT,
+    ENV_COMMAND,
+    ENV_COMMAND_EXTENSIONS_DIR,
     ENV_FLOW,
     ENV_HOST_RESUME,
     ENV_PREVIOUS_COMMIT,
@@ -29,6 +31,7 @@ from pidispatch.contract import (
     SUBJECT_TITLE_LIMIT,
     TERMINATION_LOG,
     WORKSPACE,
+    command_problem,
     flow_problem,
     is_commit,
 )
@@ -60,6 +63,8 @@ class Env(StrEnum):
     RETHREAD = ENV_RETHREAD  # the gate's lineage reason when a letter and the ledger are staged to unpack
     WORKSPACE_LIMIT = ENV_WORKSPACE_LIMIT  # bytes the checked-out files may take (the emptyDir's sizeLimit)
     FLOW = ENV_FLOW  # run.flow: the repository's .pi/skills/<flow> the prompt invokes (runner/flow.py)
+    COMMAND = ENV_COMMAND  # run.command: the whole prompt, a command of the image's extensions (runner/command.py)
+    COMMAND_EXTENSIONS_DIR = ENV_COMMAND_EXTENSIONS_DIR  # the image's: its trusted extensions (commands capability)
     # Staging by transfer (all four or none): this job's session URL, its token (by secretKeyRef), the CA file
     # the operator's certificate is checked against, and the cap on either direction.
     TRANSFER_URL = transfer_protocol.ENV_URL
@@ -143,6 +148,8 @@ class RunnerConfig:
     workspace_limit: int | None = None  # bytes a checkout may write (None: the Pod sets no limit)
     transfer: Transfer | None = None  # set: the session directory is filled and handed back over HTTPS
     flow: str | None = None  # run.flow: the skill of the checked-out commit the prompt invokes
+    command: str | None = None  # run.command: '/<name> args', the whole prompt
+    command_extensions_dir: str | None = None  # set with command: the image's extensions directory
 
 
 def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object") -> dict[str, Any] | None:
@@ -279,6 +286,30 @@ def _transfer(env: Mapping[str, str], session_file: str | None) -> Transfer | No
     return Transfer(url, token, ca_file, max_bytes)
 
 
+def _command(env: Mapping[str, str], flow: str | None) -> tuple[str | None, str | None]:
+    """``PI_COMMAND`` and the image's extensions directory, or ``(None, None)``; refused without the image's
+    declaration (the commands capability), beside a flow, or in a form pi would not run as a command."""
+    command = _value(env, Env.COMMAND)
+    if command is None:
+        return None, None
+    if flow is not None:
+        raise ConfigError(f"{Env.COMMAND.value} and {Env.FLOW.value} are both set: a job runs a flow or a command, "
+                          "not both (the Trigger's run.flow and run.command); keep one")
+    why = command_problem(command)
+    if why is not None:
+        raise ConfigError(f"{Env.COMMAND.value}: {why}")
+    extensions = _value(env, Env.COMMAND_EXTENSIONS_DIR)
+    if extensions is None:
+        raise ConfigError(f"{Env.COMMAND.value}={command.split(' ', 1)[0]} needs a job image that runs commands, and "
+                          f"this one does not declare it ({Env.COMMAND_EXTENSIONS_DIR.value} is not set): build the "
+                          f"image with {Env.COMMAND_EXTENSIONS_DIR.value} naming a directory of the pi extensions "
+                          "that register the command, or remove run.command from the Trigger")
+    if not os.path.isabs(extensions):
+        raise ConfigError(f"{Env.COMMAND_EXTENSIONS_DIR.value}={extensions!r} is not valid: expected an absolute "
+                          "path, e.g. /opt/pi-dispatch/extensions")
+    return command, os.path.normpath(extensions)
+
+
 def load_config(env: Mapping[str, str]) -> RunnerConfig:
     """Parse the runner's environment; raise `ConfigError` (one line) on anything unusable.
 
@@ -321,6 +352,7 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
         raise ConfigError(f"{Env.RETHREAD.value}={unpack_reason!r} is not valid: expected one of "
                           f"{', '.join(sorted(LINEAGE_REASONS))}")
     flow = _value(env, Env.FLOW)
+    command, extensions = _command(env, flow)
     if flow is not None:
         why = flow_problem(flow)
         if why is not None:
@@ -330,6 +362,8 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
                               f"commit's .pi/skills/{flow}, and {Env.CHECKOUT.value} is not set")
     return RunnerConfig(
         flow=flow,
+        command=command,
+        command_extensions_dir=extensions,
         workspace_limit=_number(env, Env.WORKSPACE_LIMIT, None),
         rethread_pct=rethread_pct,
         unpack_reason=unpack_reason,

@@ -9,7 +9,8 @@
 5. the workspace is cloned at the operator's commit, when `PI_CHECKOUT` names one (`checkout`):
    a commit that is gone or a refused token → exit 2, a fault after retries → exit 1;
    with `PI_FLOW`, the flow's skill is copied out of that commit (`flow`): missing, a link, a fork's
-   pull request → exit 2, pi never started;
+   pull request → exit 2, pi never started; with `PI_COMMAND`, the image's extensions must register the
+   command (`command`) → else exit 2, pi never runs the job;
 6. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
 7. run pi (`pi`);                                              pi's non-zero exit → exit 1
 8. measure context and this run's token use on the final file (a job without a session: on a scratch file
@@ -42,6 +43,7 @@ from pidispatch.events import emit, log_to_stderr
 from pidispatch.record import RunnerSession
 from pidispatch.runner import rethread
 from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
+from pidispatch.runner.command import Command, CommandError, command_env, command_of
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.flow import Flow, FlowError, materialise
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
@@ -265,11 +267,14 @@ def flow_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Flow | Non
 
 
 def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
-            opened: OpenedSession, flow: Flow | None = None) -> tuple[RunnerReport, int]:
+            opened: OpenedSession, flow: Flow | None = None, command: Command | None = None
+            ) -> tuple[RunnerReport, int]:
     """Steps 7–8: run pi on the prepared session (then the pack turn, at the bound) and build the report."""
     prompt, unpack = _first_prompt(config, env, opened)
     if flow is not None:
         prompt = flow.prompt(prompt)
+    if command is not None:
+        prompt = command.prompt(prompt)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None,
          rethread=unpack is not None)
@@ -277,8 +282,9 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
     agent_env = agent_git_env(env, config.workspace)
     with scratch_session(opened) as scratch:
         run = run_pi(pi_command(config.pi_bin, opened.session_file or scratch, config.model, prompt,
-                                untrusted_workspace=fork, skills=(flow.directory,) if flow is not None else ()),
-                     config.workspace, agent_env)
+                                untrusted_workspace=fork, skills=(flow.directory,) if flow is not None else (),
+                                extensions=command.extensions if command is not None else ()),
+                     config.workspace, command_env(agent_env, command))
         final, usage, context = _measure(config, opened, scratch)
     part = side = None
     if run.signalled is None and run.exit_code == 0:
@@ -329,7 +335,12 @@ def run(env: Mapping[str, str]) -> int:
         except FlowError as error:
             emit("flow_refused", job=config.job_name, flow=config.flow, reason=str(error))
             return refuse(str(error), config.termination_log, version)
-        report, code = run_pi_step(config, pienv, version, flow)
+        try:
+            command = scope.enter_context(command_of(config, pienv))
+        except CommandError as error:
+            emit("command_refused", job=config.job_name, command=config.command, reason=str(error))
+            return refuse(str(error), config.termination_log, version)
+        report, code = run_pi_step(config, pienv, version, flow, command)
     if code == Exit.COMPLETED and config.transfer is not None and config.session_file is not None:
         try:
             hand_back(config.transfer, os.path.dirname(config.session_file))
@@ -346,13 +357,13 @@ def run(env: Mapping[str, str]) -> int:
 
 
 def run_pi_step(config: RunnerConfig, env: Mapping[str, str], version: str,
-                flow: Flow | None) -> tuple[RunnerReport, int]:
+                flow: Flow | None, command: Command | None = None) -> tuple[RunnerReport, int]:
     """Steps 6–8, any fault after the checks still reported (as infrastructure)."""
     opened = disabled_session()
     try:
         if config.session_file is not None:
             opened = open_session(config.session_file, config.workspace)
-        return execute(config, env, version, opened, flow)
+        return execute(config, env, version, opened, flow, command)
     except Exception as error:  # a runner fault after the checks: still report, as infrastructure
         emit("runner_failed", reason=f"{type(error).__name__}: {error}")
         return (RunnerReport(session=RunnerSession(opened.resumed, opened.reason.value), pi_version=version,

@@ -25,17 +25,22 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str, *,
-               untrusted_workspace: bool = False, skills: tuple[str, ...] = ()) -> list[str]:
-    """`pi -p --no-extensions [fork flags] [--skill DIR]... (--session FILE | --no-session) [--model
-    provider/model] PROMPT`.
+               untrusted_workspace: bool = False, skills: tuple[str, ...] = (),
+               extensions: tuple[str, ...] = ()) -> list[str]:
+    """`pi -p --no-extensions [-e FILE]... [fork flags] [--skill DIR]... (--session FILE | --no-session)
+    [--model provider/model] PROMPT`.
 
     The prompt is the last argument, the message pi answers. The session path is absolute (pi reads
     a name without a slash as a session-id prefix). ``skills``: directories pi loads a skill from explicitly
     (a flow's, copied out of git by ``runner/flow.py``), which pi loads even beside ``--no-skills``.
+    ``extensions``: the job image's extension files a command runs from (``runner/command.py``), never the
+    repository's.
     """
     # --no-extensions: pi would run extensions it discovers in the working directory's .pi/, which a
     # repository provides (the checkout also leaves .pi out); explicit -e paths would still load.
     command = [pi_bin, "-p", "--no-extensions"]
+    for extension in extensions:
+        command += ["-e", extension]
     if untrusted_workspace:
         # A fork's pull request: the checkout leaves out every path pi reads at start (startpaths), and pi
         # is told to read none of them too: its AGENTS.md would enter the system prompt as trusted context

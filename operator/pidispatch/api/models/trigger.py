@@ -110,9 +110,9 @@ class Toleration(ApiModel):
 
 class TriggerRun(ApiModel):
     kind: Literal["forge", "local"] | None = None
-    # command and replicas stay in the v1alpha1 schema (removing a field is not additive: docs/crd-policy.md,
-    # and the spec's refusals of them with resume are CEL rules on these fields) but nothing acts on them yet,
-    # so a Trigger that sets one is refused (api/trigger.py).
+    # replicas stays in the v1alpha1 schema (removing a field is not additive: docs/crd-policy.md, and the
+    # spec's refusal of it with resume is a CEL rule on this field) but nothing acts on it yet, so a Trigger that
+    # sets it is refused (api/trigger.py). command acts; its form is checked at load, not here (as flow's).
     flow: Annotated[str | None, Field(max_length=253, description=(
         "The repository's pi skill the job runs: .pi/skills/<flow>/SKILL.md at the commit the job checks "
         "out, invoked as the prompt with the event's text as its arguments (pi's /skill:<flow>). A job whose "
@@ -123,8 +123,11 @@ class TriggerRun(ApiModel):
     resume: Annotated[bool | None, Field(
         description="Continue the previous job's conversation on the same branch.")] = None
     command: Annotated[str | None, Field(max_length=4096, description=(
-        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
-        "'/<command> args' a job gets as its whole prompt. With run.resume it is refused."))] = None
+        "The job's whole prompt, '/<command> args': a command registered by a pi extension of the job image "
+        "(its PI_COMMAND_EXTENSIONS_DIR, never the repository's), whose handler reads the event from the file "
+        "PI_EVENT_FILE names. A job whose image declares no such directory, or whose extensions do not register "
+        "the command, is refused before pi starts. Not with run.flow; refused with run.resume. Checked when the "
+        "Trigger loads."))] = None
     replicas: Annotated[int | None, Field(ge=2, le=3, description=(
         "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, 2 or 3 "
         "independent attempts per delivery, each on its own branch. With run.resume it is refused."))] = None
