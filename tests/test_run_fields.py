@@ -3,8 +3,9 @@
 ``run.secrets`` acts: each named Secret is mounted read-only into the job container, the runner reports a
 digest of every value (the scan before the promotion redacts an echo), and the job Pod policy admits exactly
 the Secrets a person listed. ``run.flow`` acts: it reaches the runner as ``PI_FLOW`` (the runner's side is
-``tests/test_flow_runner.py``). ``run.command`` and ``run.replicas`` stay in the v1alpha1 schema
-(docs/crd-policy.md: a field is never removed within a version) and a Trigger that sets one is not Ready.
+``tests/test_flow_runner.py``). ``run.command`` acts: it reaches the runner as ``PI_COMMAND``, its form checked
+at load (``tests/test_command_runner.py``: the runner's side). ``run.replicas`` stays in the v1alpha1 schema
+(docs/crd-policy.md: a field is never removed within a version) and a Trigger that sets it is not Ready.
 The SessionKey's ``forge`` names only what a Job may.
 """
 
@@ -22,7 +23,7 @@ from pidispatch.api.models import JobSpec, SessionKeySpec, TriggerSpec, problem
 from pidispatch.api.trigger import NOT_IMPLEMENTED, first_refusal
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.api.vocabulary import JOB_FORGES, TRIGGER_RULES
-from pidispatch.contract import ENV_RUN_SECRETS, ENV_RUN_SECRETS_DIR, RUN_SECRETS_DIR
+from pidispatch.contract import ENV_RUN_SECRETS, ENV_RUN_SECRETS_DIR, RUN_SECRETS_DIR, command_problem
 from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import create_pod, pod_env
@@ -153,9 +154,9 @@ def test_the_policy_admits_secret_volumes_of_the_listed_secrets_only(helm: Any) 
     assert "v.secret.secretName in []" in closed["expression"]
 
 
-# ---- command, replicas: accepted by the schema, refused at load; flow: acts ---------------------------------
+# ---- replicas: accepted by the schema, refused at load; flow and command: act ------------------------------
 
-@pytest.mark.parametrize("field", ["command", "replicas"])
+@pytest.mark.parametrize("field", ["replicas"])
 def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> None:
     crd = yaml.safe_load((ROOT / "crds" / "pi-dispatch.dev_triggers.yaml").read_text())
     run = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["run"]
@@ -164,12 +165,12 @@ def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> Non
 
 
 @pytest.mark.parametrize(("run", "message"), [
-    ({"command": "/review"}, NOT_IMPLEMENTED["command"]),
     ({"replicas": 2}, NOT_IMPLEMENTED["replicas"]),
     ({"resume": True, "command": "/review"}, TRIGGER_RULES[0]["message"]),
+    ({"resume": True, "command": "review"}, TRIGGER_RULES[0]["message"]),
     ({"resume": True, "replicas": 3}, TRIGGER_RULES[2]["message"]),
-], ids=["command", "replicas", "resume with command keeps its message",
-        "resume with replicas keeps its message"])
+], ids=["replicas", "resume with command keeps its message",
+        "resume with an ill-formed command keeps it too", "resume with replicas keeps its message"])
 def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], message: str) -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec(run)})
     status = trigger_step.trigger_status(view, Settings(), 1, None)
@@ -199,6 +200,54 @@ def test_a_flow_that_cannot_name_a_pi_skill_is_refused_at_load_not_by_the_schema
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidFlow")
     assert ready["message"].startswith("run.flow: ") and "is not a flow's name" in ready["message"]
+
+
+def test_a_command_reaches_the_runner_and_the_trigger_is_ready() -> None:
+    job = JobSpec.model_validate({"trigger": "t", "forge": "github", "repository": "octo/repo", "issue": 7,
+                                  "comment": "/other please"})
+    trigger = spec({"command": "/review focus on tests"})
+    env = pod_env("d", job, TriggerSpec.model_validate(trigger))
+    assert env["PI_COMMAND"] == "/review focus on tests" and "PI_FLOW" not in env
+    assert "PI_COMMAND" not in pod_env("d", job, TriggerSpec.model_validate(spec({})))
+    status = trigger_step.trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
+                                         None)
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert ready["status"] == "True", ready
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    ("review", "is not a command: it starts with '/'"),
+    ("/", "does not start with a command's name"),
+    ("/ review", "does not start with a command's name"),
+    ("/-review", "does not start with a command's name"),
+    ("/re\tview", "does not start with a command's name"),
+    ("/" + "r" * 65, "does not start with a command's name"),
+    ("/skill:triage now", "invokes a skill, not a command: a skill is run.flow's (run.flow: triage)"),
+    ("/review first line\nsecond line", "has a line break or another control character"),
+], ids=["no slash", "a slash alone", "a space before the name", "a name starting with '-'", "a tab in the name",
+        "a name too long", "a skill", "a line break in the arguments"])
+def test_a_command_pi_would_not_run_is_refused_at_load_not_by_the_schema(command: str, says: str) -> None:
+    assert problem(TriggerSpec, spec({"command": command})) is None
+    view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"command": command})})
+    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidCommand")
+    assert ready["message"].startswith("run.command: ") and says in ready["message"], ready["message"]
+
+
+@pytest.mark.parametrize("command", ["/review", "/review focus on tests", "/fix-ci:2 now", "/a.b_c", "/r " + "x" * 900],
+                         ids=["a name", "a name and arguments", "pi's name:2", "dots and underscores", "long arguments"])
+def test_a_command_pi_runs_loads(command: str) -> None:
+    assert command_problem(command) is None
+    assert first_refusal(spec({"command": command})) is None
+
+
+def test_flow_and_command_together_are_refused_at_load() -> None:
+    view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": "triage", "command": "/review"})})
+    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidCommand")
+    assert "sets both run.flow" in ready["message"] and "Keep one of the two" in ready["message"]
 
 
 # ---- the SessionKey's forge ------------------------------------------------------------------------------

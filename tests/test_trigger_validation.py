@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from pidispatch.api.crds import TRIGGER_RULES
-from pidispatch.api.trigger import NOT_IMPLEMENTED, RESUME_NOT_BOOLEAN, first_refusal, refusal_reason, resume_armed
+from pidispatch.api.trigger import (
+    FLOW_AND_COMMAND,
+    NOT_IMPLEMENTED,
+    RESUME_NOT_BOOLEAN,
+    first_refusal,
+    refusal_reason,
+    resume_armed,
+)
 
 CASES = [
     ("resume alone", {"resume": True}, "issue_comment.created", None),
@@ -24,10 +31,19 @@ CASES = [
     ("empty secrets list", {"resume": True, "secrets": []}, "issue_comment.created", None),
     ("resume false with secrets", {"resume": False, "secrets": ["s"]}, "cron", None),
     ("secrets without resume", {"secrets": ["model-keys", "deploy.key"]}, "issue_comment.created", None),
+    ("resume with a well-formed command keeps the spec's message", {"resume": True, "command": "/review"},
+     "issue_comment.created", TRIGGER_RULES[0]["message"]),
+    ("command acts", {"command": "/review focus on tests"}, "issue_comment.created", None),
+    ("command on cron", {"command": "/nightly"}, "cron", None),
     # Accepted by the v1alpha1 schema, acted on by nothing: refused, the resume refusals said first.
-    ("command without resume", {"command": "x"}, "issue_comment.created", NOT_IMPLEMENTED["command"]),
-    ("command with resume false", {"resume": False, "command": "x", "replicas": 2}, "cron",
-     NOT_IMPLEMENTED["command"]),
+    ("command with resume false and replicas", {"resume": False, "command": "/x", "replicas": 2}, "cron",
+     NOT_IMPLEMENTED["replicas"]),
+    ("flow and command", {"flow": "triage", "command": "/review"}, "issue_comment.created", FLOW_AND_COMMAND),
+    ("flow and an ill-formed command: one of the two first", {"flow": "triage", "command": "x"},
+     "issue_comment.created", FLOW_AND_COMMAND),
+    ("command without a slash", {"command": "x"}, "issue_comment.created",
+     "run.command: 'x' is not a command: it starts with '/', as in '/review focus on tests'. It is the job's whole "
+     "prompt, a command a pi extension of the job image registers."),
     ("flow acts", {"flow": "fix"}, "issue_comment.created", None),
     ("flow with replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
     ("replicas", {"replicas": 2}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
@@ -51,9 +67,11 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
 
 @pytest.mark.parametrize(("run", "reason"), [
     ({"replicas": 2}, "FieldNotImplemented"),
-    ({"command": "x"}, "FieldNotImplemented"),
+    ({"command": "x"}, "InvalidCommand"),
+    ({"command": "/x", "flow": "y"}, "InvalidCommand"),
     ({"resume": True, "replicas": 2}, "ResumeConflict"),
-], ids=["replicas", "command", "resume with replicas"])
+    ({"resume": True, "command": "/x"}, "ResumeConflict"),
+], ids=["replicas", "an ill-formed command", "flow and command", "resume with replicas", "resume with command"])
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
     message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
     assert message is not None and refusal_reason(message) == reason
