@@ -74,6 +74,11 @@ RUN npm ci --prefix /opt/pi --omit=dev --no-audit --no-fund \
 LABEL dev.pi-dispatch.pi-version="${PI_VERSION}"
 # pi refuses a session whose header cwd does not exist: the working directory is always /workspace.
 RUN install -d -o 65532 -g 65532 -m 0755 /workspace
+# The commands capability (a Trigger's run.command): the trusted pi extensions the runner loads with -e, never
+# the repository's. Empty here, owned by root and read-only to the job: an image FROM this one COPYs its
+# extensions in. A command no extension here registers is refused before pi runs the job.
+RUN install -d -m 0755 /opt/pi-dispatch/extensions
+ENV PI_COMMAND_EXTENSIONS_DIR=/opt/pi-dispatch/extensions
 USER 65532:65532
 WORKDIR /workspace
 ENTRYPOINT ["pidispatch", "runner"]

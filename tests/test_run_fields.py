@@ -250,6 +250,14 @@ def test_flow_and_command_together_are_refused_at_load() -> None:
     assert "sets both run.flow" in ready["message"] and "Keep one of the two" in ready["message"]
 
 
+def test_the_job_image_declares_the_commands_capability() -> None:
+    """The job target names its extensions directory and makes it (read-only to the job, owned by root)."""
+    job = (ROOT / "Dockerfile").read_text().split("FROM runtime AS job", 1)[1]
+    lines = [line.strip() for line in job.splitlines()]
+    assert "ENV PI_COMMAND_EXTENSIONS_DIR=/opt/pi-dispatch/extensions" in lines
+    assert "RUN install -d -m 0755 /opt/pi-dispatch/extensions" in lines
+
+
 # ---- the SessionKey's forge ------------------------------------------------------------------------------
 
 def test_a_sessionkey_names_only_the_forges_a_job_may() -> None:
