@@ -236,7 +236,8 @@ def test_a_command_pi_would_not_run_is_refused_at_load_not_by_the_schema(command
 
 
 @pytest.mark.parametrize("command", ["/review", "/review focus on tests", "/fix-ci:2 now", "/a.b_c", "/r " + "x" * 900],
-                         ids=["a name", "a name and arguments", "pi's name:2", "dots and underscores", "long arguments"])
+                         ids=["a name", "a name and arguments", "pi's name:2", "dots and underscores",
+                              "long arguments"])
 def test_a_command_pi_runs_loads(command: str) -> None:
     assert command_problem(command) is None
     assert first_refusal(spec({"command": command})) is None
