@@ -82,6 +82,15 @@ def test_a_forks_pull_request_runs_the_command_and_the_event_says_fork(job: Job)
     assert "fork=true command=review" in sent
 
 
+def test_a_handler_that_throws_fails_the_job_though_pi_exits_0(job: Job) -> None:
+    done = start(job, directory=image_extensions(job, "failing_command.ts"))
+    assert done.code == 1, done.stderr
+    assert "Extension error (command:review): the review tool is not configured" in done.stderr
+    assert done.report["outcome"] == "failed"
+    assert [e["command"] for e in done.events("command_failed")] == ["review"]
+    assert job.model.requests == []
+
+
 def refused(job: Job, done: Result, *says: str) -> None:
     assert done.code == 2, done.stderr
     for words in says:

@@ -12,7 +12,9 @@ refused by ``load_config`` before anything runs.
 
 What pi 0.73.1 does with it (measured, see ``tests/test_command_runner.py``): in print mode a prompt that
 starts with ``/`` is first offered to the extensions' commands (``AgentSession.prompt``); a registered one
-runs its handler with the text after the first space as ``args`` and pi exits when the handler returns.
+runs its handler with the text after the first space as ``args`` and pi exits when the handler returns,
+with status 0 even when the handler threw (it prints ``Extension error (command:<name>): ...``, which the
+runner watches for and fails the job on).
 An unregistered ``/name`` goes to the model as plain text, so the runner asks pi, before the run, which
 commands these extensions register (``--mode rpc``, ``get_commands``: the same loader, no model call) and
 refuses a command none of them registers. That also refuses a name two extensions register: pi then
@@ -59,6 +61,11 @@ class Command:
     @property
     def name(self) -> str:
         return split_command(self.text)[0]
+
+    @property
+    def failure(self) -> str:
+        """What pi 0.73.1 starts a stderr line with when the handler threw; it still exits 0 (measured)."""
+        return f"Extension error (command:{self.name}): "
 
     def prompt(self, briefing: str) -> str:
         """The whole prompt is the command as the Trigger wrote it; the briefing is not sent (the event is

@@ -284,10 +284,13 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
         run = run_pi(pi_command(config.pi_bin, opened.session_file or scratch, config.model, prompt,
                                 untrusted_workspace=fork, skills=(flow.directory,) if flow is not None else (),
                                 extensions=command.extensions if command is not None else ()),
-                     config.workspace, command_env(agent_env, command))
+                     config.workspace, command_env(agent_env, command),
+                     watch=command.failure if command is not None else None)
         final, usage, context = _measure(config, opened, scratch)
     part = side = None
-    if run.signalled is None and run.exit_code == 0:
+    if run.said:  # a command's handler threw: pi said so and exited 0 (runner/command.py)
+        emit("command_failed", job=config.job_name, command=command.name if command is not None else None)
+    if run.signalled is None and run.exit_code == 0 and not run.said:
         part, side = _pack(config, agent_env, opened, final, context, unpack)
         if part is not None:  # a pack turn, answered or not, is part of the run and its cost (read again)
             final, usage, context = _measure(config, opened)
@@ -299,7 +302,7 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
         part = Rethread(unpacked=True)
     if run.signalled is not None:
         outcome, code = "aborted", 128 + run.signalled
-    elif run.exit_code == 0:
+    elif run.exit_code == 0 and not run.said:
         outcome, code = "completed", Exit.COMPLETED
     else:
         outcome, code = "failed", Exit.INFRASTRUCTURE

@@ -7,6 +7,7 @@ stdout and stderr both go to the runner's stderr, so the runner's stdout carries
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
+from typing import IO
 
 from pidispatch.runner.pipackage import package_version
 from pidispatch.runner.startpaths import UNTRUSTED_FLAGS
@@ -22,6 +24,7 @@ from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
 
 VERSION_TIMEOUT_S = 60.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RELAY_GRACE_S = 5.0
 
 
 def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt: str, *,
@@ -92,13 +95,34 @@ class PiRun:
 
     exit_code: int
     signalled: int | None = None
+    said: bool = False  # pi wrote a line starting with the watched words to its stderr (``run_pi``'s ``watch``)
 
 
-def run_pi(command: list[str], cwd: str, env: Mapping[str, str]) -> PiRun:
-    """Run pi to the end, forwarding SIGTERM/SIGINT to it (the kubelet signals only the runner)."""
+def _relay(stream: IO[bytes], watch: bytes, said: list[bool]) -> None:
+    """Copy pi's stderr to ours line by line, noting a line that starts with ``watch``."""
+    for line in iter(stream.readline, b""):
+        os.write(sys.stderr.fileno(), line)
+        if line.startswith(watch):
+            said.append(True)
+    stream.close()
+
+
+def run_pi(command: list[str], cwd: str, env: Mapping[str, str], *, watch: str | None = None) -> PiRun:
+    """Run pi to the end, forwarding SIGTERM/SIGINT to it (the kubelet signals only the runner).
+
+    ``watch``: words pi starts a stderr line with for a failure it does not exit non-zero for (a command's
+    handler that threw: ``runner/command.py``); its stderr is then relayed through the runner, and
+    ``PiRun.said`` tells whether such a line came."""
     received: list[int] = []
+    said: list[bool] = []
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(),
-                               stderr=sys.stderr.fileno(), cwd=cwd, env=dict(env))
+                               stderr=sys.stderr.fileno() if watch is None else subprocess.PIPE, cwd=cwd,
+                               env=dict(env))
+    relay = None
+    if watch is not None:
+        assert process.stderr is not None
+        relay = threading.Thread(target=_relay, args=(process.stderr, watch.encode(), said), daemon=True)
+        relay.start()
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
@@ -111,4 +135,6 @@ def run_pi(command: list[str], cwd: str, env: Mapping[str, str]) -> PiRun:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return PiRun(128 - code if code < 0 else code, received[0] if received else None)
+    if relay is not None:  # a process pi left behind may hold the pipe open: wait for it a little only
+        relay.join(RELAY_GRACE_S)
+    return PiRun(128 - code if code < 0 else code, received[0] if received else None, bool(said))
