@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -182,7 +183,9 @@ def command_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Command
     directory = tempfile.mkdtemp(prefix="pi-event-")  # mode 0700, outside the workspace
     try:
         name = split_command(config.command)[0]
+        began = time.monotonic()
         known = registered_commands(config.pi_bin, extensions, env, directory)
+        listed_in = round(time.monotonic() - began, 3)
         if name not in known:
             listed = ", ".join(f"/{n}" for n in sorted(known)) or "none"
             raise CommandError(f"no extension in {ENV_COMMAND_EXTENSIONS_DIR}={config.command_extensions_dir} "
@@ -191,7 +194,7 @@ def command_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Command
                                "the Trigger's run.command")
         path = write_event(directory, event_document(config.event, config.command))
         emit("command_loaded", job=config.job_name, command=name, extensions=len(extensions),
-             fork=config.event.fork)
+             fork=config.event.fork, listSeconds=listed_in)
         yield Command(config.command, extensions, path)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
