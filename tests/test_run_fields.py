@@ -153,9 +153,9 @@ def test_the_policy_admits_secret_volumes_of_the_listed_secrets_only(helm: Any) 
     assert "v.secret.secretName in []" in closed["expression"]
 
 
-# ---- command, replicas: accepted by the schema, refused at load; flow: acts ---------------------------------
+# ---- command: accepted by the schema, refused at load; flow and replicas: act ---------------------------------
 
-@pytest.mark.parametrize("field", ["command", "replicas"])
+@pytest.mark.parametrize("field", ["command"])
 def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> None:
     crd = yaml.safe_load((ROOT / "crds" / "pi-dispatch.dev_triggers.yaml").read_text())
     run = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["run"]
@@ -165,10 +165,9 @@ def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> Non
 
 @pytest.mark.parametrize(("run", "message"), [
     ({"command": "/review"}, NOT_IMPLEMENTED["command"]),
-    ({"replicas": 2}, NOT_IMPLEMENTED["replicas"]),
     ({"resume": True, "command": "/review"}, TRIGGER_RULES[0]["message"]),
     ({"resume": True, "replicas": 3}, TRIGGER_RULES[2]["message"]),
-], ids=["command", "replicas", "resume with command keeps its message",
+], ids=["command", "resume with command keeps its message",
         "resume with replicas keeps its message"])
 def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], message: str) -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec(run)})

@@ -29,8 +29,8 @@ CASES = [
     ("command with resume false", {"resume": False, "command": "x", "replicas": 2}, "cron",
      NOT_IMPLEMENTED["command"]),
     ("flow acts", {"flow": "fix"}, "issue_comment.created", None),
-    ("flow with replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
-    ("replicas", {"replicas": 2}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
+    ("flow with replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", None),
+    ("replicas act", {"replicas": 2}, "issue_comment.created", None),
     ("resume with flow: a flow resumes", {"resume": True, "flow": "fix"}, "issue_comment.created", None),
     ("secrets names a Secret", {"secrets": ["Model_Keys"]}, "issue_comment.created",
      "run.secrets: 'Model_Keys' is not a Secret's name (lowercase letters, digits, '-' and '.', at most 253). "
@@ -50,10 +50,9 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
 
 
 @pytest.mark.parametrize(("run", "reason"), [
-    ({"replicas": 2}, "FieldNotImplemented"),
     ({"command": "x"}, "FieldNotImplemented"),
     ({"resume": True, "replicas": 2}, "ResumeConflict"),
-], ids=["replicas", "command", "resume with replicas"])
+], ids=["command", "resume with replicas"])
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
     message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
     assert message is not None and refusal_reason(message) == reason

@@ -19,17 +19,18 @@ RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it ou
 
 # Fields of ``run`` the v1alpha1 schema accepts (removing them would break stored Triggers: docs/crd-policy.md)
 # but no code acts on yet. A Trigger that sets one is refused rather than run as if the field were not there,
-# in pi-dispatch's order (command, replicas), after the resume refusals so theirs are said first.
+# in pi-dispatch's order, after the resume refusals so theirs are said first.
 NOT_IMPLEMENTED: dict[str, str] = {
     "command": "run.command is not implemented by this operator yet: pi-dispatch gives the job exactly "
                "'/<command> args' as its prompt (a registered pi extension command) with the event in "
                "/job/event.json, and this operator would run the event's own prompt instead. Remove run.command "
                "from this Trigger (write the instruction in the issue, the comment or the model's instructions).",
-    "replicas": "run.replicas is not implemented by this operator yet: it runs one job per delivery, on one branch, "
-                "not 2 or 3 independent attempts each on its own branch pi/issue-<n>-r<i>. Remove run.replicas "
-                "from this Trigger (a second Trigger on another label gives a second, separate attempt).",
 }
 NOT_IMPLEMENTED_REASON = "FieldNotImplemented"
+REPLICAS_ON_CRON = ("run.replicas is for Triggers of forge events: a cron Trigger's runs all work on its one branch "
+                    "(pi/cron-<namespace>-<trigger>), so its replicas would push over each other. Remove "
+                    "run.replicas, or start the attempts from an issue (a label or a comment Trigger).")
+REPLICAS_ON_CRON_REASON = "ReplicasOnSchedule"
 FLOW_REFUSAL_PREFIX = "run.flow: "
 INVALID_FLOW_REASON = "InvalidFlow"
 
@@ -64,6 +65,8 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     for name, message in NOT_IMPLEMENTED.items():
         if run.get(name) is not None:
             return message
+    if run.get("replicas") is not None and (spec.get("on") or {}).get("event") == "cron":
+        return REPLICAS_ON_CRON
     flow = run.get("flow")
     if isinstance(flow, str) and flow_problem(flow) is not None:
         return f"{FLOW_REFUSAL_PREFIX}{flow_problem(flow)}. It names the repository's .pi/skills/<flow> the job runs."
@@ -78,6 +81,8 @@ def refusal_reason(message: str) -> str:
     """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
     if message in NOT_IMPLEMENTED.values():
         return NOT_IMPLEMENTED_REASON
+    if message == REPLICAS_ON_CRON:
+        return REPLICAS_ON_CRON_REASON
     return INVALID_FLOW_REASON if message.startswith(FLOW_REFUSAL_PREFIX) else "ResumeConflict"
 
 

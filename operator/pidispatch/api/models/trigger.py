@@ -110,9 +110,9 @@ class Toleration(ApiModel):
 
 class TriggerRun(ApiModel):
     kind: Literal["forge", "local"] | None = None
-    # command and replicas stay in the v1alpha1 schema (removing a field is not additive: docs/crd-policy.md,
-    # and the spec's refusals of them with resume are CEL rules on these fields) but nothing acts on them yet,
-    # so a Trigger that sets one is refused (api/trigger.py).
+    # command stays in the v1alpha1 schema (removing a field is not additive: docs/crd-policy.md, and the
+    # spec's refusal of it with resume is a CEL rule on it) but nothing acts on it yet, so a Trigger that sets
+    # it is refused (api/trigger.py).
     flow: Annotated[str | None, Field(max_length=253, description=(
         "The repository's pi skill the job runs: .pi/skills/<flow>/SKILL.md at the commit the job checks "
         "out, invoked as the prompt with the event's text as its arguments (pi's /skill:<flow>). A job whose "
@@ -126,8 +126,9 @@ class TriggerRun(ApiModel):
         "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, the "
         "'/<command> args' a job gets as its whole prompt. With run.resume it is refused."))] = None
     replicas: Annotated[int | None, Field(ge=2, le=3, description=(
-        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, 2 or 3 "
-        "independent attempts per delivery, each on its own branch. With run.resume it is refused."))] = None
+        "2 or 3 independent attempts per delivery: one Job each (<name>-r<i>), an issue's replica i on its own "
+        "branch pi/issue-<n>-r<i> with its own pull request; each takes its own slot. With run.resume, or on a "
+        "cron Trigger, it is refused."))] = None
     secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32, description=(
         "Secrets of the Trigger's namespace, by name, delivered to every job of this Trigger: each is mounted "
         "read-only at /var/run/pi-dispatch/secrets/<name>/<key> (PI_RUN_SECRETS_DIR), a file per key, never "
