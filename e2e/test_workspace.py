@@ -219,3 +219,36 @@ def test_a_context_file_linked_outside_the_workspace_fails_the_job_before_pi_sta
     assert "AGENTS.md" in completed["message"] and "outside the workspace" in completed["message"]
     assert len(model.requests) == before, "pi started"
     assert len(r.pods_of(name)) == 1, "not retried"
+
+
+RACE = ("set -e; branch=$(git branch --show-current); echo \"attempt on $branch\" > race.txt; git add race.txt; "
+        "git commit -qm \"Attempt on $branch\"; git push -q; "
+        "gh pr create --repo \"$GH_HOST/acme/widgets\" --head \"$branch\" --base main "
+        "--title \"[r${branch##*-r}/2] Fix the race\" --body 'Fixes #31'")
+
+
+def test_two_replicas_push_two_branches_and_open_two_pull_requests(release: Release, forge: FakeGitHubAPI,
+                                                                   model: ScriptedModel) -> None:
+    """``run.replicas: 2`` (issue 34, item 6): each attempt clones the default branch's tip, works on its own
+    ``pi/issue-<n>-r<i>`` and opens its own pull request; neither sees the other's commit. The Jobs are the
+    receiver's two (``tests/test_replicas.py`` proves the receiver plans them), run one after the other so
+    the scripted model's queue meets each in turn."""
+    r, repos = release, forge.repos
+    forge.set_issue(REPO, 31, "A race in the cache", "Two writers, one key.")
+    r.trigger("race", resume=False, replicas=2)
+    main = repos.tip(REPO, "main")
+    seen: dict[int, list[dict]] = {}
+    for i in (1, 2):
+        model.tool_call("bash", {"command": RACE}).reply(f"Attempt {i} pushed.")
+        job, seen[i] = deliver(r, model, f"race-r{i}", trigger="race", issue=31, comment="@pi race",
+                               replica=i, replicas=2)
+        assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
+        assert job["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main}, "each attempt starts fresh"
+        assert f"on the branch pi/issue-31-r{i}" in said(seen[i][:1]) and f"[r{i}/2]" in said(seen[i][:1])
+        assert (job["status"].get("session") or {}).get("resumed") is not True, "replicas never resume"
+    assert repos.tip(REPO, "pi/issue-31") is None, "no replica is the unsuffixed original"
+    for i in (1, 2):
+        assert repos.log(REPO, f"pi/issue-31-r{i}")[0].endswith(f"Attempt on pi/issue-31-r{i}")
+        assert repos.count(REPO, main, f"pi/issue-31-r{i}") == (1, 0), "built on main, not on the sibling"
+    pulls = [(p.head_ref, p.title) for p in forge.created_pulls(REPO) if p.head_ref.startswith("pi/issue-31")]
+    assert sorted(pulls) == [("pi/issue-31-r1", "[r1/2] Fix the race"), ("pi/issue-31-r2", "[r2/2] Fix the race")]

@@ -598,3 +598,13 @@ def test_each_trigger_says_what_it_serves(t: dict[str, Any], status: Status, say
 def test_a_resume_trigger_naming_no_repository_is_not_counted_as_armed() -> None:
     checks = run_checks(facts=cluster(triggers=[on(ARMED, repositories=None), ARMED]))
     assert named(checks, "triggers")[0].message == f"2 Triggers in {NS}, 1 arms resume"
+
+
+def test_a_replicas_trigger_states_its_multiplier() -> None:
+    """run.replicas: n attempts per delivery are n jobs, slots and token bills; doctor says so, and says
+    nothing of the kind for a Trigger without it."""
+    racing = {**PLAIN, "metadata": {"name": "race"}, "spec": {**PLAIN["spec"], "run": {**PLAIN["spec"]["run"],
+                                                                                       "replicas": 3}}}
+    [line] = named(run_checks(facts=cluster(triggers=[racing, PLAIN])), "replicas")
+    assert line.status is Status.OK and "Trigger race starts 3 attempts per delivery" in line.message, line
+    assert named(run_checks(facts=cluster(triggers=[PLAIN])), "replicas") == []

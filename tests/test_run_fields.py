@@ -4,8 +4,8 @@
 digest of every value (the scan before the promotion redacts an echo), and the job Pod policy admits exactly
 the Secrets a person listed. ``run.flow`` acts: it reaches the runner as ``PI_FLOW`` (the runner's side is
 ``tests/test_flow_runner.py``). ``run.command`` acts: it reaches the runner as ``PI_COMMAND``, its form checked
-at load (``tests/test_command_runner.py``: the runner's side). ``run.replicas`` stays in the v1alpha1 schema
-(docs/crd-policy.md: a field is never removed within a version) and a Trigger that sets it is not Ready.
+at load (``tests/test_command_runner.py``: the runner's side). ``run.replicas`` acts (``tests/test_replicas.py``).
+No field of ``run`` is left that nothing acts on; with ``run.resume`` each keeps the spec's refusal.
 The SessionKey's ``forge`` names only what a Job may.
 """
 
@@ -154,29 +154,27 @@ def test_the_policy_admits_secret_volumes_of_the_listed_secrets_only(helm: Any) 
     assert "v.secret.secretName in []" in closed["expression"]
 
 
-# ---- replicas: accepted by the schema, refused at load; flow and command: act ------------------------------
+# ---- command, flow, replicas: every field of run acts --------------------------------------------------------
 
-@pytest.mark.parametrize("field", ["replicas"])
-def test_a_field_nothing_acts_on_stays_in_the_crd_and_says_so(field: str) -> None:
+def test_no_field_of_run_says_it_is_not_implemented() -> None:
     crd = yaml.safe_load((ROOT / "crds" / "pi-dispatch.dev_triggers.yaml").read_text())
     run = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["run"]
-    assert run["properties"][field]["description"].startswith("Not implemented yet: a Trigger that sets it is not "
-                                                               "Ready (FieldNotImplemented).")
+    assert [f for f, p in run["properties"].items() if "Not implemented" in p.get("description", "")] == []
+    assert NOT_IMPLEMENTED == {}
 
 
 @pytest.mark.parametrize(("run", "message"), [
-    ({"replicas": 2}, NOT_IMPLEMENTED["replicas"]),
     ({"resume": True, "command": "/review"}, TRIGGER_RULES[0]["message"]),
     ({"resume": True, "command": "review"}, TRIGGER_RULES[0]["message"]),
     ({"resume": True, "replicas": 3}, TRIGGER_RULES[2]["message"]),
-], ids=["replicas", "resume with command keeps its message",
-        "resume with an ill-formed command keeps it too", "resume with replicas keeps its message"])
+], ids=["resume with command keeps its message", "resume with an ill-formed command keeps it too",
+        "resume with replicas keeps its message"])
 def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], message: str) -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec(run)})
     status = trigger_step.trigger_status(view, Settings(), 1, None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "False" and ready["message"] == message
-    assert ready["reason"] == ("FieldNotImplemented" if message in NOT_IMPLEMENTED.values() else "ResumeConflict")
+    assert ready["reason"] == "ResumeConflict"
 
 
 def test_a_flow_reaches_the_runner_and_the_trigger_is_ready() -> None:

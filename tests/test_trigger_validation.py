@@ -7,7 +7,6 @@ import pytest
 from pidispatch.api.crds import TRIGGER_RULES
 from pidispatch.api.trigger import (
     FLOW_AND_COMMAND,
-    NOT_IMPLEMENTED,
     RESUME_NOT_BOOLEAN,
     first_refusal,
     refusal_reason,
@@ -35,9 +34,8 @@ CASES = [
      "issue_comment.created", TRIGGER_RULES[0]["message"]),
     ("command acts", {"command": "/review focus on tests"}, "issue_comment.created", None),
     ("command on cron", {"command": "/nightly"}, "cron", None),
-    # Accepted by the v1alpha1 schema, acted on by nothing: refused, the resume refusals said first.
-    ("command with resume false and replicas", {"resume": False, "command": "/x", "replicas": 2}, "cron",
-     NOT_IMPLEMENTED["replicas"]),
+    ("command with resume false and replicas", {"resume": False, "command": "/x", "replicas": 2},
+     "issue_comment.created", None),
     ("flow and command", {"flow": "triage", "command": "/review"}, "issue_comment.created", FLOW_AND_COMMAND),
     ("flow and an ill-formed command: one of the two first", {"flow": "triage", "command": "x"},
      "issue_comment.created", FLOW_AND_COMMAND),
@@ -45,8 +43,8 @@ CASES = [
      "run.command: 'x' is not a command: it starts with '/', as in '/review focus on tests'. It is the job's whole "
      "prompt, a command a pi extension of the job image registers."),
     ("flow acts", {"flow": "fix"}, "issue_comment.created", None),
-    ("flow with replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
-    ("replicas", {"replicas": 2}, "issue_comment.created", NOT_IMPLEMENTED["replicas"]),
+    ("flow with replicas", {"flow": "fix", "replicas": 3}, "issue_comment.created", None),
+    ("replicas act", {"replicas": 2}, "issue_comment.created", None),
     ("resume with flow: a flow resumes", {"resume": True, "flow": "fix"}, "issue_comment.created", None),
     ("secrets names a Secret", {"secrets": ["Model_Keys"]}, "issue_comment.created",
      "run.secrets: 'Model_Keys' is not a Secret's name (lowercase letters, digits, '-' and '.', at most 253). "
@@ -66,12 +64,11 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
 
 
 @pytest.mark.parametrize(("run", "reason"), [
-    ({"replicas": 2}, "FieldNotImplemented"),
     ({"command": "x"}, "InvalidCommand"),
     ({"command": "/x", "flow": "y"}, "InvalidCommand"),
     ({"resume": True, "replicas": 2}, "ResumeConflict"),
     ({"resume": True, "command": "/x"}, "ResumeConflict"),
-], ids=["replicas", "an ill-formed command", "flow and command", "resume with replicas", "resume with command"])
+], ids=["an ill-formed command", "flow and command", "resume with replicas", "resume with command"])
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
     message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
     assert message is not None and refusal_reason(message) == reason

@@ -166,6 +166,11 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
                                 f"kubectl edit pitrigger {name} -n {ns}"))
             continue
         checks.append(serving_check(t, ns))
+        replicas = ((t.get("spec") or {}).get("run") or {}).get("replicas")
+        if replicas:
+            # pi-dispatch's doctor states the multiplier too: n attempts are n slots, n tokens, n bills.
+            checks.append(Check("replicas", Status.OK, f"Trigger {name} starts {replicas} attempts per delivery "
+                                                       f"(run.replicas): {replicas}× the jobs, slots and tokens"))
         # The operator's own verdict (api/placement.py): it read the Node, doctor need not.
         ready = _condition(t, "Ready")
         if ready is not None and ready.get("status") == "False" and ready.get("reason") == PLACEMENT_CONFLICT:

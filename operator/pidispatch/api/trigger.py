@@ -19,13 +19,14 @@ RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it ou
 
 # Fields of ``run`` the v1alpha1 schema accepts (removing them would break stored Triggers: docs/crd-policy.md)
 # but no code acts on yet. A Trigger that sets one is refused rather than run as if the field were not there,
-# after the resume refusals so theirs are said first.
-NOT_IMPLEMENTED: dict[str, str] = {
-    "replicas": "run.replicas is not implemented by this operator yet: it runs one job per delivery, on one branch, "
-                "not 2 or 3 independent attempts each on its own branch pi/issue-<n>-r<i>. Remove run.replicas "
-                "from this Trigger (a second Trigger on another label gives a second, separate attempt).",
-}
+# after the resume refusals so theirs are said first. None today (command, flow, replicas and secrets all act);
+# the table stays for a field added before its code.
+NOT_IMPLEMENTED: dict[str, str] = {}
 NOT_IMPLEMENTED_REASON = "FieldNotImplemented"
+REPLICAS_ON_CRON = ("run.replicas is for Triggers of forge events: a cron Trigger's runs all work on its one branch "
+                    "(pi/cron-<namespace>-<trigger>), so its replicas would push over each other. Remove "
+                    "run.replicas, or start the attempts from an issue (a label or a comment Trigger).")
+REPLICAS_ON_CRON_REASON = "ReplicasOnSchedule"
 FLOW_REFUSAL_PREFIX = "run.flow: "
 INVALID_FLOW_REASON = "InvalidFlow"
 COMMAND_REFUSAL_PREFIX = "run.command: "
@@ -65,6 +66,8 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     for name, message in NOT_IMPLEMENTED.items():
         if run.get(name) is not None:
             return message
+    if run.get("replicas") is not None and (spec.get("on") or {}).get("event") == "cron":
+        return REPLICAS_ON_CRON
     if run.get("flow") is not None and run.get("command") is not None:
         return FLOW_AND_COMMAND
     command = run.get("command")
@@ -85,6 +88,8 @@ def refusal_reason(message: str) -> str:
     """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
     if message in NOT_IMPLEMENTED.values():
         return NOT_IMPLEMENTED_REASON
+    if message == REPLICAS_ON_CRON:
+        return REPLICAS_ON_CRON_REASON
     if message.startswith(COMMAND_REFUSAL_PREFIX):
         return INVALID_COMMAND_REASON
     return INVALID_FLOW_REASON if message.startswith(FLOW_REFUSAL_PREFIX) else "ResumeConflict"

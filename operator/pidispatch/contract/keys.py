@@ -15,6 +15,8 @@ def key_from_parts(parts: Sequence[str]) -> str:
     return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
-def issue_branch(number: int) -> str:
-    """The branch an issue job is told to push to, and so the branch its key is named after."""
-    return f"pi/issue-{number}"
+def issue_branch(number: int, replica: int | None = None) -> str:
+    """The branch an issue job is told to push to, and so the branch its key is named after; replica ``i`` of a
+    Trigger's ``run.replicas`` works on ``pi/issue-<n>-r<i>`` (every replica suffixed: none is the original).
+    A replica has no key: resume is refused with replicas."""
+    return f"pi/issue-{number}" if replica is None else f"pi/issue-{number}-r{replica}"

@@ -289,7 +289,8 @@ class Forge:
         """The commit a job's workspace holds (``forge/checkout.py``). Raises :class:`Unresolvable` when the
         forge says what the job names is not there (a 404, a malformed answer), ``GitHubError`` otherwise.
         ``branch``: the branch of a job that names neither an issue nor a pull request (a cron Trigger's,
-        ``jobflow/key.py``), checked out as an issue's: its tip when it exists, else the default branch's."""
+        ``jobflow/key.py``), or an issue replica's (``pi/issue-<n>-r<i>``), checked out as an issue's: its tip
+        when it exists, else the default branch's."""
         auth = self._authorization(repository)
         try:
             if pull_request is not None:
@@ -297,7 +298,8 @@ class Forge:
             if issue is None and branch is None:
                 raise Unresolvable("the job names neither an issue nor a pull request")
             subject = Subject.of(self.client.issue(repository, issue, auth)) if issue is not None else None
-            branch = issue_branch(issue) if issue is not None else branch
+            if branch is None and issue is not None:
+                branch = issue_branch(issue)
             try:
                 sha = ref_commit(self.client.git_ref(repository, f"heads/{branch}", auth), f"refs/heads/{branch}")
                 return Checkout(f"refs/heads/{branch}", sha, branch, subject)

@@ -44,6 +44,25 @@ REPOSITORY_BEYOND_TRIGGER_MESSAGE = (
 )
 
 
+REPLICA_BEYOND_TRIGGER_MESSAGE = (
+    "Job {job} says it is {asked}, but its Trigger {trigger} has {given}, so nothing ran: a replica works on a "
+    "branch of its own (pi/issue-<n>-r<i>) that only its Trigger's run.replicas gives. Re-create the Job without "
+    "spec.replica and spec.replicas (one attempt), or with a replica its Trigger has."
+)
+
+
+def replica_beyond_trigger(job_spec: JobSpec, trigger_spec: TriggerSpec) -> str | None:
+    """How the Job's ``replica``/``replicas`` go beyond its Trigger's ``run.replicas`` (for the message), else
+    ``None``. A Job without them is one attempt, allowed on any Trigger (a Job made by hand)."""
+    i, n = job_spec.replica, job_spec.replicas
+    if i is None and n is None:
+        return None
+    asked = f"replica {i} of {n}"
+    if i is None or n is None or i > n or n != trigger_spec.run.replicas:
+        return asked
+    return None
+
+
 def beyond_trigger(job: JobView, job_spec: JobSpec, trigger_spec: TriggerSpec, settings: Settings) -> Refused | None:
     """``beyond-trigger`` when the Job names an auth source or a repository its Trigger would not give.
 
@@ -59,6 +78,11 @@ def beyond_trigger(job: JobView, job_spec: JobSpec, trigger_spec: TriggerSpec, s
     if asked is not None and asked != given:
         return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", AUTH_BEYOND_TRIGGER_MESSAGE.format(
             job=job.name, asked=asked, trigger=job_spec.trigger, given=given))
+    replica = replica_beyond_trigger(job_spec, trigger_spec)
+    if replica is not None:
+        return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", REPLICA_BEYOND_TRIGGER_MESSAGE.format(
+            job=job.name, asked=replica, trigger=job_spec.trigger,
+            given=f"run.replicas: {trigger_spec.run.replicas}" if trigger_spec.run.replicas else "no run.replicas"))
     named = trigger_spec.on.served()
     if not serves.serves(named, job_spec.repository):
         return Refused("Refused", JobReason.BEYOND_TRIGGER, "BeyondTrigger", REPOSITORY_BEYOND_TRIGGER_MESSAGE.format(

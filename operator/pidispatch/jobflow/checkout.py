@@ -22,6 +22,7 @@ from pidispatch.forge.checkout import Checkout, Moved
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.settings import OperatorSettings
+from pidispatch.store.keys import issue_branch
 from pidispatch.store.staging import HostRecord
 
 log = logging.getLogger("pidispatch.operator")
@@ -32,8 +33,10 @@ def wanted(settings: OperatorSettings, forge: Forge | None) -> bool:
 
 
 def resolve(forge: Forge, job_spec: JobSpec, branch: str | None = None) -> Checkout:
-    """The job's checkout (``branch``: a cron Trigger's, for a Job with no issue and no pull request). Raises
-    ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
+    """The job's checkout (``branch``: a cron Trigger's, for a Job with no issue and no pull request; an issue
+    replica's is ``pi/issue-<n>-r<i>``). Raises ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
+    if job_spec.issue is not None and job_spec.replica is not None:
+        branch = issue_branch(job_spec.issue, job_spec.replica)
     return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest, branch)
 
 

@@ -65,7 +65,7 @@ def job_key(job_spec: JobSpec, resume: bool, head: Head | None = None, cron: str
 def key_and_reason(job_spec: JobSpec, resume: bool, head: Head | None = None, cron: str | None = None
                    ) -> tuple[KeyRef | None, NoHead | None]:
     """:func:`job_key`, with the closed reason a pull-request job has no key (for the log)."""
-    if not resume:
+    if not resume or job_spec.replica is not None:  # replicas never resume (refused at load; one key, n attempts)
         return None, None
     forge, repo = job_spec.forge, job_spec.repository
     if job_spec.pullRequest is not None:

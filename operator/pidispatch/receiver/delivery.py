@@ -315,15 +315,30 @@ def job_name(digest: str, trigger: str) -> str:
     return f"{prefix or 'delivery'}-{hashed}"
 
 
-def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None) -> JobSpec | str:
+def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None,
+             replica: tuple[int, int] | None = None) -> JobSpec | str:
     """The Job's spec (the event facts, the comment cut to the CRD's length), or why the API server would
-    refuse it for good (:func:`spec_problem`)."""
+    refuse it for good (:func:`spec_problem`). ``replica``: (i, n), the i-th of the Trigger's n replicas."""
     auth = ((trigger.get("spec") or {}).get("run") or {}).get("auth") or auth_source
     return parse_spec({"trigger": trigger["metadata"]["name"], "forge": "github", "repository": event.repository,
                        "issue": event.issue, "pullRequest": event.pull_request,
                        "comment": event.text[:COMMENT_MAX] if event.text is not None else None,
                        "sender": event.sender, "fork": event.fork, "authSource": auth or None,
-                       "deliveryId": delivery})
+                       "deliveryId": delivery, "replica": replica[0] if replica else None,
+                       "replicas": replica[1] if replica else None})
+
+
+def replicas_of(trigger: dict[str, Any]) -> int | None:
+    """The Trigger's ``run.replicas`` (2 or 3), else ``None``: one Job per delivery."""
+    value = ((trigger.get("spec") or {}).get("run") or {}).get("replicas")
+    return value if isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= 3 else None
+
+
+def replica_job_name(name: str, replica: int) -> str:
+    """``<name>-r<i>``, the name's end cut to keep a DNS label (its hash part: the replicas stay apart by the
+    suffix, and a redelivery still meets each replica's own name)."""
+    suffix = f"-r{replica}"
+    return f"{name[:NAME_MAX - len(suffix)].rstrip('-')}{suffix}"
 
 
 def job_body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -384,11 +399,13 @@ class PlannedJob:
 
 
 def plan_job(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None,
-             digest: str) -> PlannedJob:
-    """The Job ``trigger`` starts for ``event``: checked before the create, so that a refusal for good never
-    reaches the API server; the spec is dumped once, into the body."""
+             digest: str, replica: tuple[int, int] | None = None) -> PlannedJob:
+    """The Job ``trigger`` starts for ``event`` (``replica``: the i-th of n): checked before the create, so that
+    a refusal for good never reaches the API server; the spec is dumped once, into the body."""
     name = job_name(digest, trigger["metadata"]["name"])
-    spec = job_spec(trigger, event, delivery, auth_source)
+    if replica is not None:
+        name = replica_job_name(name, replica[0])
+    spec = job_spec(trigger, event, delivery, auth_source, replica)
     problem = name_problem(name) or (spec if isinstance(spec, str) else None)
     if problem is not None or isinstance(spec, str):
         return PlannedJob(name, None, problem)
@@ -398,6 +415,14 @@ def plan_job(trigger: dict[str, Any], event: Event, delivery: str, auth_source: 
 def plan_jobs(triggers: list[dict[str, Any]], event: Event, delivery: str,
               auth_source: str | None, digest: str) -> list[PlannedJob]:
     """One Job per matching Trigger, in Trigger-name order (so a redelivery plans the same list), named for
-    the Trigger and the body's ``digest`` (a replay under a new delivery id meets the same names)."""
+    the Trigger and the body's ``digest`` (a replay under a new delivery id meets the same names); a Trigger
+    with ``run.replicas`` n plans n Jobs, ``<name>-r1`` … ``<name>-r<n>``, independent attempts."""
     matching = sorted((t for t in triggers if mismatch(t, event) is None), key=lambda t: t["metadata"]["name"])
-    return [plan_job(t, event, delivery, auth_source, digest) for t in matching]
+    planned: list[PlannedJob] = []
+    for trigger in matching:
+        n = replicas_of(trigger)
+        if n is None:
+            planned.append(plan_job(trigger, event, delivery, auth_source, digest))
+        else:
+            planned += [plan_job(trigger, event, delivery, auth_source, digest, (i, n)) for i in range(1, n + 1)]
+    return planned

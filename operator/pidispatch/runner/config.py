@@ -107,6 +107,8 @@ class Event:
     # A fork's pull request (the Job's spec.fork, which the operator sets when the forge API says so): the
     # job's token cannot push or write files (app), and the prompt says so.
     fork: bool = False
+    # (i, n): the i-th of n independent attempts at this delivery (the Trigger's run.replicas), else None.
+    replica: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,16 @@ def _json_object(env: Mapping[str, str], name: Env, what: str = "a JSON object")
     if not isinstance(data, dict):
         raise ConfigError(f"{name.value} is not valid: expected {what}")
     return data
+
+
+def _replica(spec: Mapping[str, Any]) -> tuple[int, int] | None:
+    """``(replica, replicas)`` of the Job's spec when both are whole numbers with 1 <= i <= n <= 3, else None
+    (the operator refused any other pair before the Pod existed)."""
+    i, n = spec.get("replica"), spec.get("replicas")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (i, n)):
+        return None
+    assert isinstance(i, int) and isinstance(n, int)
+    return (i, n) if 1 <= i <= n <= 3 else None
 
 
 def _checkout(env: Mapping[str, str]) -> CheckoutSpec | None:
@@ -333,7 +345,8 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
     event = Event(repository=repository, issue=issue, pull_request=pull_request,
                   comment=spec.get("comment") if isinstance(spec.get("comment"), str) else None,
                   sender=_text(spec, "sender"), title=title, body=body, checkout=_checkout(env),
-                  previous=_previous(env), fork=spec.get("fork") is True and pull_request is not None)
+                  previous=_previous(env), fork=spec.get("fork") is True and pull_request is not None,
+                  replica=_replica(spec))
 
     model = _value(env, Env.MODEL)
     if model is not None and not _MODEL.fullmatch(model):

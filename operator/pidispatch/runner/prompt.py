@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from pidispatch.contract.keys import issue_branch
 from pidispatch.runner.config import Event
 
 _LOGIN = re.compile(r"[^A-Za-z0-9_.\[\]-]")
@@ -104,14 +105,29 @@ def _moved(event: Event) -> str | None:
             "trust your memory of the files; read them again (`git log`, `git diff`) before you change anything.")
 
 
+def _replica_rule(event: Event) -> str:
+    """What an attempt among several is told: it is one of n, on its own, and how its pull request reads."""
+    if event.replica is None:
+        return ""
+    i, n = event.replica
+    if event.pull_request is not None:
+        return (f" You are attempt {i} of {n} at this request, made independently at the same time on the same "
+                "pull request: never force-push; if a push is refused because the branch moved, fetch it, rebase "
+                "your commits on it and push again, or say in a comment what you would have changed.")
+    return (f" You are attempt {i} of {n} at this issue, made independently: do not look for or build on the "
+            f"other attempts' branches, and begin your pull request's title with [r{i}/{n}].")
+
+
 def _work_rule(event: Event) -> str:
     if _fork(event):
         return "Do not push and do not open a pull request: this pull request's branch belongs to a fork."
     if event.pull_request is not None:
-        return "Push any changes to this pull request's head branch; do not open another pull request."
+        return ("Push any changes to this pull request's head branch; do not open another pull request."
+                + _replica_rule(event))
     if event.issue is not None:
-        return (f"Do the work on the branch pi/issue-{event.issue} and open one pull request for it that "
-                f"references issue #{event.issue}.")
+        branch = issue_branch(event.issue, event.replica[0] if event.replica else None)
+        return (f"Do the work on the branch {branch} and open one pull request for it that "
+                f"references issue #{event.issue}." + _replica_rule(event))
     if event.checkout is not None and event.checkout.branch:
         # A job with no issue and no pull request on a branch the operator chose: a cron Trigger's, whose later
         # runs (and their conversation) continue on it, so the work stays there.

@@ -52,6 +52,12 @@ class JobSpec(ApiModel):
     fork: bool | None = None
     authSource: AuthSource | None = None
     deliveryId: Annotated[str, Field(max_length=DELIVERY_MAX)] | None = None
+    replica: Annotated[int | None, Field(ge=1, le=3, description=(
+        "Which of its Trigger's run.replicas independent attempts this Job is (1-based); an issue's replica i "
+        "works on the branch pi/issue-<n>-r<i>. Set by the receiver with replicas; the operator refuses a Job "
+        "whose replica and replicas its Trigger does not give."))] = None
+    replicas: Annotated[int | None, Field(ge=2, le=3, description=(
+        "How many attempts the delivery started (its Trigger's run.replicas), set with replica."))] = None
     resolved: Resolved | None = None
 
 

@@ -110,9 +110,8 @@ class Toleration(ApiModel):
 
 class TriggerRun(ApiModel):
     kind: Literal["forge", "local"] | None = None
-    # replicas stays in the v1alpha1 schema (removing a field is not additive: docs/crd-policy.md, and the
-    # spec's refusal of it with resume is a CEL rule on this field) but nothing acts on it yet, so a Trigger that
-    # sets it is refused (api/trigger.py). command acts; its form is checked at load, not here (as flow's).
+    # command and replicas act; command's form is checked at load, not here (as flow's): a narrower pattern would
+    # refuse every write of a Trigger stored before (docs/crd-policy.md).
     flow: Annotated[str | None, Field(max_length=253, description=(
         "The repository's pi skill the job runs: .pi/skills/<flow>/SKILL.md at the commit the job checks "
         "out, invoked as the prompt with the event's text as its arguments (pi's /skill:<flow>). A job whose "
@@ -129,8 +128,9 @@ class TriggerRun(ApiModel):
         "the command, is refused before pi starts. Not with run.flow; refused with run.resume. Checked when the "
         "Trigger loads."))] = None
     replicas: Annotated[int | None, Field(ge=2, le=3, description=(
-        "Not implemented yet: a Trigger that sets it is not Ready (FieldNotImplemented). In pi-dispatch, 2 or 3 "
-        "independent attempts per delivery, each on its own branch. With run.resume it is refused."))] = None
+        "2 or 3 independent attempts per delivery: one Job each (<name>-r<i>), an issue's replica i on its own "
+        "branch pi/issue-<n>-r<i> with its own pull request; each takes its own slot. With run.resume, or on a "
+        "cron Trigger, it is refused."))] = None
     secrets: Annotated[list[Annotated[str, Field(max_length=253)]] | None, Field(max_length=32, description=(
         "Secrets of the Trigger's namespace, by name, delivered to every job of this Trigger: each is mounted "
         "read-only at /var/run/pi-dispatch/secrets/<name>/<key> (PI_RUN_SECRETS_DIR), a file per key, never "
