@@ -22,6 +22,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
 from e2e.receiver_release import RECEIVER, Receiver, installed_receiver
+from e2e.release import PI_VERSION
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.receiver.delivery import body_digest, job_name
 from testkit.fakegithub import Delivery, Webhooks, signature
@@ -106,6 +107,30 @@ def test_the_repository_restriction_admits_its_own_repository(receiver: Receiver
 
 
 # -- nothing is created from what is not a fresh, signed, well-formed delivery ---------------------------------
+def test_a_replicas_trigger_gets_one_job_per_attempt_from_the_charts_receiver(receiver: Receiver) -> None:
+    """``run.replicas: 2`` (issue 34, item 6) through the chart's receiver, as its own ServiceAccount: one
+    delivery, two Jobs ``<name>-r1`` and ``<name>-r2`` naming their attempt, both run by the operator."""
+    release = receiver.release
+    release.kube.create(release.path("triggers"), {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": "race"},
+        "spec": {"on": {"event": "issue_comment.created", "phrase": "@race"},
+                 "run": {"model": "fake/fake-model", "piVersion": PI_VERSION, "replicas": 2}}})
+    try:
+        receiver.await_triggers(len(TRIGGERS) + 1)
+        number = next(_numbers)
+        sent = receiver.hooks().send(receiver.hooks().issue_comment(number, "@race both of you"))
+        base = job_name(body_digest(sent.delivery.body), "race")
+        assert (sent.status, sent.json) == (202, {"jobs": [f"{base}-r1", f"{base}-r2"], "duplicates": []}), sent.json
+        for i in (1, 2):
+            job = release.get("jobs", f"{base}-r{i}")
+            assert (job["spec"]["replica"], job["spec"]["replicas"], job["spec"]["issue"]) == (i, 2, number)
+            done = release.wait_job(f"{base}-r{i}")
+            assert done["status"]["phase"] == "Succeeded", done["status"]
+    finally:
+        release.kube.delete(release.path("triggers", "race"))
+        receiver.await_triggers(len(TRIGGERS))
+
+
 def test_a_replayed_delivery_creates_no_second_job(receiver: Receiver) -> None:
     hooks = receiver.hooks()
     first = hooks.send(hooks.issue_comment(next(_numbers), "@pi once"))
