@@ -72,3 +72,14 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
     message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
     assert message is not None and refusal_reason(message) == reason
+
+
+@pytest.mark.parametrize(("spec", "reason"), [
+    ({"on": {"event": "issue_comment.created"}, "run": {"secrets": ["Model_Keys"]}}, "InvalidSecretName"),
+    ({"on": {"event": "issue_comment.created"}, "run": {"replicas": 7}}, "InvalidSpec"),
+    ({"on": {"event": "issue_comment.created"}, "run": {"flow": "Fix_It"}}, "InvalidFlow"),
+    ({"on": {"event": "issue_comment.created"}, "run": {"resume": "yes"}}, "ResumeConflict"),
+], ids=["a Secret's name", "what the schema refuses", "a flow's name", "resume not a boolean"])
+def test_a_refusal_that_is_no_resume_conflict_is_not_called_one(spec: dict, reason: str) -> None:
+    message = first_refusal(spec)
+    assert message is not None and refusal_reason(message) == reason, message

@@ -17,17 +17,13 @@ from pidispatch.contract import command_problem, flow_problem, run_secret_proble
 
 RESUME_NOT_BOOLEAN = "run.resume must be true or false when present (leave it out to keep resume off)."
 
-# Fields of ``run`` the v1alpha1 schema accepts (removing them would break stored Triggers: docs/crd-policy.md)
-# but no code acts on yet. A Trigger that sets one is refused rather than run as if the field were not there,
-# after the resume refusals so theirs are said first. None today (command, flow, replicas and secrets all act);
-# the table stays for a field added before its code.
-NOT_IMPLEMENTED: dict[str, str] = {}
-NOT_IMPLEMENTED_REASON = "FieldNotImplemented"
 REPLICAS_ON_CRON = ("run.replicas is for Triggers of forge events: a cron Trigger's runs all work on its one branch "
                     "(pi/cron-<namespace>-<trigger>), so its replicas would push over each other. Remove "
                     "run.replicas, or start the attempts from an issue (a label or a comment Trigger).")
 REPLICAS_ON_CRON_REASON = "ReplicasOnSchedule"
 FLOW_REFUSAL_PREFIX = "run.flow: "
+SECRETS_REFUSAL_PREFIX = "run.secrets: "
+INVALID_SPEC_PREFIX = "its spec is not valid: "
 INVALID_FLOW_REASON = "InvalidFlow"
 COMMAND_REFUSAL_PREFIX = "run.command: "
 INVALID_COMMAND_REASON = "InvalidCommand"
@@ -53,7 +49,7 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     if "resume" in run and run["resume"] is not None and not isinstance(run["resume"], bool):
         return RESUME_NOT_BOOLEAN
     if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
-        return f"its spec is not valid: {invalid}."
+        return f"{INVALID_SPEC_PREFIX}{invalid}."
     if resume_armed(spec):
         if "command" in run:
             return TRIGGER_RULES[0]["message"]
@@ -63,9 +59,6 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
             return TRIGGER_RULES[2]["message"]
         if run.get("secrets"):
             return TRIGGER_RULES[3]["message"]
-    for name, message in NOT_IMPLEMENTED.items():
-        if run.get(name) is not None:
-            return message
     if run.get("replicas") is not None and (spec.get("on") or {}).get("event") == "cron":
         return REPLICAS_ON_CRON
     if run.get("flow") is not None and run.get("command") is not None:
@@ -80,19 +73,24 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     for secret in run.get("secrets") or ():
         why = run_secret_problem(secret)
         if why is not None:
-            return f"run.secrets: {why}. It names a Secret of the Trigger's namespace, mounted into the job."
+            return f"{SECRETS_REFUSAL_PREFIX}{why}. It names a Secret of the Trigger's namespace, mounted into the job."
     return None
 
 
 def refusal_reason(message: str) -> str:
-    """The ``Ready`` condition's reason for a Trigger refused with ``message``."""
-    if message in NOT_IMPLEMENTED.values():
-        return NOT_IMPLEMENTED_REASON
+    """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the spec's
+    resume refusals only, and a reason of its own for each other kind."""
     if message == REPLICAS_ON_CRON:
         return REPLICAS_ON_CRON_REASON
     if message.startswith(COMMAND_REFUSAL_PREFIX):
         return INVALID_COMMAND_REASON
-    return INVALID_FLOW_REASON if message.startswith(FLOW_REFUSAL_PREFIX) else "ResumeConflict"
+    if message.startswith(FLOW_REFUSAL_PREFIX):
+        return INVALID_FLOW_REASON
+    if message.startswith(SECRETS_REFUSAL_PREFIX):
+        return "InvalidSecretName"
+    if message.startswith(INVALID_SPEC_PREFIX):
+        return "InvalidSpec"
+    return "ResumeConflict"
 
 
 CRON_EXAMPLE = "five fields in UTC: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5'"
