@@ -20,6 +20,7 @@ specs, Events, the operator's and the jobs' logs. A commit the forge no longer h
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ import pytest
 
 from e2e.cluster import Cluster
 from e2e.kube import Kube
-from e2e.release import Release, base_values, create_secret, fresh_namespace, merge
+from e2e.release import ROOT, Release, base_values, create_secret, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls
@@ -73,10 +74,15 @@ def release(cluster: Cluster, kube: Kube, kubelet: object, forge: FakeGitHubAPI,
     kube.create(f"/api/v1/namespaces/{ns}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "forge-ca"},
         "data": {"ca.crt": Path(forge.ca).read_text()}})  # type: ignore[attr-defined]
+    # The job image's extensions directory (run.command): the one test command, /review.
+    extensions = root / "extensions"
+    extensions.mkdir()
+    shutil.copy(ROOT / "testkit" / "extensions" / "review_command.ts", extensions)
     values = merge(base_values(), {
         "sessions": {"enabled": True},
         "job": {"command": ["pidispatch", "runner"],
-                "env": {"PI_BIN": str(pi_binary()), "PI_CODING_AGENT_DIR": str(agent), "HOME": str(root / "home")},
+                "env": {"PI_BIN": str(pi_binary()), "PI_CODING_AGENT_DIR": str(agent), "HOME": str(root / "home"),
+                        "PI_COMMAND_EXTENSIONS_DIR": str(extensions)},
                 "git": {"name": "pi-e2e[bot]", "email": "pi-e2e[bot]@users.noreply.github.com"}},
         "github": {"authSource": "app", "apiUrl": forge.url, "webUrl": forge.web_url, "timeoutSeconds": 5,
                    "caBundle": {"configMap": "forge-ca"},
@@ -252,3 +258,40 @@ def test_two_replicas_push_two_branches_and_open_two_pull_requests(release: Rele
         assert repos.count(REPO, main, f"pi/issue-31-r{i}") == (1, 0), "built on main, not on the sibling"
     pulls = [(p.head_ref, p.title) for p in forge.created_pulls(REPO) if p.head_ref.startswith("pi/issue-31")]
     assert sorted(pulls) == [("pi/issue-31-r1", "[r1/2] Fix the race"), ("pi/issue-31-r2", "[r2/2] Fix the race")]
+
+
+TRIAGE = ("---\nname: triage\ndescription: Sort an issue into an area.\n---\n"
+          "TRIAGE-FLOW-E2E: name the area the issue belongs to.\n")
+
+
+def test_a_flow_trigger_runs_the_repositorys_skill_through_the_operator(release: Release, forge: FakeGitHubAPI,
+                                                                        model: ScriptedModel) -> None:
+    """``run.flow`` (issue 34, item 6) through the operator: the Trigger is Ready, the Pod gets ``PI_FLOW``, the
+    runner copies ``.pi/skills/triage`` out of the commit it checked out, and pi sends the skill's body with the
+    briefing as its arguments. ``tests/test_flow_runner.py`` has the refusals."""
+    r, repos = release, forge.repos
+    forge.set_issue(REPO, 41, "Which area?", "The login page is slow.")
+    sha = repos.commit(REPO, "pi/issue-41", {".pi/skills/triage/SKILL.md": TRIAGE}, "the triage flow")
+    r.trigger("triage", resume=False, flow="triage")
+    model.reply("Area: frontend.")
+    job, seen = deliver(r, model, "flow-41", trigger="triage", issue=41, comment="@pi triage")
+    assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
+    assert job["status"]["checkout"] == {"ref": "refs/heads/pi/issue-41", "sha": sha}
+    [first] = [text_of(m.get("content")) for m in seen[0]["messages"] if m.get("role") == "user"]
+    assert first.startswith('<skill name="triage"') and "TRIAGE-FLOW-E2E" in first, first[:300]
+    assert "The login page is slow." in first.split("</skill>", 1)[1], "the briefing follows as the arguments"
+
+
+def test_a_command_trigger_runs_the_images_command_through_the_operator(release: Release, forge: FakeGitHubAPI,
+                                                                        model: ScriptedModel) -> None:
+    """``run.command`` (issue 34, item 6) through the operator: the Pod gets ``PI_COMMAND``, the image's
+    extension (``job.env``'s ``PI_COMMAND_EXTENSIONS_DIR``) registers ``/review``, and its handler's message,
+    built from the command's arguments and the event file, is what the model receives."""
+    r = release
+    forge.set_issue(REPO, 42, "Review me", "")
+    r.trigger("review-cmd", resume=False, command="/review focus on tests")
+    model.reply("Reviewed.")
+    job, seen = deliver(r, model, "cmd-42", trigger="review-cmd", issue=42, comment="@pi /other please")
+    assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
+    [first] = [text_of(m.get("content")) for m in seen[0]["messages"] if m.get("role") == "user"]
+    assert first.startswith('REVIEW-COMMAND args="focus on tests" comment="@pi /other please"'), first
