@@ -24,7 +24,9 @@ from e2e.kube import ApiError, Kube
 from e2e.receiver_release import RECEIVER, Receiver, installed_receiver
 from e2e.release import PI_VERSION
 from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.vocabulary import RETIRE_ANNOTATION
 from pidispatch.receiver.delivery import body_digest, job_name
+from pidispatch.store.keys import pull_request_key
 from testkit.fakegithub import Delivery, Webhooks, signature
 from testkit.wait import wait_until
 
@@ -128,6 +130,38 @@ def test_a_replicas_trigger_gets_one_job_per_attempt_from_the_charts_receiver(re
             assert done["status"]["phase"] == "Succeeded", done["status"]
     finally:
         release.kube.delete(release.path("triggers", "race"))
+        receiver.await_triggers(len(TRIGGERS))
+
+
+def test_a_merged_pull_request_is_retired_by_the_charts_receiver_as_its_own_service_account(
+        receiver: Receiver) -> None:
+    """Retirement (issue 34, item 1) through the chart's receiver: its ServiceAccount, not an admin, annotates
+    the SessionKey a merged pull request names (``e2e/test_operator_lifecycle.py`` follows the operator's side
+    to a cold next delivery). A resume Trigger must serve the repository, so one is made for the test."""
+    release = receiver.release
+    release.kube.create(release.path("triggers"), {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Trigger", "metadata": {"name": "keeper"},
+        "spec": {"on": {"event": "issue_comment.created", "phrase": "@keep", "repositories": ["acme/*"]},
+                 "run": {"model": "fake/fake-model", "piVersion": PI_VERSION, "resume": True}}})
+    branch, number = "topic-retire", next(_numbers)
+    key = pull_request_key("github", "acme/widgets", branch, "acme/widgets")
+    assert key is not None
+    release.kube.create(release.path("sessionkeys"), {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "SessionKey", "metadata": {"name": key},
+        "spec": {"forge": "github", "repository": "acme/widgets", "branch": branch}})
+    try:
+        receiver.await_triggers(len(TRIGGERS) + 1)
+        hooks = receiver.hooks()
+        head = {"ref": branch, "repo": {"full_name": "acme/widgets"}}
+        sent = hooks.send(hooks.event("pull_request", "closed", number=number, pull_request={
+            "number": number, "merged": True, "head": head, "base": {"ref": "main",
+                                                                      "repo": {"full_name": "acme/widgets"}}}))
+        assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-merged"}), sent.json
+        annotations = release.get("sessionkeys", key)["metadata"].get("annotations") or {}
+        assert annotations.get(RETIRE_ANNOTATION) == "pull-request-merged", annotations
+    finally:
+        release.kube.delete(release.path("triggers", "keeper"))
+        release.kube.delete_ignore_missing(release.path("sessionkeys", key))
         receiver.await_triggers(len(TRIGGERS))
 
 
