@@ -264,3 +264,17 @@ def test_a_sessionkey_names_only_the_forges_a_job_may() -> None:
     assert forge["enum"] == list(JOB_FORGES) == ["github"]
     assert problem(SessionKeySpec, {"forge": "gitlab", "repository": "o/r", "branch": "b"}) is not None
     assert problem(SessionKeySpec, {"forge": "github", "repository": "o/r", "branch": "b"}) is None
+
+
+def test_a_flow_on_a_forks_pull_request_is_refused_before_any_pod() -> None:
+    """The payload says fork: no Pod (the runner refuses a fork only the forge API reveals, runner/flow.py)."""
+    from pidispatch.jobflow import admit
+
+    trigger = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": "review", "forks": True})})
+    job = JobView.of({"metadata": {"name": "j", "uid": "u"}, "spec": {
+        "trigger": "t", "forge": "github", "repository": "octo/repo", "pullRequest": 9, "fork": True}})
+    refused = admit.refusal(job, trigger, Settings(), None)
+    assert refused is not None and (refused.phase, refused.condition_reason) == ("Refused", "FlowOnFork"), refused
+    assert "comes from a fork" in refused.message and "flow review" in refused.message
+    same_repo = JobView.of({**job.body, "spec": {**job.body["spec"], "fork": False}})
+    assert admit.refusal(same_repo, trigger, Settings(), None) is None

@@ -44,6 +44,11 @@ REPOSITORY_BEYOND_TRIGGER_MESSAGE = (
 )
 
 
+FLOW_ON_FORK_MESSAGE = (
+    "Job {job} is for pull request #{number}, which comes from a fork, and its Trigger {trigger} runs the flow "
+    "{flow}: a fork's .pi/skills is anyone's text, and a flow is the job's instructions, so nothing ran. Answer "
+    "forks' pull requests with a Trigger that names no run.flow, or push the branch to the repository itself."
+)
 REPLICA_BEYOND_TRIGGER_MESSAGE = (
     "Job {job} says it is {asked}, but its Trigger {trigger} has {given}, so nothing ran: a replica works on a "
     "branch of its own (pi/issue-<n>-r<i>) that only its Trigger's run.replicas gives. Re-create the Job without "
@@ -116,6 +121,10 @@ def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
                           github is None or github.token_secret is not None)
     if forked is not None:
         return forked
+    if spec.run.flow is not None and job.spec.fork is True and job.spec.pullRequest is not None:
+        # The runner refuses it too (runner/flow.py), for a fork only the forge API reveals; this one needs no Pod.
+        return Refused("Refused", None, "FlowOnFork", FLOW_ON_FORK_MESSAGE.format(
+            job=job.name, number=job.spec.pullRequest, trigger=trigger_name, flow=spec.run.flow))
     if not armed(spec):
         return None
     if settings.sessions_dir is None:
