@@ -55,6 +55,23 @@ def test_every_query_of_the_dashboard_names_only_exported_metrics() -> None:
         assert wanted in titles
 
 
+def datasource_variables_unknown(dashboard: dict[str, Any]) -> set[str]:
+    """The ``${name}`` data source refs of panels and queries that name no data source variable of the
+    dashboard (a cross-reference Grafana's schema does not make: dashcheck passes them)."""
+    variables = {v["name"] for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
+    refs = [p.get("datasource", {}) for p in dashboard["panels"]]
+    refs += [t.get("datasource", {}) for p in dashboard["panels"] for t in p.get("targets", [])]
+    used = {m for ref in refs for m in re.findall(r"^\$\{(\w+)\}$", ref.get("uid", ""))}
+    return used - variables
+
+
+def test_every_data_source_ref_names_the_dashboards_data_source_variable() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert datasource_variables_unknown(dashboard) == set()
+    dashboard["panels"][0]["targets"][0]["datasource"]["uid"] = "${prometheus}"
+    assert datasource_variables_unknown(dashboard) == {"prometheus"}, "a ref to a variable that is not there"
+
+
 def test_a_query_naming_an_unexported_metric_is_caught() -> None:
     assert not named("sum(rate(pidispatch_job_tokens[5m]))") <= exported(), "a counter is exported as _total"
 
