@@ -108,6 +108,12 @@ typecheck: venv
 lint-workflows: controlplane
 	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/actionlint" -shellcheck= -pyflakes= .github/workflows/*.yml
 
+# The chart's Grafana dashboard through dashcheck (Grafana's dashboard schema as the foundation SDK's Go types,
+# strict), which `make controlplane` builds; tests/test_chart_dashboard.py runs the same on the rendered ConfigMap.
+.PHONY: lint-dashboards
+lint-dashboards: controlplane
+	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/dashcheck" charts/pi-dispatch/dashboards/*.json
+
 # The fast tier: the layering contracts, ruff, and every test in tests/ but those marked `pi` (they run the
 # real pi). Nothing is started: no control plane, no kubelet, no images; `controlplane` only builds (cached)
 # the pinned helm the chart tests render with. The e2e/ tests and `make test` are the whole suite.

@@ -6,10 +6,11 @@
 #   helm                                             (wrapper module helm/)
 #   actionlint                                       (wrapper module actionlint/: tests/test_workflows.py)
 #   registry                                         (wrapper module registry/: e2e/test_pull_secret.py)
+#   dashcheck                                        (module dashcheck/: tests/test_chart_dashboard.py)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
-# A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum
-# changed (a stamp file next to it records their hash), so a second run builds
-# nothing. Prints the bin dir on the last line of stdout.
+# A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum (and its own .go
+# files, for dashcheck/, the one module with source of ours) changed (a stamp file next to it records
+# their hash), so a second run builds nothing. Prints the bin dir on the last line of stdout.
 #
 # Usage: build.sh [--print-bin-dir]   (the flag only prints the directory)
 set -euo pipefail
@@ -35,7 +36,9 @@ built=0
 build() {  # name module-dir package ldflags
     local name="$1" dir="$2" pkg="$3" ldflags="$4"
     local stamp="$bin_dir/.$name.stamp" want
-    want="$(cd "$here/$dir" && cat go.mod go.sum | sha256sum | cut -d' ' -f1) $(go env GOVERSION)"
+    # the .go files in the module's own directory (none in the wrappers: their hash is that of go.mod/go.sum)
+    want="$(cd "$here/$dir" && find . -maxdepth 1 -name '*.go' | LC_ALL=C sort | xargs cat go.mod go.sum \
+        | sha256sum | cut -d' ' -f1) $(go env GOVERSION)"
     if [ -x "$bin_dir/$name" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         echo "[controlplane] $name: cached ($bin_dir/$name)" >&2
         return 0
@@ -73,6 +76,10 @@ build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
 # the private registry the real node pulls from with an imagePullSecret (e2e/test_pull_secret.py)
 build registry registry github.com/distribution/distribution/v3/cmd/registry \
     "-s -w -X github.com/distribution/distribution/v3/version.version=v$REGISTRY_VERSION"
+
+# the Grafana dashboard's schema check (tests/test_chart_dashboard.py): Grafana's dashboard schema as the
+# foundation SDK's Go types, strictly decoded; main.go is ours
+build dashcheck dashcheck . "-s -w"
 
 echo "[controlplane] $built binaries built, total $(( $(date +%s) - total_start ))s; bin dir:" >&2
 echo "$bin_dir"

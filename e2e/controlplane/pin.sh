@@ -12,6 +12,8 @@
 #   actionlint/  requires github.com/rhysd/actionlint v$ACTIONLINT_VERSION (the workflow linter).
 #   registry/  requires github.com/distribution/distribution/v3 v$REGISTRY_VERSION (the private registry of
 #          e2e/test_pull_secret.py).
+#   dashcheck/  requires github.com/grafana/grafana-foundation-sdk/go v$GRAFANA_SDK_VERSION (the dashboard
+#          schema check of tests/test_chart_dashboard.py); its main.go is ours and is kept.
 #
 # Re-runnable: edit versions.env, run this script, commit */go.mod */go.sum.
 set -euo pipefail
@@ -87,4 +89,11 @@ new_module registry pidispatch.invalid/controlplane/registry
     go get -tool "github.com/distribution/distribution/v3/cmd/registry@v$REGISTRY_VERSION"
     go mod tidy
 )
-echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry}/go.{mod,sum}"
+echo "== dashcheck: github.com/grafana/grafana-foundation-sdk/go v$GRAFANA_SDK_VERSION"
+new_module dashcheck pidispatch.invalid/controlplane/dashcheck
+(
+    cd "$here/dashcheck"
+    go get "github.com/grafana/grafana-foundation-sdk/go@v$GRAFANA_SDK_VERSION"
+    go mod tidy
+)
+echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry,dashcheck}/go.{mod,sum}"
