@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.contract import ENV_COMMAND_EXTENSIONS_DIR, ENV_EVENT_FILE, command_problem, split_command
+from pidispatch.contract import ENV_COMMAND_EXTENSIONS_DIR, ENV_EVENT_FILE, split_command
 from pidispatch.events import emit
 from pidispatch.runner.config import Event, RunnerConfig
 
@@ -67,12 +67,6 @@ class Command:
     def failure(self) -> str:
         """What pi 0.73.1 starts a stderr line with when the handler threw; it still exits 0 (measured)."""
         return f"Extension error (command:{self.name}): "
-
-    def prompt(self, briefing: str) -> str:
-        """The whole prompt is the command as the Trigger wrote it; the briefing is not sent (the event is
-        in the event file)."""
-        del briefing
-        return self.text
 
 
 def extension_files(directory: str, workspace: str) -> tuple[str, ...]:
@@ -175,10 +169,8 @@ def command_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Command
     if config.command is None:
         yield None
         return
-    assert config.command_extensions_dir is not None  # load_config refuses a command without it
-    why = command_problem(config.command)
-    if why is not None:
-        raise CommandError(why)
+    # load_config refused a command in a form pi would not run, or without the image's directory
+    assert config.command_extensions_dir is not None
     extensions = extension_files(config.command_extensions_dir, config.workspace)
     directory = tempfile.mkdtemp(prefix="pi-event-")  # mode 0700, outside the workspace
     try:

@@ -270,11 +270,12 @@ def execute(config: RunnerConfig, env: Mapping[str, str], version: str,
             opened: OpenedSession, flow: Flow | None = None, command: Command | None = None
             ) -> tuple[RunnerReport, int]:
     """Steps 7–8: run pi on the prepared session (then the pack turn, at the bound) and build the report."""
-    prompt, unpack = _first_prompt(config, env, opened)
-    if flow is not None:
-        prompt = flow.prompt(prompt)
-    if command is not None:
-        prompt = command.prompt(prompt)
+    if command is not None:  # the whole prompt: the event reaches the handler in its file, not as a briefing
+        prompt, unpack = command.text, None
+    else:
+        prompt, unpack = _first_prompt(config, env, opened)
+        if flow is not None:
+            prompt = flow.prompt(prompt)
     emit("runner_started", job=config.job_name, hostResume=config.host_resume, resumed=opened.resumed,
          reason=opened.reason.value, piVersion=version, inMemory=opened.session_file is None,
          rethread=unpack is not None)
