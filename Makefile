@@ -7,6 +7,7 @@
 #   make cluster-down   stop it
 #   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
 #   make node           the Debian packages a real node needs (containerd, runc, CNI plugins, iptables)
+#   make tools          the host tools the e2e tests run directly (git, gh)
 # See README.md, "Local control plane".
 
 SHELL := /bin/bash
@@ -73,6 +74,19 @@ node:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "node packages missing:$$missing (not root: the real-node tests will be skipped)"; fi
 
+# The host tools the end-to-end tests run directly (e2e/hosttools.py): job Pods on the test kubelet use this
+# machine's git and gh, as the job image carries its own. Installed when missing and root; otherwise the tests that
+# need them say what is missing and are skipped (under CI, CI=true, they fail instead).
+HOST_TOOLS := git gh
+.PHONY: tools
+tools:
+	@missing=""; for p in $(HOST_TOOLS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
+	  grep -q '^install ok installed$$' || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "host tools: present"; \
+	elif [ "$$(id -u)" = 0 ]; then echo "host tools: installing$$missing"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "host tools missing:$$missing (not root: the tests that run them will be skipped)"; fi
+
 # NODE=auto (default): a real node (containerd + runc, the images of `make images`) when this machine can run
 # one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose; NODE=multi:
 # three test kubelets and the real kube-scheduler (e2e/multinode.py).
@@ -90,7 +104,7 @@ cluster-status: venv
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
 # the container contract, ...), ruff's checks ([tool.ruff] in pyproject.toml) and mypy's (`typecheck`),
 # then every test.
-test: venv controlplane pi images node
+test: venv controlplane pi images node tools
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(MAKE) --no-print-directory lint-workflows

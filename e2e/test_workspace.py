@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from e2e.cluster import Cluster
+from e2e.hosttools import require
 from e2e.kube import Kube
 from e2e.release import ROOT, Release, base_values, create_secret, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
@@ -41,6 +42,13 @@ pytestmark = pytest.mark.e2e
 
 REPO = "acme/widgets"
 APP_ID, INSTALLATION = 5151, 88
+
+
+@pytest.fixture(scope="module", autouse=True)
+def host_tools() -> None:
+    """The agent's ``bash`` runs this machine's ``git`` and ``gh`` (e2e/hosttools.py): without them no pull request
+    is opened, while the scripted reply still says one was."""
+    require("git", "gh")
 
 
 @pytest.fixture(scope="module")

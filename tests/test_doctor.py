@@ -608,3 +608,17 @@ def test_a_replicas_trigger_states_its_multiplier() -> None:
     [line] = named(run_checks(facts=cluster(triggers=[racing, PLAIN])), "replicas")
     assert line.status is Status.OK and "Trigger race starts 3 attempts per delivery" in line.message, line
     assert named(run_checks(facts=cluster(triggers=[PLAIN])), "replicas") == []
+
+
+def test_each_armed_trigger_states_who_can_receive_its_transcripts() -> None:
+    """The disclosure (README's resume section, the chart's NOTES, doctor): for a Trigger with resume armed, anyone
+    with push access to what it serves can be handed a stored transcript. One line per armed Trigger, none for a
+    Trigger whose resume is off (not armed, or naming no repository)."""
+    armed = on(ARMED, repositories=["acme/*"])
+    checks = run_checks(facts=cluster(triggers=[armed, PLAIN, on(ARMED, repositories=None)]))
+    [line] = named(checks, "push-access")
+    assert line.status is Status.OK and line.fix is None, line
+    assert line.message.startswith("Trigger resumer resumes conversations by branch in acme/*: anyone with push "
+                                   "access there"), line
+    assert "Arm resume only where you control push access" in line.message
+    assert named(run_checks(facts=cluster(triggers=[PLAIN])), "push-access") == []

@@ -155,7 +155,8 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
         fix = Access("list", "triggers").can_i(ns, facts.user)
         return [Check("triggers", Status.WARN, f"cannot list Triggers in {ns} ({facts.triggers_error}); the "
                                                f"session checks assume some arm resume", fix)]
-    armed = len(armed_triggers(facts.triggers))
+    armed_ids = {id(t) for t in armed_triggers(facts.triggers)}  # one Trigger object each, names may repeat in a list
+    armed = len(armed_ids)
     checks = [Check("triggers", Status.OK, f"{plural(len(facts.triggers), 'Trigger')} in {ns}, "
                                            f"{armed} arm{'s' if armed == 1 else ''} resume")]
     for t in facts.triggers:
@@ -166,6 +167,8 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
                                 f"kubectl edit pitrigger {name} -n {ns}"))
             continue
         checks.append(serving_check(t, ns))
+        if id(t) in armed_ids:
+            checks.append(push_access_check(t))
         replicas = ((t.get("spec") or {}).get("run") or {}).get("replicas")
         if replicas:
             # pi-dispatch's doctor states the multiplier too: n attempts are n slots, n tokens, n bills.
@@ -198,6 +201,21 @@ def serving_check(trigger: Mapping[str, Any], namespace: str) -> Check:
                                             "a delivery; name the owners you trust (on.repositories: "
                                             "[\"your-org/*\"])", fix)
     return Check("serves", Status.OK, f"{served}; resume is armed for those only")
+
+
+PUSH_ACCESS = ("Trigger {name} resumes conversations by branch in {served}: anyone with push access there can "
+               "create or re-create a branch this Trigger resumes and be handed its stored transcript (the model's "
+               "reasoning, what commands echoed). Arm resume only where you control push access")
+
+
+def push_access_check(trigger: Mapping[str, Any]) -> Check:
+    """The disclosure for a Trigger with resume armed. A key is (forge, repository, branch), and a branch name is
+    whoever-can-push's choice: nothing ties ``pi/issue-7`` to issue 7's work, so the people a stored transcript can
+    reach are the repository's push-access population. No check can tell that apart from the intended case, so
+    doctor says it for every armed Trigger (docs/sessions.md#who-can-receive-a-transcript)."""
+    name = (trigger.get("metadata") or {}).get("name", "?")
+    served = serves.described(serves.entries_of((trigger.get("spec") or {}).get("on")))
+    return Check("push-access", Status.OK, PUSH_ACCESS.format(name=name, served=served))
 
 
 def armed_triggers(triggers: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
