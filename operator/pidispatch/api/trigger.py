@@ -38,7 +38,8 @@ def resume_armed(spec: dict[str, Any]) -> bool:
 
 
 def first_refusal(spec: dict[str, Any]) -> str | None:
-    """The message of the first conflict in the spec's order (§10.3), or ``None`` when loadable."""
+    """The message of the first conflict in the documented order (docs/store-contract.md#trigger-admission), or ``None``
+    when loadable."""
     return refusal_of(spec, problem(TriggerSpec, spec))
 
 

@@ -1,4 +1,4 @@
-"""The issue comments of the per-delivery refusals (spec §10.1, §10.2, and a fork's job under a token that
+"""The issue comments of the per-delivery refusals (docs/store-contract.md#refusals, and a fork's job under a token that
 cannot be narrowed), in our words.
 
 One comment per delivery, even across operator restarts and when one delivery matched several

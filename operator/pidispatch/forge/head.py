@@ -1,4 +1,5 @@
-"""A pull request's head, as the forge API reports it, and why it gives no session key (spec §1.3).
+"""A pull request's head, as the forge API reports it, and why it gives no session key
+(docs/store-contract.md#pull-request-heads).
 
 The head branch and repository come only from ``GET /repos/{owner}/{repo}/pulls/{n}``, never from
 the webhook payload. Anything short of a same-repository head gives no key; the job then runs exactly

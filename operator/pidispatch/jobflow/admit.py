@@ -1,4 +1,4 @@
-"""Step 1, admit: may this Job run at all? The refusals before any spend (ARCHITECTURE §4.1–2).
+"""Step 1, admit: may this Job run at all? The refusals before any spend (docs/architecture.md#admit).
 
 A refused Job gets no Pod, no slot and no store access; a Job that passes waits for a slot in FIFO
 order (the dispatcher's queue). Pure: the dispatcher gathers the Job and its Trigger and acts on the

@@ -1,4 +1,4 @@
-"""Step 5, complete: the Pod ended; promote (at most once), then merge the record (ARCHITECTURE §4.8).
+"""Step 5, complete: the Pod ended; promote (at most once), then merge the record (docs/architecture.md#complete).
 
 Pod ``Succeeded`` with a session → the store promotes the staged copy (``store/journal.py``: at most
 once per Job, even across crashes); Pod ``Failed`` → nothing is promoted and the store is untouched.

@@ -1,4 +1,4 @@
-"""Mount readiness (session-store-spec §4.2): is `/session` usable by this uid, before anything is spent?
+"""Mount readiness (docs/store-contract.md#runner-side): is `/session` usable by this uid, before anything is spent?
 
 An ordered chain of small checks over facts gathered once: each returns `None` or the one line the
 runner prints before exiting 2. The order is the spec's table; the fourth check (the staged file can

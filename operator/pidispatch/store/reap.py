@@ -1,4 +1,4 @@
-"""The TTL reaper (spec §7): one recursive delete per idle key directory, never following links.
+"""The TTL reaper (docs/store-contract.md#reaper): one recursive delete per idle key directory, never following links.
 
 Disk hygiene only; the read-side TTL gate is what keeps an old transcript from being resumed. The
 reaper ignores locks on purpose: it is the second way out of a wedged key.

@@ -1,4 +1,4 @@
-"""The key directory's sidecars (spec §2.3): the common read rule and the replace procedure.
+"""The key directory's sidecars (docs/store-contract.md#sidecars): the common read rule and the replace procedure.
 
 Reads ``lstat`` first and accept only a regular file of 1..4096 bytes; writes go to a fixed
 ``<name>.incoming`` temp renamed over the sidecar, so nothing is ever written through a link.
