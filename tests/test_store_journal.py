@@ -68,7 +68,7 @@ def names_in(key_dir: Path) -> set[str]:
 
 # (step, the chain and venue once the Job's completion ran again): before the swap nothing landed and the
 # promotion runs again in full; after it the swap counts and is not repeated (a kill before the venue stamp
-# leaves (pending): the next delivery starts cold once, as the spec says of an interrupted promotion).
+# leaves (pending): the next delivery starts cold once, as the store contract says of an interrupted promotion).
 STEPS = [
     ("journaled", "1", "kubernetes"),
     ("key-dir-ready", "1", "kubernetes"),

@@ -79,8 +79,8 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
 
 
 def refusal_reason(message: str) -> str:
-    """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the spec's
-    resume refusals only, and a reason of its own for each other kind."""
+    """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the store
+    contract's resume refusals only, and a reason of its own for each other kind."""
     if message == REPLICAS_ON_CRON:
         return REPLICAS_ON_CRON_REASON
     if message.startswith(COMMAND_REFUSAL_PREFIX):

@@ -64,7 +64,7 @@ TEXTS: dict[str, str] = {JobReason.SESSIONS_DIR_UNSET: SESSIONS_DIR_UNSET, JobRe
 
 
 def posts_comment(reason: object) -> bool:
-    """Whether a Job refused for ``reason`` owes the issue a comment (the spec's two refusals and a fork's do;
+    """Whether a Job refused for ``reason`` owes the issue a comment (the store contract's two refusals and a fork's do;
     ``beyond-trigger`` does not: only a hand-made Job meets it, and its repository may not be the Trigger's)."""
     return isinstance(reason, str) and reason in TEXTS
 

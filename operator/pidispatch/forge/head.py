@@ -63,7 +63,8 @@ def no_key_reason(repository: str, head: Head) -> NoHead | None:
         return head.failure
     if head.repository is None:
         return NoHead.DELETED_FORK
-    if head.repository != repository:  # exact: "Octo/repo" is not "octo/repo" (the spec's fork gate)
+    # Exact: "Octo/repo" is not "octo/repo" (the fork gate of docs/store-contract.md#key-parts).
+    if head.repository != repository:
         return NoHead.FORK
     if not head.ref:
         return NoHead.NO_HEAD_REF

@@ -100,7 +100,7 @@ def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
     """The first reason this Job may not run, or ``None``: a spec its CRD would refuse, a missing or refused
     Trigger, a Job asking for more than its Trigger gives, a fork the payload names under a token that
     cannot be narrowed (``github``: the deployment's, ``None``: assume its pat/gh Secret is configured),
-    then the spec's two refusals."""
+    then the two refusals of docs/store-contract.md#refusals."""
     trigger_name = job.trigger_name
     if job.spec is None:  # what the Job CRD's schema refuses, for a Job stored without it
         return Refused("Failed", None, "InvalidSpec",

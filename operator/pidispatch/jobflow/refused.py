@@ -1,4 +1,4 @@
-"""What a refusal writes: the Job's status (``Refused`` or ``Failed``), the log events the spec names, and a
+"""What a refusal writes: the Job's status (``Refused`` or ``Failed``), the log events the store contract names, and a
 Kubernetes Event. Its issue comment is ``comment.py``'s, posted after (and owed across a restart)."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ the file either empty or a valid v3 session ending in `\\n` whose header `cwd` i
 - `open_session` does it on the real file, never following a link the agent may have planted, and
   answers how pi must be started (`--session FILE` or `--no-session`) and what the report says.
 
-Decisions where the spec is silent:
+Decisions where the store contract is silent:
 
 - **An unterminated last line that is a complete entry** is terminated (`\\n` appended) rather than
   cut: JSON cannot be cut inside an object and still parse as one, so such a line is whole (pi's

@@ -20,7 +20,7 @@ Recovery from ``started`` (a kill during the attempt) proves each thing instead 
 * the swap landed when the canonical file has changed since ``before`` and holds the staged bytes
   (compared through the key directory's no-follow descriptor, as every read of the store is):
   then it is not promoted again (no second chain increment; a kill before the stamps leaves the key
-  ``(pending)``, so the next delivery starts cold once, as the spec says of an interrupted promotion);
+  ``(pending)``, so the next delivery starts cold once, as the store contract says of an interrupted promotion);
 * the canonical file has changed since ``before`` and holds *other* bytes: another promotion on the key
   came after this attempt began, so this Job's transcript is the older one and is discarded as spec
   promotion step 5 (docs/store-contract.md#promotion-steps) discards the loser of two promotions (``locked``);

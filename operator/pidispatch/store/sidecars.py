@@ -109,7 +109,7 @@ def read_context(key_dir: str) -> tuple[int, int, str | None] | None:
 
 
 def normalise_model_id(model: str | None) -> str | None:
-    """``provider/model`` lower-cased if it matches the spec's pattern, else ``None``."""
+    """``provider/model`` lower-cased if it matches the store contract's pattern, else ``None``."""
     if not isinstance(model, str):
         return None
     lowered = model.lower()
