@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# Two images from one build (ARCHITECTURE §1):
+# Two images from one build (docs/architecture.md#components):
 #   docker build --target operator -t ghcr.io/pi-dispatch/operator:<version> .
 #   docker build --target job      -t ghcr.io/pi-dispatch/job:<version> .
 # Both run as uid/gid 65532 (the chart's securityContext.runAsUser), never as root.

@@ -1,7 +1,7 @@
-"""Start-up cost of the ``pidispatch`` store and transcript commands (design/CLI.md, "Start-up cost").
+"""Start-up cost of the ``pidispatch`` store and transcript commands (docs/cli.md#start-up-cost).
 
-CLI.md asks that ``key``, ``store …`` and ``transcript check`` "return in well under 200 ms on these
-machines". Each command is run as a fresh process, paired and interleaved with the baseline: the
+``key``, ``store …`` and ``transcript check`` are to "return in well under 200 ms on a 2-core
+machine". Each command is run as a fresh process, paired and interleaved with the baseline: the
 same interpreter doing nothing (``python -c pass``), so the ratio is what the command adds to a bare
 interpreter start. Standard library and the package only; a temp store seeded with a real pi
 transcript from ``../shared/samples``.

@@ -636,7 +636,7 @@ def primitives(root: Path, reps: int) -> dict[str, float]:
     (d / "venue").write_text("kubernetes")
 
     def replace_sidecar() -> None:
-        # What promote does per sidecar (spec §6.2 replace procedure): create, write, rename over.
+        # What promote does per sidecar (docs/store-contract.md#sidecar-replace): create, write, rename over.
         fd = os.open("venue.incoming", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=dir_fd)
         os.write(fd, b"kubernetes")
         os.close(fd)
@@ -724,7 +724,7 @@ def kernel_copy_fsync(src: Path, dst: Path) -> None:
 
 
 def bare_stage_protocol(key_dir: Path, stage_dir: Path) -> None:
-    """The system calls spec §3 makes a resume perform, with none of resolve's logic around them.
+    """The system calls a resume must make (docs/store-contract.md#staging), with none of resolve's logic around them.
 
     The staging directory and file, the gates' ``lstat``s and the two sidecars they read (the read
     rule: ``lstat``, open, ``fstat``, read), the transcript opened and its header read, the bytes
@@ -771,7 +771,7 @@ def _bare_read(path: Path) -> bytes:
 
 
 def bare_promotion_protocol(staged: Path, dir_fd: int) -> None:
-    """The system calls spec §6 makes a promotion perform, with none of promote's checks around them.
+    """The system calls a promotion must make (docs/store-contract.md#promotion-steps), with none of promote's checks.
 
     Lock file (O_EXCL) ... temp file copied in the kernel and fsynced, the ``(pending)`` venue
     sentinel, fsync(dir) (the sentinel is durable before the swap), the rename over
@@ -858,11 +858,11 @@ HEAD = (
 # row says). Which of them carry a target, and at which sizes, is TARGETS; the rest are context.
 COMPARISON_ROWS = (
     ("stage", "first read vs the protocol's own syscalls",
-     "stage, first read: `resolve` vs the same system calls bare (spec §3's reads, no logic)"),
+     "stage, first read: `resolve` vs the same system calls bare (the read path's, no logic)"),
     ("stage", "remembered vs the protocol's own syscalls",
-     "stage, remembered: `resolve` vs the same system calls bare (spec §3's reads, no logic)"),
+     "stage, remembered: `resolve` vs the same system calls bare (the read path's, no logic)"),
     ("promote", "vs the protocol's own syscalls",
-     "promote: `promote` vs the same system calls bare (spec §6's protocol, no checks)"),
+     "promote: `promote` vs the same system calls bare (the promotion's protocol, no checks)"),
     ("stage", "first read vs kernel copy", "stage, first read of this version: `resolve` vs in-process kernel copy"),
     ("stage", "remembered vs kernel copy", "stage, gate 12's answer remembered: `resolve` vs in-process kernel copy"),
     ("promote", "vs copy+fsync+rename+fsync(dir)",
@@ -872,7 +872,7 @@ COMPARISON_ROWS = (
      f"stage, first read: `resolve` vs user-space copy loop ({CHUNK // MIB} MiB reads into one buffer)"),
     ("stage", "first read vs cp", "stage, first read: `resolve` in-process vs a `cp` process"),
 )
-# The targets as DECISIONS.md settled them: at 8 MiB the issue's own (stage ≤ 1.3× `cp`, read as an
+# The targets as the project settled them: at 8 MiB the issue's own (stage ≤ 1.3× `cp`, read as an
 # in-process kernel copy; promote ≤ 1.5× a baseline doing what promotion must: the copy, the same fsyncs,
 # the rename); below that, where fixed costs dominate, ≤ 1.2× the protocol's own floor (issue 18). 1 MiB
 # is named by neither; it is judged by the small-size target (an assumption, said in docs/benchmarks.md).

@@ -106,7 +106,8 @@ def pi_tokens(usage: Usage) -> dict[str, int]:
     """What pi makes of the scripted model's usage, as a job's ``status.tokens`` carries it: the fake model has
     no prices in models.json, so no cost and one unpriced reply. pi 0.73.1's parseChunkUsage (pi-ai
     openai-completions.js) reads cached_tokens as hits plus this request's writes when cache_write_tokens is
-    given (OpenRouter's way), so cacheRead is cached - written (pi-cli §3.3 has input - written instead)."""
+    given (OpenRouter's way), so cacheRead is cached - written (docs/pi-behaviour.md#usage-mapping has input -
+    written instead)."""
     read = usage.cached_tokens - usage.cache_write_tokens if usage.cache_write_tokens else usage.cached_tokens
     fresh = usage.prompt_tokens - read - usage.cache_write_tokens
     return {"input": fresh, "output": usage.completion_tokens, "cacheRead": read,

@@ -1,6 +1,6 @@
 """The real pi CLI the tests run: installed by ``make pi`` from ``e2e/pi/package-lock.json``.
 
-``pi_binary()`` is its path; ``run_pi`` runs it the way the tests must (``pi-cli-behaviour.md`` §1):
+``pi_binary()`` is its path; ``run_pi`` runs it the way the tests must (docs/pi-behaviour.md#running-pi-in-tests):
 stdin ``/dev/null`` (pi reads a non-TTY stdin to EOF, so an open pipe hangs it), and an isolated
 ``PI_CODING_AGENT_DIR`` and ``HOME`` with ``PI_OFFLINE=1``, so a developer's ``~/.pi`` and real API-key
 variables never take part.

@@ -1,6 +1,6 @@
 """A scripted OpenAI-compatible chat-completions server for tests that run the real pi CLI.
 
-pi talks to it as to any ``openai-completions`` provider (``pi-cli-behaviour.md`` §3): it answers
+pi talks to it as to any ``openai-completions`` provider (docs/pi-behaviour.md#the-model-wire-format): it answers
 ``POST /v1/chat/completions`` with the SSE stream pi expects (a role delta, content / reasoning /
 tool-call deltas, a ``finish_reason`` delta, a ``choices: []`` usage chunk, ``data: [DONE]``), or a
 plain ``chat.completion`` when the request does not ask to stream. Each request takes the next step of
@@ -59,8 +59,9 @@ CONTROL = "/_control"
 
 @dataclass(frozen=True)
 class Usage:
-    """The usage a reply reports. pi maps it (§3.3) to ``input = prompt - cached - cache_write``,
-    ``cacheRead = cached``, ``cacheWrite = cache_write``, ``output = completion``."""
+    """The usage a reply reports. pi maps it (docs/pi-behaviour.md#usage-mapping) to
+    ``input = prompt - cached - cache_write``, ``cacheRead = cached``, ``cacheWrite = cache_write``,
+    ``output = completion``."""
 
     prompt_tokens: int
     completion_tokens: int
@@ -591,9 +592,9 @@ def write_agent_dir(path: str | os.PathLike[str], base_url: str, *, context_wind
     """Write pi's ``models.json`` and ``settings.json`` into ``path`` (created) and return it.
 
     The provider is ``fake`` (api ``openai-completions``, ``baseUrl`` = ``base_url``) with ``model_ids``
-    (the first is the default). ``fast_fail`` turns retries and auto-compaction off (§2.3), so a failing
-    model costs one request and pi exits 1 in under a second instead of ~20 s. ``settings`` are merged
-    over the generated settings.
+    (the first is the default). ``fast_fail`` turns retries and auto-compaction off
+    (docs/pi-behaviour.md#failing-fast), so a failing model costs one request and pi exits 1 in under a second
+    instead of ~20 s. ``settings`` are merged over the generated settings.
     """
     agent = Path(path)
     agent.mkdir(parents=True, exist_ok=True)

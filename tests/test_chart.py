@@ -204,7 +204,7 @@ def test_sessions_enabled_mounts_both_claims_and_sets_the_bounds(helm: Any) -> N
     settings = OperatorSettings.from_env(env)
     defaults = Settings()
     assert settings.store == Settings(sessions_dir=STORE_DIR, github_auth_source="app"), \
-        "the chart's bounds are the spec's defaults"
+        "the chart's bounds are the store contract's defaults"
     assert env["PI_SESSION_MAX_BYTES"] == str(defaults.max_bytes), "no float formatting of large numbers"
     assert "PI_SESSION_MAX_CONTEXT_PCT" not in env, "null leaves the bound unset (off)"
     assert "PI_SESSIONS_ALLOW_GH_SOURCE" not in env

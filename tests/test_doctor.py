@@ -92,7 +92,7 @@ def named(checks: list[Check], name: str) -> list[Check]:
     return [c for c in checks if c.name == name]
 
 
-# -- §8.1: the store unset --------------------------------------------------------------------------
+# -- check 1 (docs/store-contract.md#doctor): the store unset ------------------------------------------------
 STORE_UNSET = [
     ("a Trigger arms resume and no store is configured: fail", [ARMED, PLAIN], Status.FAIL, "1 Trigger arms"),
     ("two Triggers arm resume: the count is named", [ARMED, trigger("second", {"resume": True})], Status.FAIL,
@@ -203,7 +203,7 @@ def test_armed_trigger_with_a_store_shows_the_session_lines_in_the_spec_order() 
     assert "committed" in privacy.message
 
 
-# -- §8.2: the store directory, on a real filesystem -------------------------------------------------
+# -- check 2: the store directory, on a real filesystem --------------------------------------------
 def test_store_directory_facts(tmp_path: Path) -> None:
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
@@ -214,7 +214,7 @@ def test_store_directory_facts(tmp_path: Path) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("")
     link = tmp_path / "link"
-    link.symlink_to(private)  # the store root may be a link (spec §2.2)
+    link.symlink_to(private)  # the store root may be a link (docs/store-contract.md#layout)
 
     def store(path: Path) -> Check:
         checks = run_checks({"PI_SESSIONS_DIR": str(path)}, store=inspect_store(str(path)),
@@ -239,7 +239,7 @@ def test_store_the_operator_cannot_write_names_its_uid() -> None:
     assert line.fix == "chown 1000 /srv/sessions && chmod 0700 /srv/sessions"
 
 
-# -- §8.4 and §8.5: the bounds and the context warning -------------------------------------------------
+# -- checks 4 and 5: the bounds and the context warning -----------------------------------------------
 BOUNDS = [
     ("defaults: TTL 14, the others off, each marked as the default", {}, [
         "PI_SESSIONS_TTL_DAYS=14 (default)", "PI_SESSION_MAX_AGE_DAYS=off (default)",
@@ -277,7 +277,7 @@ def test_context_bound_warns_that_it_needs_a_measuring_runner(pct: str | None, w
     assert "status.session.reason" in line.message
 
 
-# -- §8.6 and §10.2: the gh auth source -------------------------------------------------------------------
+# -- check 6: the gh auth source (docs/store-contract.md#gh-auth-source) -------------------------------
 AUTH = [
     ("GITHUB_AUTH_SOURCE unset means gh: a warning", {"GITHUB_AUTH_SOURCE": None}, [PLAIN], [Status.WARN]),
     ("an App: ok", {"GITHUB_AUTH_SOURCE": "app"}, [PLAIN, ARMED], [Status.OK]),

@@ -1,5 +1,6 @@
-"""The job flow's pure decisions (ARCHITECTURE §4; session-store spec §1.2, §10): refusals, keys, Pod
-env, Pod outcome, and the Trigger / SessionKey status computed from them and from a real store."""
+"""The job flow's pure decisions (docs/architecture.md#job-flow, docs/store-contract.md#key-parts and
+docs/store-contract.md#refusals): refusals, keys, Pod env, Pod outcome, and the Trigger / SessionKey status
+computed from them and from a real store."""
 
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def test_a_job_spec_its_crd_would_refuse_fails_before_anything_else(job: dict, n
     assert named in refused.message, refused.message
 
 
-# ---- refusal: sessions-dir-unset (§10.1) --------------------------------------------------------------
+# ---- refusal: sessions-dir-unset (docs/store-contract.md#store-unset) --------------------------------------
 
 MANUAL_RUN = {"trigger": "fix-it", "forge": "github", "repository": "octo/repo"}
 
@@ -157,7 +158,7 @@ def test_missing_store_is_reported_before_the_gh_source() -> None:
     assert refused is not None and refused.reason == JobReason.SESSIONS_DIR_UNSET
 
 
-# ---- refusal: gh auth source with resume (§10.2) ------------------------------------------------------
+# ---- refusal: gh auth source with resume (docs/store-contract.md#gh-auth-source) ---------------------------
 
 CONFIG, BEYOND = JobReason.CONFIG_REFUSED, JobReason.BEYOND_TRIGGER
 AUTH = [
@@ -236,7 +237,7 @@ def test_resume_with_store_and_app_source_runs() -> None:
     assert refusal("delivery-1", ISSUE_JOB, trigger(ARMED), STORE) is None
 
 
-# ---- job_key (§1.2, §1.3) -----------------------------------------------------------------------------
+# ---- job_key (docs/store-contract.md#key-parts) ------------------------------------------------------------
 
 KEYS = [
     ("issue", ISSUE_JOB, ARMED, issue_key("github", "octo/repo", 7), "pi/issue-7"),

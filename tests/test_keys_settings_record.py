@@ -1,4 +1,5 @@
-"""Keys (spec §1), strict settings (§2.1), and the verdict merge (§5)."""
+"""Keys (docs/store-contract.md#keys), strict settings (docs/store-contract.md#settings), and the verdict merge
+(docs/store-contract.md#verdict-merge)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The spec's refusal log events (§9.3, §10), and the uid job Pods run as, from the controller itself."""
+"""The refusal log events (docs/store-contract.md#log-events, docs/store-contract.md#refusals), and the uid job
+Pods run as, from the controller itself."""
 
 from __future__ import annotations
 

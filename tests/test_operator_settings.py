@@ -40,7 +40,7 @@ def test_an_empty_value_is_refused_naming_it() -> None:
     """An empty value is a configuration error, never the default (issue 15: an empty GITHUB_AUTH_SOURCE
     once meant gh). The chart renders no empty value (tests/test_settings_strict.py covers every variable)."""
     for name in OPERATOR_VARIABLES:
-        if name == "PI_SESSIONS_DIR":  # spec §2.1: empty string = unset
+        if name == "PI_SESSIONS_DIR":  # empty = unset (docs/store-contract.md#settings)
             continue
         with pytest.raises(ConfigError, match=name):
             OperatorSettings.from_env({name: ""})

@@ -1,4 +1,5 @@
-"""The store on a filesystem that fills up or turns read-only (spec §6.2 steps 7–9, §3).
+"""The store on a filesystem that fills up or turns read-only (docs/store-contract.md#promotion-steps, steps
+7–9, and docs/store-contract.md#resolve).
 
 Each case runs in a child process inside a private mount namespace (``unshare --mount
 --propagation private``) that mounts a small tmpfs as the store root, so nothing leaks to the host
@@ -278,7 +279,8 @@ def test_a_full_store_fails_the_promotion_and_keeps_the_previous_transcript(case
 
 
 def test_a_short_copy_is_a_failed_copy_even_when_space_comes_back_before_the_swap(tmp_path: Path) -> None:
-    """Spec §6.2 c: whatever goes wrong during the copy is ``promote-failed`` and nothing is swapped.
+    """Promotion step 6, the copy (docs/store-contract.md#promotion-steps): whatever goes wrong during the copy
+    is ``promote-failed`` and nothing is swapped.
 
     ENOSPC part-way through a write is first a *short* write (the bytes that fit), then the error.
     If space is freed before the sentinel is written, a copier that ignores the short count renames a
@@ -296,7 +298,8 @@ def test_a_short_copy_is_a_failed_copy_even_when_space_comes_back_before_the_swa
 def test_sidecar_writes_failing_after_the_swap_still_count_as_promoted(tmp_path: Path) -> None:
     result = _run_case("sidecars-fill-after-swap", tmp_path)
     landed, after, retried, recovered = result["steps"]
-    # §6.2: the transcript landed, so the promotion counts; each failed stamp is logged, not fatal.
+    # The transcript landed, so the promotion counts (docs/store-contract.md#promotion-steps); each failed stamp is
+    # logged, not fatal.
     assert (landed["promoted"], landed["reason"], landed["transcript"]) == (True, "promoted", "new")
     failed_files = {e["file"] for e in _events(landed, "session_sidecar_failed")}
     assert {"pi-version", "resume-chain", "venue"} <= failed_files

@@ -4,8 +4,8 @@
 The receiver in-process (the real aiohttp app, GitHub-format deliveries) plans n Jobs ``<name>-r<i>`` with
 ``spec.replica`` and ``spec.replicas``; the operator refuses a Job whose replica its Trigger does not give; the
 checkout is resolved against the fake forge over real repositories (``pi/issue-<n>-r<i>``); the runner's prompt
-names the attempt. The Trigger's load-time refusals: with resume (the spec's own rule, unchanged) and on a cron
-Trigger. The whole path on the local control plane is ``e2e/test_replicas.py``.
+names the attempt. The Trigger's load-time refusals: with resume (the store contract's own rule, unchanged) and
+on a cron Trigger. The whole path on the local control plane is ``e2e/test_replicas.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The runner's report (ARCHITECTURE §5): an agent-reachable termination message, accepted field by field."""
+"""The runner's report (docs/architecture.md#container-contract): an agent-reachable termination message, accepted field
+by field."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ digest of every value (the scan before the promotion redacts an echo), and the j
 the Secrets a person listed. ``run.flow`` acts: it reaches the runner as ``PI_FLOW`` (the runner's side is
 ``tests/test_flow_runner.py``). ``run.command`` acts: it reaches the runner as ``PI_COMMAND``, its form checked
 at load (``tests/test_command_runner.py``: the runner's side). ``run.replicas`` acts (``tests/test_replicas.py``).
-No field of ``run`` is left that nothing acts on; with ``run.resume`` each keeps the spec's refusal.
+No field of ``run`` is left that nothing acts on; with ``run.resume`` each keeps the store contract's refusal.
 The SessionKey's ``forge`` names only what a Job may.
 """
 

@@ -62,7 +62,8 @@ def assert_report_survives_the_operator(result: Result) -> None:
 
 
 def rpc_context_usage(job: Job) -> dict[str, Any]:
-    """pi's own figure: `get_session_stats` over RPC on the session file (pi-cli §7.1; reads, never writes)."""
+    """pi's own figure: `get_session_stats` over RPC on the session file (docs/pi-behaviour.md#context-usage; reads,
+    never writes)."""
     command = json.dumps({"id": "stats", "type": "get_session_stats"}) + "\n"
     done = subprocess.run([str(job.pi), "--mode", "rpc", "--session", str(job.session_file)], input=command,
                           capture_output=True, text=True, cwd=job.workspace, timeout=60,
@@ -278,7 +279,8 @@ def test_pi_failure_is_exit_1_with_a_failed_report(job: Job) -> None:
 
 
 def test_an_open_stdin_does_not_hang_pi(job: Job) -> None:
-    """The runner inherits whatever stdin the container has; pi must get /dev/null (pi-cli §5)."""
+    """The runner inherits whatever stdin the container has; pi must get /dev/null
+    (docs/pi-behaviour.md#running-pi-in-tests)."""
     job.stage(b"")
     read_end, write_end = os.pipe()  # nobody writes to it or closes it until the runner has exited
     try:

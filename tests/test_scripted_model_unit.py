@@ -1,6 +1,6 @@
 """The scripted model alone, spoken to over HTTP as pi's OpenAI client would (no pi, no cluster).
 
-The wire format checked here is `pi-cli-behaviour.md` §3.2; `test_scripted_model.py` proves the same
+The wire format checked here is docs/pi-behaviour.md#the-model-wire-format; `test_scripted_model.py` proves the same
 server against the real pi.
 """
 

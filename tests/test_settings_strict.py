@@ -3,7 +3,7 @@ the runner reads is a configuration error naming the variable, never a silent de
 
 Found by reading the code: an empty ``GITHUB_AUTH_SOURCE`` became ``gh`` (the full-scope credential), and
 empty JSON, integer and GitHub text settings took their defaults. The one documented exception is
-``PI_SESSIONS_DIR`` (spec §2.1: "Empty string = unset").
+``PI_SESSIONS_DIR`` (empty means unset: docs/store-contract.md#settings).
 
 The lists of variables are held to the code: every ``PI_*``/``GITHUB_*`` name a settings module spells
 out must be in its component's list, so a setting added later cannot skip the rule.
@@ -53,7 +53,7 @@ CASES = ([("operator", name, operator, ConfigError) for name in OPERATOR_VARIABL
 def test_an_empty_setting_is_refused_naming_it(component: str, name: str, load, error: type[Exception],
                                                empty: str) -> None:
     if name in EMPTY_MEANS_UNSET:
-        assert load({name: empty}) == load({}), f"{name}: empty is documented as unset (spec §2.1)"
+        assert load({name: empty}) == load({}), f"{name}: empty means unset (docs/store-contract.md#settings)"
         return
     with pytest.raises(error) as caught:
         load({name: empty})

@@ -1,4 +1,4 @@
-"""The job budget (ARCHITECTURE §4.4): FIFO by arrival, capacity kept, a burst never dropped."""
+"""The job budget (docs/architecture.md#slot): FIFO by arrival, capacity kept, a burst never dropped."""
 
 from __future__ import annotations
 

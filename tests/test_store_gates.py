@@ -1,4 +1,5 @@
-"""The gate ladder: every gate, its exact comparison, and the order rules of spec §3.2–3.3."""
+"""The gate ladder: every gate, its exact comparison, and the order rules (docs/store-contract.md#gates,
+docs/store-contract.md#why-this-order)."""
 
 from __future__ import annotations
 

@@ -68,7 +68,7 @@ def names_in(key_dir: Path) -> set[str]:
 
 # (step, the chain and venue once the Job's completion ran again): before the swap nothing landed and the
 # promotion runs again in full; after it the swap counts and is not repeated (a kill before the venue stamp
-# leaves (pending): the next delivery starts cold once, as the spec says of an interrupted promotion).
+# leaves (pending): the next delivery starts cold once, as the store contract says of an interrupted promotion).
 STEPS = [
     ("journaled", "1", "kubernetes"),
     ("key-dir-ready", "1", "kubernetes"),
@@ -192,7 +192,8 @@ def test_promotion_holds_the_key_s_guard(seeded: Store) -> None:
 
 def test_two_promotions_on_one_key_at_once_one_is_locked(seeded: Store) -> None:
     """The guard is shared among promotions: they still meet at the on-disk lock, and the second is
-    ``locked`` (its turns are never interleaved with the first's), as spec §6.2 step 5 says."""
+    ``locked`` (its turns are never interleaved with the first's), as promotion step 5 says
+    (docs/store-contract.md#promotion-steps)."""
     jd_a = job_dir(seeded.stage_root, "job-a", NEW)
     jd_b = job_dir(seeded.stage_root, "job-b", NEWER)
     second: list[object] = []

@@ -363,7 +363,8 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
     else:
         assert candidates == []
     if expected.temp_leaked:
-        # Spec §2.2 / §11 rule 11: a kill before the swap leaks the fsynced temp under its random name.
+        # A kill before the swap leaks the fsynced temp under its random name (docs/store-contract.md#design-rules,
+        # rule 11).
         assert len(temps) == 1, temps
         assert (key_dir / temps[0]).read_bytes() == (NEW if expected.temp is None else expected.temp)
     else:
@@ -377,7 +378,8 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
     staged = (stage / "current.jsonl").read_bytes()
     assert staged == (expected.transcript if expected.next_resolve == "resumed" else b"")
 
-    # A leaked lock is fresh, so the next promotion is refused (its turns are lost, spec §11.17) ...
+    # A leaked lock is fresh, so the next promotion is refused (its turns are lost: docs/store-contract.md#design-rules,
+    # rule 17) ...
     newer_stage = str(store.staged_job(NEWER))
     retry = promote(store.settings, KEY, newer_stage, host_resume=False, pi_version=PI, model=MODEL)
     if expected.lock_leaked:
@@ -403,8 +405,8 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
     assert (key_dir / "current.jsonl").read_bytes() == NEWER
     assert (key_dir / "venue").read_text() == "kubernetes"
     assert (key_dir / "resume-chain").read_text() == "0"
-    # The crashed writer's temp (and its lock's candidate) stay until the reaper removes the key (spec §11
-    # rule 11); the operator's journal removes both itself (store/journal.py).
+    # The crashed writer's temp (and its lock's candidate) stay until the reaper removes the key
+    # (docs/store-contract.md#design-rules, rule 11); the operator's journal removes both itself (store/journal.py).
     assert [n for n in entries(key_dir) if TEMP_NAME.fullmatch(n)] == temps
     assert [n for n in entries(key_dir) if CANDIDATE_NAME.fullmatch(n)] == candidates
     assert entries(key_dir) - set(temps) - set(candidates) == BASE
@@ -413,8 +415,8 @@ def test_a_promotion_killed_at_any_step_leaves_a_whole_transcript_and_a_recovera
 @pytest.mark.parametrize("step", ["swapped", "stamped-pi-version", "stamped-resume-chain", "stamped-context",
                                   "stamped-venue"])
 def test_killed_after_the_swap_no_job_resumes_under_a_pi_that_did_not_write_it(store: Store, step: str):
-    """Spec §6.2: "a transcript is never resumed under a pi version that did not write it", even when the
-    operator dies between two stamps (the reason the venue stamp comes last here)."""
+    """docs/store-contract.md#promotion-steps: "a transcript is never resumed under a pi version that did not write it",
+    even when the operator dies between two stamps (the reason the venue stamp comes last here)."""
     upgraded = "0.74.0"
     assert promote(store.settings, KEY, str(store.staged_job(OLD)), host_resume=False, pi_version=PI).promoted
     run_to_death(_promote_then_die, str(store.root), str(store.staged_job(NEW)), step, upgraded, step=step)

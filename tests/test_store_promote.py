@@ -1,4 +1,5 @@
-"""Promotion (spec §6): staged-file and key-directory shapes, planted temps, locks, sidecars."""
+"""Promotion (docs/store-contract.md#promotion): staged-file and key-directory shapes, planted temps, locks,
+sidecars."""
 
 from __future__ import annotations
 
@@ -150,8 +151,8 @@ def test_sidecar_links_are_replaced_by_regular_files(store: Store, plant: str) -
                                              ("candidate_name", "lock.1.1.aaaaaaaaaaaa.incoming")])
 def test_planted_temp_and_lock_candidate_names_are_cleared(store: Store, monkeypatch, plant: str, namer: str,
                                                            name: str) -> None:
-    """Whatever sits at the transcript's temp name (spec §6.2 b) or the lock's candidate name (a crashed
-    attempt's, or planted) is removed, never followed.
+    """Whatever sits at the transcript's temp name (docs/store-contract.md#promotion-steps) or the lock's candidate name
+    (a crashed attempt's, or planted) is removed, never followed.
 
     Both names are random, so the test pins them (``temp_name`` and ``candidate_name`` are this package's
     functions, not ``os``).
@@ -381,8 +382,8 @@ def test_a_failed_fsync_before_the_swap_is_promote_failed(store: Store, events, 
 
 
 def test_a_failed_fsync_after_the_swap_counts_the_promotion_and_leaves_the_key_pending(store: Store, events) -> None:
-    """Spec §11 rule 10: never ``promote-failed`` once the transcript landed. The swap may not survive
-    a power cut, though, so the venue stamp is held back: the key cold-starts once."""
+    """docs/store-contract.md#design-rules, rule 10: never ``promote-failed`` once the transcript landed. The swap may
+    not survive a power cut, though, so the venue stamp is held back: the key cold-starts once."""
     store.put(OLD)
     result = land_observed(store, Observer(store, fail_at="sync-after-swap"), host_resume=True, context=(1, 2))
     assert (result.promoted, result.reason, result.bytes) == (True, "promoted", len(NEW))

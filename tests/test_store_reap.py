@@ -1,4 +1,5 @@
-"""The TTL reaper (spec §7): strays, links, ENOENT fallback, locks ignored, one recursive delete."""
+"""The TTL reaper (docs/store-contract.md#reaper): strays, links, ENOENT fallback, locks ignored, one recursive
+delete."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def open_store(tmp_path: Path) -> Store:
 
 
 def test_a_transcript_that_cannot_be_examined_is_skipped_not_reaped(open_store: Store) -> None:
-    """A non-ENOENT ``lstat`` error is no proof of age (spec §7): the key is skipped and kept."""
+    """A non-ENOENT ``lstat`` error is no proof of age (docs/store-contract.md#reaper): the key is skipped and kept."""
     open_store.put(key=K1, idle_ms=OLD)
     open_store.key_dir(K1).chmod(0o600)  # listable from the root, but nothing inside can be looked up
     try:

@@ -1,4 +1,4 @@
-"""The sidecar read rule (spec §2.3): lstat, regular file, 1..4096 bytes, canonical integers."""
+"""The sidecar read rule (docs/store-contract.md#sidecars): lstat, regular file, 1..4096 bytes, canonical integers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Gate 12, `compaction-summary-empty` (session-store-spec §3.5): the rule and the streaming scanner."""
+"""Gate 12, `compaction-summary-empty` (docs/store-contract.md#empty-compaction-summaries): the rule and the streaming
+scanner."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Offline context usage (pi-cli-behaviour §7.3) against pi's own get_session_stats numbers."""
+"""Offline context usage (docs/pi-behaviour.md#offline-measurement) against pi's own get_session_stats numbers."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def cut_after_compaction(data: bytes) -> bytes:
     return b"\n".join(lines[: index + 1]) + b"\n"
 
 
-# §7.3 reference table (window 32000; pi's get_session_stats agrees on each), plus the README's values.
+# The reference values of docs/pi-behaviour.md#offline-measurement (window 32000; pi's get_session_stats agrees on
+# each), plus the README's values.
 REFERENCE = {
     "s1_after_turn1.jsonl": (621, 1.940625),
     "s1_after_turn2.jsonl": (659, 2.059375),

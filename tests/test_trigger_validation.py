@@ -30,7 +30,7 @@ CASES = [
     ("empty secrets list", {"resume": True, "secrets": []}, "issue_comment.created", None),
     ("resume false with secrets", {"resume": False, "secrets": ["s"]}, "cron", None),
     ("secrets without resume", {"secrets": ["model-keys", "deploy.key"]}, "issue_comment.created", None),
-    ("resume with a well-formed command keeps the spec's message", {"resume": True, "command": "/review"},
+    ("resume with a well-formed command keeps the contract's message", {"resume": True, "command": "/review"},
      "issue_comment.created", TRIGGER_RULES[0]["message"]),
     ("command acts", {"command": "/review focus on tests"}, "issue_comment.created", None),
     ("command on cron", {"command": "/nightly"}, "cron", None),

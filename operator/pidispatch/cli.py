@@ -1,4 +1,4 @@
-"""The ``pidispatch`` command line (design/CLI.md): a stable interface; change it only additively.
+"""The ``pidispatch`` command line (docs/cli.md): a stable interface; change it only additively.
 
 Start-up cost matters (people type these; tests run them hundreds of times), so each command
 imports what it needs inside its function: no kopf, no Kubernetes client on the store path.
@@ -236,7 +236,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
 
 
 def cmd_stop_jobs(args: argparse.Namespace) -> int:
-    """The chart's pre-delete hook (not part of the stable interface of design/CLI.md)."""
+    """The chart's pre-delete hook (not part of the stable interface of docs/cli.md)."""
     import os
 
     from pidispatch.kubeapi import Api

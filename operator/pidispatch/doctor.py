@@ -1,4 +1,4 @@
-"""``pidispatch doctor``: the session checks of the spec (§8), and the whole report (:func:`diagnose`).
+"""``pidispatch doctor``: the session checks (docs/store-contract.md#doctor), and the whole report (:func:`diagnose`).
 
 The checks are pure functions over plain data (settings, what the filesystem says about the store,
 Trigger/CRD/PVC objects as dicts, access-review answers); ``doctor_edge.main`` gathers that data
@@ -8,7 +8,7 @@ command). ``helm test`` runs this inside the cluster with the operator's Service
 
 The Kubernetes checks are in ``doctor_cluster``, a report line and its printing in ``doctor_check``.
 
-The session checks are shown only when at least one Trigger arms resume (spec §8); when the Triggers
+The session checks are shown only when at least one Trigger arms resume; when the Triggers
 cannot be listed (``--offline``, no access) they are shown with the count unknown, and the missing
 store is then a warning rather than a failure, because nobody may be relying on it.
 """
@@ -39,7 +39,8 @@ STORE_WITH_APP = ("sessions.enabled=true,github.authSource=app,github.app.id=<ap
                   "github.app.installationId=<installation-id>,github.app.privateKeySecret.name=<secret>")
 PRIVATE_MODE_BITS = 0o077
 
-#: The four bounds of spec §8.4, in the spec's order. 0 (or unset, for the percentage) means off.
+#: The four bounds of the doctor's bounds line (docs/store-contract.md#doctor), in its order. 0 (or unset, for
+#: the percentage) means off.
 BOUND_VARIABLES = ("PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_AGE_DAYS", "PI_SESSION_MAX_RESUME_CHAIN",
                    "PI_SESSION_MAX_CONTEXT_PCT")
 
@@ -57,9 +58,9 @@ class StoreFacts:
     error: str | None = None
 
 
-# -- the session checks (spec §8) ----------------------------------------------------------------------
+# -- the session checks (docs/store-contract.md#doctor) -----------------------------------------------
 def store_check(store: StoreFacts) -> Check:
-    """§8.2: the store directory exists, is a directory the operator can write, and is private."""
+    """Check 2: the store directory exists, is a directory the operator can write, and is private."""
     path = shlex.quote(store.path)
     if store.error is not None:
         return Check("store", Status.FAIL, f"{store.path} cannot be read: {store.error}")
@@ -79,7 +80,7 @@ def store_check(store: StoreFacts) -> Check:
 
 
 def bound_checks(settings: Settings, explicit: frozenset[str]) -> list[Check]:
-    """§8.4: each bound's value or "off", and "(default)" when it was not set, so a deliberate
+    """Check 4: each bound's value or "off", and "(default)" when it was not set, so a deliberate
     "no bound" can be told from a forgotten one."""
     values = (settings.ttl_days, settings.max_age_days, settings.max_resume_chain, settings.max_context_pct)
     checks = []
@@ -103,7 +104,8 @@ def search_check(native: bool | None = None) -> Check:
 
 def session_checks(settings: Settings, armed: int | None, store: StoreFacts | None,
                    explicit: frozenset[str], namespace: str | None = None) -> list[Check]:
-    """§8 checks 1-5. ``armed`` is the number of Triggers arming resume, ``None`` when unknown."""
+    """Checks 1-5 of docs/store-contract.md#doctor. ``armed`` is the number of Triggers arming resume, ``None`` when
+    unknown."""
     if armed == 0:
         return []
     if settings.sessions_dir is None or store is None:
@@ -137,8 +139,8 @@ def session_checks(settings: Settings, armed: int | None, store: StoreFacts | No
 
 def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None,
                 namespace: str | None = None) -> list[Check]:
-    """§8.6 (not resume-specific) and §10.2: the gh source hands every job the whole gh login, and
-    Triggers that arm resume with it are refused per delivery unless the hatch is open."""
+    """Check 6 (not resume-specific) and docs/store-contract.md#gh-auth-source: the gh source hands every job the whole
+    gh login, and Triggers that arm resume with it are refused per delivery unless the hatch is open."""
     default = settings.github_auth_source
 
     def source(t: Mapping[str, Any]) -> str:

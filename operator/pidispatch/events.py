@@ -1,4 +1,4 @@
-"""Structured log events: one JSON object per line, with the spec's event names and fields.
+"""Structured log events: one JSON object per line, with the store contract's event names and fields.
 
 Events go through the ``pidispatch.events`` logger so the operator, the CLI and tests decide where
 they land; each record also carries the fields as ``record.fields`` for programmatic checks.

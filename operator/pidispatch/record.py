@@ -1,9 +1,9 @@
 """The run record's session verdict: the closed reason enum and the merge of verdicts.
 
-The enum is defined once, here, in the order of the session-store spec (§9.2); CRD enums, the CLI
-and the docs derive from it. The merge (§5) decides what a Job's ``status.session`` says after the
-job Pod ended, from three independent witnesses: the host's gate verdict, the runner's report and
-the promotion result.
+The enum is defined once, here, in the order of docs/store-contract.md#reasons; CRD enums, the CLI
+and the docs derive from it. The merge (docs/store-contract.md#verdict-merge) decides what a Job's ``status.session``
+says after the job Pod ended, from three independent witnesses: the host's gate verdict, the runner's report and the
+promotion result.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ SESSION_REASONS: tuple[str, ...] = tuple(reason.value for reason in SessionReaso
 
 
 class JobReason(StrEnum):
-    """Job-level refusals before any spend (spec §10). Not session reasons."""
+    """Job-level refusals before any spend (docs/store-contract.md#refusals). Not session reasons."""
 
     SESSIONS_DIR_UNSET = "sessions-dir-unset"
     CONFIG_REFUSED = "config-refused"
@@ -58,7 +58,7 @@ class JobReason(StrEnum):
     FORK_NOT_ALLOWED = "fork-not-allowed"
 
 
-# Promotion results that are not record reasons (spec §6.8).
+# Promotion results that are not record reasons (docs/store-contract.md#promotion-results).
 PROMOTED = "promoted"
 NO_KEY = "no-key"
 
@@ -136,7 +136,7 @@ def merge_session(
     runner: RunnerSession | None,
     promoted: PromotionResult | None,
 ) -> dict[str, Any] | None:
-    """Merge the three verdicts into the record's ``session`` by the spec's precedence (§5).
+    """Merge the three verdicts into the record's ``session`` by the precedence of docs/store-contract.md#verdict-merge.
 
     The promotion refusal outranks everything because it says why the *next* run starts cold. A
     host refusal beats a runner ``absent`` because every host refusal stages 0 bytes, so the runner

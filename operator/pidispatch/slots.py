@@ -1,4 +1,4 @@
-"""The job budget (ARCHITECTURE §4.4): at most N job Pods at once, the rest wait in FIFO order.
+"""The job budget (docs/architecture.md#slot): at most N job Pods at once, the rest wait in FIFO order.
 
 Pure and thread-safe; the operator feeds it from Job events and asks it which Jobs may start. A
 burst is never dropped: every queued Job stays queued until a slot frees or the Job goes away.

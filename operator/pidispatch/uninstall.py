@@ -1,4 +1,4 @@
-"""The chart's pre-delete hook (``pidispatch stop-jobs``): what an uninstall must stop (issue 14 §6).
+"""The chart's pre-delete hook (``pidispatch stop-jobs``): what an uninstall must stop (issue 14 item 6).
 
 The operator scaled to zero, then every job Pod of its release deleted, so that none keeps the staging
 claim (``kubernetes.io/pvc-protection``) and ``helm uninstall`` can delete it. Another release's job

@@ -3,10 +3,10 @@
 ``python -m pidispatch.api.crds --write crds/`` writes ``crds/*.yaml``; a test proves the committed
 files equal this output, and that the Helm chart ships the same files. The schemas come from the
 pydantic models through ``schema.structural``; this module adds what is not a schema: names, printer
-columns, descriptions. The Trigger CRD carries the load-time refusals of the session-store spec
-(§10.3) as CEL rules (``vocabulary.TRIGGER_RULES``, attached to ``models.TriggerSpec``), so
-``kubectl apply`` rejects a Trigger that could never resume safely, with a message that names the
-conflict and says why.
+columns, descriptions. The Trigger CRD carries the load-time refusals of the session store
+(docs/store-contract.md#trigger-admission) as CEL rules (``vocabulary.TRIGGER_RULES``, attached to
+``models.TriggerSpec``), so ``kubectl apply`` rejects a Trigger that could never resume safely, with a
+message that names the conflict and says why.
 """
 
 from __future__ import annotations

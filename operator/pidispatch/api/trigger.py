@@ -38,7 +38,8 @@ def resume_armed(spec: dict[str, Any]) -> bool:
 
 
 def first_refusal(spec: dict[str, Any]) -> str | None:
-    """The message of the first conflict in the spec's order (§10.3), or ``None`` when loadable."""
+    """The message of the first conflict in the documented order (docs/store-contract.md#trigger-admission), or ``None``
+    when loadable."""
     return refusal_of(spec, problem(TriggerSpec, spec))
 
 
@@ -78,8 +79,8 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
 
 
 def refusal_reason(message: str) -> str:
-    """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the spec's
-    resume refusals only, and a reason of its own for each other kind."""
+    """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the store
+    contract's resume refusals only, and a reason of its own for each other kind."""
     if message == REPLICAS_ON_CRON:
         return REPLICAS_ON_CRON_REASON
     if message.startswith(COMMAND_REFUSAL_PREFIX):

@@ -33,8 +33,8 @@ _COMMAND = "has(self.run.command)"
 _LOCAL = "(has(self.run.kind) && self.run.kind == 'local')"
 _REPLICAS = "has(self.run.replicas)"
 
-# In the spec's order (§10.3). Each rule excuses the conflicts reported before it, so a Trigger
-# with several conflicts is told about the first one only.
+# In the documented order (docs/store-contract.md#trigger-admission). Each rule excuses the conflicts reported before
+# it, so a Trigger with several conflicts is told about the first one only.
 TRIGGER_RULES: list[dict[str, str]] = [
     {
         "rule": f"!({_ARMED} && {_COMMAND})",

@@ -1,4 +1,5 @@
-"""The container contract (ARCHITECTURE §5): what the job Pod and the runner agree on, defined once.
+"""The container contract (docs/architecture.md#container-contract): what the job Pod and the runner agree on, defined
+once.
 
 The operator builds the Pod from these (``manifests/pod.py``); the runner (``runner/``) honours them inside
 the Pod and writes its report, which the operator reads, by the one model in ``contract/report.py``. Nothing
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import TypeGuard
 
-VENUE = "kubernetes"  # the venue a job of this operator stamps and is judged by (spec §2.4)
+VENUE = "kubernetes"  # the venue a job of this operator stamps and is judged by (docs/store-contract.md#venues)
 CONTAINER = "pi"  # the job container, whose termination message carries the report
 SESSION_MOUNT = "/session"  # the staged copy's directory, mounted only when the job has a session key
 SESSION_FILE = f"{SESSION_MOUNT}/current.jsonl"
@@ -29,7 +30,8 @@ MODELS_JSON = "models.json"
 
 # Environment the operator sets on the job container.
 ENV_SESSION_FILE = "PI_SESSION_FILE"  # only when /session is mounted
-ENV_HOST_RESUME = "PI_SESSION_HOST_RESUME"  # "true" when the gates staged a transcript (spec §4.1)
+# "true" when the gates staged a transcript: the prompt's shape follows it (docs/store-contract.md#operator-side).
+ENV_HOST_RESUME = "PI_SESSION_HOST_RESUME"
 ENV_RETHREAD = "PI_SESSION_RETHREAD"  # "true" when a letter and the ledger are staged for an unpack
 ENV_RETHREAD_PCT = "PI_SESSION_RETHREAD_PCT"  # the context use (%) at which the job packs a handoff; 0 = never
 # Comma-separated names (never values) of the model credentials' variables: the runner reports a digest of

@@ -1,5 +1,5 @@
-"""How a session key is made (spec §1), shared by the store (``store/keys.py``) and the receiver, which
-names the SessionKey a closed pull request or issue retires and never imports the store.
+"""How a session key is made (docs/store-contract.md#keys), shared by the store (``store/keys.py``) and the receiver,
+which names the SessionKey a closed pull request or issue retires and never imports the store.
 
 The first 32 hex of SHA-256 over ``forge NUL repository NUL branch``; an issue's branch is ``pi/issue-<n>``.
 """

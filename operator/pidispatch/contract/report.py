@@ -1,4 +1,5 @@
-"""The runner's report (container contract, ARCHITECTURE §5): one model, written by the runner, read by the operator.
+"""The runner's report (docs/architecture.md#container-contract): one model, written by the runner, read by the
+operator.
 
 One JSON object in the job container's termination message (and the runner's last stdout line):
 

@@ -21,7 +21,8 @@ def trigger_auth_source(trigger_spec: TriggerSpec, settings: Settings) -> str:
 
 
 def gets_gh_login(trigger_spec: TriggerSpec, settings: Settings) -> bool:
-    """Would this job's Pod get the deployment's gh login (spec §10.2's full-scope credential)?
+    """Would this job's Pod get the deployment's gh login (the full-scope credential of
+    docs/store-contract.md#gh-auth-source)?
 
     ``pat`` and ``gh`` both hand the Pod the one Secret ``GITHUB_TOKEN_SECRET``, and what that Secret
     holds is the deployment's source: on a ``gh`` deployment, a Trigger that says ``pat`` still

@@ -1,4 +1,4 @@
-"""The issue comments of the per-delivery refusals (spec §10.1, §10.2, and a fork's job under a token that
+"""The issue comments of the per-delivery refusals (docs/store-contract.md#refusals, and a fork's job under a token that
 cannot be narrowed), in our words.
 
 One comment per delivery, even across operator restarts and when one delivery matched several
@@ -64,7 +64,7 @@ TEXTS: dict[str, str] = {JobReason.SESSIONS_DIR_UNSET: SESSIONS_DIR_UNSET, JobRe
 
 
 def posts_comment(reason: object) -> bool:
-    """Whether a Job refused for ``reason`` owes the issue a comment (the spec's two refusals and a fork's do;
+    """Whether a Job refused for ``reason`` owes the issue a comment (the store contract's two refusals and a fork's do;
     ``beyond-trigger`` does not: only a hand-made Job meets it, and its repository may not be the Trigger's)."""
     return isinstance(reason, str) and reason in TEXTS
 

@@ -1,4 +1,5 @@
-"""A pull request's head, as the forge API reports it, and why it gives no session key (spec §1.3).
+"""A pull request's head, as the forge API reports it, and why it gives no session key
+(docs/store-contract.md#pull-request-heads).
 
 The head branch and repository come only from ``GET /repos/{owner}/{repo}/pulls/{n}``, never from
 the webhook payload. Anything short of a same-repository head gives no key; the job then runs exactly
@@ -62,7 +63,8 @@ def no_key_reason(repository: str, head: Head) -> NoHead | None:
         return head.failure
     if head.repository is None:
         return NoHead.DELETED_FORK
-    if head.repository != repository:  # exact: "Octo/repo" is not "octo/repo" (the spec's fork gate)
+    # Exact: "Octo/repo" is not "octo/repo" (the fork gate of docs/store-contract.md#key-parts).
+    if head.repository != repository:
         return NoHead.FORK
     if not head.ref:
         return NoHead.NO_HEAD_REF

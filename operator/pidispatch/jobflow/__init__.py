@@ -1,4 +1,4 @@
-"""The Job's story (ARCHITECTURE §4), as ordered steps, one file each. Read them in this order:
+"""The Job's story (docs/architecture.md#job-flow), as ordered steps, one file each. Read them in this order:
 
 1. ``admit.py``      may it run? refusals before any spend (no Trigger, a refused Trigger,
                      ``sessions-dir-unset``, ``config-refused``) and their comment (``comment.py``);

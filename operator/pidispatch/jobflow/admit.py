@@ -1,4 +1,4 @@
-"""Step 1, admit: may this Job run at all? The refusals before any spend (ARCHITECTURE §4.1–2).
+"""Step 1, admit: may this Job run at all? The refusals before any spend (docs/architecture.md#admit).
 
 A refused Job gets no Pod, no slot and no store access; a Job that passes waits for a slot in FIFO
 order (the dispatcher's queue). Pure: the dispatcher gathers the Job and its Trigger and acts on the
@@ -100,7 +100,7 @@ def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
     """The first reason this Job may not run, or ``None``: a spec its CRD would refuse, a missing or refused
     Trigger, a Job asking for more than its Trigger gives, a fork the payload names under a token that
     cannot be narrowed (``github``: the deployment's, ``None``: assume its pat/gh Secret is configured),
-    then the spec's two refusals."""
+    then the two refusals of docs/store-contract.md#refusals."""
     trigger_name = job.trigger_name
     if job.spec is None:  # what the Job CRD's schema refuses, for a Job stored without it
         return Refused("Failed", None, "InvalidSpec",

@@ -1,5 +1,5 @@
-"""The refusal comment: one per refused delivery, on the issue or pull request (spec §10), also when the
-delivery matched several Triggers (the marker names the delivery, ``forge/comments.py``).
+"""The refusal comment: one per refused delivery, on the issue or pull request (docs/store-contract.md#refusals), also
+when the delivery matched several Triggers (the marker names the delivery, ``forge/comments.py``).
 
 Recorded by the Job's ``Commented`` condition; a kill right after the POST leaves the condition
 unwritten, and the next attempt finds the comment's hidden marker among the issue's comments and

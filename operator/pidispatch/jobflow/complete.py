@@ -1,9 +1,10 @@
-"""Step 5, complete: the Pod ended; promote (at most once), then merge the record (ARCHITECTURE §4.8).
+"""Step 5, complete: the Pod ended; promote (at most once), then merge the record (docs/architecture.md#complete).
 
 Pod ``Succeeded`` with a session → the store promotes the staged copy (``store/journal.py``: at most
 once per Job, even across crashes); Pod ``Failed`` → nothing is promoted and the store is untouched.
 Then the three witnesses (the host's verdict, the runner's report, the promotion) merge into
-``status.session`` by the spec's precedence (``record.merge_session``).
+``status.session`` by the precedence of docs/store-contract.md#verdict-merge
+(``record.merge_session``).
 
 The dispatcher ends a Job in three calls, each answering a value: :func:`ending` (is there a Job to
 end: ``Ending | Over | None``), :func:`finished` (the Pod ended) or :func:`abandon` (the Pod never

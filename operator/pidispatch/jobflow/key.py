@@ -1,4 +1,4 @@
-"""Step 2, key: which conversation does this Job continue? (spec §1, ARCHITECTURE §4.3)
+"""Step 2, key: which conversation does this Job continue? (docs/architecture.md#key)
 
 An issue's key is its branch ``pi/issue-<n>``; a pull request's is its head, asked of the forge API
 (never taken from the payload). A cron Trigger's job (no issue, no pull request) continues the Trigger's own
@@ -45,13 +45,14 @@ def cron_of(namespace: str, trigger: TriggerView, job_spec: JobSpec) -> str | No
 
 def needs_head_lookup(job_spec: JobSpec, resume: bool) -> bool:
     """Only a resume-armed (``resume``: the Trigger's ``TriggerView.armed``) pull-request job's key reads the
-    forge's head (§1.3); a payload fork's never does. (Every pull-request job's head is read for its token's
-    scope: ``jobflow/forks.py``.)"""
+    forge's head (docs/store-contract.md#pull-request-heads); a payload fork's never does. (Every pull-request job's
+    head is read for its token's scope: ``jobflow/forks.py``.)"""
     return resume and job_spec.pullRequest is not None and job_spec.fork is not True
 
 
 def job_key(job_spec: JobSpec, resume: bool, head: Head | None = None, cron: str | None = None) -> KeyRef | None:
-    """The session key of a Job (§1.2), or ``None``: resume off (``resume``), a fork, a missing head, a manual run.
+    """The session key of a Job (docs/store-contract.md#key-parts), or ``None``: resume off (``resume``), a fork, a
+    missing head, a manual run.
 
     ``head`` is what the forge API said of a pull request's head (:func:`needs_head_lookup`); it is the
     only source of a PR's branch when the operator has a GitHub client. Without one (``head`` is

@@ -1,4 +1,4 @@
-"""Step 4, pod: the job's forge token and its Pod (ARCHITECTURE §4.7).
+"""Step 4, pod: the job's forge token and its Pod (docs/architecture.md#pod).
 
 The Pod's name is deterministic (``pij-<job>``), so a second create after a restart is a 409 and finds
 the Pod, never a second one. The token reaches the Pod only by ``secretKeyRef``: an App installation

@@ -1,4 +1,4 @@
-"""Step 8, retention: what goes once a Job has finished (issue 14 §6).
+"""Step 8, retention: what goes once a Job has finished (issue 14 item 6).
 
 * A finished Job's Pod and per-job token Secret go ``job_pod_retention_seconds`` after its
   ``completedAt``: an ended Pod still holds the staging claim (``kubernetes.io/pvc-protection``), so

@@ -1,4 +1,5 @@
-"""Step 6, sessionkey: the ``SessionKey`` resource that shows one key of the store (ARCHITECTURE §2).
+"""Step 6, sessionkey: the ``SessionKey`` resource that shows one key of the store
+(docs/architecture.md#custom-resources).
 
 Created with the first Pod on a key (its spec: forge, repository, branch); its status is written when
 a job on it ends, and refreshed by a timer as time makes ``Resumable`` stale (TTL, age). Deleting it

@@ -1,4 +1,4 @@
-"""Step 3, stage: the gates judge the key, and the Job's own copy is staged (ARCHITECTURE §4.5).
+"""Step 3, stage: the gates judge the key, and the Job's own copy is staged (docs/architecture.md#stage).
 
 The store does the work (``store/staging.py``: the gate ladder, the descriptor-bounded copy, the host
 record on disk); this step says what the Job brings to the gates (its venue, pi version and model) and

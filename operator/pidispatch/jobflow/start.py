@@ -183,7 +183,7 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
                                    f"The GitHub App could not mint an installation token for this job ({exc}); "
                                    "nothing ran. Check the App's installation and permissions (pidispatch "
                                    "doctor), then re-create the Job."), staging_used=False)
-    # The key reads the forge's head only for a resume-armed job (spec §1.3): the same answer as above.
+    # The key reads the forge's head only for a resume-armed job (docs/store-contract.md#pull-request-heads).
     ref, no_head = key_and_reason(spec, trigger.armed, head if needs_head_lookup(spec, trigger.armed) else None,
                                   cron)
     if no_head is not None:

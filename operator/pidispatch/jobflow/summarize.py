@@ -36,7 +36,7 @@ class Queued:
 class Refused:
     """Ended before its Pod ran: a deliberate refusal (phase ``Refused``) or a failure for good (``Failed``).
 
-    ``reason`` is a JobReason for the spec's refusals, else ``None``.
+    ``reason`` is a JobReason for the store contract's refusals, else ``None``.
     """
 
     phase: str

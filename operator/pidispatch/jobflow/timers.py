@@ -1,4 +1,4 @@
-"""Step 7, timers: what time changes without an event (ARCHITECTURE §4.9).
+"""Step 7, timers: what time changes without an event (docs/architecture.md#timers).
 
 * the ``Resumable`` refresh: TTL and age make a SessionKey's answer stale, so every key is judged again;
 * the sweep: the store's TTL reaper (a reaped key's SessionKey goes too), orphaned staging directories,

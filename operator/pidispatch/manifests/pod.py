@@ -1,4 +1,4 @@
-"""The job Pod (ARCHITECTURE §4.6): deterministic, owned by its Job, restricted, token-free.
+"""The job Pod (docs/architecture.md#pod): deterministic, owned by its Job, restricted, token-free.
 
 A job without a resolved session gets exactly the Pod it would have had without the resume
 feature: the ``/session`` mount and ``PI_SESSION_FILE`` are the only difference, and only when a
@@ -118,7 +118,8 @@ class PodInputs:
     env: dict[str, str] = field(default_factory=dict)
     staging_claim: str | None = None  # the staging PVC; only used when a session is mounted
     session_subpath: str | None = None  # "<job-uid>/session" when a key was resolved
-    host_resume: bool = False  # the gates' verdict: the runner shapes the prompt by it (spec §4.1)
+    # The gates' verdict: the runner shapes the prompt by it (docs/store-contract.md#operator-side).
+    host_resume: bool = False
     rethread: str | None = None  # the gate's lineage reason when a letter and the ledger are staged to unpack
     rethread_pct: int = 70  # the context use at which the runner packs a handoff (0: never)
     # The operator's uid (the chart's securityContext.runAsUser): the staged copy is created 0600 in a

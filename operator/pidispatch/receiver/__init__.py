@@ -1,4 +1,4 @@
-"""The webhook receiver (ARCHITECTURE §1): GitHub deliveries in, Job CRs out.
+"""The webhook receiver (docs/architecture.md#components): GitHub deliveries in, Job CRs out.
 
 It verifies ``X-Hub-Signature-256`` before it parses anything, matches the delivery against the
 Trigger CRs of its namespace and creates one Job per matching Trigger under a name derived from

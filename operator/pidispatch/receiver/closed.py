@@ -29,7 +29,7 @@ class Closed:
 
     @property
     def key(self) -> str:
-        """The SessionKey's name (spec §1: the same key the operator's jobs on that branch use)."""
+        """The SessionKey's name (docs/store-contract.md#keys: the same key the operator's jobs on that branch use)."""
         return key_from_parts(["github", self.repository, self.branch])
 
 

@@ -1,4 +1,5 @@
-"""The job image's side of the container contract (ARCHITECTURE §5, session-store-spec §4.2).
+"""The job image's side of the container contract (docs/architecture.md#container-contract,
+docs/store-contract.md#runner-side).
 
 `pidispatch runner` checks the `/session` mount, makes the staged transcript safe to hand to pi,
 checks that the pi it runs is the version the Trigger declared, runs pi once, measures context use and

@@ -2,7 +2,7 @@
 
 The operator sets these on the job Pod (`flow.pod_env`, `manifests.pod.job_pod`); the test harness sets
 the overrides. Every malformed value is a configuration error: exit 2 and one line naming the variable
-and the accepted form, before anything is spent (CONVENTIONS "Errors and logs").
+and the accepted form, before anything is spent (docs/conventions.md#errors-and-logs).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Env(StrEnum):
     """Every variable the runner reads, defined once."""
 
     SESSION_FILE = ENV_SESSION_FILE  # set by the operator only when /session is mounted
-    HOST_RESUME = ENV_HOST_RESUME  # "true" when the gates staged a transcript (spec §4.1)
+    HOST_RESUME = ENV_HOST_RESUME  # "true" when the gates staged a transcript (docs/store-contract.md#operator-side)
     VERSION = "PI_VERSION"  # the pi version the Trigger declares (spec.run.piVersion)
     MODEL = "PI_MODEL"  # "provider/model", passed to pi as --model
     JOB_SPEC = "PI_JOB_SPEC"  # the Job CR's spec as JSON: the event facts the prompt is built from
@@ -255,7 +255,8 @@ def _flag(env: Mapping[str, str], name: Env) -> bool:
 
 
 def _agent_dir(env: Mapping[str, str]) -> str:
-    """pi's agent directory: `$PI_CODING_AGENT_DIR` (leading ~ expanded) else `~/.pi/agent` (pi-cli §2.1)."""
+    """pi's agent directory: `$PI_CODING_AGENT_DIR` (leading ~ expanded) else `~/.pi/agent`
+    (docs/pi-behaviour.md#where-pi-reads-and-writes)."""
     home = env.get("HOME") or os.path.expanduser("~")
     configured = _value(env, Env.AGENT_DIR)
     if configured is None:
@@ -353,7 +354,7 @@ def load_config(env: Mapping[str, str]) -> RunnerConfig:
         raise ConfigError(f"{Env.MODEL.value}={model!r} is not valid: expected provider/model, e.g. fake/fake-model")
     session_file = _value(env, Env.SESSION_FILE)
     if session_file is not None and not os.path.isabs(session_file):
-        # pi reads a --session argument without a slash as a session-id prefix (pi-cli §4.5).
+        # pi reads a --session argument without a slash as a session-id prefix (docs/pi-behaviour.md#resume).
         raise ConfigError(f"{Env.SESSION_FILE.value}={session_file!r} is not valid: expected an absolute path, "
                           "e.g. /session/current.jsonl")
     workspace = _value(env, Env.WORKSPACE) or WORKSPACE

@@ -2,8 +2,8 @@
 
 pi-dispatch's meaning: a flow names a pi skill committed in the target repository (``.pi/skills/<flow>/
 SKILL.md``), and the job's prompt is that skill with the event's text as its arguments. pi expands
-``/skill:<name> args`` into the skill's body followed by the arguments (pi-cli-behaviour: skills), so the
-runner starts pi with ``--skill <dir>`` and the prompt ``/skill:<flow> <briefing>``.
+``/skill:<name> args`` into the skill's body followed by the arguments (docs/pi-behaviour.md#extensions-and-skills), so
+the runner starts pi with ``--skill <dir>`` and the prompt ``/skill:<flow> <briefing>``.
 
 The checkout leaves the whole ``.pi`` out of the working tree (``startpaths``: pi would run what it finds
 there), so the skill is not read from the workspace. The runner reads the flow's directory from git's

@@ -1,4 +1,5 @@
-"""`pidispatch runner`: the thin shell that runs the contract's steps in order (ARCHITECTURE §5).
+"""`pidispatch runner`: the thin shell that runs the contract's steps in order
+(docs/architecture.md#container-contract).
 
 1. parse the environment (`config`);                          configuration error → exit 2
    in transfer mode, fetch the staged copy into the session directory (`transfer`):

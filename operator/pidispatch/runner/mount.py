@@ -1,7 +1,7 @@
-"""Mount readiness (session-store-spec §4.2): is `/session` usable by this uid, before anything is spent?
+"""Mount readiness (docs/store-contract.md#runner-side): is `/session` usable by this uid, before anything is spent?
 
 An ordered chain of small checks over facts gathered once: each returns `None` or the one line the
-runner prints before exiting 2. The order is the spec's table; the fourth check (the staged file can
+runner prints before exiting 2. The order is the store contract's; the fourth check (the staged file can
 be read and rewritten) is ours: the operator stages the copy 0600 under its own uid, so a job Pod
 running as another uid would otherwise reach pi and fail there as an "infrastructure" exit 1, which
 is retried, instead of as the configuration error it is.

@@ -1,7 +1,7 @@
 """Starting pi: the command line (pure), its environment, its version, and the run itself.
 
 pi is run non-interactively (`-p`) with stdin on /dev/null: in `-p` mode pi reads a non-TTY stdin to
-EOF before it starts, so an inherited open pipe would hang it forever (pi-cli-behaviour §1, §5). Its
+EOF before it starts, so an inherited open pipe would hang it forever (docs/pi-behaviour.md#running-pi-in-tests). Its
 stdout and stderr both go to the runner's stderr, so the runner's stdout carries only the report.
 """
 
@@ -59,7 +59,8 @@ def pi_command(pi_bin: str, session_file: str | None, model: str | None, prompt:
 
 
 def pi_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The environment pi runs with: ours, offline (no version check or telemetry; pi-cli §1)."""
+    """The environment pi runs with: ours, offline (no version check or telemetry;
+    docs/pi-behaviour.md#running-pi-in-tests)."""
     env = dict(base)
     env["PI_OFFLINE"] = "1"
     # The transfer token is the runner's, to hand the session back; pi and what it runs never need it.

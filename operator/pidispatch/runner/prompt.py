@@ -1,4 +1,5 @@
-"""The prompt pi is started with (pure): a first-delivery briefing, or the resume envelope of spec §4.1.
+"""The prompt pi is started with (pure): a first-delivery briefing, or the resume envelope
+(docs/store-contract.md#operator-side).
 
 The shape is the host's decision: the envelope is used exactly when the gates staged a transcript
 (`PI_SESSION_HOST_RESUME=true`), not when the runner later finds one. The envelope's
@@ -152,7 +153,7 @@ def first_prompt(event: Event) -> str:
 
 
 def resume_prompt(event: Event) -> str:
-    """The short envelope of a resumed job (spec §4.1)."""
+    """The short envelope of a resumed job (docs/store-contract.md#operator-side)."""
     what, read = _target(event)
     read_step = f" using the forge CLI (`{read}`)" if read else ""
     return "\n\n".join(part for part in (

@@ -134,7 +134,8 @@ def context_window(models: Any, model: str | None) -> int | None:
 
 
 def measure_context(final: bytes, model: str | None, models: Any) -> tuple[int, int] | None:
-    """`(tokens, window)` as pi's `get_session_stats` would report them (pi-cli §7.3), or None.
+    """`(tokens, window)` as pi's `get_session_stats` would report them (docs/pi-behaviour.md#offline-measurement), or
+    None.
 
     None when pi would report null (e.g. right after a compaction) or the window is not positive: the
     spec includes `context` only when both are finite and the window is > 0.

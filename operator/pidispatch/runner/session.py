@@ -1,4 +1,5 @@
-"""Never hand pi a session file it would damage (pi-cli-behaviour §5; session-store-spec §4.2).
+"""Never hand pi a session file it would damage (docs/pi-behaviour.md#damaged-files,
+docs/store-contract.md#runner-side).
 
 pi is silent about the files it mangles: it truncates a file whose first line is not a header, glues
 its next entry onto an unterminated last line (orphaning all earlier history on the resume after),
@@ -10,7 +11,7 @@ the file either empty or a valid v3 session ending in `\\n` whose header `cwd` i
 - `open_session` does it on the real file, never following a link the agent may have planted, and
   answers how pi must be started (`--session FILE` or `--no-session`) and what the report says.
 
-Decisions where the spec is silent:
+Decisions where the store contract is silent:
 
 - **An unterminated last line that is a complete entry** is terminated (`\\n` appended) rather than
   cut: JSON cannot be cut inside an object and still parse as one, so such a line is whole (pi's
@@ -68,7 +69,7 @@ class Repair(StrEnum):
 
 
 class Degraded(StrEnum):
-    """`session_resume_degraded` reasons (spec §9.3)."""
+    """`session_resume_degraded` reasons (docs/store-contract.md#log-events)."""
 
     UNPARSEABLE = "unparseable"
     QUARANTINE_FAILED = "quarantine-failed"
@@ -92,7 +93,7 @@ class Normalised:
 
 def context_message_count(transcript: Transcript) -> int:
     """Entries on the branch pi resumes that become context messages; non-zero exactly when pi's
-    rebuilt context holds at least one message (the `resumed` criterion of spec §4.2).
+    rebuilt context holds at least one message (the `resumed` criterion of docs/store-contract.md#runner-side).
 
     A `message`, a `custom_message`, a `branch_summary` with a summary, and a `compaction` (its
     summary is always the first message of a compacted context, so the count may exceed what a
@@ -170,12 +171,12 @@ class OpenedSession:
 
 
 def disabled_session() -> OpenedSession:
-    """No `PI_SESSION_FILE`: pi's in-memory session (spec §4.2)."""
+    """No `PI_SESSION_FILE`: pi's in-memory session (docs/store-contract.md#runner-side)."""
     return OpenedSession(None, False, SessionReason.DISABLED)
 
 
 def quarantine_name(base: str, epoch_ms: int) -> str:
-    """`current.jsonl.invalid-<epoch ms>` (spec §4.2)."""
+    """`current.jsonl.invalid-<epoch ms>` (docs/store-contract.md#runner-side)."""
     return f"{base}{QUARANTINE_INFIX}{epoch_ms}"
 
 
@@ -270,7 +271,7 @@ def open_session(session_file: str, workspace: str, *, clock: Callable[[], float
 
     Mount readiness has been checked already; what can still go wrong here is content (unparseable:
     quarantine and start fresh) or the quarantine itself (run in memory). Neither is an exit 1: a
-    content fault would be retried as infrastructure and fail the same way (spec §4.2).
+    content fault would be retried as infrastructure and fail the same way (docs/store-contract.md#runner-side).
     """
     directory, name = os.path.split(session_file)
     unparseable = SessionReason.UNPARSEABLE

@@ -1,4 +1,4 @@
-"""Is the pi this image runs the version the Trigger declared? (session-store-spec §4.1)
+"""Is the pi this image runs the version the Trigger declared? (docs/store-contract.md#operator-side)
 
 The operator stamps the declared version (`spec.run.piVersion`, env `PI_VERSION`) on the promoted
 transcript, and the `pi-version-changed` gate trusts that stamp. A job that ran another pi would make
@@ -25,7 +25,7 @@ class VersionError(Exception):
 def parse_version_output(output: str) -> str | None:
     """The version from `pi --version` output (stdout and stderr together), else None.
 
-    pi prints it to stderr when stdin is not a TTY (pi-cli-behaviour §6), hence both streams and the
+    pi prints it to stderr when stdin is not a TTY (docs/pi-behaviour.md#version), hence both streams and the
     last non-empty line.
     """
     lines = [line.strip() for line in output.splitlines() if line.strip()]

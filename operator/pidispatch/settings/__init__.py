@@ -1,4 +1,4 @@
-"""Settings from the environment, with the session-store spec's names and strict parsing.
+"""Settings from the environment, with the session store's names (docs/store-contract.md#settings) and strict parsing.
 
 A malformed value is a configuration error naming the variable and the accepted form, never a
 silent default: a typo in ``PI_SESSION_MAX_BYTES`` must not quietly turn a bound off.
@@ -7,7 +7,7 @@ One module per concern:
 
 - :mod:`.readers`: one reader per kind of value (a bounded whole number, a quantity of bytes, a flag,
   text, a name, a path, a URL, JSON) and the one rule for an empty value;
-- :mod:`.store`: :class:`Settings`, the session store's bounds and switches (spec §2.1);
+- :mod:`.store`: :class:`Settings`, the session store's bounds and switches (docs/store-contract.md#settings);
 - :mod:`.github`: :class:`GitHubSettings`, how the operator reaches GitHub and what a job's token may do;
 - :mod:`.jobpod`: what every job Pod is built with (image, command, env, resources, disk, credentials);
 - :mod:`.operator`: :class:`OperatorSettings`, the operator process's whole environment;

@@ -28,7 +28,7 @@ from typing import Any, overload
 
 from pidispatch.settings.errors import ConfigError
 
-# The one variable whose empty value has a documented meaning: spec §2.1, "Empty string = unset".
+# The one variable whose empty value has a documented meaning: "empty means unset" (docs/store-contract.md#settings).
 EMPTY_MEANS_UNSET = frozenset({"PI_SESSIONS_DIR"})
 
 

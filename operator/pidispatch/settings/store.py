@@ -1,4 +1,4 @@
-"""The session store's settings (spec §2.1): where the store is, its bounds, and its switches.
+"""The session store's settings (docs/store-contract.md#settings): where the store is, its bounds, and its switches.
 
 Read by the store commands (``key``, ``store``, ``transcript``), the operator and doctor alike.
 """
@@ -32,7 +32,8 @@ STORE_VARIABLES = (
 
 @dataclass(frozen=True)
 class Settings:
-    """The store's bounds and switches (spec §2.1). ``sessions_dir`` is ``None`` when no store is set."""
+    """The store's bounds and switches (docs/store-contract.md#settings). ``sessions_dir`` is ``None`` when no store is
+    set."""
 
     sessions_dir: str | None = None
     # A transcript idle this many days has expired (the gates refuse it, the reaper removes it); 0: forever.
@@ -45,7 +46,7 @@ class Settings:
     max_resume_chain: int = 0
     # A session whose context use (%) reached this is not resumed; None: no bound.
     max_context_pct: int | None = None
-    # The hatch for resuming jobs that get the deployment's gh login (spec §10.2's full-scope credential).
+    # The hatch for resuming jobs that get the deployment's gh login (docs/store-contract.md#gh-auth-source).
     allow_gh_source: bool = False
     github_auth_source: str = "gh"
     rethread_pct: int = DEFAULT_RETHREAD_PCT  # pack a handoff at the end of a job at or above this context use
@@ -54,12 +55,12 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read and validate every setting; raise :class:`ConfigError` on the first malformed one.
 
-        Only an absent variable takes its default: an empty value is refused (spec §2.1's strict parse
-        of the trimmed text), except ``PI_SESSIONS_DIR``, whose empty value means "no store".
+        Only an absent variable takes its default: an empty value is refused (the strict parse of the trimmed
+        text, docs/store-contract.md#settings), except ``PI_SESSIONS_DIR``, whose empty value means "no store".
         """
         env = os.environ if env is None else env
         refuse_empty(env, STORE_VARIABLES)
-        sessions_dir = text(env, "PI_SESSIONS_DIR")  # spec §2.1: empty = unset
+        sessions_dir = text(env, "PI_SESSIONS_DIR")  # empty = unset (docs/store-contract.md#settings)
         max_context_pct = integer(
             env, "PI_SESSION_MAX_CONTEXT_PCT", "an integer from 1 to 100, or unset for no bound",
             minimum=1, maximum=100,

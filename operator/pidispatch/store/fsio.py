@@ -1,4 +1,4 @@
-"""Filesystem primitives that never follow a link where the spec says they must not.
+"""Filesystem primitives that never follow a link where the store contract says they must not.
 
 Everything in a key directory is agent-reachable or attacker-plantable (the key is computable), so
 shapes are judged with ``lstat`` and files are opened with ``O_NOFOLLOW`` (and ``O_NONBLOCK``, so a
@@ -42,7 +42,7 @@ def now_ms() -> float:
 
 
 def mtime_ms(st: os.stat_result) -> float:
-    """Modification time in milliseconds (float), the spec's clock unit."""
+    """Modification time in milliseconds (float), the store contract's clock unit."""
     return st.st_mtime_ns / 1e6
 
 

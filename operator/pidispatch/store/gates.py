@@ -1,12 +1,12 @@
-"""The gate ladder (spec §3.2): an ordered chain of small checks; the first refusal names the reason.
+"""The gate ladder (docs/store-contract.md#gates): an ordered chain of small checks; the first refusal names the reason.
 
 Each gate is a predicate of failure over an :class:`Observation` of one key directory, returning a
-reason token or ``None``. The order of :data:`LADDER` *is* the order of the spec — read one against
+reason token or ``None``. The order of :data:`LADDER` *is* the documented order — read one against
 the other line by line — and :func:`judge` runs it, for a delivery (``resolve``) and for the
 ``Resumable`` dry run alike. Gates 0–10 look at ``lstat`` results and sidecars; then the descriptor
-step opens the transcript once (spec §3.4 step 1), and gates 11–13 read only through it: the header
-line, and the body once. In a resolve, that single read of the body *is* the staged copy (the
-observation's body reader, see :data:`BodyReader`), so gate cost does not grow with the transcript.
+step opens the transcript once (docs/store-contract.md#staging, step 1), and gates 11–13 read only through it: the
+header line, and the body once. In a resolve, that single read of the body *is* the staged copy (the observation's body
+reader, see :data:`BodyReader`), so gate cost does not grow with the transcript.
 """
 
 from __future__ import annotations
@@ -271,7 +271,8 @@ def context_is_too_full(o: Observation) -> str | None:
 
 
 def transcript_was_replaced(o: Observation) -> str | None:
-    """The descriptor step (spec §3.4 step 1): open the judged transcript once, never through a link.
+    """The descriptor step (docs/store-contract.md#staging, step 1): open the judged transcript once, never through a
+    link.
 
     What opens must be what gates 1–5 judged (same ``dev:ino:size:mtime``); every later gate reads
     through this descriptor, and so does the staged copy.
@@ -312,7 +313,7 @@ LADDER: tuple[Gate, ...] = (
     pi_version_stamp_differs,  # 8
     resume_chain_is_too_long,  # 9  before the body: cheap, and about lineage, not content
     context_is_too_full,  # 10
-    transcript_was_replaced,  # §3.4 step 1: the one descriptor the gates below and the copy read through
+    transcript_was_replaced,  # the descriptor step: the one descriptor the gates below and the copy read through
     header_is_unparseable,  # 11
     compaction_summary_is_empty,  # 12 reads the body once; in a resolve, that read writes the staged copy
     conversation_is_too_old,  # 13 after 11, so a damaged file is not reported as aged out

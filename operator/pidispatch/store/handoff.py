@@ -1,4 +1,5 @@
-"""The handoff beside a transcript: pi-rethread's letter and ledger, carried across jobs (ARCHITECTURE §5b).
+"""The handoff beside a transcript: pi-rethread's letter and ledger, carried across jobs
+(docs/architecture.md#rethreading).
 
 Two files in the key directory, next to ``current.jsonl``:
 

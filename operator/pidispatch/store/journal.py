@@ -1,6 +1,6 @@
 """Promotion at most once per Job, even across crashes: the journal ``promotion.json`` in the Job's directory.
 
-Spec §6.1 asks the operator for what upstream never needed (it promotes in-process): a Job whose
+docs/store-contract.md#journal asks the operator for what upstream never needed (it promotes in-process): a Job whose
 promotion was interrupted by a kill must, after the restart, neither promote twice nor lose its
 transcript, leave no lock behind, and never let its older transcript replace a newer one. The journal
 has three states:
@@ -20,10 +20,10 @@ Recovery from ``started`` (a kill during the attempt) proves each thing instead 
 * the swap landed when the canonical file has changed since ``before`` and holds the staged bytes
   (compared through the key directory's no-follow descriptor, as every read of the store is):
   then it is not promoted again (no second chain increment; a kill before the stamps leaves the key
-  ``(pending)``, so the next delivery starts cold once, as the spec says of an interrupted promotion);
+  ``(pending)``, so the next delivery starts cold once, as the store contract says of an interrupted promotion);
 * the canonical file has changed since ``before`` and holds *other* bytes: another promotion on the key
   came after this attempt began, so this Job's transcript is the older one and is discarded as spec
-  §6.2 step 5 discards the loser of two promotions (``locked``);
+  promotion step 5 (docs/store-contract.md#promotion-steps) discards the loser of two promotions (``locked``);
 * otherwise (unchanged, or no transcript at all) nothing landed, and the promotion runs again under
   the same names.
 

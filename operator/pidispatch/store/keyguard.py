@@ -4,7 +4,7 @@ Staging a Job and promoting one read and change a key's directory; forgetting th
 marks the Jobs in flight on it. A forget interleaved with either could let a Job stage a copy of the
 conversation being forgotten, or re-create the key after the removal. So staging and promotion hold
 the key's guard **shared** (they may run side by side: two promotions on one key still meet at the
-on-disk lock, ``lock.py``, and the second is ``locked`` as the spec says), and forgetting holds it
+on-disk lock, ``lock.py``, and the second is ``locked`` as the store contract says), and forgetting holds it
 **exclusive**. A waiting forget goes before new shared holders, so it cannot be starved.
 
 The guards are striped (a fixed number, chosen by the key's first hex digits), so memory stays flat

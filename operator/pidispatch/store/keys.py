@@ -1,4 +1,4 @@
-"""Session keys (spec §1): the first 32 hex of SHA-256 over the NUL-joined parts.
+"""Session keys (docs/store-contract.md#keys): the first 32 hex of SHA-256 over the NUL-joined parts.
 
 The key is a name, not an identity: anyone who knows repository and branch can compute it. It is
 always 32 characters of ``[0-9a-f]``, so it is a safe single directory name.

@@ -1,10 +1,10 @@
-"""The promotion lock (spec §6.3): an empty ``lock`` file that exists only while a promotion runs.
+"""The promotion lock (docs/store-contract.md#lock): an empty ``lock`` file that exists only while a promotion runs.
 
 No daemon, no lease, no content: only its existence and its ``lstat`` mtime matter, so pi-dispatch
 hosts and this operator can share one store. A lock older than an hour is taken over; a lock dated
 in the future is never stale.
 
-How it is made differs from the spec's letter, not its effect (``docs/store-divergences.md``): the
+How it is made differs from pi-dispatch's letter, not its effect (``docs/store-divergences.md``): the
 writer first creates an empty **candidate** under a name of its own choosing
 (``lock.<pid>.<seq>.<12hex>.incoming``) and then *links* it to ``lock``. ``link(2)`` is as exclusive as
 ``O_CREAT|O_EXCL`` (it fails with EEXIST when anything, a dangling link included, is at ``lock``, and
@@ -31,7 +31,8 @@ _sequence = itertools.count(1)
 
 
 def candidate_name() -> str:
-    """``lock.<pid>.<seq>.<12hex>.incoming``: unique per writer, as the transcript temps are (spec §6.2 a)."""
+    """``lock.<pid>.<seq>.<12hex>.incoming``: unique per writer, as the transcript temps are
+    (docs/store-contract.md#promotion-steps)."""
     return f"{LOCK}.{os.getpid()}.{next(_sequence)}.{secrets.token_hex(6)}.incoming"
 
 

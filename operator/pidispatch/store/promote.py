@@ -1,4 +1,4 @@
-"""The write path (spec §6): promote a completed job's staged copy into the store.
+"""The write path (docs/store-contract.md#promotion): promote a completed job's staged copy into the store.
 
 Temp file, ``(pending)`` sentinel, atomic rename, post-swap verification, then sidecars. Beyond the
 spec, three fsyncs (the temp, and the directory before and after the rename; see ``_swap_in`` for
@@ -233,8 +233,8 @@ def _swap_in(
     ext4 in its default data=ordered mode and xfs never expose stale blocks), and an empty sidecar
     reads ``null``: a ``venue`` of ``null`` matches no job (cold start), a ``pi-version`` of
     ``null`` refuses, a lost ``resume-chain`` reads 0 and a lost ``context`` passes, both as spec
-    §3.3 accepts for a missing file. Losing the final ``venue`` stamp leaves ``(pending)``: the key
-    cold-starts once; it never resumes wrongly.
+    docs/store-contract.md#why-this-order accepts for a missing file. Losing the final ``venue`` stamp leaves
+    ``(pending)``: the key cold-starts once; it never resumes wrongly.
 
     Order within 1–2: the sentinel is renamed in *before* the temp is fsynced. On ext4 and xfs an
     fsync commits the journal up to that point, so 1 also carries the sentinel's rename and 2 finds
@@ -340,11 +340,11 @@ def _stamp(
 ) -> None:
     """Steps g–j: sidecars after the swap. Never fatal: the transcript has landed.
 
-    The venue stamp is written *last*, not first as spec §6.2 orders it: while ``(pending)`` stands
-    no reader resumes, so a crash between two stamps can never expose the new transcript under the
-    old ``pi-version`` (the spec's order re-opens the key between its venue and pi-version writes).
-    The final state is the same, so pi-dispatch hosts read it unchanged. The directory fsync
-    between the other stamps and the venue stamp carries that order through a power cut.
+    The venue stamp is written *last*, not first as pi-dispatch orders it (docs/store-divergences.md): while
+    ``(pending)`` stands no reader resumes, so a crash between two stamps can never expose the new transcript under the
+    old ``pi-version`` (pi-dispatch's order re-opens the key between its venue and pi-version writes). The final state
+    is the same, so pi-dispatch hosts read it unchanged. The directory fsync between the other stamps and the venue
+    stamp carries that order through a power cut.
     """
 
     def write(name: str, action: Callable[[], None]) -> None:
@@ -366,7 +366,7 @@ def _stamp(
         write(sidecars.CONTEXT, lambda: sidecars.replace_sidecar(dir_fd, sidecars.CONTEXT, reading))
     # fsync 3 of ``_swap_in``'s list: the swap is durable, and so are the stamps above, before the
     # venue stamp below can re-open the key. If it fails, the swap has still landed, so the
-    # promotion counts (spec §11 rule 10: never promote-failed once the transcript landed); but the
+    # promotion counts (docs/store-contract.md#design-rules, rule 10: never promote-failed once it landed); but the
     # swap and the stamps may not survive a power cut, so the venue stamp is not written: the key
     # stays (pending) and cold-starts once rather than resume on stamps that may not last.
     try:

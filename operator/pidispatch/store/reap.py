@@ -1,4 +1,4 @@
-"""The TTL reaper (spec §7): one recursive delete per idle key directory, never following links.
+"""The TTL reaper (docs/store-contract.md#reaper): one recursive delete per idle key directory, never following links.
 
 Disk hygiene only; the read-side TTL gate is what keeps an old transcript from being resumed. The
 reaper ignores locks on purpose: it is the second way out of a wedged key.
@@ -83,7 +83,7 @@ def _reap_entry(root_fd: int, name: str, cutoff: float) -> dict[str, Any] | None
     try:
         key_fd, listable = _open_key(root_fd, name)
     except OSError as exc:
-        if exc.errno in _NOT_A_DIRECTORY:  # a stray file or any link: the spec's lstat-first rule
+        if exc.errno in _NOT_A_DIRECTORY:  # a stray file or any link: the reaper's lstat-first rule
             return {"event": "session_not_reaped", "key": name, "reason": "key-not-a-directory"}
         return {"event": "session_reaper_skipped", "key": name, "reason": exc.strerror or str(exc)}
     try:

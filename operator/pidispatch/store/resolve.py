@@ -1,4 +1,4 @@
-"""The read path (spec §3): run the gates and stage a copy (or 0 bytes) for one job.
+"""The read path (docs/store-contract.md#resolve): run the gates and stage a copy (or 0 bytes) for one job.
 
 On resume the bytes come from the one descriptor the gates judged, bounded to the judged size,
 then the identity re-checks decide whether that copy may be handed to the job.
@@ -26,10 +26,10 @@ from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript import compaction
 from pidispatch.transcript.compaction import EmptyCompactionScanner
 
-# Spec §3.4 reads in 64 KiB chunks (upstream's stream size); 1 MiB makes 16 times fewer reads, writes
-# and scanner calls on a multi-MiB transcript (docs/benchmarks.md). Nothing else changes: the same
-# descriptor, the same bound (never past the judged size), the same shrink and growth checks, and the
-# staged file receives exactly the bytes the scan judged. No reader of the store can tell the difference.
+# pi-dispatch reads in 64 KiB chunks (its stream size; docs/store-divergences.md); 1 MiB makes 16 times fewer reads,
+# writes and scanner calls on a multi-MiB transcript (docs/benchmarks.md). Nothing else changes: the same descriptor,
+# the same bound (never past the judged size), the same shrink and growth checks, and the staged file receives exactly
+# the bytes the scan judged. No reader of the store can tell the difference.
 CHUNK = 1024 * 1024
 _NO_SENDFILE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EXDEV})
 
@@ -147,7 +147,7 @@ def _judge_and_copy(o: Observation, copy: _StagedCopy, seams: Seams) -> str | No
 
 
 def _recheck(o: Observation, copy: _StagedCopy) -> str | None:
-    """Re-checks after the copy, in the spec's order (§3.4 step 4)."""
+    """Re-checks after the copy, in the documented order (docs/store-contract.md#staging, step 3)."""
     assert o.pinned_dir is not None and o.fd is not None
     if not fsio.same_dir(fsio.lstat_or_none(o.key_dir), o.pinned_dir):
         copy.remember(o)

@@ -29,7 +29,7 @@ every time: each refresh reads every transcript again, as it did before the memo
 :class:`HeaderMemo` remembers, under the same version name, what gates 11 and 13 take from the header
 line (whether it is a session header, and its timestamp), so the `Resumable` refresh does not read the
 header of a version it has already judged either. Only the dry run uses it (store/resolve.py): a
-stage reads the header itself, as the spec says. Same bound and eviction; an entry is one small
+stage reads the header itself, as the store contract says. Same bound and eviction; an entry is one small
 object (``False``, ``True`` or a float) beside its 40-byte key: about 200 bytes, about 25 MiB at the bound.
 """
 

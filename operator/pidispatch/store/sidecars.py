@@ -1,4 +1,4 @@
-"""The key directory's sidecars (spec §2.3): the common read rule and the replace procedure.
+"""The key directory's sidecars (docs/store-contract.md#sidecars): the common read rule and the replace procedure.
 
 Reads ``lstat`` first and accept only a regular file of 1..4096 bytes; writes go to a fixed
 ``<name>.incoming`` temp renamed over the sidecar, so nothing is ever written through a link.
@@ -109,7 +109,7 @@ def read_context(key_dir: str) -> tuple[int, int, str | None] | None:
 
 
 def normalise_model_id(model: str | None) -> str | None:
-    """``provider/model`` lower-cased if it matches the spec's pattern, else ``None``."""
+    """``provider/model`` lower-cased if it matches the store contract's pattern, else ``None``."""
     if not isinstance(model, str):
         return None
     lowered = model.lower()

@@ -2,8 +2,8 @@
 
 Everything here is stdlib only. `header`, `compaction` and `context` are imported eagerly; the typed
 models (two dozen frozen dataclasses, some milliseconds to define) and the strict parser are loaded
-on first use, so the gate ladder and `pidispatch key` / `store` stay cheap to import (CLI.md
-"Start-up cost").
+on first use, so the gate ladder and `pidispatch key` / `store` stay cheap to import
+(docs/cli.md#start-up-cost).
 """
 
 from __future__ import annotations

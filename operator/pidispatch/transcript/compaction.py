@@ -1,4 +1,4 @@
-"""Gate 12, `compaction-summary-empty` (session-store-spec §3.5).
+"""Gate 12, `compaction-summary-empty` (docs/store-contract.md#empty-compaction-summaries).
 
 When the runner's token or cost brake refuses the summarisation call pi makes during a compaction, pi
 still records a `compaction` entry; its summary is then only pi's own boilerplate around an empty
@@ -86,7 +86,7 @@ def _is_blank(text: str) -> bool:
 def compaction_summary_is_empty(entry: dict[str, Any]) -> bool:
     """True when this `compaction` entry's summary is empty once pi's boilerplate is removed.
 
-    Rules (spec §3.5), in order:
+    Rules (docs/store-contract.md#empty-compaction-summaries), in order:
 
     1. Remove the file-list suffix rebuilt from `details` when the summary ends with it. When
        `details` is missing or malformed (not pi's shape), or the summary does not end with the

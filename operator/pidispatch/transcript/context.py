@@ -1,6 +1,6 @@
 """Offline context measurement: pi's `get_session_stats().contextUsage` without starting pi.
 
-Implements pi-cli-behaviour.md §7.3, which mirrors pi's own code (`SessionManager` loading,
+Implements docs/pi-behaviour.md#offline-measurement, which mirrors pi's own code (`SessionManager` loading,
 `buildSessionContext`, `getContextUsage`, `estimateContextTokens`, `estimateTokens`). This is the
 *tolerant* reading: like pi, it skips lines that do not parse and never rejects a file, because the
 number must equal what pi would report for the same bytes. Stdlib only; never raises.

@@ -1,6 +1,6 @@
 """The session header line: a bounded read and the checks of gates 11 and 13.
 
-The gate ladder judges a transcript by its first line only (session-store-spec §3.2, gate 11), and it
+The gate ladder judges a transcript by its first line only (docs/store-contract.md#gates, gate 11), and it
 runs on every delivery, so it must not read an 8 MiB transcript to judge one line: at most
 `HEADER_READ_LIMIT` bytes are read. Stdlib only, so the CLI and the store import it cheaply.
 """

@@ -1,6 +1,6 @@
 """Typed models of pi's v3 session file (one JSON object per line).
 
-Sources: pi-cli-behaviour.md §4, the real pi 0.73.1 samples, and pi's `session-manager.ts` /
+Sources: docs/pi-behaviour.md#session-file-format, the real pi 0.73.1 samples, and pi's `session-manager.ts` /
 `messages.ts` / pi-ai message types for the entry types plain `-p` runs do not produce
 (`custom_message`, `branch_summary`, `context_edit`, `usage`, `custom`, `label`, `session_info`).
 

@@ -10,10 +10,10 @@ Decisions where the docs are silent:
 - **Empty file (0 bytes) is valid-empty**: no header, no entries. pi treats it as "new session" and
   the store stages exactly such a file on a cold start, so it is not damage.
 - **Repeated header lines are accepted**: pi writes the header twice when it starts from an empty
-  file or a header-only file (pi-cli-behaviour §5 (b), (e)) and ignores the copy on resume. A later
+  file or a header-only file (docs/pi-behaviour.md#damaged-files, cases b and e) and ignores the copy on resume. A later
   `session` line must still be a well-formed header; it is recorded in `duplicate_header_lines`.
 - **Torn tail**: a non-empty file that does not end in `\n` gets a problem on its last line (pi would
-  glue its next append onto that line, §5 (d), (d2)). That line is still validated when it parses
+  glue its next append onto that line, cases d and d2). That line is still validated when it parses
   as JSON; when it does not, the torn-tail problem alone explains it.
 - **Tree**: ids must be unique and every `parentId` must name an entry on an earlier line (pi only
   ever appends children of existing entries), which also rules out cycles. Other references
@@ -99,8 +99,8 @@ class Transcript:
         """Root-to-leaf entries of the branch pi resumes: the leaf is the last entry in the file.
 
         pi walks `parentId` from the last line. The walk stops at a missing parent (an orphaned
-        chain, §5 (d)) and at an entry already visited, so it ends even on a cyclic tree that a
-        hand-built Transcript might contain.
+        chain, case d of docs/pi-behaviour.md#damaged-files) and at an entry already visited, so it ends even on a
+        cyclic tree that a hand-built Transcript might contain.
         """
         if not self.entries:
             return []
@@ -151,8 +151,9 @@ def torn_tail(data: bytes) -> int | None:
     """Offset to truncate to when the last line is incomplete, else None.
 
     A file that does not end in `\\n` has a torn (or unterminated) last line; pi would append its
-    next entry onto it and silently orphan history (§5 (d), (d2)). The runner cuts back to just after
-    the last newline (0 when there is none). An empty file and a file ending in `\\n` need nothing.
+    next entry onto it and silently orphan history (docs/pi-behaviour.md#damaged-files, cases d and d2).
+    The runner cuts back to just after the last newline (0 when there is none). An empty file and a file
+    ending in `\\n` need nothing.
     """
     if not data or data.endswith(b"\n"):
         return None
@@ -183,7 +184,8 @@ def _json_problem(text: str) -> str:
     column = error_column(text)
     where = f" (column {column})" if column is not None else ""
     if _GLUED.search(text):
-        # pi's signature damage: an entry appended onto a torn or unterminated line (§5 (d), (d2)).
+        # pi's signature damage: an entry appended onto a torn or unterminated line
+        # (docs/pi-behaviour.md#damaged-files).
         return f"not valid JSON{where}: an entry starts inside this line (appended onto a line with no newline)"
     return f"not valid JSON{where}"
 

@@ -1,10 +1,10 @@
 """Strict validation of decoded JSON into frozen dataclasses: the few checks `model.py` needs.
 
-Why not pydantic: `pidispatch transcript check` must return in well under 200 ms (CLI.md "Start-up
-cost"), and importing pydantic, defining the models and building their validators took about
-200 ms here. The models need a dozen kinds of check, so they are plain functions, as `settings/`
-did for pydantic-settings. Messages keep the wording pydantic gave them (what `transcript check`
-printed before), except where it named Python classes, echoed a whole value or repeated itself.
+Why not pydantic: `pidispatch transcript check` must return in well under 200 ms (docs/cli.md#start-up-cost),
+and importing pydantic, defining the models and building their validators took about 200 ms here. The
+models need a dozen kinds of check, so they are plain functions, as `settings/` did for pydantic-settings.
+Messages keep the wording pydantic gave them (what `transcript check` printed before), except where it
+named Python classes, echoed a whole value or repeated itself.
 
 A *check* takes one decoded JSON value and returns it, converted where the model declares another
 form (an integer declared as a float becomes a float, an object becomes a model), or raises

@@ -178,7 +178,7 @@ class TriggerRun(ApiModel):
 
 
 class TriggerSpec(ApiModel):
-    """``spec`` of a Trigger. The load-time refusals (spec §10.3) are CEL rules on it."""
+    """``spec`` of a Trigger. The load-time refusals (docs/store-contract.md#trigger-admission) are CEL rules on it."""
 
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": list(TRIGGER_RULES)})  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""Rethreading in the job (ARCHITECTURE §5b): pack a handoff at the end, unpack one at the start.
+"""Rethreading in the job (docs/architecture.md#rethreading): pack a handoff at the end, unpack one at the start.
 
 **Pack.** After pi's run, when the conversation's measured context use is at or above
 ``PI_SESSION_RETHREAD_PCT`` (default 70, 0 = never), the runner continues the same session with one
