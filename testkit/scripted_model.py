@@ -415,6 +415,11 @@ class _Server(ThreadingHTTPServer):
         self.model = model
         super().__init__(address, _Handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return  # a client that went away mid-request (a test SIGKILLed pi): nothing to report
+        super().handle_error(request, client_address)
+
 
 class ScriptedModel(_ScriptAPI):
     """The fake model, served from a background thread on ``host:port`` (port 0: a free one)."""
@@ -502,6 +507,10 @@ class ScriptedModel(_ScriptAPI):
             if self._steps:
                 return n, self._steps.pop(0)
         return n, reply_step(f"Scripted reply #{n} to: {last_user_text(body.get('messages') or [])}")
+
+    def replace_script(self, steps: list[Mapping[str, Any]]) -> None:
+        """Drop the steps not yet used and queue ``steps`` instead (``[]``: back to the default reply)."""
+        self._enqueue([_check_step(s) for s in steps], replace=True)
 
     @property
     def log(self) -> list[dict[str, Any]]:
