@@ -57,6 +57,12 @@ def sample_lines(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in sample(name).splitlines()]
 
 
+def entry_ids(name: str) -> list[str]:
+    """The ids of a valid sample's entries, in file order (the header's session id not among them); e.g.
+    ``model_change, thinking_level_change, user, assistant, user, assistant`` for ``s1_after_turn2``."""
+    return [entry["id"] for entry in sample_lines(name) if entry["type"] != "session"]
+
+
 @cache
 def pi_context(name: str) -> dict[str, Any] | None:
     """pi's own ``get_session_stats`` ``contextUsage`` for a sample, recorded when it was written."""
