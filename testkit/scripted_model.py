@@ -5,7 +5,7 @@ pi talks to it as to any ``openai-completions`` provider (``pi-cli-behaviour.md`
 tool-call deltas, a ``finish_reason`` delta, a ``choices: []`` usage chunk, ``data: [DONE]``), or a
 plain ``chat.completion`` when the request does not ask to stream. Each request takes the next step of
 the script; an empty script gives the default reply ``Scripted reply #<n> to: <last user text>`` where
-``<n>`` counts the chat requests so far (as in the shared pi samples).
+``<n>`` counts the chat requests so far (as in the pi samples of ``tests/data/transcripts``).
 
 In process::
 
