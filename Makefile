@@ -3,6 +3,7 @@
 #   make unit           the fast tier: tests/ without the real pi (no control plane running, no images)
 #   make typecheck      mypy over operator/ (pyproject.toml [tool.mypy]; part of make test and make unit)
 #   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
+#   make transcripts    regenerate the pi session samples of the tests (tests/data/transcripts/pi-<version>/)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
 #   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
@@ -22,10 +23,10 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator
+.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator transcripts
 
 help:
-	@echo "targets: demo demo-store test unit typecheck fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit typecheck fuzz transcripts venv controlplane pi images cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -56,6 +57,11 @@ $(PI_DIR)/node_modules/.installed: $(PI_DIR)/package.json $(PI_DIR)/package-lock
 	touch $@
 
 pi: $(PI_DIR)/node_modules/.installed
+
+# The pi session samples the transcript and store tests read, tests/data/transcripts/pi-<pinned pi>/: written by
+# running the pinned pi against the scripted model (testkit/gen_transcripts.py); rerun after a pi bump and commit.
+transcripts: venv pi
+	$(VPY) -m testkit.gen_transcripts
 
 # The Dockerfile's operator and job images, built with no registry from local Debian and Node bases
 # (cached under ~/.cache/pidispatch/images; nothing is rebuilt when the inputs are unchanged). Needs root.

@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PD=".venv/bin/pidispatch"
-SAMPLES="${PIDISPATCH_SAMPLES:-../shared/samples/pi-0.73.1}"
+# Real pi session files, committed by `make transcripts` for the pinned pi (tests/data/transcripts/pi-<version>).
+SAMPLES="${PIDISPATCH_SAMPLES:-$(.venv/bin/python -c 'from testkit.gen_transcripts import samples_dir; print(samples_dir())')}"
+# pi's own context figure for the resumed transcript (get_session_stats, recorded beside the files)
+context="$(.venv/bin/python -c 'import json, sys; print(json.load(open(sys.argv[1]))["files"][sys.argv[2]]["tokens"])' \
+  "$SAMPLES/context.json" s1_after_turn2.jsonl)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 export PI_SESSIONS_DIR="$work/store"
@@ -29,7 +33,7 @@ say "3. Second delivery (a review comment on the PR): the transcript is staged, 
 run $PD store resolve --key "$key" --stage "$work/job2" --pi-version 0.73.1
 cmp "$work/job2/current.jsonl" "$SAMPLES/s1_after_turn1.jsonl" && echo "(staged copy is byte-identical to the stored transcript)"
 cp "$SAMPLES/s1_after_turn2.jsonl" "$work/job2/current.jsonl"
-run $PD store promote --key "$key" --stage "$work/job2" --host-resume true --pi-version 0.73.1 --model fake/fake-model --context "659 32000"
+run $PD store promote --key "$key" --stage "$work/job2" --host-resume true --pi-version 0.73.1 --model fake/fake-model --context "$context 32000"
 
 say "4. What the store holds now:"
 run $PD store inspect --pi-version 0.73.1

@@ -5,7 +5,7 @@ pi talks to it as to any ``openai-completions`` provider (docs/pi-behaviour.md#t
 tool-call deltas, a ``finish_reason`` delta, a ``choices: []`` usage chunk, ``data: [DONE]``), or a
 plain ``chat.completion`` when the request does not ask to stream. Each request takes the next step of
 the script; an empty script gives the default reply ``Scripted reply #<n> to: <last user text>`` where
-``<n>`` counts the chat requests so far (as in the shared pi samples).
+``<n>`` counts the chat requests so far (as in the pi samples of ``tests/data/transcripts``).
 
 In process::
 
@@ -416,6 +416,11 @@ class _Server(ThreadingHTTPServer):
         self.model = model
         super().__init__(address, _Handler)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return  # a client that went away mid-request (a test SIGKILLed pi): nothing to report
+        super().handle_error(request, client_address)
+
 
 class ScriptedModel(_ScriptAPI):
     """The fake model, served from a background thread on ``host:port`` (port 0: a free one)."""
@@ -503,6 +508,10 @@ class ScriptedModel(_ScriptAPI):
             if self._steps:
                 return n, self._steps.pop(0)
         return n, reply_step(f"Scripted reply #{n} to: {last_user_text(body.get('messages') or [])}")
+
+    def replace_script(self, steps: list[Mapping[str, Any]]) -> None:
+        """Drop the steps not yet used and queue ``steps`` instead (``[]``: back to the default reply)."""
+        self._enqueue([_check_step(s) for s in steps], replace=True)
 
     @property
     def log(self) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from pidispatch.settings import Settings
+from testkit.gen_transcripts import samples_dir
 
 SPAWN = multiprocessing.get_context("spawn")
 DEADLINE_S = 60.0  # generous: a loaded CI machine; nothing here normally takes more than a second
@@ -23,16 +24,12 @@ MODEL = "fake/fake-model"
 KEY = "7a5b816df58a1c8345ced1323e654287"
 
 
-def shared_dir() -> Path:
-    """The read-only ``shared/`` folder beside the repository (CI lays it there too)."""
-    path = Path(__file__).resolve().parents[1].parent / "shared"
-    if not (path / "samples").is_dir():
-        raise RuntimeError(f"shared samples not found at {path}: the tests need ../shared beside the repo")
-    return path
-
-
 def sample(name: str) -> bytes:
-    return (shared_dir() / "samples" / "pi-0.73.1" / name).read_bytes()
+    """A committed real pi session file (``tests/data/transcripts``; ``testkit/transcripts.py``)."""
+    path = samples_dir() / name
+    if not path.is_file():
+        raise RuntimeError(f"pi sample {name!r} not found at {path}: run `make transcripts`")
+    return path.read_bytes()
 
 
 def set_mtime(path: Path, ms: float) -> None:

@@ -1,17 +1,23 @@
-"""Locates the real pi 0.73.1 session files the transcript tests run against.
+"""Locates the real pi session files the transcript and store tests run against.
 
-They live in the shared folder beside the repository clone (`<clone>/../shared`), not in the repo.
-A missing folder is a broken checkout, so the tests fail (never skip) and say where they looked.
+They are committed in ``tests/data/transcripts/pi-<version>/``, written by ``make transcripts``
+(``testkit/gen_transcripts.py``: the pinned real pi against the scripted model), one folder per pi version;
+the tests read the one of the version ``e2e/pi/package.json`` pins. A missing file fails the test (never
+skips it) and says how to write it.
 """
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = REPO / ".." / "shared" / "samples" / "pi-0.73.1"
+from testkit.gen_transcripts import CONTEXT, samples_dir
+
+SAMPLES = samples_dir()
 
 VALID = [
     "s1_after_turn1.jsonl",
@@ -33,20 +39,34 @@ VALID = [
 
 
 def sample_path(name: str) -> Path:
-    """Path of a sample; fails the test with a clear message when the shared folder is missing."""
+    """Path of a sample; fails the test with a clear message when it is missing."""
     path = SAMPLES / name
     if not path.is_file():
-        pytest.fail(
-            f"pi sample {name!r} not found at {path.resolve()}: the transcript tests need the shared "
-            "folder checked out beside the repository (<clone>/../shared/samples/pi-0.73.1)",
-            pytrace=False,
-        )
+        pytest.fail(f"pi sample {name!r} not found at {path}: run `make transcripts` (and commit the folder)",
+                    pytrace=False)
     return path
 
 
 def sample(name: str) -> bytes:
     """The bytes of a sample file."""
     return sample_path(name).read_bytes()
+
+
+def sample_lines(name: str) -> list[dict[str, Any]]:
+    """The entries of a sample whose every line is JSON (the valid ones), parsed."""
+    return [json.loads(line) for line in sample(name).splitlines()]
+
+
+def entry_ids(name: str) -> list[str]:
+    """The ids of a valid sample's entries, in file order (the header's session id not among them); e.g.
+    ``model_change, thinking_level_change, user, assistant, user, assistant`` for ``s1_after_turn2``."""
+    return [entry["id"] for entry in sample_lines(name) if entry["type"] != "session"]
+
+
+@cache
+def pi_context(name: str) -> dict[str, Any] | None:
+    """pi's own ``get_session_stats`` ``contextUsage`` for a sample, recorded when it was written."""
+    return json.loads(sample_path(CONTEXT).read_text())["files"][name]
 
 
 def all_sample_names() -> list[str]:

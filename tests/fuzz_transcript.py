@@ -14,7 +14,7 @@ Anything else (another exception, or one input taking longer than ``--hang-secon
 the input is written to ``tests/fuzz_crashes/<seed>-<index>.bin`` with a ``.txt`` holding the
 traceback, and the run exits 1.
 
-Inputs are mutations of the real pi 0.73.1 sample lines (byte flips, truncations, splices, field
+Inputs are mutations of the real pi sample lines (``tests/data/transcripts``) (byte flips, truncations, splices, field
 values swapped for random JSON, deep nesting, huge numbers, invalid UTF-8, NULs, long lines) plus
 random JSON. Input ``i`` of seed ``s`` is a pure function of ``(s, i)``, so ``--replay i`` rebuilds it.
 
@@ -49,7 +49,10 @@ from pidispatch.transcript.model import ENTRY_MODELS
 from pidispatch.transcript.parser import Problem, Transcript, TranscriptError, check_transcript, parse_transcript
 
 HERE = Path(__file__).resolve().parent
-SAMPLES = HERE.parents[1] / "shared" / "samples" / "pi-0.73.1"
+sys.path.insert(0, str(HERE.parent))  # the repository root, for testkit (run as a script, only tests/ is on the path)
+from testkit.gen_transcripts import samples_dir  # noqa: E402
+
+SAMPLES = samples_dir()  # the pinned pi's committed session files (make transcripts)
 CRASH_DIR = HERE / "fuzz_crashes"
 
 ENTRY_TYPES = ["session", *ENTRY_MODELS]  # every entry type the parser models (model.py)
@@ -134,7 +137,7 @@ INVALID_UTF8 = [b"\xff", b"\xc3", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x
 
 def load_sample_lines(samples: Path = SAMPLES) -> list[bytes]:
     if not samples.is_dir():
-        raise SystemExit(f"fuzz: samples not found at {samples} (the tests need ../shared beside the repo)")
+        raise SystemExit(f"fuzz: samples not found at {samples} (make transcripts writes them)")
     lines: list[bytes] = []
     for path in sorted(samples.rglob("*.jsonl")):
         lines.extend(line for line in path.read_bytes().split(b"\n") if line)
@@ -153,6 +156,8 @@ class Generator:
         self.lines = lines
         self.files = files
         self.parsed = [json.loads(line) for line in lines if _is_json(line)]
+        # The samples' own entry ids, so generated parentIds and ids sometimes name real entries.
+        self.real_ids = sorted({p["id"] for p in self.parsed if isinstance(p, dict) and isinstance(p.get("id"), str)})
         self.strategies: list[tuple[str, int, Callable[[random.Random], bytes]]] = [
             ("sample-file-mutated", 14, self._file_mutated),
             ("lines-mutated", 20, self._lines_mutated),
@@ -275,7 +280,7 @@ class Generator:
                 chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x10FFFF)])) for _ in range(rng.randint(0, 12))
             )
         if kind == 7:
-            return rng.choice(["b816fb4f", "2dd56d19", "00f4c288", "ffffffff"])
+            return rng.choice([*self.real_ids, "ffffffff"])
         if kind == 8:
             return "x" * rng.choice([0, 1, 4096, 70_000])
         if kind == 9:
@@ -294,7 +299,7 @@ class Generator:
             if not isinstance(value, dict) or rng.random() < 0.7:
                 value = {
                     "type": rng.choice(ENTRY_TYPES),
-                    "id": rng.choice(["a", "b", "c", "b816fb4f"]),
+                    "id": rng.choice(["a", "b", "c", *self.real_ids[:1]]),
                     "parentId": rng.choice([None, "a", "b"]),
                     "timestamp": rng.choice(WEIRD_STRINGS),
                     **({} if not isinstance(value, dict) else value),

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from testkit.store import DAY_MS, KEY, PI, Store, sample
+from testkit.transcripts import pi_context
+
+S1_TOKENS = pi_context("s1_after_turn2.jsonl")["tokens"]  # pi's context figure for the transcript Store.put() stores
 
 ENV_KEYS = ("PI_SESSIONS_DIR", "PI_SESSIONS_TTL_DAYS", "PI_SESSION_MAX_BYTES", "PI_SESSION_MAX_AGE_DAYS",
             "PI_SESSION_MAX_RESUME_CHAIN", "PI_SESSION_MAX_CONTEXT_PCT", "PI_SESSIONS_ALLOW_GH_SOURCE")
@@ -83,10 +86,10 @@ def test_resolve_fault_prints_no_reason_and_exits_1(store: Store, tmp_path: Path
 def test_promote_with_context(store: Store, tmp_path: Path) -> None:
     stage = store.staged_job(sample("s1_after_turn2.jsonl"))
     result = run("store", "promote", "--key", KEY, "--stage", str(stage), "--host-resume", "true",
-                 "--pi-version", PI, "--model", "Fake/Fake-Model", "--context", "659 32000",
+                 "--pi-version", PI, "--model", "Fake/Fake-Model", "--context", f"{S1_TOKENS} 32000",
                  env={"PI_SESSIONS_DIR": str(store.root)})
     assert json.loads(result.stdout)["promoted"] is True
-    assert (store.key_dir() / "context").read_text() == "659 32000 fake/fake-model"
+    assert (store.key_dir() / "context").read_text() == f"{S1_TOKENS} 32000 fake/fake-model"
     assert (store.key_dir() / "resume-chain").read_text() == "1"
 
 
@@ -121,17 +124,17 @@ def test_reap_prints_one_json_line_per_key(store: Store) -> None:
 
 
 def test_inspect_table_and_json(store: Store) -> None:
-    store.put(context="659 32000 fake/fake-model", chain="2")
+    store.put(context=f"{S1_TOKENS} 32000 fake/fake-model", chain="2")
     (store.key_dir() / "lock").touch()
     env = {"PI_SESSIONS_DIR": str(store.root)}
     table = run("store", "inspect", env=env)
     assert table.returncode == 0
     assert table.stdout.splitlines()[0].split() == ["KEY", "SIZE", "IDLE", "VENUE", "PI", "CHAIN", "CONTEXT",
                                                     "LOCK", "LEDGER", "LETTER", "NEXT"]
-    assert KEY in table.stdout and "kubernetes" in table.stdout and "659/32000" in table.stdout
+    assert KEY in table.stdout and "kubernetes" in table.stdout and f"{S1_TOKENS}/32000" in table.stdout
     one = json.loads(run("store", "inspect", KEY, "--json", "--pi-version", "0.1.0", env=env).stdout)
     assert one["next"] == "pi-version-changed" and one["resumeChain"] == 2 and one["lock"]["state"] == "live"
-    assert one["context"] == {"tokens": 659, "window": 32000, "model": "fake/fake-model"}
+    assert one["context"] == {"tokens": S1_TOKENS, "window": 32000, "model": "fake/fake-model"}
     assumed = json.loads(run("store", "inspect", KEY, "--json", env=env).stdout)
     assert assumed["next"] == "resumed" and assumed["assumedPiVersion"] is True
 

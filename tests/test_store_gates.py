@@ -13,6 +13,7 @@ import pytest
 from pidispatch.store.gates import LADDER
 from pidispatch.store.resolve import resolve
 from testkit.store import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, sample
+from testkit.transcripts import entry_ids
 
 CAP = 8 * 1024 * 1024
 
@@ -26,9 +27,13 @@ def judge(store: Store, *, venue: str | None = "kubernetes", pi_version: str | N
     return result.verdict.reason, stage
 
 
+_, _, _, _, SECOND_USER, LEAF = entry_ids("s1_after_turn2.jsonl")  # what Store.put() stores by default
+
+
 def compaction_line(summary: str) -> bytes:
-    entry = {"type": "compaction", "id": "c0ffee00", "parentId": "a06908b5", "timestamp": "2026-11-29T13:00:00.000Z",
-             "summary": summary, "firstKeptEntryId": "2f342515", "tokensBefore": 20050,
+    """A compaction entry to append to ``s1_after_turn2``: on its leaf, keeping its second turn."""
+    entry = {"type": "compaction", "id": "c0ffee00", "parentId": LEAF, "timestamp": "2026-11-29T13:00:00.000Z",
+             "summary": summary, "firstKeptEntryId": SECOND_USER, "tokensBefore": 20050,
              "details": {"readFiles": [], "modifiedFiles": []}, "fromHook": False}
     return (json.dumps(entry) + "\n").encode()
 

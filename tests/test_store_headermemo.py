@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,8 +15,9 @@ from pidispatch.store.resolve import dry_run, resolve
 from testkit.store import DAY_MS, KEY, MODEL, NOW_MS, PI, Store, header, rewrite_in_place, sample
 
 CLEAN = sample("s1_after_turn2.jsonl")
-STARTED = "2026-11-29T12:52:56.280Z"  # the samples' header timestamp: 46.9 days before NOW_MS
-assert header(STARTED)[:40] == CLEAN[:40]
+STARTED = datetime.strptime(json.loads(CLEAN.split(b"\n", 1)[0])["timestamp"], "%Y-%m-%dT%H:%M:%S.%f%z")
+AGE_DAYS = (NOW_MS - (STARTED - datetime(1970, 1, 1, tzinfo=UTC)) / timedelta(milliseconds=1)) / DAY_MS
+assert 0 < AGE_DAYS < 365, "NOW_MS must come a little after the sample was written"
 
 
 @pytest.fixture(autouse=True)
@@ -85,10 +89,10 @@ def test_a_header_rewritten_in_place_with_size_and_mtime_restored_is_judged_afre
 def test_a_conversation_that_ages_out_between_two_dry_runs_is_refused_by_the_remembered_timestamp(
     store: Store, header_bytes: list[int]
 ) -> None:
-    store.configure(max_age_days=50, ttl_days=0)
+    store.configure(max_age_days=math.floor(AGE_DAYS) + 3, ttl_days=0)
     store.put(CLEAN)
-    assert run(store) == "resumed"  # 46.9 days old
-    later = NOW_MS + 5 * DAY_MS  # 51.9 days old
+    assert run(store) == "resumed"  # 2 to 3 days under the bound
+    later = NOW_MS + 5 * DAY_MS  # 2 to 3 days over it
     header_bytes.clear()
     assert run(store, later) == "conversation-too-old"
     assert sum(header_bytes) == 0 and scanmemo.HEADERS.hits == 1

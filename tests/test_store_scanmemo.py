@@ -12,13 +12,15 @@ import pytest
 from pidispatch.store import scanmemo
 from pidispatch.store.resolve import dry_run, resolve
 from testkit.store import KEY, MODEL, NOW_MS, PI, Store, rewrite_in_place, sample
+from testkit.transcripts import entry_ids
 
 CLEAN = sample("s1_after_turn2.jsonl")
+LEAF = entry_ids("s1_after_turn2.jsonl")[-1]  # CLEAN's last entry: the compaction goes on after it
 
 
 def compaction(summary: str) -> bytes:
-    entry = {"type": "compaction", "id": "c0ffee00", "parentId": "a06908b5", "timestamp": "2026-11-29T13:00:00.000Z",
-             "summary": summary, "firstKeptEntryId": "a06908b5", "tokensBefore": 1000,
+    entry = {"type": "compaction", "id": "c0ffee00", "parentId": LEAF, "timestamp": "2026-11-29T13:00:00.000Z",
+             "summary": summary, "firstKeptEntryId": LEAF, "tokensBefore": 1000,
              "details": {"readFiles": [], "modifiedFiles": []}, "fromHook": False}
     return json.dumps(entry, separators=(",", ":")).encode() + b"\n"
 

@@ -19,7 +19,7 @@ from pidispatch.transcript.compaction import (
     transcript_has_empty_compaction,
 )
 from testkit.compaction import HEAD, compaction_line, compaction_lines, escaped, reference, scan
-from testkit.transcripts import sample
+from testkit.transcripts import entry_ids, sample
 
 SPLIT = SPLIT_TURN_MARKER
 
@@ -192,7 +192,13 @@ def test_scanner_passes_a_real_summary_whatever_the_chunking(chunk_size: int) ->
     assert scanner.finish() is False
 
 
-EMPTY_LINE = b'{"type":"compaction","id":"c1","parentId":"a06908b5","timestamp":"2026-11-29T12:55:37.656Z","summary":"","firstKeptEntryId":"b816fb4f","tokensBefore":1,"details":{"readFiles":[],"modifiedFiles":[]},"fromHook":false}'  # noqa: E501
+FIRST, _, FIRST_USER, _, _, LEAF = entry_ids("s1_after_turn2.jsonl")  # HEAD's entries
+EMPTY_LINE = (
+    b'{"type":"compaction","id":"c1","parentId":"%s","timestamp":"2026-11-29T12:55:37.656Z","summary":"",'
+    b'"firstKeptEntryId":"%s","tokensBefore":1,"details":{"readFiles":[],"modifiedFiles":[]},"fromHook":false}'
+) % (LEAF.encode(), FIRST.encode())
+OFF_BRANCH = EMPTY_LINE.replace(b'"parentId":"%s"' % LEAF.encode(), b'"parentId":"%s"' % FIRST_USER.encode())
+assert OFF_BRANCH != EMPTY_LINE
 
 
 @pytest.mark.parametrize(
@@ -214,7 +220,7 @@ EMPTY_LINE = b'{"type":"compaction","id":"c1","parentId":"a06908b5","timestamp":
         ),
         pytest.param(
             HEAD
-            + EMPTY_LINE.replace(b'"parentId":"a06908b5"', b'"parentId":"00f4c288"')
+            + OFF_BRANCH
             + b"\n"
             + HEAD.split(b"\n")[6],
             True,

@@ -14,7 +14,7 @@ from pidispatch.transcript.header import (
     is_session_header,
     read_first_line,
 )
-from testkit.transcripts import sample, sample_path
+from testkit.transcripts import sample, sample_lines, sample_path
 
 HEADER = (
     b'{"type":"session","version":3,"id":"01a2275d-9d58-76a1-b784-bf9c7a4f66f0",'
@@ -209,8 +209,11 @@ def test_header_timestamp_unusable(line: bytes) -> None:
 
 
 def test_sample_header_timestamp_matches_the_first_user_message_time() -> None:
-    line = sample("s1_after_turn1.jsonl").split(b"\n", 1)[0]
-    started = header_timestamp_ms(line)
-    assert started == 1795956776280.0
-    # The first user message (unix ms, written by pi a few ms later) sits just after the header time.
-    assert 0 < 1795956776297 - started < 100
+    header, *entries = sample_lines("s1_after_turn1.jsonl")
+    started = header_timestamp_ms(sample("s1_after_turn1.jsonl").split(b"\n", 1)[0])
+    written = datetime.strptime(header["timestamp"], "%Y-%m-%dT%H:%M:%S.%f%z")
+    assert started == (written - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+    # The first user message (unix ms, written by pi a moment later) sits just after the header time: the same
+    # clock and unit (seconds, or a local-time reading, would be off by far more than a second).
+    first_user = next(e["message"]["timestamp"] for e in entries if e["type"] == "message")
+    assert 0 < first_user - started < 1000

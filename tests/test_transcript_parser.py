@@ -17,7 +17,7 @@ from pidispatch.transcript.parser import (
     parse_transcript,
     torn_tail,
 )
-from testkit.transcripts import SAMPLES, VALID, all_sample_names, sample
+from testkit.transcripts import SAMPLES, VALID, all_sample_names, sample, sample_lines
 
 GLUED = "an entry starts inside this line (appended onto a line with no newline)"
 ORPHAN = "parentId does not name an entry on an earlier line"
@@ -96,17 +96,21 @@ def test_entry_types_and_roles_of_a_tool_call_session() -> None:
 def test_compaction_entry_fields() -> None:
     transcript = parse_transcript(sample("s5_auto_compaction_then_resume.jsonl"))
     (compaction,) = [e for e in transcript.entries if isinstance(e, m.CompactionEntry)]
+    first_entry = sample_lines("s5_auto_compaction_then_resume.jsonl")[1]  # pi kept everything from the first
+    assert first_entry["type"] == "model_change"
     assert (compaction.summary, compaction.firstKeptEntryId, compaction.tokensBefore, compaction.fromHook) == (
-        "## Goal\nSUMMARY FROM FAKE",
-        "b816fb4f",
-        20050,
+        "## Goal\nSUMMARY FROM FAKE",  # the scripted model's reply to pi's summary request
+        first_entry["id"],
+        20050,  # the scripted usage of the reply that triggered it: 20000 prompt + 50 completion
         False,
     )
     assert compaction.details == {"readFiles": [], "modifiedFiles": []}
 
 
 HEAD = sample("s1_after_turn2.jsonl")
-LEAF = "a06908b5"
+HEAD_ENTRIES = sample_lines("s1_after_turn2.jsonl")
+LEAF = HEAD_ENTRIES[-1]["id"]
+FIRST_USER, SECOND_USER = [e["id"] for e in HEAD_ENTRIES if e.get("message", {}).get("role") == "user"]
 TS = "2026-11-29T13:00:00.000Z"
 USAGE = {
     "input": 1,
@@ -141,15 +145,15 @@ EXTRA_ENTRIES = {
         m.CustomMessageEntry,
     ),
     "branch_summary": (
-        line(type="branch_summary", fromId="00f4c288", summary="we tried X", details=None, fromHook=False),
+        line(type="branch_summary", fromId=FIRST_USER, summary="we tried X", details=None, fromHook=False),
         m.BranchSummaryEntry,
     ),
     "context_edit-replacing-content": (
-        line(type="context_edit", targetId="2f342515", replacement={"content": "shorter"}),
+        line(type="context_edit", targetId=SECOND_USER, replacement={"content": "shorter"}),
         m.ContextEditEntry,
     ),
     "context_edit-omitting-the-target": (
-        line(type="context_edit", targetId="2f342515", replacement=None),
+        line(type="context_edit", targetId=SECOND_USER, replacement=None),
         m.ContextEditEntry,
     ),
     "usage": (
@@ -158,8 +162,8 @@ EXTRA_ENTRIES = {
     ),
     "custom": (line(type="custom", customType="ext-state", data={"n": 1}), m.CustomEntry),
     "custom-without-data": (line(type="custom", customType="ext-state"), m.CustomEntry),
-    "label": (line(type="label", targetId="2f342515", label="checkpoint"), m.LabelEntry),
-    "label-cleared": (line(type="label", targetId="2f342515"), m.LabelEntry),
+    "label": (line(type="label", targetId=SECOND_USER, label="checkpoint"), m.LabelEntry),
+    "label-cleared": (line(type="label", targetId=SECOND_USER), m.LabelEntry),
     "session_info": (line(type="session_info", name="my session"), m.SessionInfoEntry),
     "compaction-of-a-later-pi-with-usage-and-null-first-kept": (
         line(type="compaction", summary="s", firstKeptEntryId=None, tokensBefore=5, usage=USAGE, fromHook=True),
@@ -336,7 +340,11 @@ INVALID: dict[str, tuple[bytes, int, str]] = {
     ),
     "header-without-id": (b'{"type":"session","version":3,"timestamp":"' + TS.encode() + b'","cwd":"/w"}\n', 1, "id"),
     "header-unknown-field": (HEADER_LINE[:-1] + b',"model":"x"}\n', 1, "session header: model: Extra inputs"),
-    "header-naive-timestamp": (HEADER_LINE.replace(b".280Z", b"") + b"\n", 1, "session header: timestamp"),
+    "header-naive-timestamp": (  # the header time cut to whole seconds and no zone
+        HEADER_LINE.replace(HEAD_ENTRIES[0]["timestamp"].encode(), HEAD_ENTRIES[0]["timestamp"][:19].encode()) + b"\n",
+        1,
+        "session header: timestamp",
+    ),
     "later-header-malformed": (HEAD + b'{"type":"session"}\n', 8, "session header: version: Field required"),
     "invalid-utf8": (HEAD + b'{"type":"custom","x":"\xff"}\n', 8, "not valid UTF-8 (byte 23 of the line)"),
     "json-array-line": (HEAD + b"[1,2]\n", 8, "not a JSON object (a list)"),
@@ -446,7 +454,10 @@ def test_active_path_of_real_files() -> None:
     transcript = parse_transcript(sample("s1_after_turn2.jsonl"))
     assert ids(transcript.active_path()) == ids(transcript.entries)
     after = parse_transcript(sample("edge/e_header_only.after.jsonl"))
-    assert ids(after.active_path()) == ["42daac13", "98da1141", "75e234c1", "8d232768"]
+    header, duplicate, *entries = sample_lines("edge/e_header_only.after.jsonl")
+    assert header == duplicate and header["type"] == "session"
+    assert [e["type"] for e in entries] == ["model_change", "thinking_level_change", "message", "message"]
+    assert ids(after.active_path()) == [e["id"] for e in entries]
 
 
 def custom(entry_id: str, parent: str | None) -> m.CustomEntry:
@@ -470,8 +481,9 @@ def test_active_path_terminates_on_trees_the_parser_would_reject(
 
 def test_usage_totals_of_a_tool_call_session() -> None:
     totals = parse_transcript(sample("s2_tool_call.jsonl")).usage_totals()
-    assert (totals.input, totals.output, totals.cache_read, totals.cache_write) == (610 + 676, 23 + 10, 0, 0)
-    assert (totals.total_tokens, totals.cost, totals.assistant_messages) == (633 + 686, 0.0, 2)
+    # The usage of the file's two assistant lines (the tool call, the final reply).
+    assert (totals.input, totals.output, totals.cache_read, totals.cache_write) == (594 + 607, 10 + 9, 0, 0)
+    assert (totals.total_tokens, totals.cost, totals.assistant_messages) == (604 + 616, 0.0, 2)
 
 
 def test_usage_totals_count_cache_reads() -> None:
@@ -482,18 +494,18 @@ def test_usage_totals_count_cache_reads() -> None:
 def test_usage_totals_include_error_replies() -> None:
     totals = parse_transcript(sample("s7_http500_retries_then_resume.jsonl")).usage_totals()
     assert totals.assistant_messages == 5
-    assert totals.total_tokens == 645
+    assert totals.total_tokens == 614  # the four error replies carry zero usage; the resumed reply 614
 
 
 def test_usage_totals_all_entries_versus_active_path() -> None:
     branch = json.loads(HEAD.split(b"\n")[6])
-    branch["id"], branch["parentId"] = "b0000001", "00f4c288"
+    branch["id"], branch["parentId"] = "b0000001", FIRST_USER
     branch["message"]["usage"] = USAGE
     data = HEAD + json.dumps(branch).encode() + b"\n"
     transcript = parse_transcript(data)
     everything = transcript.usage_totals()
     active = transcript.usage_totals(active_only=True)
-    assert (everything.assistant_messages, everything.total_tokens) == (3, 621 + 659 + 10)
+    assert (everything.assistant_messages, everything.total_tokens) == (3, 604 + 618 + 10)
     assert (active.assistant_messages, active.total_tokens) == (1, 10)
     assert active.cost == pytest.approx(0.3)
 

@@ -117,14 +117,14 @@ def test_a_same_repository_job_keeps_its_agents_file_and_skills_and_links_inside
         (work / "AGENTS.md").write_text("Team rules.\n")
         (work / "CLAUDE.md").symlink_to("AGENTS.md")
         agents_skill(work)
-        (work / "shared").mkdir()
-        (work / "shared" / "SKILL.md").write_text("---\nname: shared\ndescription: d\n---\n")
-        (work / ".agents" / "skills" / "shared").symlink_to("../../shared")
+        (work / "team").mkdir()
+        (work / "team" / "SKILL.md").write_text("---\nname: team\ndescription: d\n---\n")
+        (work / ".agents" / "skills" / "team").symlink_to("../../team")
 
     sha = forge.repos.commit_tree(REPO, "contributor", build, "a team's agent files")
     ws = checkout(forge, tmp_path, sha, fork=False)
     assert (ws / "CLAUDE.md").read_text() == "Team rules.\n"
-    assert (ws / ".agents" / "skills" / "shared" / "SKILL.md").is_file()
+    assert (ws / ".agents" / "skills" / "team" / "SKILL.md").is_file()
 
 
 @pytest.mark.parametrize("link,target", [
