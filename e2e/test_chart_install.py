@@ -79,6 +79,9 @@ def test_install_notes_say_how_to_watch_and_run_doctor(release: Release) -> None
     notes = release.install_output
     assert f"kubectl get pijobs,sessionkeys -n {release.namespace} -w" in notes
     assert "Sessions are ENABLED" in notes
+    # the push-access disclosure, beside the values' comment and doctor's push-access line
+    assert "Who can receive a stored transcript" in notes
+    assert "Arm run.resume only for repositories whose push access you control" in notes
     assert f"kubectl exec -n {release.namespace} deploy/{FULLNAME} -- pidispatch doctor" in notes
 
 
