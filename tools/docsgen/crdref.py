@@ -217,7 +217,7 @@ def render() -> str:
         lines += spec_lines
         rules = spec_rules + status_rules
         if rules:
-            lines += ["### Validation rules", "",
+            lines += [f"### {names['kind']} validation rules", "",
                       "CEL rules the apiserver checks on every write (`kubectl apply` prints the message):", ""]
             lines += table(("On", "Rule", "Message"),
                            [(code(r.path), code(r.rule), prose(r.message)) for r in rules])
