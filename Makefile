@@ -9,7 +9,8 @@
 #   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
 #   make node           the Debian packages a real node needs (containerd, runc, CNI plugins, iptables)
 #   make tools          the host tools the e2e tests run directly (git, gh)
-# See README.md, "Local control plane".
+#   make docs           regenerate docs/reference/ and build the documentation site into site/ (strict)
+# See docs/control-plane.md and docs/testing.md.
 
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -23,10 +24,10 @@ CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 
-.PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator transcripts
+.PHONY: help venv controlplane pi images node tools cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator transcripts docs
 
 help:
-	@echo "targets: demo demo-store test unit typecheck fuzz transcripts venv controlplane pi images cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit typecheck fuzz transcripts docs venv controlplane pi images node tools cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -146,6 +147,13 @@ unit: venv controlplane
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
 demo: cluster-up pi
 	bash demo/operator-demo.sh
+
+# The documentation site: the generated reference pages (docs/reference/, from the API models and the chart's values;
+# tools/docsgen) written afresh, then `mkdocs build --strict` into site/, which fails on a broken link, a missing anchor
+# or a page left out of mkdocs.yml's nav. tests/test_docs_site.py and tests/test_docs_reference.py check the same.
+docs: venv
+	$(VPY) -m tools.docsgen
+	NO_MKDOCS_2_WARNING=1 $(VPY) -m mkdocs build --strict
 
 # The session store alone, walked through with the pidispatch CLI (no cluster needed).
 demo-store: venv

@@ -26,7 +26,7 @@ if [ "$NODE" = real ]; then
     echo "Pods run in containers on a real node (kubelet + containerd + runc); Pods reach this machine at $HOST"
 else
     HOST=127.0.0.1
-    echo "Pods run as local processes on the test kubelet (a real node needs root and containerd: see README)"
+    echo "Pods run as local processes on the test kubelet (a real node needs root and containerd: see docs/control-plane.md)"
 fi
 
 say() { printf '\n\033[1m%s\033[0m\n' "$*"; }

@@ -294,7 +294,7 @@ def test_readwritemany_staging_jobs_spread_over_the_nodes_and_resume(multinode_c
         print(f"12 job Pods per node: {dict(nodes)}; the operator on {operator_node(r)}")
 
 
-# ---- the README quickstart, as committed ------------------------------------------------------------------
+# ---- the quickstart (docs/quickstart.md), as committed ----------------------------------------------------------
 
 QUICKSTART_VALUES = ROOT / "examples" / "quickstart-values.yaml"
 QUICKSTART_TRIGGER = ROOT / "examples" / "trigger.yaml"
@@ -315,18 +315,18 @@ def quickstart_overrides(github: FakeGitHubAPI) -> dict[str, Any]:
     }
 
 
-def test_the_readme_quickstart_as_committed_runs_a_cold_then_a_resumed_job_on_the_operators_node(
+def test_the_quickstart_as_committed_runs_a_cold_then_a_resumed_job_on_the_operators_node(
         multinode_cluster: Cluster, mkube: Kube) -> None:
-    """The README's "Quickstart on your cluster" on three nodes with only ReadWriteOnce default storage: its
+    """docs/quickstart.md, "Quickstart on your cluster", on three nodes with only ReadWriteOnce default storage: its
     Secrets, ``helm install -f examples/quickstart-values.yaml`` as committed, ``kubectl apply -f
     examples/trigger.yaml`` as committed, then two signed ``@pi`` comments on one issue through the receiver:
     a cold job, then a resumed one, both on the operator's node.
 
     Overridden, because it cannot exist here (nothing else):
-    * ``github.app.id``, ``github.app.installationId``: the README's ``--set`` values, here the fake forge's App;
+    * ``github.app.id``, ``github.app.installationId``: the quickstart's ``--set`` values, here the fake forge's App;
     * ``github.apiUrl``: the fake GitHub API (testkit/fakegithub_api.py) instead of api.github.com, and the
       ``pi-github-app`` Secret holds that fake App's generated private key;
-    * ``receiver.ingress.host``: the README's ``--set`` value (no DNS here; the Ingress is made, nothing serves it);
+    * ``receiver.ingress.host``: the quickstart's ``--set`` value (no DNS here; the Ingress is made, nothing serves it);
     * ``receiver.replicas: 1``, ``receiver.port``, ``receiver.healthPort``, ``metrics.port``, ``health.port``: the
       test kubelets run Pods as processes sharing this host's network, so two receivers (or two releases) would
       bind one port;
@@ -360,7 +360,7 @@ def test_the_readme_quickstart_as_committed_runs_a_cold_then_a_resumed_job_on_th
             trigger = yaml.safe_load(QUICKSTART_TRIGGER.read_text())["metadata"]["name"]
             wait_for(f"Trigger {trigger} Ready", lambda: (r.condition(r.get("triggers", trigger), "Ready") or {}).get(
                 "status") == "True", timeout=60)
-            # the receiver as the README's Ingress would reach it; its Secret key is the committed one
+            # the receiver as the quickstart's Ingress would reach it; its Secret key is the committed one
             receiver = Receiver(r, secret)
             receiver.await_ready()
             receiver.await_triggers(1)

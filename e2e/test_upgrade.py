@@ -4,8 +4,8 @@ The release of the last ``v*`` tag before HEAD is installed as a user of that ta
 (``git archive <tag>``), its operator code (the tag's ``operator/`` first on the operator Pod's
 ``PYTHONPATH``: the test kubelet runs ``pidispatch`` from this venv, so without it the old chart would run
 HEAD's code) and its job stand-in (the tag's ``fakepi.py``, in ``testkit/`` or, before it, ``e2e/``). One job
-stores a conversation; a second resumes it and is held Running (``@pi hold=release``). Then the README's
-"Upgrading" steps, as written: ``kubectl apply --server-side --force-conflicts`` of HEAD's ``crds/`` (Helm
+stores a conversation; a second resumes it and is held Running (``@pi hold=release``). Then the steps of
+docs/upgrading.md, as written: ``kubectl apply --server-side --force-conflicts`` of HEAD's ``crds/`` (Helm
 never upgrades them) and ``helm upgrade`` to HEAD's chart, which replaces the operator (``Recreate``) while
 the job runs. Released, the job must complete under the new operator and promote exactly once, and a third job
 on the key must resume what it promoted.
@@ -39,7 +39,7 @@ from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
-# The README's "Upgrading" step for the CRDs, run here exactly as documented (the path made absolute).
+# The CRD step of docs/upgrading.md, run here exactly as documented (the path made absolute).
 CRD_STEP = ("apply", "--server-side", "--force-conflicts", "-f", "charts/pi-dispatch/crds/")
 ISSUE = 4242
 
@@ -92,12 +92,13 @@ def extract(tag: str, dest: Path) -> Path:
 
 
 def documented_crd_step() -> tuple[str, ...]:
-    """The CRD step as the README's "Upgrading" section writes it (the test fails if the two drift apart)."""
-    readme = (ROOT / "README.md").read_text()
-    section = re.search(r"^## Upgrading\n(.*?)^## ", readme, re.S | re.M)
-    assert section, "README.md has no '## Upgrading' section"
+    """The CRD step as docs/upgrading.md writes it before its first section (the test fails if the two drift
+    apart)."""
+    page = (ROOT / "docs" / "upgrading.md").read_text()
+    steps = re.search(r"^# Upgrading\n(.*?)^## ", page, re.S | re.M)
+    assert steps, "docs/upgrading.md has no '# Upgrading' title followed by a section"
     command = "kubectl " + " ".join(CRD_STEP)
-    assert command in section.group(1), f"README's Upgrading section does not say `{command}`"
+    assert command in steps.group(1), f"docs/upgrading.md's upgrade steps do not say `{command}`"
     return CRD_STEP
 
 
@@ -171,14 +172,14 @@ def test_helm_upgrade_from_the_last_tag_with_a_job_in_flight(cluster: Cluster, k
         assert running["status"]["session"]["reason"] == "resumed", json.dumps(running["status"])
         old_operators = {p["metadata"]["uid"] for p in r.operator_pods()}
 
-        # ---- the README's Upgrading steps, while the job runs ----------------------------------------
+        # ---- docs/upgrading.md's steps, while the job runs ------------------------------------------------
         step = documented_crd_step()
         cluster.kubectl(*step[:-1], str(ROOT / step[-1]))
-        # 0.2.0: resume is armed only on a Trigger that names its repositories (CHANGELOG, README "Upgrading");
-        # the tag's CRD pruned the field when the Trigger was made, so it is named now, as the README says.
+        # 0.2.0: resume is armed only on a Trigger that names its repositories (CHANGELOG, docs/upgrading.md);
+        # the tag's CRD pruned the field when the Trigger was made, so it is named now, as docs/upgrading.md says.
         # The apiserver loads a CRD's new schema a moment after the apply returns; a patch inside that moment is
         # pruned by the old schema without an error (a CI run at load 12 lost it so, and the last job ran cold).
-        # The README says to read the field back; so does the test, patching again until it is kept.
+        # docs/upgrading.md says to read the field back; so does the test, patching again until it is kept.
         wait_until("the Trigger keeps on.repositories under HEAD's CRD", lambda: named_repositories(r), timeout=60)
         r.values = new_values
         helm_values(r, CHART, new_values, "upgrade")

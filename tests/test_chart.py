@@ -873,7 +873,7 @@ def test_helm_test_checks_that_the_webhook_refuses_an_unsigned_delivery(helm: An
     assert sc["capabilities"] == {"drop": ["ALL"]}
 
 
-# -- the README's quickstart: its files, as committed -----------------------------------------------------------
+# -- the quickstart (docs/quickstart.md): its files, as committed -------------------------------------------------
 EXAMPLES = ROOT / "examples"
 QUICKSTART_SET = {"github.app.id": 123456, "github.app.installationId": 7890123,
                   "receiver.ingress.host": "pi.example.com"}
@@ -910,11 +910,11 @@ def test_the_app_manifest_asks_for_what_jobs_and_triggers_need() -> None:
     assert manifest["public"] is False and manifest["hook_attributes"]["url"].endswith("/webhook")
 
 
-def test_the_readme_link_registers_the_app_of_the_manifest() -> None:
+def test_the_quickstart_link_registers_the_app_of_the_manifest() -> None:
     from urllib.parse import parse_qs, urlsplit
 
     manifest = json.loads((EXAMPLES / "github-app.json").read_text())
-    [link] = [line.strip() for line in (ROOT / "README.md").read_text().splitlines()
+    [link] = [line.strip() for line in (ROOT / "docs" / "quickstart.md").read_text().splitlines()
               if line.strip().startswith("https://github.com/settings/apps/new?")]
     query = parse_qs(urlsplit(link).query)
     assert sorted(query.pop("events[]")) == sorted(manifest["default_events"])

@@ -71,7 +71,7 @@ def test_resolve_and_promote_round_trip(store: Store, tmp_path: Path) -> None:
 
 def test_resolve_fault_prints_no_reason_and_exits_1(store: Store, tmp_path: Path) -> None:
     """A store fault has no reason token (the job runs as if it had no key): ``reason`` is null, exit
-    1, and the cause is the ``session_store_failed`` event on stderr (README, "The CLI")."""
+    1, and the cause is the ``session_store_failed`` event on stderr (docs/commands.md, "Output and exit codes")."""
     store.put()
     blocker = tmp_path / "job"
     blocker.write_text("a file where the staging directory should go")

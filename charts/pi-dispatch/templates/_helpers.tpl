@@ -172,7 +172,7 @@ app.kubernetes.io/component: operator
 {{- include "pi-dispatch.githubEnv" . }}
 {{- if .Values.sessions.enabled }}
 {{- if and (eq (.Values.github.authSource | default "gh") "gh") (not .Values.sessions.allowGhSource) }}
-{{- fail "sessions.enabled=true with github.authSource gh (the default when unset) can never resume: every job of a Trigger with run.resume would be refused (config-refused), because the whole gh login would reach every job and could be kept in its transcript. Set github.authSource=app (a GitHub App, see the README's quickstart) or pat (github.token.secretName), or knowingly set sessions.allowGhSource=true, or leave sessions.enabled false" }}
+{{- fail "sessions.enabled=true with github.authSource gh (the default when unset) can never resume: every job of a Trigger with run.resume would be refused (config-refused), because the whole gh login would reach every job and could be kept in its transcript. Set github.authSource=app (a GitHub App, see docs/quickstart.md) or pat (github.token.secretName), or knowingly set sessions.allowGhSource=true, or leave sessions.enabled false" }}
 {{- end }}
 - name: PI_SESSIONS_DIR
   value: /var/lib/pi-dispatch/sessions
