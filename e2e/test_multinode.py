@@ -467,7 +467,8 @@ def test_a_resumed_trigger_that_excludes_the_operators_node_is_not_ready_and_its
 
     issue = next(_issues)
     refused = r.run(f"there-{issue}", trigger="there", issue=issue, timeout=60)
-    assert refused["status"]["phase"] == "Failed", refused["status"]
+    assert (refused["status"]["phase"], refused["status"]["reason"]) == ("Refused", "trigger-not-ready"), \
+        refused["status"]
     reason = next(c for c in refused["status"]["conditions"] if c.get("reason") == "TriggerNotReady")
     assert "PlacementConflict" not in reason["message"] and f"{HOSTNAME}={node}" in reason["message"]
     assert r.pods_of(f"there-{issue}") == [], "refused before any Pod"

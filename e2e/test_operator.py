@@ -66,6 +66,7 @@ def test_cold_then_resumed_on_the_same_key(release: Release) -> None:
     assert sk and sk["spec"] == {"forge": "github", "repository": "acme/widgets", "branch": f"pi/issue-{issue}"}
     assert release.condition(sk, "Stored")["status"] == "True"
     assert sk["status"]["lastJob"] == f"cold-{issue}"
+    assert sk["status"]["observedGeneration"] == sk["metadata"]["generation"], "the status says which spec it judged"
 
     second = release.run(f"warm-{issue}", issue=issue, comment="@pi and now the review")
     assert second["status"]["phase"] == "Succeeded"
@@ -123,6 +124,34 @@ def test_kubectl_apply_rejects_a_refused_trigger(release: Release, shape: str) -
     assert result.returncode != 0, result.stdout
     assert words in result.stderr, result.stderr
     assert release.kube.get_or_none(release.path("triggers", "refused")) is None
+
+
+# Stored by the apiserver (no CEL rule refuses them: docs/crd-policy.md), reported not Ready by the operator.
+NOT_READY = {
+    "no-label": ({"event": "issues.labeled"}, {}, "LabelMissing", "on.label is not set"),
+    "label-on-comment": ({"event": "issue_comment.created", "phrase": "@pi", "label": "pi"}, {}, "FieldNotForEvent",
+                         "on.label is set but on.event is 'issue_comment.created'"),
+    "local": ({"event": "issue_comment.created", "phrase": "@pi"}, {"kind": "local"}, "FieldNotImplemented",
+              "run.kind: local is not implemented"),
+}
+
+
+def test_a_trigger_that_could_not_do_what_it_says_is_not_ready_and_its_jobs_are_refused(release: Release) -> None:
+    r = release
+    for name, (on, run, _, _) in NOT_READY.items():
+        r.kube.create(r.path("triggers"), {"apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Trigger",
+                                           "metadata": {"name": name}, "spec": {"on": on, "run": run}})
+    for name, (_, _, reason, said) in NOT_READY.items():
+        ready = wait_until(f"Trigger {name}'s Ready", lambda n=name: r.condition(r.get("triggers", n), "Ready"),
+                           timeout=60)
+        assert (ready["status"], ready["reason"]) == ("False", reason), ready
+        assert ready["message"].startswith(said), ready["message"]
+    issue = next_issue()
+    job = r.run(f"local-{issue}", trigger="local", issue=issue)
+    assert (job["status"]["phase"], job["status"]["reason"]) == ("Refused", "trigger-not-ready"), job["status"]
+    refused = next(c for c in job["status"]["conditions"] if c.get("reason") == "TriggerNotReady")
+    assert "run.kind: local is not implemented" in refused["message"], refused
+    assert r.pods_of(f"local-{issue}") == [], "refused before any Pod"
 
 
 def test_job_pod_is_restricted_and_token_free(release: Release) -> None:

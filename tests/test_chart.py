@@ -898,33 +898,6 @@ def test_the_quickstart_values_without_the_set_values_fail_naming_what_is_missin
     assert result.returncode != 0 and "receiver.ingress.host" in result.stderr, result.stderr
 
 
-def test_the_app_manifest_asks_for_what_jobs_and_triggers_need() -> None:
-    from pidispatch.api.vocabulary import TRIGGER_EVENTS
-    from pidispatch.settings import DEFAULT_JOB_TOKEN_PERMISSIONS
-
-    manifest = json.loads((EXAMPLES / "github-app.json").read_text())
-    assert manifest["default_permissions"] == dict(DEFAULT_JOB_TOKEN_PERMISSIONS), \
-        "the App grants what a job token asks for, no more (the operator's own token asks for less)"
-    webhook_events = {event.split(".")[0] for event in TRIGGER_EVENTS if event != "cron"}
-    assert set(manifest["default_events"]) == webhook_events, "every event a Trigger can match is delivered"
-    assert manifest["public"] is False and manifest["hook_attributes"]["url"].endswith("/webhook")
-
-
-def test_the_quickstart_link_registers_the_app_of_the_manifest() -> None:
-    from urllib.parse import parse_qs, urlsplit
-
-    manifest = json.loads((EXAMPLES / "github-app.json").read_text())
-    [link] = [line.strip() for line in (ROOT / "docs" / "quickstart.md").read_text().splitlines()
-              if line.strip().startswith("https://github.com/settings/apps/new?")]
-    query = parse_qs(urlsplit(link).query)
-    assert sorted(query.pop("events[]")) == sorted(manifest["default_events"])
-    permissions = {name: query.pop(name)[0] for name in list(query) if name in manifest["default_permissions"]}
-    assert permissions == manifest["default_permissions"]
-    assert query.pop("webhook_url") == ["https://$WEBHOOK_HOST/webhook"]
-    assert query == {"name": [manifest["name"]], "url": [manifest["url"]], "public": ["false"],
-                     "webhook_active": ["true"]}
-
-
 def test_the_quickstart_trigger_is_valid_and_arms_resume() -> None:
     from pidispatch.api.models import TriggerSpec, problem
     from pidispatch.api.trigger import first_refusal, resume_armed

@@ -13,7 +13,7 @@ import pytest
 
 from pidispatch.api.crds import TRIGGER_RULES
 from pidispatch.api.models import JobSession, JobSpec, Resolved, SessionKeyStatus, TriggerSpec, TriggerStatus, problem
-from pidispatch.api.trigger import RESUME_NOT_BOOLEAN, resume_armed
+from pidispatch.api.trigger import LOCAL_KIND, RESUME_NOT_BOOLEAN, resume_armed
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.jobflow import admit
 from pidispatch.jobflow import key as key_step
@@ -40,9 +40,14 @@ PR_JOB: dict[str, Any] = {
 }
 
 
+# What a Trigger of each event needs to fire (api/trigger.py refuses a label or comment Trigger without it).
+FIRES: dict[str, dict[str, str]] = {"issue_comment.created": {"phrase": "@pi"}, "issues.labeled": {"label": "pi"},
+                                    "pull_request_review_comment.created": {"phrase": "@pi"}}
+
+
 def trigger(run: dict[str, Any] | None = None, event: str = "issue_comment.created") -> dict[str, Any]:
     return {"metadata": {"name": "fix-it"},
-            "spec": {"on": {"event": event, "repositories": ["octo/*"]},
+            "spec": {"on": {"event": event, **FIRES.get(event, {}), "repositories": ["octo/*"]},
                      "run": {"model": "fake/fake-model", "piVersion": PI, **(run or {})}}}
 
 
@@ -95,6 +100,7 @@ NOT_READY = [
      TRIGGER_RULES[3]["message"]),
     ("resume a string", {"resume": "true"}, "issue_comment.created", RESUME_NOT_BOOLEAN),
     ("resume a number", {"resume": 1}, "issue_comment.created", RESUME_NOT_BOOLEAN),
+    ("a local job", {"kind": "local"}, "issue_comment.created", LOCAL_KIND),
 ]
 
 
@@ -106,13 +112,27 @@ def test_missing_trigger_fails_the_job() -> None:
 
 
 @pytest.mark.parametrize(("run", "event", "message"), [c[1:] for c in NOT_READY], ids=[c[0] for c in NOT_READY])
-def test_unloadable_trigger_fails_the_job_with_the_cel_message(run: dict, event: str, message: str) -> None:
+def test_unloadable_trigger_refuses_the_job_with_the_cel_message(run: dict, event: str, message: str) -> None:
+    """Refused before any spend, as every refusal is: the phase is ``Refused`` and ``status.reason`` says why (it
+    was ``Failed`` with no reason, the why only in a condition)."""
     # No store and the gh source on purpose: an unloadable Trigger is reported before either refusal.
     settings = Settings(sessions_dir=None, github_auth_source="gh")
     refused = refusal("delivery-1", ISSUE_JOB, trigger(run, event), settings)
     assert refused is not None
-    assert (refused.phase, refused.reason, refused.condition_reason) == ("Failed", None, "TriggerNotReady")
+    assert (refused.phase, refused.reason, refused.condition_reason) == (
+        "Refused", JobReason.TRIGGER_NOT_READY, "TriggerNotReady")
     assert refused.message.endswith(message) and "fix-it" in refused.message
+
+
+@pytest.mark.parametrize("on", [{"event": "issues.labeled"}, {"event": "issue_comment.created", "phrase": "@pi",
+                                                                  "label": "pi"}],
+                         ids=["a label Trigger without a label", "a comment Trigger with a label"])
+def test_a_job_of_a_trigger_whose_on_is_refused_is_refused_naming_the_field(on: dict) -> None:
+    body = trigger()
+    body["spec"]["on"] = {**on, "repositories": ["octo/*"]}
+    refused = refusal("delivery-1", ISSUE_JOB, body, STORE)
+    assert refused is not None and (refused.phase, refused.reason) == ("Refused", JobReason.TRIGGER_NOT_READY)
+    assert "on.label" in refused.message, refused.message
 
 
 INVALID_JOBS = [
@@ -528,9 +548,10 @@ def test_every_trigger_status_is_valid_for_its_model(run: dict, settings: Settin
 
 def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
     transcript = store.put(chain="3", context="1000 200000 fake/fake-model")
-    status = sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)
+    status = sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None, generation=3)
     assert {k: v for k, v in status.items() if k != "conditions"} == {
-        "bytes": transcript.stat().st_size, "venue": "kubernetes", "piVersion": PI, "resumeChain": 3,
+        "observedGeneration": 3, "bytes": transcript.stat().st_size, "venue": "kubernetes", "piVersion": PI,
+        "resumeChain": 3,
         "context": {"tokens": 1000, "window": 200000, "model": "fake/fake-model"}, "next": "resumed",
         "ledger": {"entries": 0, "letter": None}}
     assert by_type(status["conditions"])["Rethreaded"]["status"] == "False"

@@ -179,7 +179,7 @@ def test_a_trigger_selecting_another_node_is_not_ready_and_its_jobs_are_refused_
     c.on_job("ADDED", add_job(api, "stuck"))
     pump(c)
     status = api.job("stuck")["status"]
-    assert status["phase"] == "Failed"
+    assert (status["phase"], status["reason"]) == ("Refused", "trigger-not-ready"), status
     refused = next(x for x in status["conditions"] if x["type"] == "Ready" or x.get("reason") == "TriggerNotReady")
     assert refused["reason"] == "TriggerNotReady", status
     assert "sessions.staging.mode=transfer" in refused["message"]

@@ -41,7 +41,8 @@ OTHER = "stripe_" + "s" * 33
 
 
 def spec(run: dict[str, Any], event: str = "issue_comment.created") -> dict[str, Any]:
-    return {"on": {"event": event}, "run": run}
+    fires = {"issue_comment.created": {"phrase": "@pi"}, "issues.labeled": {"label": "pi"}}.get(event, {})
+    return {"on": {"event": event, **fires}, "run": run}
 
 
 def container(pod: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +275,8 @@ def test_a_flow_on_a_forks_pull_request_is_refused_before_any_pod() -> None:
     job = JobView.of({"metadata": {"name": "j", "uid": "u"}, "spec": {
         "trigger": "t", "forge": "github", "repository": "octo/repo", "pullRequest": 9, "fork": True}})
     refused = admit.refusal(job, trigger, Settings(), None)
-    assert refused is not None and (refused.phase, refused.condition_reason) == ("Refused", "FlowOnFork"), refused
+    assert refused is not None and (refused.phase, refused.reason, refused.condition_reason) == (
+        "Refused", "flow-on-fork", "FlowOnFork"), refused
     assert "comes from a fork" in refused.message and "flow review" in refused.message
     same_repo = JobView.of({**job.body, "spec": {**job.body["spec"], "fork": False}})
     assert admit.refusal(same_repo, trigger, Settings(), None) is None

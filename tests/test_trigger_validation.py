@@ -7,11 +7,20 @@ import pytest
 from pidispatch.api.crds import TRIGGER_RULES
 from pidispatch.api.trigger import (
     FLOW_AND_COMMAND,
+    LOCAL_KIND,
     RESUME_NOT_BOOLEAN,
     first_refusal,
     refusal_reason,
     resume_armed,
 )
+
+# The least each event's Trigger needs to fire (api/trigger.py refuses a label or comment Trigger without it).
+FIRES = {"issue_comment.created": {"phrase": "@pi"}, "issues.labeled": {"label": "pi"}, "cron": {}}
+
+
+def spec_of(event: str, run: dict) -> dict:
+    return {"on": {"event": event, **FIRES[event]}, "run": run}
+
 
 CASES = [
     ("resume alone", {"resume": True}, "issue_comment.created", None),
@@ -24,6 +33,10 @@ CASES = [
      TRIGGER_RULES[2]["message"]),
     ("local kind on cron", {"resume": True, "kind": "local"}, "cron", TRIGGER_RULES[1]["message"]),
     ("local kind", {"resume": True, "kind": "local"}, "issue_comment.created", TRIGGER_RULES[1]["message"]),
+    ("local kind without resume: not implemented, so refused rather than run as a forge job", {"kind": "local"},
+     "issue_comment.created", LOCAL_KIND),
+    ("local kind on cron without resume", {"kind": "local"}, "cron", LOCAL_KIND),
+    ("forge kind is what runs", {"kind": "forge"}, "issue_comment.created", None),
     ("replicas before secrets", {"resume": True, "replicas": 2, "secrets": ["s"]}, "issue_comment.created",
      TRIGGER_RULES[2]["message"]),
     ("secrets", {"resume": True, "secrets": ["s"]}, "issue_comment.created", TRIGGER_RULES[3]["message"]),
@@ -54,7 +67,7 @@ CASES = [
 
 @pytest.mark.parametrize(("run", "event", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_first_refusal(run: dict, event: str, message: str | None) -> None:
-    assert first_refusal({"on": {"event": event}, "run": run}) == message
+    assert first_refusal(spec_of(event, run)) == message
 
 
 @pytest.mark.parametrize(("run", "armed"), [({"resume": True}, True), ({"resume": False}, False), ({}, False),
@@ -70,16 +83,21 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
     ({"resume": True, "command": "/x"}, "ResumeConflict"),
 ], ids=["an ill-formed command", "flow and command", "resume with replicas", "resume with command"])
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
-    message = first_refusal({"on": {"event": "issue_comment.created"}, "run": run})
+    message = first_refusal(spec_of("issue_comment.created", run))
     assert message is not None and refusal_reason(message) == reason
 
 
 @pytest.mark.parametrize(("spec", "reason"), [
-    ({"on": {"event": "issue_comment.created"}, "run": {"secrets": ["Model_Keys"]}}, "InvalidSecretName"),
-    ({"on": {"event": "issue_comment.created"}, "run": {"replicas": 7}}, "InvalidSpec"),
-    ({"on": {"event": "issue_comment.created"}, "run": {"flow": "Fix_It"}}, "InvalidFlow"),
-    ({"on": {"event": "issue_comment.created"}, "run": {"resume": "yes"}}, "ResumeConflict"),
-], ids=["a Secret's name", "what the schema refuses", "a flow's name", "resume not a boolean"])
+    (spec_of("issue_comment.created", {"secrets": ["Model_Keys"]}), "InvalidSecretName"),
+    (spec_of("issue_comment.created", {"replicas": 7}), "InvalidSpec"),
+    (spec_of("issue_comment.created", {"flow": "Fix_It"}), "InvalidFlow"),
+    (spec_of("issue_comment.created", {"resume": "yes"}), "ResumeConflict"),
+    (spec_of("issue_comment.created", {"kind": "local"}), "FieldNotImplemented"),
+    ({"on": {"event": "issues.labeled", "label": "pi", "phrase": "@pi"}, "run": {}}, "FieldNotForEvent"),
+    ({"on": {"event": "issues.labeled"}, "run": {}}, "LabelMissing"),
+    ({"on": {"event": "issue_comment.created"}, "run": {}}, "PhraseMissing"),
+], ids=["a Secret's name", "what the schema refuses", "a flow's name", "resume not a boolean", "a local job",
+        "a field of another event", "no label", "no phrase"])
 def test_a_refusal_that_is_no_resume_conflict_is_not_called_one(spec: dict, reason: str) -> None:
     message = first_refusal(spec)
     assert message is not None and refusal_reason(message) == reason, message

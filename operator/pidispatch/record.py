@@ -46,7 +46,8 @@ SESSION_REASONS: tuple[str, ...] = tuple(reason.value for reason in SessionReaso
 
 
 class JobReason(StrEnum):
-    """Job-level refusals before any spend (docs/store-contract.md#refusals). Not session reasons."""
+    """Job-level refusals before any spend (docs/store-contract.md#refusals): a Job that ends ``Refused`` says which in ``status.reason``.
+    Not session reasons."""
 
     SESSIONS_DIR_UNSET = "sessions-dir-unset"
     CONFIG_REFUSED = "config-refused"
@@ -56,6 +57,11 @@ class JobReason(StrEnum):
     # A fork's pull request under a pat or gh token, whose scope the operator cannot narrow, on a Trigger
     # without run.forks: the fork's code would run with write access to the base repository.
     FORK_NOT_ALLOWED = "fork-not-allowed"
+    # The Job's Trigger is not Ready (its Ready condition says why: a load-time refusal, a schedule that cannot
+    # fire, a placement conflict): nothing of the Trigger's may run until it is fixed.
+    TRIGGER_NOT_READY = "trigger-not-ready"
+    # A flow Trigger's Job on a fork's pull request, known from the payload: a fork's skill is anyone's text.
+    FLOW_ON_FORK = "flow-on-fork"
 
 
 # Promotion results that are not record reasons (docs/store-contract.md#promotion-results).

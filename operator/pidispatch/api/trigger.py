@@ -1,9 +1,16 @@
-"""The Trigger's load-time refusals, repeated in the operator (defence in depth).
+"""The Trigger's load-time refusals: the CRD's CEL rules repeated in the operator (defence in depth), and the
+ones only the operator makes.
 
-The CRD's CEL rules reject these at ``kubectl apply``; a CRD applied without CEL support, or an
+The CRD's CEL rules reject the resume conflicts at ``kubectl apply``; a CRD applied without CEL support, or an
 object stored before the rules existed, still reaches the operator, which refuses it with the very
 same messages (taken from :data:`pidispatch.api.vocabulary.TRIGGER_RULES`, the one source) and sets
 ``Ready=False``. So is a spec the CRD's schema would refuse (``models.TriggerSpec``).
+
+The others are the operator's alone, each with a ``Ready`` reason of its own (:func:`refusal_reason`): a field
+the Trigger's event never reads, a label or comment Trigger without the label or phrase it fires on, ``run.kind:
+local`` (not implemented), and the ``run`` fields' own forms. They are not CEL rules: within ``v1alpha1`` a new
+rule would leave a Trigger stored before it, which breaks it, unwritable, its status included
+(``docs/crd-policy.md``). Such a Trigger stays stored, ``Ready=False``, saying why it runs nothing.
 """
 
 from __future__ import annotations
@@ -30,6 +37,27 @@ INVALID_COMMAND_REASON = "InvalidCommand"
 FLOW_AND_COMMAND = (f"{COMMAND_REFUSAL_PREFIX}a Trigger names one thing for its job to run, and this one sets both "
                     "run.flow (the repository's skill) and run.command (a command of the job image's extensions). "
                     "Keep one of the two; a second Trigger can run the other.")
+
+# What each event-specific field of ``on`` is read for, by the receiver (``receiver/delivery.py``): the events whose
+# deliveries it is matched against. On any other event it would be ignored, so a Trigger that sets it is refused.
+LABEL_EVENTS = ("issues.labeled",)
+PHRASE_EVENTS = ("issue_comment.created", "pull_request_review_comment.created", "pull_request_review.submitted")
+EVENT_FIELDS = {"label": LABEL_EVENTS, "phrase": PHRASE_EVENTS, "authorAssociations": PHRASE_EVENTS}
+NOT_FOR_EVENT = " is set but on.event is "
+NOT_FOR_EVENT_REASON = "FieldNotForEvent"
+# The field without which the receiver matches no delivery of the event: such a Trigger could never fire.
+NEVER_FIRES = {
+    "issues.labeled": ("label", "LabelMissing", "on.label is not set: an issues.labeled Trigger fires when an issue "
+                       "gets the label it names, so this one can never fire. Name the label (on.label: pi)."),
+    **{event: ("phrase", "PhraseMissing", f"on.phrase is not set: a Trigger of {event} fires on a comment that "
+               "mentions its phrase, so this one can never fire (the receiver matches no comment to a Trigger without "
+               "one, or every comment would start a job). Name the phrase (on.phrase: '@pi').")
+       for event in ("issue_comment.created", "pull_request_review_comment.created")},
+}
+LOCAL_KIND = ("run.kind: local is not implemented: every job pi-dispatch runs is a forge job, with a checkout of its "
+              "repository, so this Trigger's jobs would run as forge jobs while it says local. Remove run.kind "
+              "(forge is what runs).")
+LOCAL_KIND_REASON = "FieldNotImplemented"
 
 
 def resume_armed(spec: dict[str, Any]) -> bool:
@@ -60,7 +88,13 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
             return TRIGGER_RULES[2]["message"]
         if run.get("secrets"):
             return TRIGGER_RULES[3]["message"]
-    if run.get("replicas") is not None and (spec.get("on") or {}).get("event") == "cron":
+    on = spec.get("on") or {}
+    why = on_problem(on)
+    if why is not None:
+        return why
+    if run.get("kind") == "local":
+        return LOCAL_KIND
+    if run.get("replicas") is not None and on.get("event") == "cron":
         return REPLICAS_ON_CRON
     if run.get("flow") is not None and run.get("command") is not None:
         return FLOW_AND_COMMAND
@@ -78,11 +112,32 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
     return None
 
 
+def on_problem(on: dict[str, Any]) -> str | None:
+    """Why ``on`` cannot be what the Trigger says: a field its event never reads (the receiver would ignore it), or
+    the field without which the receiver matches no delivery of its event (the Trigger would never fire)."""
+    event = on.get("event")
+    for name, events in EVENT_FIELDS.items():
+        if on.get(name) is not None and event not in events:
+            return (f"on.{name}{NOT_FOR_EVENT}{event!r}: only a Trigger of {', '.join(events)} reads it, so here it "
+                    f"would be ignored. Remove on.{name}, or set on.event to one of those.")
+    required = NEVER_FIRES.get(str(event))
+    if required is not None and not on.get(required[0]):
+        return required[2]
+    return None
+
+
 def refusal_reason(message: str) -> str:
     """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the store
     contract's resume refusals only, and a reason of its own for each other kind."""
     if message == REPLICAS_ON_CRON:
         return REPLICAS_ON_CRON_REASON
+    if message == LOCAL_KIND:
+        return LOCAL_KIND_REASON
+    if message.startswith("on.") and NOT_FOR_EVENT in message.split(":", 1)[0]:
+        return NOT_FOR_EVENT_REASON
+    for _, reason, text in NEVER_FIRES.values():
+        if message == text:
+            return reason
     if message.startswith(COMMAND_REFUSAL_PREFIX):
         return INVALID_COMMAND_REASON
     if message.startswith(FLOW_REFUSAL_PREFIX):

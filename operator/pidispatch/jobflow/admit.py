@@ -110,7 +110,8 @@ def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
                        f"Trigger {trigger_name} does not exist in this namespace; create it, then re-create "
                        f"Job {job.name}.")
     if trigger.refusal is not None or trigger.spec is None:
-        return Refused("Failed", None, "TriggerNotReady", f"Trigger {trigger_name} is not ready: {trigger.refusal}")
+        return Refused("Refused", JobReason.TRIGGER_NOT_READY, "TriggerNotReady",
+                       f"Trigger {trigger_name} is not ready, so nothing ran: {trigger.refusal}")
     spec = trigger.spec
     beyond = beyond_trigger(job, job.spec, spec, settings)
     if beyond is not None:
@@ -123,7 +124,7 @@ def refusal(job: JobView, trigger: TriggerView | None, settings: Settings,
         return forked
     if spec.run.flow is not None and job.spec.fork is True and job.spec.pullRequest is not None:
         # The runner refuses it too (runner/flow.py), for a fork only the forge API reveals; this one needs no Pod.
-        return Refused("Refused", None, "FlowOnFork", FLOW_ON_FORK_MESSAGE.format(
+        return Refused("Refused", JobReason.FLOW_ON_FORK, "FlowOnFork", FLOW_ON_FORK_MESSAGE.format(
             job=job.name, number=job.spec.pullRequest, trigger=trigger_name, flow=spec.run.flow))
     if not armed(spec):
         return None

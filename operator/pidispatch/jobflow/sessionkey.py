@@ -155,6 +155,7 @@ def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | N
         generation)
     ledger = view.get("ledger") or {}
     status: dict[str, Any] = {
+        "observedGeneration": generation,  # the spec this status was judged for, as the Trigger's and the Job's say
         "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
         "ledger": {"entries": ledger.get("entries") or 0, "letter": ledger.get("letter")},
         "piVersion": view.get("piVersion"), "resumeChain": view.get("resumeChain") or 0,

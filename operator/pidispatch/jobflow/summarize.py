@@ -36,7 +36,8 @@ class Queued:
 class Refused:
     """Ended before its Pod ran: a deliberate refusal (phase ``Refused``) or a failure for good (``Failed``).
 
-    ``reason`` is a JobReason for the store contract's refusals, else ``None``.
+    ``reason`` (``status.reason``) is a JobReason for every refusal, ``None`` for a failure (the condition's reason
+    says which).
     """
 
     phase: str

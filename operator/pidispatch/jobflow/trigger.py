@@ -1,7 +1,8 @@
 """Trigger status: ``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force.
 
 The operator repeats the Trigger CRD's CEL refusals (defence in depth, and for clusters that apply the
-CRD without CEL) and says, per Trigger, whether its jobs would resume and whether a store is there. A
+CRD without CEL), adds its own (``api/trigger.py``: a field the Trigger's event never reads, a Trigger that could
+never fire, ``run.kind: local``), and says, per Trigger, whether its jobs would resume and whether a store is there. A
 Trigger whose resumed jobs could never be placed on the operator's node (ReadWriteOnce staging, mount
 mode: ``api/placement.py``) is not Ready either, and its Jobs are refused at admission as any Job of a
 Trigger that is not Ready. So is a cron Trigger whose ``on.schedule`` cannot fire (``InvalidSchedule``); a

@@ -87,6 +87,12 @@ ACTIONS = {
     "pull_request_review_comment": "created",
 }
 TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
+# Every X-GitHub-Event the receiver acts on, with its actions: a Trigger's (ACTIONS) and a closing one's (CLOSING,
+# the retirement of a conversation). Any other event is ignored (:func:`event_problem`), so the GitHub App must
+# subscribe to each of these and needs no other (examples/github-app.json, tests/test_app_manifest.py).
+HANDLED: dict[str, tuple[str, ...]] = {
+    event: tuple(action for action in (ACTIONS.get(event), CLOSING.get(event)) if action)
+    for event in (*ACTIONS, *(e for e in CLOSING if e not in ACTIONS))}
 
 
 _DELIVERY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
@@ -118,10 +124,11 @@ class Event:
 
 # -- headers -------------------------------------------------------------------------------------------------
 def event_problem(event: str | None) -> Ignored | None:
-    """``Ignored`` when ``X-GitHub-Event`` names an event no Trigger can match (``ping`` among them)."""
+    """``Ignored`` when ``X-GitHub-Event`` names an event the receiver does not act on (:data:`HANDLED`; ``ping``
+    among them)."""
     if not event:
         return Ignored("no X-GitHub-Event header")
-    if event not in ACTIONS and event not in CLOSING:
+    if event not in HANDLED:
         return Ignored(f"event {event[:64]!r} is not one a Trigger can match")
     return None
 

@@ -32,14 +32,23 @@ from pidispatch.contract import (
 
 class TriggerOn(ApiModel):
     event: TriggerEvent
-    label: Annotated[str, Field(max_length=253)] | None = None
-    phrase: Annotated[str, Field(max_length=200)] | None = None
+    # Which event reads which field is checked at load (api/trigger.py), not by a CEL rule: a new rule would leave
+    # Triggers stored before it unwritable (docs/crd-policy.md).
+    label: Annotated[str | None, Field(max_length=253, description=(
+        "issues.labeled: the label whose addition to an issue starts a job (compared ignoring case). Required "
+        "there; on any other event the Trigger is refused (Ready False)."))] = None
+    phrase: Annotated[str | None, Field(max_length=200, description=(
+        "Comments and reviews: the mention (e.g. @pi) in the visible prose of a comment or review that starts a "
+        "job. Required for issue_comment.created and pull_request_review_comment.created; optional for "
+        "pull_request_review.submitted (unset: every review); on any other event the Trigger is refused (Ready "
+        "False)."))] = None
     repository: Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
     schedule: Annotated[str, Field(max_length=100)] | None = None
     authorAssociations: Annotated[list[AuthorAssociation] | None, Field(
         max_length=len(AUTHOR_ASSOCIATIONS),
         description="Who may start a job with a comment or a review, by their GitHub author association. "
-                    "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ".")] = None
+                    "Unset: " + ", ".join(DEFAULT_AUTHOR_ASSOCIATIONS) + ". On issues.labeled or cron the Trigger "
+                    "is refused (Ready False).")] = None
     repositories: Annotated[list[Annotated[str, Field(max_length=200, pattern=serves.PATTERN)]] | None, Field(
         min_length=1, max_length=serves.PATTERNS_MAX,
         description="The repositories this Trigger serves, as OWNER/NAME where each half is a shell-style glob "
@@ -109,7 +118,9 @@ class Toleration(ApiModel):
 
 
 class TriggerRun(ApiModel):
-    kind: Literal["forge", "local"] | None = None
+    kind: Annotated[Literal["forge", "local"] | None, Field(description=(
+        "forge, what every job is: it checks out the event's repository. local (a job without a checkout) is not "
+        "implemented: a Trigger that sets it is refused (Ready False, FieldNotImplemented)."))] = None
     # command and replicas act; command's form is checked at load, not here (as flow's): a narrower pattern would
     # refuse every write of a Trigger stored before (docs/crd-policy.md).
     flow: Annotated[str | None, Field(max_length=253, description=(
