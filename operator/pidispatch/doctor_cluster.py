@@ -212,7 +212,7 @@ def push_access_check(trigger: Mapping[str, Any]) -> Check:
     """The disclosure for a Trigger with resume armed. A key is (forge, repository, branch), and a branch name is
     whoever-can-push's choice: nothing ties ``pi/issue-7`` to issue 7's work, so the people a stored transcript can
     reach are the repository's push-access population. No check can tell that apart from the intended case, so
-    doctor says it for every armed Trigger (docs/sessions.md#who-can-receive-a-transcript)."""
+    doctor says it for every armed Trigger (docs/sessions.md#who-can-read-a-stored-conversation)."""
     name = (trigger.get("metadata") or {}).get("name", "?")
     served = serves.described(serves.entries_of((trigger.get("spec") or {}).get("on")))
     return Check("push-access", Status.OK, PUSH_ACCESS.format(name=name, served=served))
