@@ -184,9 +184,10 @@ class Description:
             raise ContractError(f"{method} {path}", "path", "", "GitHub's REST API has no such path")
         best = [(op, found) for op, found in matched if op.method == method]
         if not best:
-            methods = sorted({op.method for op, _ in matched})
-            raise ContractError(f"{method} {matched[0][0].template}", "method", "",
-                                f"GitHub's REST API has no {method} here (it has {', '.join(methods)})")
+            template = max(matched, key=lambda pair: pair[0].specificity)[0].template
+            there = sorted(f"{op.method} {op.id}" for op, _ in matched if op.template == template)
+            raise ContractError(f"{method} {template}", "method", "",
+                                f"GitHub's REST API has no {method} here (it has {', '.join(there)})")
         best.sort(key=lambda pair: pair[0].specificity, reverse=True)
         op, raw = best[0]
         names = {re.sub(r"[^0-9A-Za-z_]", "_", n): n for (n, w) in op.parameters if w == "path"}
@@ -206,6 +207,26 @@ class Description:
             with self._lock:
                 self._validators[key] = found
         return found
+
+    def operation_object(self, op: Operation) -> dict[str, Any]:
+        node: Any = self.document
+        for part in op.pointer[1:].split("/"):
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        return dict(node)
+
+    def response(self, op: Operation, status: int) -> tuple[dict[str, Any], str | None] | None:
+        """What ``op`` declares for ``status`` (or its ``4XX``, its ``default``): (its content, the pointer of its
+        JSON schema or ``None``); ``None`` when it declares nothing for it."""
+        responses = self.operation_object(op).get("responses", {})
+        key = next((k for k in (str(status), f"{status // 100}XX", "default") if k in responses), None)
+        if key is None:
+            return None
+        response, pointer = self.resolve(responses[key], f"{op.pointer}/responses/{key}")
+        content = response.get("content", {})
+        media = next((m for m in content if m == "application/json" or m.endswith("+json")), None)
+        if media is None or "schema" not in content[media]:
+            return content, None
+        return content, f"{pointer}/content/{_escape(media)}/schema"
 
     def errors(self, pointer: str, mode: str, instance: Any) -> list[Any]:
         return list(self.validator(pointer, mode).iter_errors(instance))
@@ -300,29 +321,21 @@ def check_request(method: str, path: str, query: str = "", body: bytes = b"") ->
 def check_response(op: Operation, status: int, payload: Any) -> None:
     """Check an answer to ``op``: ``status`` and its JSON ``payload`` (``None``: no body)."""
     d = description()
-    item = d.document
-    for part in op.pointer[1:].split("/"):
-        item = item[part.replace("~1", "/").replace("~0", "~")]
-    responses = item.get("responses", {})
     part = f"response {status}"
-    declared = responses.get(str(status)) or responses.get(f"{status // 100}XX") or responses.get("default")
+    declared = d.response(op, status)
     if declared is None:
         if status < 400:
-            listed = ", ".join(sorted(responses))
+            listed = ", ".join(sorted(d.operation_object(op).get("responses", {})))
             raise ContractError(op.where, part, "", f"GitHub does not answer this operation with {status} "
                                                     f"(its responses: {listed})")
         if payload is not None:
             _raise_first(op, part, d.errors("/components/schemas/basic-error", "read", payload))
         return
-    key = next(k for k in (str(status), f"{status // 100}XX", "default") if k in responses)
-    response, pointer = d.resolve(declared, f"{op.pointer}/responses/{key}")
-    content = response.get("content", {})
-    media = next((m for m in content if m == "application/json" or m.endswith("+json")), None)
-    if media is None:
+    content, schema = declared
+    if schema is None:
         if payload is not None and not content:
             raise ContractError(op.where, part, "", "GitHub answers this with no body")
         return
     if payload is None:
         raise ContractError(op.where, part, "", "GitHub answers this with a JSON body; none was given")
-    if "schema" in content[media]:
-        _raise_first(op, part, d.errors(f"{pointer}/content/{_escape(media)}/schema", "read", payload))
+    _raise_first(op, part, d.errors(schema, "read", payload))
