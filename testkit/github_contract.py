@@ -158,7 +158,7 @@ class Description:
                 if "schema" in content:
                     body_schemas[media] = f"{body_pointer}/content/{_escape(media)}/schema"
         return Operation(op.get("operationId", f"{method} {template}"), method.upper(), template, base,
-                         re.compile(pattern + "/?"), (literals, -len(multi), chars), params, body_required,
+                         re.compile(pattern or "/"), (literals, -len(multi), chars), params, body_required,
                          body_schemas)
 
     def _parameter(self, params: dict[tuple[str, str], Parameter], raw: Any, pointer: str) -> None:
@@ -168,6 +168,9 @@ class Description:
             schema["x-multi-segment"] = True
         params[(obj["name"], obj["in"])] = Parameter(obj["name"], obj["in"], bool(obj.get("required")),
                                                      f"{where}/schema", schema)
+
+    def by_id(self, operation_id: str) -> Operation:
+        return next(op for ops in self._by_first.values() for op in ops if op.id == operation_id)
 
     def candidates(self, path: str) -> list[Operation]:
         first = path.split("/")[1] if path.count("/") >= 1 else ""

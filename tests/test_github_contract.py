@@ -159,7 +159,7 @@ def test_each_exception_is_still_needed_and_says_why() -> None:
     """An exception GitHub has since fixed in its description is dropped when the pin is bumped: this fails."""
     for allowance in github_contract.ALLOWANCES:
         assert len(allowance.reason) > 40, allowance
-        op = next(o for ops in description()._by_first.values() for o in ops if o.id == allowance.operation)
+        op = description().by_id(allowance.operation)
         declared = description().response(op, int(allowance.part.removeprefix("response ")))
         assert declared is not None and declared[1] is not None, allowance
         errors = description().errors(declared[1], "read", _with(_realistic(op.id), allowance.pointer,
