@@ -4,6 +4,7 @@
 #   make typecheck      mypy over operator/ (pyproject.toml [tool.mypy]; part of make test and make unit)
 #   make pi             install the real pi CLI pinned by e2e/pi/package-lock.json (e2e/pi/node_modules/.bin/pi)
 #   make transcripts    regenerate the pi session samples of the tests (tests/data/transcripts/pi-<version>/)
+#   make github-schemas GitHub's REST description and webhook schemas, pinned (docs/github-contracts.md)
 #   make cluster-up     start etcd + kube-apiserver + kube-controller-manager + test kubelet
 #   make cluster-down   stop it
 #   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
@@ -23,11 +24,12 @@ MYPY := $(VENV)/bin/mypy
 CONTROLPLANE_BUILD := e2e/controlplane/build.sh
 PI_DIR := e2e/pi
 PI_BIN := $(PI_DIR)/node_modules/.bin/pi
+GITHUB_SCHEMAS_DIR := testkit/github-schemas
 
-.PHONY: help venv controlplane pi images node tools cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator transcripts docs
+.PHONY: help venv controlplane pi github-schemas images node tools cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator transcripts docs
 
 help:
-	@echo "targets: demo demo-store test unit typecheck fuzz transcripts docs venv controlplane pi images node tools cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit typecheck fuzz transcripts docs venv controlplane pi github-schemas images node tools cluster-up cluster-down cluster-status bench"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -63,6 +65,16 @@ pi: $(PI_DIR)/node_modules/.installed
 # running the pinned pi against the scripted model (testkit/gen_transcripts.py); rerun after a pi bump and commit.
 transcripts: venv pi
 	$(VPY) -m testkit.gen_transcripts
+
+# GitHub's published descriptions the fake forge and the webhook payloads are held to: @octokit/openapi (the REST
+# API's OpenAPI description) and @octokit/webhooks-schemas, pinned by testkit/github-schemas/package-lock.json
+# (docs/github-contracts.md). Stamp-based like `pi`: npm ci runs only when package.json or the lock changes.
+$(GITHUB_SCHEMAS_DIR)/node_modules/.installed: $(GITHUB_SCHEMAS_DIR)/package.json $(GITHUB_SCHEMAS_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "make github-schemas: npm not found (Debian's npm package)" >&2; exit 1; }
+	npm ci --prefix $(GITHUB_SCHEMAS_DIR) --no-audit --no-fund --ignore-scripts
+	touch $@
+
+github-schemas: $(GITHUB_SCHEMAS_DIR)/node_modules/.installed
 
 # The Dockerfile's operator and job images, built with no registry from local Debian and Node bases
 # (cached under ~/.cache/pidispatch/images; nothing is rebuilt when the inputs are unchanged). Needs root.
@@ -111,7 +123,7 @@ cluster-status: venv
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
 # the container contract, ...), ruff's checks ([tool.ruff] in pyproject.toml) and mypy's (`typecheck`),
 # then every test.
-test: venv controlplane pi images node tools
+test: venv controlplane pi github-schemas images node tools
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(MAKE) --no-print-directory lint-workflows
@@ -138,14 +150,14 @@ lint-dashboards: controlplane
 # The fast tier: the layering contracts, ruff, and every test in tests/ but those marked `pi` (they run the
 # real pi). Nothing is started: no control plane, no kubelet, no images; `controlplane` only builds (cached)
 # the pinned helm the chart tests render with. The e2e/ tests and `make test` are the whole suite.
-unit: venv controlplane
+unit: venv controlplane github-schemas
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache .
 	$(MYPY)
 	$(PYTEST) -m 'not pi' tests
 
 # The operator end to end on the local control plane: helm install, a Trigger, two Jobs (cold, then resumed).
-demo: cluster-up pi
+demo: cluster-up pi github-schemas
 	bash demo/operator-demo.sh
 
 # The documentation site: the generated reference pages (docs/reference/, from the API models and the chart's values;
@@ -169,7 +181,7 @@ bench: venv pi
 # handler), each fuzzed with 1 000 000 seeded inputs (FUZZ_ARGS='-n 20000 --seed 7'); docs/reliability.md.
 .PHONY: fuzz
 FUZZ_ARGS ?=
-fuzz: venv
+fuzz: venv github-schemas
 	$(VPY) tests/fuzz_transcript.py $(FUZZ_ARGS)
 	$(VPY) -m tests.fuzz_webhook $(FUZZ_ARGS)  # a module: it imports testkit from the repository root
 

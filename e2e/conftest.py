@@ -18,6 +18,8 @@ Fixtures (import nothing; pytest finds them for every test under e2e/):
 * ``kube`` (session) -- admin ``Kube`` client.
 * ``kubelet`` (session) -- ``KubeletHandle``: node name, data dir, ``pod_log(ns, pod, container)``.
 * ``namespace`` (function) -- a fresh namespace (its ``default`` ServiceAccount exists), deleted after.
+* ``github_contracts_kept`` (autouse) -- fails a test during which the fake forge met a request or gave an
+  answer GitHub's published description does not allow (``testkit/contract_fixture.py``).
 * ``service_account`` (function) -- factory ``(name, namespace=<fresh ns>) -> ServiceAccountAccess``
   with ``.kubeconfig`` (bearer token from the TokenRequest API), ``.kube`` and ``.kubectl(...)``.
 """
@@ -35,6 +37,7 @@ import pytest
 from e2e.cluster import NODE_NAME, Cluster
 from e2e.kube import Kube, wait_for
 from e2e.multinode import MultiNode
+from testkit.contract_fixture import github_contracts_kept  # noqa: F401 - autouse: docs/github-contracts.md
 
 
 @pytest.fixture(scope="session")

@@ -56,9 +56,8 @@ def session(job: dict[str, Any]) -> tuple[bool, str]:
 
 
 def merged_pr(receiver: Running) -> Any:
-    head = {"ref": BRANCH, "repo": {"full_name": REPO}}
-    return receiver.hooks.event("pull_request", "closed", number=PR, pull_request={
-        "number": PR, "merged": True, "head": head, "base": {"ref": "main", "repo": {"full_name": REPO}}})
+    hooks = receiver.hooks
+    return hooks.pull_request_event(hooks.pull_request(PR, head_ref=BRANCH, repository=REPO), "closed", merged=True)
 
 
 def test_a_merged_pull_request_retires_its_key_and_the_next_delivery_starts_cold(release: Release,

@@ -238,7 +238,7 @@ def test_a_closed_issue_retires_its_conversation_and_the_next_delivery_starts_fr
                 key_file=str(cluster.pki / "admin.key"))
     receiver = Running(ApiCluster(admin, release.ns, cache_seconds=0))  # type: ignore[arg-type]
     try:
-        sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": issue}))
+        sent = receiver.hooks.send(receiver.hooks.issues_event(issue, "closed"))
     finally:
         receiver.stop()
     assert (sent.status, sent.json) == (202, {"retired": key, "reason": "issue-closed"}), sent.json

@@ -152,10 +152,8 @@ def test_a_merged_pull_request_is_retired_by_the_charts_receiver_as_its_own_serv
     try:
         receiver.await_triggers(len(TRIGGERS) + 1)
         hooks = receiver.hooks()
-        head = {"ref": branch, "repo": {"full_name": "acme/widgets"}}
-        sent = hooks.send(hooks.event("pull_request", "closed", number=number, pull_request={
-            "number": number, "merged": True, "head": head, "base": {"ref": "main",
-                                                                      "repo": {"full_name": "acme/widgets"}}}))
+        sent = hooks.send(hooks.pull_request_event(hooks.pull_request(number, head_ref=branch), "closed",
+                                                   merged=True))
         assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-merged"}), sent.json
         annotations = release.get("sessionkeys", key)["metadata"].get("annotations") or {}
         assert annotations.get(RETIRE_ANNOTATION) == "pull-request-merged", annotations
@@ -189,7 +187,7 @@ def test_a_form_encoded_delivery_becomes_a_job(receiver: Receiver) -> None:
     sent = hooks.send(hooks.issue_comment(next(_numbers), "@pi fix 100% & more"), form=True)
     assert sent.status == 202 and sent.json["jobs"] == [job_name(body_digest(sent.delivery.form_body), "fix")]
     assert receiver.release.get("jobs", sent.json["jobs"][0])["spec"]["comment"] == "@pi fix 100% & more"
-    ping = hooks.send(hooks.event("ping", None, zen="Keep it logically awesome.", hook_id=1), form=True)
+    ping = hooks.send(hooks.ping("Keep it logically awesome.", hook_id=1), form=True)
     assert ping.status == 202 and "ping" in ping.json["ignored"]
 
 
@@ -224,7 +222,7 @@ REFUSED: list[tuple[str, Callable[[Receiver, Webhooks], Any], int]] = [
         {"action": "created", "comment": {"body": "@pi x"}}).encode()).status, 400),
     ("no delivery id", lambda r, h: h.send(h.issue_comment(1, "@pi x"),
                                            headers={"X-GitHub-Delivery": None}).status, 400),
-    ("an event no Trigger can match", lambda r, h: h.send(h.event("push", None, ref="refs/heads/main")).status, 202),
+    ("an event no Trigger can match", lambda r, h: h.send(h.push("refs/heads/main")).status, 202),
     ("an action no Trigger can match", lambda r, h: h.send(h.issue_comment(1, "@pi x", action="edited")).status, 202),
     ("a bot's comment", lambda r, h: h.send(h.issue_comment(1, "@pi x", sender="pi[bot]", bot=True)).status, 202),
     ("the phrase in a longer word", lambda r, h: h.send(h.issue_comment(1, "@pip install")).status, 202),

@@ -7,7 +7,11 @@ The fakes, each speaking the real thing's wire format:
 
 * ``fakegithub`` -- signed webhook deliveries, as GitHub sends them;
 * ``fakegithub_api`` -- GitHub's REST API (Apps, installation tokens, issues, pulls), with
-  ``gitforge`` behind it serving real git over smart HTTP; ``forge_server`` runs both as a process (the demo);
+  ``gitforge`` behind it serving real git over smart HTTP and ``fakegithub_graphql`` answering what ``gh``
+  asks by GraphQL; ``forge_server`` runs both as a process (the demo). Both fakes build GitHub's JSON objects
+  from ``github_objects`` and are held to GitHub's published descriptions (``github_contract``: the REST
+  API; ``webhook_contract``: webhook payloads; ``contracts`` and ``contract_fixture``: the record of
+  mismatches and the fixture that fails a test for one; docs/github-contracts.md);
 * ``scripted_model`` -- an OpenAI-compatible model with scripted replies, tool calls, usage and errors;
 * ``fakepi`` -- the scripted stand-in the job Pods of the e2e tests run instead of pi;
 * ``memoryapi`` -- ``MemoryApi``, the one in-memory API server, a ``pidispatch.kubeapi.KubeApi``.

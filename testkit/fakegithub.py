@@ -3,8 +3,9 @@
 ``Webhooks`` builds deliveries the way GitHub's webhook service (Hookshot) sends them -- the headers
 ``X-GitHub-Event``, ``X-GitHub-Delivery`` (a UUID), ``X-Hub-Signature-256`` (``sha256=<hex>`` HMAC of
 the raw body), ``User-Agent: GitHub-Hookshot/<sha>``, ``Content-Type: application/json`` -- with
-payloads shaped like GitHub's (``repository``, ``sender``, ``issue``, ``comment``, ``label``,
-``pull_request`` with ``head``/``base``, ``review``) and posts them::
+GitHub's complete payloads (``testkit/github_objects.py``: ``repository``, ``sender``, ``issue``, ``comment``,
+``label``, ``pull_request`` with ``head``/``base``, ``review``), each checked against GitHub's webhook schema
+for its event and action (``testkit/webhook_contract.py``, docs/github-contracts.md), and posts them::
 
     hooks = Webhooks("http://127.0.0.1:8000/webhook", secret=b"s3cret")
     sent = hooks.send(hooks.issue_comment(7, "@pi fix it"))
@@ -26,11 +27,13 @@ import itertools
 import json
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus
 
 import requests
+
+from testkit import github_objects as objects
+from testkit.webhook_contract import check_payload
 
 HOOKSHOT_AGENT = "GitHub-Hookshot/8c1e3b2"
 _ids = itertools.count(1_000_001)
@@ -40,21 +43,13 @@ def _next_id() -> int:
     return next(_ids)
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def signature(secret: bytes, body: bytes) -> str:
     """``X-Hub-Signature-256`` as GitHub computes it."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
 # -- the state deliveries describe ----------------------------------------------------------------------------
-def user(login: str, *, bot: bool = False) -> dict[str, Any]:
-    uid = int(hashlib.sha256(login.encode()).hexdigest()[:7], 16)
-    return {"login": login, "id": uid, "node_id": f"U_{uid}", "type": "Bot" if bot else "User",
-            "site_admin": False, "html_url": f"https://github.com/{login}",
-            "url": f"https://api.github.com/users/{login}"}
+user = objects.user
 
 
 @dataclass(frozen=True)
@@ -71,12 +66,9 @@ class Repository:
     def name(self) -> str:
         return self.full_name.split("/", 1)[1]
 
-    def as_json(self) -> dict[str, Any]:
-        rid = int(hashlib.sha256(self.full_name.encode()).hexdigest()[:8], 16)
-        return {"id": rid, "node_id": f"R_{rid}", "name": self.name, "full_name": self.full_name,
-                "private": self.private, "owner": user(self.owner), "fork": False,
-                "html_url": f"https://github.com/{self.full_name}",
-                "url": f"https://api.github.com/repos/{self.full_name}", "default_branch": self.default_branch}
+    def as_json(self, *, fork: bool = False) -> dict[str, Any]:
+        return objects.repository(self.full_name, default_branch=self.default_branch, private=self.private,
+                                  fork=fork)
 
 
 @dataclass
@@ -99,19 +91,13 @@ class PullRequest:
         return None if self.head_deleted else (self.head_repo or self.base)
 
     def as_json(self) -> dict[str, Any]:
-        repo = self.base.full_name
+        """The pull request as ``pull_request`` deliveries and ``GET .../pulls/{n}`` carry it."""
         head = self.head
         head_owner = head.owner if head else "ghost"
-        return {
-            "id": self.number * 1000 + 7, "node_id": f"PR_{self.number}", "number": self.number, "state": "open",
-            "title": self.title, "user": user(self.author), "draft": False, "merged": False,
-            "html_url": f"https://github.com/{repo}/pull/{self.number}",
-            "url": f"https://api.github.com/repos/{repo}/pulls/{self.number}",
-            "head": {"label": f"{head_owner}:{self.head_ref}", "ref": self.head_ref, "sha": self.head_sha,
-                     "user": user(head_owner), "repo": head.as_json() if head else None},
-            "base": {"label": f"{self.base.owner}:{self.base_ref}", "ref": self.base_ref, "sha": "0" * 40,
-                     "user": user(self.base.owner), "repo": self.base.as_json()},
-        }
+        return objects.pull_request(self.base.as_json(), self.number, title=self.title, body=None,
+                                    author=user(self.author), head_ref=self.head_ref, head_sha=self.head_sha,
+                                    head_repo=head.as_json(fork=head != self.base) if head else None,
+                                    head_owner=user(head_owner), base_ref=self.base_ref, base_sha="0" * 40)
 
 
 # -- deliveries -----------------------------------------------------------------------------------------------
@@ -122,6 +108,9 @@ class Delivery:
     event: str
     payload: dict[str, Any]
     id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # Why this delivery is deliberately not one GitHub sends (a refusal test's hostile payload): then its
+    # payload is not held to GitHub's webhook schemas when sent. Empty: it is, and must pass.
+    unlike_github: str = ""
 
     @property
     def body(self) -> bytes:
@@ -150,7 +139,7 @@ class Delivery:
 
     def redelivered(self) -> Delivery:
         """What GitHub's "Redeliver" button sends: the same payload under the same id."""
-        return Delivery(self.event, json.loads(json.dumps(self.payload)), self.id)
+        return Delivery(self.event, json.loads(json.dumps(self.payload)), self.id, self.unlike_github)
 
 
 @dataclass
@@ -164,7 +153,11 @@ _UNSET: Any = object()
 
 
 class Webhooks:
-    """Builds and posts signed deliveries to ``url`` for one repository (overridable per delivery)."""
+    """Builds and posts signed deliveries to ``url`` for one repository (overridable per delivery).
+
+    Every delivery a builder makes, and every payload :meth:`send` posts, is checked against GitHub's webhook
+    schema for its event and action (``testkit/webhook_contract.py``): a payload GitHub would not send fails
+    the test where it is made."""
 
     def __init__(self, url: str, secret: bytes, *, repository: str = "acme/widgets", sender: str = "octocat",
                  timeout: float = 15.0) -> None:
@@ -182,41 +175,33 @@ class Webhooks:
             return self.repository
         return repository if isinstance(repository, Repository) else Repository(repository)
 
-    def _common(self, action: str, repo: Repository, sender: str | None, bot: bool) -> dict[str, Any]:
-        return {"action": action, "repository": repo.as_json(), "sender": user(sender or self.sender, bot=bot),
-                "installation": {"id": 31337, "node_id": "I_31337"}}
+    def _common(self, action: str | None, repo: Repository, sender: str | None, bot: bool) -> dict[str, Any]:
+        payload: dict[str, Any] = {} if action is None else {"action": action}
+        payload.update({"repository": repo.as_json(), "sender": user(sender or self.sender, bot=bot),
+                        "installation": {"id": 31337, "node_id": "MDIzOkludGVncmF0aW9uSW5zdGFsbGF0aW9uMzEzMzc="}})
+        return payload
+
+    @staticmethod
+    def _deliver(event: str, payload: dict[str, Any]) -> Delivery:
+        check_payload(event, payload)
+        return Delivery(event, payload)
 
     def _issue(self, repo: Repository, number: int, *, pull_request: bool = False,
                labels: tuple[str, ...] = ()) -> dict[str, Any]:
-        issue: dict[str, Any] = {
-            "id": number * 1000 + 3, "node_id": f"I_{number}", "number": number, "title": f"Issue {number}",
-            "state": "open", "user": user(self.sender), "body": "Something is broken.", "comments": 0,
-            "labels": [self._label(name) for name in labels], "author_association": "OWNER",
-            "html_url": f"https://github.com/{repo.full_name}/{'pull' if pull_request else 'issues'}/{number}",
-            "url": f"https://api.github.com/repos/{repo.full_name}/issues/{number}",
-            "created_at": _now(), "updated_at": _now(),
-        }
-        if pull_request:
-            # What makes an issue comment a pull-request comment.
-            issue["pull_request"] = {
-                "url": f"https://api.github.com/repos/{repo.full_name}/pulls/{number}",
-                "html_url": f"https://github.com/{repo.full_name}/pull/{number}",
-                "diff_url": f"https://github.com/{repo.full_name}/pull/{number}.diff",
-                "patch_url": f"https://github.com/{repo.full_name}/pull/{number}.patch", "merged_at": None}
-        return issue
+        return objects.issue(repo.full_name, number, title=f"Issue {number}", body="Something is broken.",
+                             author=user(self.sender), labels=[objects.label(n, repo.full_name) for n in labels],
+                             pull_request=pull_request)
+
+    def _comment(self, repo: Repository, number: int, body: str, sender: str | None, *,
+                 on_pull_request: bool = False) -> dict[str, Any]:
+        return objects.issue_comment(repo.full_name, number, _next_id(), body, user(sender or self.sender),
+                                     on_pull_request=on_pull_request)
 
     @staticmethod
-    def _label(name: str) -> dict[str, Any]:
-        lid = int(hashlib.sha256(name.encode()).hexdigest()[:7], 16)
-        return {"id": lid, "node_id": f"LA_{lid}", "name": name, "color": "ededed", "default": False,
-                "description": None}
-
-    def _comment(self, repo: Repository, body: str | None, sender: str | None, where: str) -> dict[str, Any]:
-        cid = _next_id()
-        return {"id": cid, "node_id": f"IC_{cid}", "body": body, "user": user(sender or self.sender),
-                "author_association": "OWNER", "created_at": _now(), "updated_at": _now(),
-                "html_url": f"https://github.com/{repo.full_name}/{where}#issuecomment-{cid}",
-                "url": f"https://api.github.com/repos/{repo.full_name}/issues/comments/{cid}"}
+    def _edited(payload: dict[str, Any], action: str, writing: str) -> None:
+        """An ``edited`` delivery says what the text was before (``changes``, which GitHub requires)."""
+        if action == "edited":
+            payload["changes"] = {"body": {"from": f"{payload[writing].get('body') or ''} (before the edit)"}}
 
     def pull_request(self, number: int, *, head_ref: str = "feature", fork: str | None = None,
                      repository: str | Repository | None = None, deleted_fork: bool = False) -> PullRequest:
@@ -230,50 +215,107 @@ class Webhooks:
         repo = self._repo(repository)
         payload = self._common(action, repo, sender, bot)
         payload["issue"] = self._issue(repo, issue, labels=(label,))
-        payload["label"] = self._label(label)
-        return Delivery("issues", payload)
+        if action in ("labeled", "unlabeled"):
+            payload["label"] = objects.label(label, repo.full_name)
+        return self._deliver("issues", payload)
 
-    def issue_comment(self, number: int, body: str | None, *, on_pull_request: bool = False,
+    def issue_comment(self, number: int, body: str, *, on_pull_request: bool = False,
                       repository: str | Repository | None = None, sender: str | None = None, bot: bool = False,
                       action: str = "created") -> Delivery:
         repo = self._repo(repository)
         payload = self._common(action, repo, sender, bot)
         payload["issue"] = self._issue(repo, number, pull_request=on_pull_request)
-        where = f"{'pull' if on_pull_request else 'issues'}/{number}"
-        payload["comment"] = self._comment(repo, body, sender, where)
-        return Delivery("issue_comment", payload)
+        payload["comment"] = self._comment(repo, number, body, sender, on_pull_request=on_pull_request)
+        self._edited(payload, action, "comment")
+        return self._deliver("issue_comment", payload)
 
     def pull_request_review(self, pr: PullRequest | int, body: str | None, *, state: str = "commented",
                             sender: str | None = None, bot: bool = False, action: str = "submitted") -> Delivery:
         pr = self.pull_request(pr) if isinstance(pr, int) else pr
         payload = self._common(action, pr.base, sender, bot)
-        payload["pull_request"] = pr.as_json()
-        rid = _next_id()
-        payload["review"] = {
-            "id": rid, "node_id": f"PRR_{rid}", "user": user(sender or self.sender), "body": body, "state": state,
-            "commit_id": pr.head_sha, "submitted_at": _now(), "author_association": "OWNER",
-            "html_url": f"https://github.com/{pr.base.full_name}/pull/{pr.number}#pullrequestreview-{rid}"}
-        return Delivery("pull_request_review", payload)
+        pull = pr.as_json()
+        payload["pull_request"] = objects.simple_pull_request(pull)
+        payload["review"] = objects.review(pull, _next_id(), body, user(sender or self.sender),
+                                           state="dismissed" if action == "dismissed" else state)
+        self._edited(payload, action, "review")
+        return self._deliver("pull_request_review", payload)
 
-    def pull_request_review_comment(self, pr: PullRequest | int, body: str | None, *, path: str = "README.md",
+    def pull_request_review_comment(self, pr: PullRequest | int, body: str, *, path: str = "README.md",
                                     sender: str | None = None, bot: bool = False,
                                     action: str = "created") -> Delivery:
         pr = self.pull_request(pr) if isinstance(pr, int) else pr
         payload = self._common(action, pr.base, sender, bot)
-        payload["pull_request"] = pr.as_json()
-        comment = self._comment(pr.base, body, sender, f"pull/{pr.number}")
-        comment.update({"path": path, "line": 1, "side": "RIGHT", "commit_id": pr.head_sha,
-                        "pull_request_review_id": _next_id(), "diff_hunk": "@@ -1 +1 @@\n-old\n+new"})
-        payload["comment"] = comment
-        return Delivery("pull_request_review_comment", payload)
+        pull = pr.as_json()
+        payload["pull_request"] = objects.simple_pull_request(pull)
+        payload["comment"] = objects.review_comment(pull, _next_id(), _next_id(), body,
+                                                    user(sender or self.sender), path=path)
+        self._edited(payload, action, "comment")
+        return self._deliver("pull_request_review_comment", payload)
+
+    # -- the deliveries that close a conversation, and the ones no Trigger matches ---------------------
+    def pull_request_event(self, pr: PullRequest | int, action: str = "opened", *, merged: bool = False,
+                           sender: str | None = None) -> Delivery:
+        """``pull_request`` with ``action`` (``closed`` with ``merged``: the pull request was merged)."""
+        pr = self.pull_request(pr) if isinstance(pr, int) else pr
+        payload = self._common(action, pr.base, sender, False)
+        pull = pr.as_json()
+        if action == "closed":
+            stamp = objects.now()
+            pull.update({"state": "closed", "closed_at": stamp, "merged": merged, "mergeable": None,
+                         "rebaseable": None, "mergeable_state": "unknown",
+                         "merged_at": stamp if merged else None, "merge_commit_sha": "f" * 40 if merged else None,
+                         "merged_by": user(sender or self.sender) if merged else None})
+        payload["number"] = pr.number
+        payload["pull_request"] = pull
+        return self._deliver("pull_request", payload)
+
+    def issues_event(self, number: int, action: str = "closed", *, repository: str | Repository | None = None,
+                     sender: str | None = None) -> Delivery:
+        """``issues`` with ``action`` (``closed``: the issue was closed, as completed)."""
+        repo = self._repo(repository)
+        payload = self._common(action, repo, sender, False)
+        issue = self._issue(repo, number)
+        if action == "closed":
+            issue.update({"state": "closed", "closed_at": objects.now(), "state_reason": "completed"})
+        payload["issue"] = issue
+        return self._deliver("issues", payload)
+
+    def ping(self, zen: str = "Keep it logically awesome.", hook_id: int = 424242) -> Delivery:
+        """What GitHub sends when a repository's webhook is created (``ping``: no action, no installation)."""
+        repo = self.repository
+        hook_url = f"{objects.API}/repos/{repo.full_name}/hooks/{hook_id}"
+        payload = {"zen": zen, "hook_id": hook_id, "hook": {
+            "type": "Repository", "id": hook_id, "name": "web", "active": True,
+            "events": ["issue_comment", "issues", "pull_request", "pull_request_review",
+                       "pull_request_review_comment"],
+            "config": {"content_type": "json", "insecure_ssl": "0", "url": self.url},
+            "updated_at": objects.EPOCH, "created_at": objects.EPOCH, "url": hook_url,
+            "test_url": f"{hook_url}/test", "ping_url": f"{hook_url}/pings", "deliveries_url": f"{hook_url}/deliveries",
+            "last_response": {"code": None, "status": "unused", "message": None}},
+            "repository": repo.as_json(), "sender": user(self.sender)}
+        return self._deliver("ping", payload)
+
+    def push(self, ref: str = "refs/heads/main", *, before: str = "0" * 40, message: str = "Update README") -> Delivery:
+        """A push of one commit to ``ref``."""
+        repo = self.repository
+        after = uuid.uuid4().hex + "00000000"
+        pusher = {"name": self.sender, "email": f"{self.sender}@users.noreply.github.com"}
+        head = {"id": after, "tree_id": uuid.uuid4().hex + "11111111", "distinct": True, "message": message,
+                "timestamp": objects.now(), "url": f"{objects.WEB}/{repo.full_name}/commit/{after}",
+                "author": {**pusher, "username": self.sender}, "committer": {**pusher, "username": self.sender},
+                "added": [], "modified": ["README.md"], "removed": []}
+        payload = {"ref": ref, "before": before, "after": after, "created": before == "0" * 40, "deleted": False,
+                   "forced": False, "base_ref": None,
+                   "compare": f"{objects.WEB}/{repo.full_name}/compare/{before[:12]}...{after[:12]}",
+                   "commits": [head], "head_commit": head, "repository": repo.as_json(), "pusher": pusher,
+                   "sender": user(self.sender), "installation": self._common(None, repo, None, False)["installation"]}
+        return self._deliver("push", payload)
 
     def event(self, event: str, action: str | None = "opened", **fields: Any) -> Delivery:
-        """Any other event (``ping``, ``push``, ``pull_request``...), with the common fields."""
-        payload = self._common(action or "", self.repository, None, False)
-        if action is None:
-            payload.pop("action")
+        """Any other event, from the common fields and ``fields``; held to GitHub's schema like the rest."""
+        payload = self._common(action, self.repository, None, False)
         payload.update(fields)
-        return Delivery(event, payload)
+        return self._deliver(event, payload)
 
     # -- posting ---------------------------------------------------------------------------------------
     def send(self, delivery: Delivery, *, body: bytes | None = None, secret: bytes | None = _UNSET,
@@ -286,10 +328,16 @@ class Webhooks:
         verbatim (``None`` drops it); ``headers`` overrides or (with ``None``) removes headers;
         ``form=True`` sends it as a webhook set to ``application/x-www-form-urlencoded`` does
         (``payload=<JSON>``, the signature over those bytes).
+
+        The payload is checked against GitHub's webhook schema for the event it is sent as, unless ``body``
+        replaces its bytes (the test's own forgery) or ``delivery.unlike_github`` says why it is not GitHub's.
         """
         raw = (delivery.form_body if form else delivery.body) if body is None else body
         key = self.secret if secret is _UNSET else secret
         sent_headers: dict[str, str] = delivery.headers(key, raw)
+        event = (headers or {}).get("X-GitHub-Event", delivery.event)
+        if body is None and not delivery.unlike_github and event is not None:
+            check_payload(event, delivery.payload)  # GitHub sends nothing its schema refuses
         if form:
             sent_headers["Content-Type"] = "application/x-www-form-urlencoded"
         if signature_header is not _UNSET:

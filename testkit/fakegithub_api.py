@@ -26,6 +26,13 @@ without ``contents: write`` is a 403 ``Permission to OWNER/NAME.git denied to ..
 
 Every request lands in :attr:`requests` with the token's SHA-256, never the token itself, so a test can
 say which credential was used.
+
+Every REST request and every answer is held to GitHub's published description (``testkit/github_contract.py``;
+the JSON objects come from ``testkit/github_objects.py``): a request GitHub would not accept (a path or method
+it does not have, a parameter or body field of the wrong type) or an answer GitHub would not give is answered
+500 with the mismatch, kept in :attr:`violations` and in the record that fails the running test
+(``testkit/contract_fixture.py``; docs/github-contracts.md). GraphQL and git's smart HTTP are not REST and
+not checked.
 """
 
 from __future__ import annotations
@@ -33,7 +40,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import re
 import secrets
 import threading
 import time
@@ -43,7 +49,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from testkit import github_objects as objects
+from testkit.contracts import ContractError, record, take
+from testkit.fakegithub_graphql import GraphQLAnswers
 from testkit.gitforge import git, git_path, read_body, serve_git
+from testkit.github_contract import check_request, check_response, description
 
 SAME = object()  # set_pull: the head repository is the base repository
 JWT_MAX_LIFETIME = 600
@@ -94,6 +104,16 @@ def _text(h: BaseHTTPRequestHandler, status: int, text: str) -> None:
     h.wfile.write(data)
 
 
+_CONTENTS_DOC = "repos/contents#create-or-update-file-contents"
+_TOKEN_DOC = "apps/apps#create-an-installation-access-token-for-an-app"
+
+
+def _error(status: int, message: str, doc: str = "") -> dict[str, str]:
+    """GitHub's error body (``basic-error``; a 422's ``validation-error`` needs ``documentation_url`` too)."""
+    return {"message": message, "documentation_url": f"https://docs.github.com/rest{'/' + doc if doc else ''}",
+            "status": str(status)}
+
+
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -131,7 +151,7 @@ class Request:
 
 
 @dataclass
-class FakeGitHubAPI:
+class FakeGitHubAPI(GraphQLAnswers):
     """The fake API. ``installation_repos`` are the full names the App's installation can see."""
 
     app_id: int | None = None
@@ -153,6 +173,8 @@ class FakeGitHubAPI:
     prefix: str = ""  # "/api/v3": GitHub Enterprise's layout (REST under the prefix, git at the root)
     issues: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (title, body)
     graphql: list[dict[str, Any]] = field(default_factory=list)  # every GraphQL request body, in order
+    # Every request GitHub's description refuses and every answer it does not allow (docs/github-contracts.md).
+    violations: list[ContractError] = field(default_factory=list)
     # A lagging answer: GET git/ref/<ref> names this commit whatever the repository says (a replica
     # behind a force-push).
     stale_refs: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -164,6 +186,7 @@ class FakeGitHubAPI:
     # ---- life cycle ----------------------------------------------------------------------------------
 
     def start(self) -> FakeGitHubAPI:
+        description()  # GitHub's description, read now: a missing one (make github-schemas) fails here
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -255,25 +278,17 @@ class FakeGitHubAPI:
 
     def _add_comment(self, repo: str, number: int, body: str, login: str, kind: str) -> dict[str, Any]:
         self._next_id += 1
-        owner, name = repo.split("/", 1)
-        comment = {
-            "id": self._next_id, "node_id": f"IC_{self._next_id}",
-            "url": f"{self.url}/repos/{repo}/issues/comments/{self._next_id}",
-            "html_url": f"https://github.com/{repo}/issues/{number}#issuecomment-{self._next_id}",
-            "issue_url": f"{self.url}/repos/{repo}/issues/{number}",
-            "body": body, "user": {"login": login, "type": kind},
-            "created_at": _iso(time.time()), "updated_at": _iso(time.time()),
-            "author_association": "NONE",
-        }
+        comment = objects.issue_comment(repo, number, self._next_id, body,
+                                        objects.user(login, bot=kind == "Bot", api=self.url, web=self.web_url),
+                                        on_pull_request=(repo, number) in self.pulls, association="NONE",
+                                        api=self.url, web=self.web_url)
         self._comments.setdefault((repo, number), []).append(comment)
         return comment
 
-    def _repo_json(self, full_name: str) -> dict[str, Any]:
-        owner, name = full_name.split("/", 1)
-        rid = int(hashlib.sha256(full_name.encode()).hexdigest()[:8], 16)
-        return {"id": rid, "node_id": f"R_{rid}", "name": name, "full_name": full_name, "private": False,
-                "owner": {"login": owner, "type": "User"}, "html_url": f"https://github.com/{full_name}",
-                "fork": False, "url": f"{self.url}/repos/{full_name}"}
+    def _repo_json(self, full_name: str, *, fork: bool = False) -> dict[str, Any]:
+        default = self.repos.default_branch(full_name) if self.repos is not None and self.repos.exists(full_name) \
+            else "main"
+        return objects.repository(full_name, default_branch=default, fork=fork, api=self.url, web=self.web_url)
 
     def _tip(self, repo: str | None, branch: str) -> str | None:
         if self.repos is None or repo is None or not self.repos.exists(repo):
@@ -289,20 +304,16 @@ class FakeGitHubAPI:
         return "a" * 40
 
     def _pull_json(self, p: Pull) -> dict[str, Any]:
-        head_repo = None if p.head_repo is None else {**self._repo_json(p.head_repo),
-                                                       "fork": p.head_repo != p.base_repo}
-        head_owner = p.head_repo.split("/", 1)[0] if p.head_repo else "unknown"
-        return {
-            "url": f"{self.url}/repos/{p.base_repo}/pulls/{p.number}", "id": 90000 + p.number, "number": p.number,
-            "state": "open", "locked": False, "title": p.title or f"PR {p.number}", "body": p.body,
-            "user": {"login": head_owner},
-            "head": {"label": f"{head_owner}:{p.head_ref}", "ref": p.head_ref, "sha": self._pull_sha(p),
-                     "user": {"login": head_owner}, "repo": head_repo},
-            "base": {"label": f"{p.base_repo.split('/')[0]}:{p.base_ref}", "ref": p.base_ref,
-                     "sha": self._tip(p.base_repo, p.base_ref) or "b" * 40,
-                     "user": {"login": p.base_repo.split("/")[0]}, "repo": self._repo_json(p.base_repo)},
-            "draft": False, "merged": False,
-        }
+        head_repo = None if p.head_repo is None else self._repo_json(p.head_repo, fork=p.head_repo != p.base_repo)
+        head_owner = p.head_repo.split("/", 1)[0] if p.head_repo else "ghost"
+        return objects.pull_request(
+            self._repo_json(p.base_repo), p.number, title=p.title or f"PR {p.number}", body=p.body or None,
+            author=self._user(head_owner), head_ref=p.head_ref, head_sha=self._pull_sha(p), head_repo=head_repo,
+            head_owner=self._user(head_owner), base_ref=p.base_ref,
+            base_sha=self._tip(p.base_repo, p.base_ref) or "b" * 40, api=self.url, web=self.web_url)
+
+    def _user(self, login: str, *, bot: bool = False) -> dict[str, Any]:
+        return objects.user(login, bot=bot, api=self.url, web=self.web_url)
 
     def _forge_route(self, method: str, repo: str, rest: list[str], body: Any, kind: str
                      ) -> tuple[int, Any, dict[str, str], float] | None:
@@ -310,15 +321,16 @@ class FakeGitHubAPI:
         not_found = (404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}, {}, 0.0)
         forge = self.repos if self.repos is not None and self.repos.exists(repo) else None
         if method == "GET" and not rest:  # GET /repos/{o}/{r}
-            default = forge.default_branch(repo) if forge else "main"
-            return 200, {**self._repo_json(repo), "default_branch": default,
-                         "permissions": {"admin": False, "push": True, "pull": True}}, {}, 0.0
+            return 200, {**self._repo_json(repo), "subscribers_count": 0, "network_count": 0,
+                         "permissions": {"admin": False, "maintain": False, "push": True, "triage": True,
+                                         "pull": True}}, {}, 0.0
         if method == "GET" and len(rest) >= 4 and rest[:3] == ["git", "ref", "heads"]:
             ref = "refs/heads/" + unquote("/".join(rest[3:]))
             sha = self.stale_refs.get((repo, ref)) or (forge.resolve(repo, ref) if forge else None)
             if sha is None:
                 return not_found
-            return 200, {"ref": ref, "node_id": "REF_x", "url": f"{self.url}/repos/{repo}/git/{ref}",
+            return 200, {"ref": ref, "node_id": f"REF_kwDO{objects.stable_id(repo + ref)}",
+                         "url": f"{self.url}/repos/{repo}/git/{ref}",
                          "object": {"sha": sha, "type": "commit", "url": f"{self.url}/repos/{repo}/git/commits/{sha}"}
                          }, {}, 0.0
         if method == "GET" and len(rest) == 2 and rest[0] == "issues" and rest[1].isdigit():
@@ -326,23 +338,41 @@ class FakeGitHubAPI:
                 found = self.issues.get((repo, int(rest[1])))
             if found is None:
                 return not_found
-            return 200, {"number": int(rest[1]), "title": found[0], "body": found[1], "state": "open",
-                         "user": {"login": "octocat", "type": "User"},
-                         "url": f"{self.url}/repos/{repo}/issues/{rest[1]}"}, {}, 0.0
+            return 200, objects.issue(repo, int(rest[1]), title=found[0], body=found[1] or None,
+                                      author=self._user("octocat"), created_at=objects.EPOCH, api=self.url,
+                                      web=self.web_url), {}, 0.0
         if method == "GET" and len(rest) == 2 and rest[0] == "compare" and "..." in rest[1]:
             base, _, head = unquote(rest[1]).partition("...")
             counts = forge.count(repo, base, head) if forge else None
-            if counts is None:
+            if counts is None or forge is None:
                 return not_found
-            ahead, behind = counts
-            status = "identical" if not ahead and not behind else "ahead" if not behind else \
-                "behind" if not ahead else "diverged"
-            return 200, {"status": status, "ahead_by": ahead, "behind_by": behind, "total_commits": ahead}, {}, 0.0
+            return 200, self._comparison(forge, repo, base, head, counts), {}, 0.0
         if method == "POST" and rest == ["pulls"]:
             if not isinstance(body, dict) or not all(isinstance(body.get(k), str) for k in ("title", "head", "base")):
-                return 422, {"message": "Validation Failed"}, {}, 0.0
+                return 422, _error(422, "Validation Failed", "pulls/pulls#create-a-pull-request"), {}, 0.0
             return self._create_pull(repo, body["title"], str(body.get("body") or ""), body["head"], body["base"])
         return None
+
+    def _commit_json(self, forge: Any, repo: str, sha: str) -> dict[str, Any]:
+        c = forge.commit_fields(repo, sha)
+        return objects.commit(repo, c["sha"], message=c["message"], tree=c["tree"], parents=c["parents"],
+                              author=c["author"], committer=c["committer"], api=self.url, web=self.web_url)
+
+    def _comparison(self, forge: Any, repo: str, base: str, head: str, counts: tuple[int, int]) -> dict[str, Any]:
+        """``GET .../compare/{base}...{head}``: GitHub's ``commit-comparison`` of two commits of the forge."""
+        ahead, behind = counts
+        status = "identical" if not ahead and not behind else "ahead" if not behind else \
+            "behind" if not ahead else "diverged"
+        merge_base, commits = forge.between(repo, base, head)
+        spec = f"{base}...{head}"
+        return {"url": f"{self.url}/repos/{repo}/compare/{spec}", "html_url": f"{self.web_url}/{repo}/compare/{spec}",
+                "permalink_url": f"{self.web_url}/{repo}/compare/{spec}",
+                "diff_url": f"{self.web_url}/{repo}/compare/{spec}.diff",
+                "patch_url": f"{self.web_url}/{repo}/compare/{spec}.patch",
+                "base_commit": self._commit_json(forge, repo, base),
+                "merge_base_commit": self._commit_json(forge, repo, merge_base or base), "status": status,
+                "ahead_by": ahead, "behind_by": behind, "total_commits": ahead,
+                "commits": [self._commit_json(forge, repo, c) for c in commits[:250]], "files": []}
 
     def _not_permitted(self, method: str, repo: str, rest: list[str], issued: Issued | None
                        ) -> tuple[int, Any, dict[str, str], float] | None:
@@ -372,30 +402,43 @@ class FakeGitHubAPI:
         """``PUT /repos/{o}/{r}/contents/{path}``: commit one file on ``branch`` (default: the default branch)."""
         if not isinstance(body, dict) or not isinstance(body.get("message"), str) or \
                 not isinstance(body.get("content"), str):
-            return 422, {"message": "Invalid request.", "status": "422"}, {}, 0.0
+            return 422, _error(422, "Invalid request.", _CONTENTS_DOC), {}, 0.0
         if self.repos is None or not self.repos.exists(repo):
-            return 404, {"message": "Not Found", "status": "404"}, {}, 0.0
+            return 404, _error(404, "Not Found", _CONTENTS_DOC), {}, 0.0
         branch = str(body.get("branch") or self.repos.default_branch(repo))
         try:
             text = base64.b64decode(body["content"], validate=True).decode()
         except ValueError:
-            return 422, {"message": "content is not valid Base64", "status": "422"}, {}, 0.0
+            return 422, _error(422, "content is not valid Base64", _CONTENTS_DOC), {}, 0.0
         bare = self.repos.path(repo)
         existed = bool(git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}:{path}", cwd=bare, check=False))
         sha = self.repos.commit(repo, branch, {path: text}, body["message"])
         blob = git("rev-parse", f"{sha}:{path}", cwd=bare)
+        c = self._commit_json(self.repos, repo, sha)
+        contents = f"{self.url}/repos/{repo}/contents/{path}?ref={branch}"
         return (200 if existed else 201), {
-            "content": {"name": path.rsplit("/", 1)[-1], "path": path, "sha": blob, "type": "file"},
-            "commit": {"sha": sha, "message": body["message"]}}, {}, 0.0
+            "content": {"name": path.rsplit("/", 1)[-1], "path": path, "sha": blob, "size": len(text.encode()),
+                        "url": contents, "html_url": f"{self.web_url}/{repo}/blob/{branch}/{path}",
+                        "git_url": f"{self.url}/repos/{repo}/git/blobs/{blob}",
+                        "download_url": f"{self.web_url}/{repo}/raw/{branch}/{path}", "type": "file",
+                        "_links": {"self": contents, "git": f"{self.url}/repos/{repo}/git/blobs/{blob}",
+                                   "html": f"{self.web_url}/{repo}/blob/{branch}/{path}"}},
+            "commit": {"sha": sha, "node_id": c["node_id"], "url": c["commit"]["url"], "html_url": c["html_url"],
+                       "author": c["commit"]["author"], "committer": c["commit"]["committer"],
+                       "message": body["message"], "tree": c["commit"]["tree"], "parents": c["parents"],
+                       "verification": c["commit"]["verification"]}}, {}, 0.0
 
     def _create_pull(self, repo: str, title: str, body: str, head: str, base: str
                      ) -> tuple[int, Any, dict[str, str], float]:
         head = head.split(":", 1)[-1]
         if self.repos is None or self.repos.tip(repo, head) is None:
-            return 422, {"message": "Validation Failed", "errors": [{"field": "head", "code": "invalid"}]}, {}, 0.0
+            return 422, {**_error(422, "Validation Failed", "pulls/pulls#create-a-pull-request"),
+                         "errors": [{"resource": "PullRequest", "field": "head", "code": "invalid"}]}, {}, 0.0
         with self._lock:
             if any(p.base_repo == repo and p.head_ref == head for p in self.pulls.values()):
-                return 422, {"message": f"A pull request already exists for {repo.split('/')[0]}:{head}."}, {}, 0.0
+                return 422, {**_error(422, "Validation Failed", "pulls/pulls#create-a-pull-request"), "errors": [{
+                    "resource": "PullRequest", "code": "custom",
+                    "message": f"A pull request already exists for {repo.split('/')[0]}:{head}."}]}, {}, 0.0
             number = max([n for (r, n) in list(self.pulls) + list(self.issues) if r == repo] + [0]) + 1
             pull = Pull(repo, number, head, repo, title=title, body=body, base_ref=base)
             self.pulls[(repo, number)] = pull
@@ -404,69 +447,6 @@ class FakeGitHubAPI:
     def created_pulls(self, repo: str) -> list[Pull]:
         with self._lock:
             return [p for (r, _), p in self.pulls.items() if r == repo]
-
-    def _graphql(self, body: Any, kind: str, token: str | None, issued: Issued | None
-                 ) -> tuple[int, Any, dict[str, str], float]:
-        with self._lock:
-            self.graphql.append(body if isinstance(body, dict) else {"raw": body})
-        if kind not in ("installation", "pat"):
-            return 401, {"message": "Bad credentials"}, {}, 0.0
-        query = str((body or {}).get("query", "")) if isinstance(body, dict) else ""
-        variables = (body or {}).get("variables") or {} if isinstance(body, dict) else {}
-        named = re.search(r"\b(query|mutation)\s+(\w+)", query)
-        answer = self._graphql_answer(named.group(2) if named else "", variables, kind, issued)
-        if answer is None:
-            unanswered = named.group(2) if named else query[:80]
-            return 200, {"errors": [{"message": f"this fake does not answer {unanswered}"}]}, {}, 0.0
-        return 200, {"data": answer}, {}, 0.0
-
-    def _repository_node(self, owner: str, name: str) -> dict[str, Any]:
-        full = f"{owner}/{name}"
-        default = self.repos.default_branch(full) if self.repos is not None and self.repos.exists(full) else "main"
-        rid = self._repo_json(full)["node_id"]
-        return {"id": rid, "name": name, "owner": {"login": owner}, "hasIssuesEnabled": True, "description": "",
-                "hasWikiEnabled": False, "viewerPermission": "WRITE", "defaultBranchRef": {"name": default},
-                "parent": None, "mergeCommitAllowed": True, "rebaseMergeAllowed": True, "squashMergeAllowed": True}
-
-    def _graphql_answer(self, operation: str, v: dict[str, Any], kind: str, issued: Issued | None) -> Any:
-        """The few operations ``gh pr create`` sends (gh 2.23), answered from the fake's own state."""
-        login = "pi-dispatch[bot]" if kind == "installation" else "token-owner"
-        if operation == "RepositoryInfo":
-            return {"repository": self._repository_node(str(v.get("owner")), str(v.get("name")))}
-        if operation in ("UserCurrent", "CurrentUsername"):
-            return {"viewer": {"login": login}}
-        if operation == "PullRequestForBranch":
-            full = f"{v.get('owner')}/{v.get('repo')}"
-            with self._lock:
-                found = [p for p in self.pulls.values() if p.base_repo == full and p.head_ref == v.get("headRefName")]
-            return {"repository": {"pullRequests": {"nodes": [self._pull_node(p) for p in found]}}}
-        if operation == "PullRequestCreate":
-            given = v.get("input") or {}
-            candidates = ({p.base_repo for p in self.pulls.values()} | set(self.installation_repos)
-                          | set(self._known_repos()))
-            repo = next((r for r in candidates if self._repo_json(r)["node_id"] == given.get("repositoryId")), None)
-            if repo is None:
-                return None
-            status, payload, _, _ = self._create_pull(repo, str(given.get("title", "")), str(given.get("body") or ""),
-                                                      str(given.get("headRefName", "")),
-                                                      str(given.get("baseRefName", "")))
-            if status != 201:
-                return None
-            return {"createPullRequest": {"pullRequest": {"id": f"PR_{payload['number']}",
-                                                          "url": f"{self.web_url}/{repo}/pull/{payload['number']}"}}}
-        return None
-
-    def _known_repos(self) -> list[str]:
-        if self.repos is None:
-            return []
-        return [f"{owner.name}/{repo.name[:-4]}" for owner in self.repos.root.iterdir() if owner.is_dir()
-                for repo in owner.iterdir() if repo.name.endswith(".git")]
-
-    def _pull_node(self, p: Pull) -> dict[str, Any]:
-        return {"id": f"PR_{p.number}", "number": p.number, "title": p.title, "state": "OPEN", "body": p.body,
-                "url": f"{self.web_url}/{p.base_repo}/pull/{p.number}", "headRefName": p.head_ref,
-                "baseRefName": p.base_ref, "isCrossRepository": p.head_repo != p.base_repo,
-                "headRepositoryOwner": {"login": (p.head_repo or "x/").split("/")[0]}}
 
     def _verify_jwt(self, jwt: str) -> str | None:
         """``None`` when the App's JWT is good, else why not."""
@@ -580,11 +560,9 @@ class FakeGitHubAPI:
         path = split.path
         if path == "/api/graphql":
             status, payload, headers, delay = self._graphql(body, kind, token, issued)
-        elif self.prefix and not path.startswith(self.prefix + "/"):
-            status, payload, headers, delay = 404, {"message": "Not Found"}, {}, 0.0
         else:
-            status, payload, headers, delay = self._route(h.command, path[len(self.prefix):], query, body, kind,
-                                                          token, issued)
+            status, payload, headers, delay = self._rest(h.command, path, split.query, raw, query, body, kind,
+                                                         token, issued)
         with self._lock:  # logged before any delay: a client that gave up was still asked
             self.requests.append(Request(h.command, split.path, kind, fingerprint(token) if token else None, status,
                                          body))
@@ -601,6 +579,37 @@ class FakeGitHubAPI:
             h.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
+
+    def _rest(self, method: str, path: str, query_text: str, raw: bytes, query: dict[str, list[str]], body: Any,
+              kind: str, token: str | None, issued: Issued | None) -> tuple[int, Any, dict[str, str], float]:
+        """A REST call, held to GitHub's description both ways (``testkit/github_contract.py``): a request GitHub
+        does not accept, or an answer it would not give, is answered 500 with the mismatch and recorded
+        (:attr:`violations`, and the process-wide record the tests' fixture reads: docs/github-contracts.md)."""
+        try:
+            if self.prefix and not path.startswith(self.prefix + "/"):
+                raise ContractError(f"{method} {path}", "path", "", f"outside the API's prefix {self.prefix}/")
+            operation = check_request(method, path[len(self.prefix):], query_text, raw)
+        except ContractError as exc:
+            return self._violated(exc)
+        answer = self._route(method, path[len(self.prefix):], query, body, kind, token, issued)
+        try:
+            check_response(operation, answer[0], answer[1])
+        except ContractError as exc:
+            return self._violated(exc)
+        return answer
+
+    def _violated(self, error: ContractError) -> tuple[int, Any, dict[str, str], float]:
+        with self._lock:
+            self.violations.append(error)
+        record(error)
+        return 500, {"message": str(error), "documentation_url": "docs/github-contracts.md"}, {}, 0.0
+
+    def take_violations(self) -> list[ContractError]:
+        """The contract mismatches met so far, taken out of the record: a test that provoked them looks at them."""
+        with self._lock:
+            taken, self.violations = list(self.violations), []
+        take(taken)
+        return taken
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any, kind: str,
                token: str | None, issued: Issued | None) -> tuple[int, Any, dict[str, str], float]:
@@ -623,8 +632,8 @@ class FakeGitHubAPI:
             if asked is None:
                 scoped = tuple(self.installation_repos)
             elif not isinstance(asked, list) or not all(isinstance(a, str) and a in by_name for a in asked):
-                return 422, {"message": "There is at least one repository that does not exist or is not "
-                                        "accessible to the parent installation."}, {}, 0.0
+                return 422, _error(422, "There is at least one repository that does not exist or is not "
+                                        "accessible to the parent installation.", _TOKEN_DOC), {}, 0.0
             else:
                 scoped = tuple(by_name[a] for a in asked)
             wanted = (body or {}).get("permissions") if isinstance(body, dict) else None
@@ -634,8 +643,8 @@ class FakeGitHubAPI:
             elif not isinstance(wanted, dict) or not all(
                     isinstance(v, str) and v in levels and levels[v] <= levels.get(self.permissions.get(k, ""), 0)
                     for k, v in wanted.items()):
-                return 422, {"message": "The permissions requested are not granted to this installation.",
-                             "documentation_url": "https://docs.github.com/rest"}, {}, 0.0
+                return 422, _error(422, "The permissions requested are not granted to this installation.",
+                                   _TOKEN_DOC), {}, 0.0
             else:
                 granted = dict(wanted)
             new = "ghs_" + secrets.token_urlsafe(27)[:36]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
     api.stop()
-    return 0
+    for error in api.violations:  # answered 500 when met; said again here, and the exit status says so
+        print(f"forge_server: {error}", file=sys.stderr)
+    return 1 if api.violations else 0
 
 
 if __name__ == "__main__":

@@ -132,6 +132,21 @@ class Repos:
         parts = out.split()
         return (int(parts[1]), int(parts[0])) if len(parts) == 2 else None
 
+    def commit_fields(self, full_name: str, sha: str) -> dict[str, object]:
+        """What GitHub's commit object says of commit ``sha``: its tree, parents, author, committer, message."""
+        out = git("show", "-s", "--format=%H%x00%T%x00%P%x00%an%x00%ae%x00%aI%x00%cn%x00%ce%x00%cI%x00%B", sha,
+                  cwd=self.path(full_name))
+        full, tree, parents, an, ae, ad, cn, ce, cd, message = out.split("\x00", 9)
+        return {"sha": full, "tree": tree, "parents": parents.split(), "message": message.strip(),
+                "author": {"name": an, "email": ae, "date": ad}, "committer": {"name": cn, "email": ce, "date": cd}}
+
+    def between(self, full_name: str, base: str, head: str) -> tuple[str | None, list[str]]:
+        """(merge base, the commits of ``head`` not in ``base``, oldest first) -- what a comparison lists."""
+        bare = self.path(full_name)
+        merge_base = git("merge-base", base, head, cwd=bare, check=False) or None
+        commits = git("rev-list", "--reverse", f"{base}..{head}", cwd=bare, check=False).split()
+        return merge_base, commits
+
     def has_commit(self, full_name: str, sha: str) -> bool:
         return subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=self.path(full_name),
                               capture_output=True, check=False).returncode == 0

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from testkit.chart import helm_runner
+from testkit.contract_fixture import github_contracts_kept  # noqa: F401 - autouse: docs/github-contracts.md
 from testkit.jobflow import Clock, api_with_trigger
 from testkit.memoryapi import MemoryApi
 from testkit.store import Store

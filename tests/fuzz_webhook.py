@@ -54,7 +54,7 @@ from pidispatch.receiver import delivery as core
 from pidispatch.receiver.app import Receiver
 from pidispatch.receiver.metrics import ReceiverMetrics
 from pidispatch.receiver.signature import WebhookSecret
-from testkit import fakegithub
+from testkit import fakegithub, github_objects
 from testkit.fakegithub import Delivery, Webhooks
 from testkit.receiver import MemoryCluster, trigger
 
@@ -118,7 +118,7 @@ class Generator:
         # on the seed alone.
         shas = random.Random(0)
         with mock.patch.object(fakegithub, "_ids", itertools.count(1_000_001)), \
-                mock.patch.object(fakegithub, "_now", lambda: "2026-01-02T03:04:05Z"), \
+                mock.patch.object(github_objects, "now", lambda: "2026-01-02T03:04:05Z"), \
                 mock.patch.object(fakegithub.uuid, "uuid4", lambda: uuid.UUID(int=shas.getrandbits(128), version=4)):
             self.base = self._deliveries(Webhooks("http://fuzz.invalid/webhook", SECRET))
         self.strategies: list[tuple[str, int, Callable[[random.Random], Case]]] = [
@@ -135,7 +135,7 @@ class Generator:
                      hooks.pull_request_review_comment(i + 1, phrase),
                      hooks.issue_comment(i + 1, phrase, bot=i % 4 == 1, repository="other/repo")]
         base += [hooks.issues_labeled(n, label) for n, label in enumerate(["pi", "PI", "bug", "p i"], 1)]
-        base += [hooks.event("ping", None, zen="Keep it logically awesome.", hook_id=1)]
+        base += [hooks.ping("Keep it logically awesome.", hook_id=1)]
         return base
 
     def input(self, index: int) -> tuple[str, Case]:

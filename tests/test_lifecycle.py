@@ -209,9 +209,10 @@ REPO = "acme/widgets"
 
 
 def closed_pr(hooks: Any, head_ref: str, head_repo: str | None, merged: bool) -> Any:
-    head = {"ref": head_ref, "repo": {"full_name": head_repo} if head_repo else None}
-    return hooks.event("pull_request", "closed", number=5, pull_request={
-        "number": 5, "merged": merged, "head": head, "base": {"ref": "main", "repo": {"full_name": REPO}}})
+    """``pull_request.closed`` of PR 5, its head ``head_ref`` of ``head_repo`` (``None``: a deleted fork)."""
+    pr = hooks.pull_request(5, head_ref=head_ref, fork=head_repo if head_repo not in (None, REPO) else None,
+                            deleted_fork=head_repo is None)
+    return hooks.pull_request_event(pr, "closed", merged=merged)
 
 
 @pytest.fixture
@@ -238,7 +239,7 @@ def test_a_closed_issue_annotates_its_issue_branch_key(retiring: Any) -> None:
     receiver, cluster = retiring
     key = issue_key("github", REPO, 9)
     cluster.sessionkeys[key] = {}
-    sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": 9}))
+    sent = receiver.hooks.send(receiver.hooks.issues_event(9, "closed"))
     assert (sent.status, sent.json) == (202, {"retired": key, "reason": "issue-closed"})
     assert cluster.sessionkeys[key] == {"pi-dispatch.dev/retire": "issue-closed"}
 
@@ -260,10 +261,10 @@ def test_without_a_resume_trigger_or_a_sessionkey_nothing_is_retired() -> None:
     try:
         key = issue_key("github", REPO, 9)
         cluster.sessionkeys[key] = {}
-        sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": 9}))
+        sent = receiver.hooks.send(receiver.hooks.issues_event(9, "closed"))
         assert sent.status == 202 and "arms resume" in sent.json["ignored"]
         cluster.trigger_objects = [RESUMING]
-        sent = receiver.hooks.send(receiver.hooks.event("issues", "closed", issue={"number": 10}))
+        sent = receiver.hooks.send(receiver.hooks.issues_event(10, "closed"))
         assert sent.status == 202 and sent.json["ignored"] == "no conversation is stored for this branch"
         assert cluster.sessionkeys[key] == {}
     finally:

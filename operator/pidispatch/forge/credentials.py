@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pidispatch.settings import GitHubSettings
+from pidispatch.settings import GitHubSettings, permission_levels
 from pidispatch.store.redact import SecretDigest
 
 
@@ -69,12 +69,15 @@ FORK_KEEPS = frozenset({"pull_requests"})
 
 
 def fork_permissions(configured: dict[str, str]) -> dict[str, str]:
-    """A fork job's token permissions: the configured ones, each capped at ``read`` except :data:`FORK_KEEPS`.
+    """A fork job's token permissions: the configured ones, each capped at ``read`` except :data:`FORK_KEEPS`;
+    one GitHub has no read level for (``workflows``) is left out, since GitHub refuses a token asked for
+    ``workflows: read`` (422) and the fork's job would then get no token at all.
 
     A fork's pull request is code its author chose, run in the job with the token in its environment
     (a test, a build script, a prompt injection): the token must not be able to write the base repository.
     """
-    return {name: level if name in FORK_KEEPS else "read" for name, level in configured.items()}
+    return {name: level if name in FORK_KEEPS else "read" for name, level in configured.items()
+            if name in FORK_KEEPS or "read" in permission_levels(name)}
 
 
 def token_secret_name(job_uid: str) -> str:

@@ -31,6 +31,7 @@ from pidispatch.settings.github import (
     GITHUB_VARIABLES,
     GitHubSettings,
     job_token_permissions,
+    permission_levels,
 )
 from pidispatch.settings.jobpod import (
     DEFAULT_EPHEMERAL_STORAGE_LIMIT,
@@ -76,6 +77,7 @@ __all__ = [
     "EMPTY_MEANS_UNSET",
     "GITHUB_REPOSITORY_PERMISSIONS",
     "GITHUB_VARIABLES",
+    "permission_levels",
     "MAX_SECONDS",
     "OPERATOR_VARIABLES",
     "QUANTITY_ACCEPTED",

@@ -55,13 +55,23 @@ GITHUB_REPOSITORY_PERMISSIONS = frozenset({
     "repository_custom_properties", "repository_hooks", "repository_projects", "secret_scanning_alerts",
     "secrets", "security_events", "single_file", "statuses", "vulnerability_alerts", "workflows",
 })
+# The levels a token may be asked for, where not read or write: GitHub's "Create an installation access token"
+# takes only write for workflows (there is no read level: its description's app-permissions enum), and
+# metadata only read here (GitHub's read is all a token ever needs of it). docs/github-contracts.md
+PERMISSION_LEVELS: dict[str, tuple[str, ...]] = {"metadata": ("read",), "workflows": ("write",)}
+
+
+def permission_levels(name: str) -> tuple[str, ...]:
+    """The levels ``PI_DISPATCH_JOB_TOKEN_PERMISSIONS`` may give the repository permission ``name``."""
+    return PERMISSION_LEVELS.get(name, ("read", "write"))
 
 
 def job_token_permissions(raw: str | None) -> tuple[tuple[str, str], ...]:
     """``PI_DISPATCH_JOB_TOKEN_PERMISSIONS``: unset is the default.
 
     Anything but a non-empty JSON object of GitHub repository permission names to ``read``/``write``
-    (``metadata``: ``read`` only) is a configuration error, an empty value too.
+    (``metadata``: ``read`` only; ``workflows``: ``write`` only, :data:`PERMISSION_LEVELS`) is a configuration
+    error, an empty value too.
     """
     variable = "PI_DISPATCH_JOB_TOKEN_PERMISSIONS"
     if raw is None:
@@ -74,7 +84,7 @@ def job_token_permissions(raw: str | None) -> tuple[tuple[str, str], ...]:
     for name, level in value.items():
         if name not in GITHUB_REPOSITORY_PERMISSIONS:
             raise ConfigError(variable, raw, f"{accepted}; {name!r} is not a GitHub repository permission")
-        if level not in (("read",) if name == "metadata" else ("read", "write")):
+        if level not in permission_levels(name):
             raise ConfigError(variable, raw, f"{accepted}; {name} cannot be {level!r}")
     return tuple(sorted(value.items()))
 
