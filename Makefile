@@ -7,6 +7,7 @@
 #   make cluster-down   stop it
 #   make images         build the operator and job images here, no registry needed (e2e/images/build.sh)
 #   make node           the Debian packages a real node needs (containerd, runc, CNI plugins, iptables)
+#   make release-rehearsal  the release workflow's steps here: push, SBOM, sign, verify, install from the registry
 # See README.md, "Local control plane".
 
 SHELL := /bin/bash
@@ -24,7 +25,7 @@ PI_BIN := $(PI_DIR)/node_modules/.bin/pi
 .PHONY: help venv controlplane pi images node cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator
 
 help:
-	@echo "targets: demo demo-store test unit typecheck fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit typecheck fuzz venv controlplane pi images cluster-up cluster-down cluster-status bench release-rehearsal"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -72,6 +73,15 @@ node:
 	elif [ "$$(id -u)" = 0 ]; then echo "node packages: installing$$missing"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "node packages missing:$$missing (not root: the real-node tests will be skipped)"; fi
+
+# The release rehearsed on this machine (e2e/rehearsal.py, docs/releasing.md): .github/workflows/release.yml's steps
+# against a registry on loopback (both images pushed by digest, an SBOM of each, cosign signatures and SPDX
+# attestations with a key pair of the run, the chart pushed as an OCI artifact and signed), every signature
+# verified, then the README quickstart installed from that registry on a real node given no image, and one job
+# run to Succeeded. Needs root; e2e/test_release_rehearsal.py runs the same.
+.PHONY: release-rehearsal
+release-rehearsal: venv controlplane images node
+	$(VPY) -m e2e.rehearsal
 
 # NODE=auto (default): a real node (containerd + runc, the images of `make images`) when this machine can run
 # one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose; NODE=multi:

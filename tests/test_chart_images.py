@@ -14,9 +14,10 @@ from pidispatch.settings import OperatorSettings
 from testkit.chart import (
     ALL_ON,
     APP_VERSION,
+    FULLNAME,
     RECEIVER_ON,
     env_values,
-    operator_container,
+    one,
     render,
     template,
 )
@@ -40,7 +41,9 @@ def images(docs: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def job_image(docs: list[dict[str, Any]]) -> str:
-    return OperatorSettings.from_env(env_values(operator_container(docs))).job_image
+    """What the operator reads from the chart's PI_DISPATCH_JOB_IMAGE."""
+    [container] = one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"]
+    return OperatorSettings.from_env(env_values(container)).job_image
 
 
 def test_by_default_every_image_is_the_release_s_own_by_its_app_version_tag(helm: Any) -> None:
