@@ -36,6 +36,9 @@ CHART_DIR = REPO_ROOT / "charts" / "pi-dispatch"
 RELEASE_META = REPO_ROOT / ".github" / "scripts" / "release-meta.sh"
 TOOLS = ("cosign", "syft", "helm")
 SPDX_PREDICATE = "https://spdx.dev/Document"
+# what a signature's payload says it is: cosign v3's bundles, and the older simple-signing payloads. cosign v3's
+# `verify` also lists the attestations (an SPDX one says https://spdx.dev/Document): they are not signatures.
+SIGNATURE_TYPES = ("https://sigstore.dev/cosign/sign/v1", "cosign container image signature")
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -180,15 +183,18 @@ class ReleaseTools:
                  env=self.env(COSIGN_PASSWORD=key.password))
 
     def verify(self, artifact: Published, public: Path) -> list[dict[str, Any]]:
-        """``cosign verify --key``: the signatures' payloads; each must name ``artifact``'s digest, or it raises."""
+        """``cosign verify --key``: the signatures' payloads. At least one must be a signature (not only an
+        attestation, which cosign v3 lists too) and every one must name ``artifact``'s digest, or it raises."""
         out = self.run(f"verify {artifact.repository.rsplit('/', 1)[-1]}",
                        ["cosign", "verify", "--key", str(public), "--insecure-ignore-tlog=true",
                         *self._cosign_registry(), artifact.ref]).stdout
         payloads = [p for line in out.splitlines() if line.strip() for p in _json_list(line)]
+        signatures = [p for p in payloads if (p.get("critical") or {}).get("type") in SIGNATURE_TYPES]
         signed = {(p.get("critical") or {}).get("image", {}).get("docker-manifest-digest") for p in payloads}
-        if not payloads or signed != {artifact.digest}:
-            raise ReleaseError(f"cosign verify of {artifact.ref} returned signatures over {signed or 'nothing'}")
-        return payloads
+        if not signatures or signed != {artifact.digest}:
+            raise ReleaseError(f"cosign verify of {artifact.ref}: {len(signatures)} signature(s) among "
+                               f"{len(payloads)} verified payload(s), over {signed or 'nothing'}")
+        return signatures
 
     def verify_attestation(self, image: Published, public: Path) -> list[dict[str, Any]]:
         """``cosign verify-attestation --key --type spdxjson``: the in-toto statements, each about ``image``'s
