@@ -9,9 +9,10 @@ digests that were pushed and the SBOMs that were made; a key other than the rele
 of the same repository that was never signed does not verify; what ran on the node was pulled from the registry
 by those digests (containerd's image IDs, the registry's log) and nothing of ``make images`` is on the node.
 
-About 110 s (85 s of it the rehearsal) with the images of ``make images`` built. Run with ``pytest -m realnode`` (root, the Debian
-packages of ``make node``, the tools of ``make controlplane``); ``make test`` runs it. Where a real node cannot
-run, the tests are skipped with the reason, unless ``PIDISPATCH_REQUIRE_REAL_NODE=1`` (CI) makes that a failure.
+About 110 s (85 s of it the rehearsal) with the images of ``make images`` built. Run with ``pytest -m realnode``
+(root, the Debian packages of ``make node``, the tools of ``make controlplane``); ``make test`` runs it. Where a real
+node cannot run, the tests are skipped with the reason, unless ``PIDISPATCH_REQUIRE_REAL_NODE=1`` (CI) makes that a
+failure.
 """
 
 from __future__ import annotations
