@@ -11,7 +11,8 @@
 #   make node           the Debian packages a real node needs (containerd, runc, CNI plugins, iptables)
 #   make tools          the host tools the e2e tests run directly (git, gh)
 #   make docs           regenerate docs/reference/ and build the documentation site into site/ (strict)
-# See docs/control-plane.md and docs/testing.md.
+#   make release-rehearsal  the release workflow's steps here: push, SBOM, sign, verify, install from the registry
+# See docs/control-plane.md, docs/testing.md and docs/releasing.md.
 
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -29,7 +30,7 @@ GITHUB_SCHEMAS_DIR := testkit/github-schemas
 .PHONY: help venv controlplane pi github-schemas images node tools cluster-up cluster-down cluster-status test unit typecheck demo demo-store bench bench-operator transcripts docs
 
 help:
-	@echo "targets: demo demo-store test unit typecheck fuzz transcripts docs venv controlplane pi github-schemas images node tools cluster-up cluster-down cluster-status bench"
+	@echo "targets: demo demo-store test unit typecheck fuzz transcripts docs venv controlplane pi github-schemas images node tools cluster-up cluster-down cluster-status bench release-rehearsal"
 
 # Stamp-based: reinstalls only when the install inputs change (setup.py builds the one C module).
 $(VENV)/.installed: pyproject.toml setup.py operator/pidispatch/transcript/_needles.c
@@ -105,6 +106,15 @@ tools:
 	elif [ "$$(id -u)" = 0 ]; then echo "host tools: installing$$missing"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "host tools missing:$$missing (not root: the tests that run them will be skipped)"; fi
+
+# The release rehearsed on this machine (e2e/rehearsal.py, docs/releasing.md): .github/workflows/release.yml's steps
+# against a registry on loopback (both images pushed by digest, an SBOM of each, cosign signatures and SPDX
+# attestations with a key pair of the run, the chart pushed as an OCI artifact and signed), every signature
+# verified, then the quickstart (docs/quickstart.md) installed from that registry on a real node given no image, and one job
+# run to Succeeded. Needs root; e2e/test_release_rehearsal.py runs the same.
+.PHONY: release-rehearsal
+release-rehearsal: venv controlplane images node
+	$(VPY) -m e2e.rehearsal
 
 # NODE=auto (default): a real node (containerd + runc, the images of `make images`) when this machine can run
 # one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose; NODE=multi:

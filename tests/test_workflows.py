@@ -107,14 +107,23 @@ def test_actionlint_fails_a_broken_workflow(tmp_path: Path, case: str) -> None:
 
 # ---- the release's shape --------------------------------------------------------------------------------
 
+# The jobs that sign (cosign keyless) are the only ones given the workflow's OIDC token.
+SIGNING_JOBS = {"images", "chart"}
+
+
 def test_release_runs_on_a_version_tag_with_least_privilege() -> None:
     release = load(WORKFLOWS / "release.yml")
     assert release["on"] == {"push": {"tags": ["v*"]}}
     assert release["permissions"] == {"contents": "read"}
+    assert SIGNING_JOBS <= set(release["jobs"])
     for name, job in release["jobs"].items():
         granted = job.get("permissions")
         assert granted is not None, f"job {name} inherits permissions instead of naming them"
-        assert set(granted.items()) <= {("contents", "read"), ("packages", "write")}, (name, granted)
+        allowed = {("contents", "read"), ("packages", "write")}
+        if name in SIGNING_JOBS:
+            allowed.add(("id-token", "write"))
+        assert set(granted.items()) <= allowed, (name, granted)
+    assert release["jobs"]["meta"]["permissions"] == {"contents": "read"}, "no token for the job that reads the tag"
 
 
 def test_every_action_is_pinned_by_commit() -> None:
@@ -146,6 +155,62 @@ def test_release_builds_both_targets_multi_arch_and_pushes_the_chart_after_them(
     assert "helm package charts/pi-dispatch" in script and 'helm push' in script and '"$REPO"' in script
 
 
+def versions_env() -> dict[str, str]:
+    text = (ROOT / "e2e" / "controlplane" / "versions.env").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+
+
+def step_using(steps: list[dict[str, Any]], action: str) -> dict[str, Any]:
+    [step] = [s for s in steps if s.get("uses", "").startswith(f"{action}@")]
+    return step
+
+
+def test_release_signs_each_image_by_digest_and_attests_its_sbom_with_the_rehearsed_tools() -> None:
+    images = load(WORKFLOWS / "release.yml")["jobs"]["images"]
+    steps = images["steps"]
+    pinned = versions_env()
+    by_digest = "${{ matrix.image }}@${{ steps.build.outputs.digest }}"
+    build = step_using(steps, "docker/build-push-action")
+    assert build["id"] == "build" and build["with"]["push"] is True
+    # the cosign and syft e2e/rehearsal.py runs (built from e2e/controlplane's wrapper modules)
+    assert step_using(steps, "sigstore/cosign-installer")["with"]["cosign-release"] == f"v{pinned['COSIGN_VERSION']}"
+    sbom = step_using(steps, "anchore/sbom-action")["with"]
+    assert sbom["syft-version"] == f"v{pinned['SYFT_VERSION']}"
+    assert sbom["image"] == by_digest and sbom["format"] == "spdx-json"
+    assert sbom["output-file"] == "${{ runner.temp }}/sbom.spdx.json"
+    [sign] = [s for s in steps if "cosign sign" in s.get("run", "")]
+    assert sign["env"]["IMAGE"] == by_digest, "signed by digest, never by tag"
+    assert sign["env"]["SBOM"] == sbom["output-file"]
+    script = sign["run"]
+    assert 'cosign sign --yes "$IMAGE"' in script
+    assert 'cosign attest --yes --type spdxjson --predicate "$SBOM" "$IMAGE"' in script
+    assert script.index("cosign sign") < script.index("cosign attest") < script.index("cosign verify ")
+    order = [s.get("id") or s.get("uses", "").split("@")[0] or s.get("name") for s in steps]
+    assert order.index("build") < order.index("anchore/sbom-action") < order.index(sign.get("name")), order
+    # each leg's digest, under its own name, for the chart job
+    assert images["outputs"] == {f"{t}_digest": f"${{{{ steps.out.outputs.{t}_digest }}}}" for t in ("operator", "job")}
+    [out] = [s for s in steps if s.get("id") == "out"]
+    assert out["env"] == {"TARGET": "${{ matrix.target }}", "DIGEST": "${{ steps.build.outputs.digest }}"}
+    assert 'echo "${TARGET}_digest=$DIGEST" >> "$GITHUB_OUTPUT"' in out["run"]
+
+
+def test_the_chart_is_pushed_only_after_both_images_verify_and_is_signed_by_its_digest() -> None:
+    chart = load(WORKFLOWS / "release.yml")["jobs"]["chart"]
+    steps = chart["steps"]
+    [verify] = [s for s in steps if "cosign verify" in s.get("run", "")]
+    [push] = [s for s in steps if "helm push" in s.get("run", "")]
+    assert steps.index(verify) < steps.index(push), "the images are verified before the chart names them"
+    assert verify["env"]["OPERATOR"] == "${{ needs.meta.outputs.operator_image }}@" \
+                                        "${{ needs.images.outputs.operator_digest }}"
+    assert verify["env"]["JOB"] == "${{ needs.meta.outputs.job_image }}@${{ needs.images.outputs.job_digest }}"
+    assert "cosign verify-attestation --type spdxjson" in verify["run"]
+    for script in (verify["run"], next(s for s in load(WORKFLOWS / "release.yml")["jobs"]["images"]["steps"]
+                                       if "cosign verify" in s.get("run", ""))["run"]):
+        assert "--certificate-oidc-issuer https://token.actions.githubusercontent.com" in script
+    assert verify["env"]["IDENTITY"] == "${{ github.server_url }}/${{ github.workflow_ref }}"
+    assert 'cosign sign --yes "${REPO#oci://}/pi-dispatch@$digest"' in push["run"]
+
+
 # ---- release-meta.sh ---------------------------------------------------------------------------------------
 
 def meta(root: Path, tag: str, owner: str = "pi-dispatch") -> subprocess.CompletedProcess[str]:
@@ -173,7 +238,7 @@ def test_release_meta_names_what_the_chart_pulls() -> None:
 
 def copy_of_what_meta_reads(tmp_path: Path) -> Path:
     for rel in (".github/scripts/release-meta.sh", "charts/pi-dispatch/Chart.yaml", "charts/pi-dispatch/values.yaml",
-                "charts/pi-dispatch/templates/_helpers.tpl", "e2e/pi/package.json"):
+                "charts/pi-dispatch/templates/_helpers.tpl", "e2e/pi/package.json", "CHANGELOG.md"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / rel, tmp_path / rel)
     return tmp_path
@@ -196,6 +261,9 @@ REFUSED = {
     "a job image elsewhere": (None, "pi-dispatch", ("charts/pi-dispatch/templates/_helpers.tpl",
                                                     r"ghcr\.io/pi-dispatch/job", "quay.io/x/job"),
                               "default job image is 'quay.io/x/job'"),
+    "a changelog that still says unreleased": (None, "pi-dispatch", ("CHANGELOG.md", r"^(## [0-9.]+) — .*$",
+                                                                     r"\1 (unreleased)"),
+                                               "CHANGELOG.md has no section"),
 }
 
 

@@ -11,7 +11,8 @@
 #   chart_repo       oci://<registry>/charts (the chart lands at <registry>/charts/pi-dispatch:<version>)
 #   pi_version       the pi that e2e/pi/package.json pins (the job image's PI_VERSION build argument)
 # Exits 1 with one line per disagreement, each naming the file to change: the images and the chart a
-# release pushes are exactly the ones `helm install` of that chart pulls.
+# release pushes are exactly the ones `helm install` of that chart pulls, and a release (not a pre-release)
+# has its dated section in CHANGELOG.md ("## <version> — <YYYY-MM-DD>", no longer "(unreleased)").
 set -euo pipefail
 tag="${1:?usage: release-meta.sh TAG OWNER}"
 owner="${2:?usage: release-meta.sh TAG OWNER}"
@@ -41,6 +42,12 @@ job_image="$(sed -n 's|.*printf "\([^"%]*\):%s" .Chart.AppVersion.*|\1|p' "$char
 "'$operator_image' but this release pushes $registry/operator: make them the same")
 [ "$job_image" = "$registry/job" ] || problems+=("charts/pi-dispatch/templates/_helpers.tpl's default job image is "\
 "'$job_image' but this release pushes $registry/job: make them the same")
+
+# A release's notes: its CHANGELOG.md section, dated. A pre-release (v1.2.0-rc.1) is not held to it.
+if [[ "$version" != *-* ]] && ! grep -Eq "^## ${version//./\\.} — [0-9]{4}-[0-9]{2}-[0-9]{2}\$" "$root/CHANGELOG.md"; then
+    problems+=("CHANGELOG.md has no section '## $version — <YYYY-MM-DD>': date this release's section there "\
+"(it says '$(grep -m1 -E "^## ${version//./\\.}([^0-9.]|\$)" "$root/CHANGELOG.md" || echo "nothing for $version")')")
+fi
 
 pi_version="$(sed -n 's|.*"@mariozechner/pi-coding-agent":[[:space:]]*"\([^"]*\)".*|\1|p' "$root/e2e/pi/package.json")"
 [ -n "$pi_version" ] || problems+=("e2e/pi/package.json pins no @mariozechner/pi-coding-agent version")

@@ -7,6 +7,7 @@
 #   actionlint                                       (wrapper module actionlint/: tests/test_workflows.py)
 #   registry                                         (wrapper module registry/: e2e/test_pull_secret.py)
 #   dashcheck                                        (module dashcheck/: tests/test_chart_dashboard.py)
+#   cosign syft                                      (wrapper modules cosign/, syft/: e2e/rehearsal.py)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
 # A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum (and its own .go
 # files, for dashcheck/, the one module with source of ours) changed (a stamp file next to it records
@@ -80,6 +81,11 @@ build registry registry github.com/distribution/distribution/v3/cmd/registry \
 # the Grafana dashboard's schema check (tests/test_chart_dashboard.py): Grafana's dashboard schema as the
 # foundation SDK's Go types, strictly decoded; main.go is ours
 build dashcheck dashcheck . "-s -w"
+
+# the release's signing and SBOM tools, as .github/workflows/release.yml runs them (make release-rehearsal)
+build cosign cosign github.com/sigstore/cosign/v3/cmd/cosign \
+    "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION"
+build syft syft github.com/anchore/syft/cmd/syft "-s -w -X main.version=$SYFT_VERSION"
 
 echo "[controlplane] $built binaries built, total $(( $(date +%s) - total_start ))s; bin dir:" >&2
 echo "$bin_dir"

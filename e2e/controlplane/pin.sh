@@ -14,6 +14,9 @@
 #          e2e/test_pull_secret.py).
 #   dashcheck/  requires github.com/grafana/grafana-foundation-sdk/go v$GRAFANA_SDK_VERSION (the dashboard
 #          schema check of tests/test_chart_dashboard.py); its main.go is ours and is kept.
+#   cosign/  requires github.com/sigstore/cosign/v3 v$COSIGN_VERSION (signs and verifies the rehearsed release,
+#          e2e/rehearsal.py).
+#   syft/  requires github.com/anchore/syft v$SYFT_VERSION (the images' SBOMs, e2e/rehearsal.py).
 #
 # Re-runnable: edit versions.env, run this script, commit */go.mod */go.sum.
 set -euo pipefail
@@ -96,4 +99,18 @@ new_module dashcheck pidispatch.invalid/controlplane/dashcheck
     go get "github.com/grafana/grafana-foundation-sdk/go@v$GRAFANA_SDK_VERSION"
     go mod tidy
 )
-echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry,dashcheck}/go.{mod,sum}"
+echo "== cosign wrapper: github.com/sigstore/cosign/v3 v$COSIGN_VERSION"
+new_module cosign pidispatch.invalid/controlplane/cosign
+(
+    cd "$here/cosign"
+    go get -tool "github.com/sigstore/cosign/v3/cmd/cosign@v$COSIGN_VERSION"
+    go mod tidy
+)
+echo "== syft wrapper: github.com/anchore/syft v$SYFT_VERSION"
+new_module syft pidispatch.invalid/controlplane/syft
+(
+    cd "$here/syft"
+    go get -tool "github.com/anchore/syft/cmd/syft@v$SYFT_VERSION"
+    go mod tidy
+)
+echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry,dashcheck,cosign,syft}/go.{mod,sum}"

@@ -62,12 +62,28 @@ app.kubernetes.io/component: operator
 
 {{/* Images ---------------------------------------------------------------------------------- */}}
 
+{{/* The operator's image: <repository>@<digest> when image.digest is set (the tag is then ignored: the digest is
+what is pulled, and what a release's signature covers, docs/releasing.md), else <repository>:<tag or appVersion>. */}}
 {{- define "pi-dispatch.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
 {{- end }}
+{{- end }}
 
+{{/* The job image: job.image, else the release's own; with job.imageDigest, that image's repository pinned by the
+digest (a tag it names is dropped, as image.digest does for the operator). */}}
 {{- define "pi-dispatch.jobImage" -}}
-{{- .Values.job.image | default (printf "ghcr.io/pi-dispatch/job:%s" .Chart.AppVersion) }}
+{{- $image := .Values.job.image | default (printf "ghcr.io/pi-dispatch/job:%s" .Chart.AppVersion) }}
+{{- with .Values.job.imageDigest }}
+{{- if contains "@" $image }}
+{{- fail (printf "job.imageDigest is set but job.image %s already names a digest: set one of them" $image) }}
+{{- end }}
+{{- printf "%s@%s" (regexReplaceAll ":[^:/]+$" $image "") . }}
+{{- else }}
+{{- $image }}
+{{- end }}
 {{- end }}
 
 {{/* The operator's environment (OperatorSettings.from_env), shared by the test Pod --------- */}}
