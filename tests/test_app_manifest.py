@@ -3,9 +3,9 @@
 The events come from the receiver's own dispatch table (``receiver/delivery.py`` ``HANDLED``: a Trigger's events
 and the closing ones that retire a conversation, ``issues.closed`` and ``pull_request.closed``), not from a list
 kept here: an event the receiver starts handling fails these tests until the App manifest
-(``examples/github-app.json``), the quickstart's registration link (docs/quickstart.md) and the chart's NOTES subscribe to it. An App that
-missed ``pull_request`` never delivered ``pull_request.closed``, and a merged pull request's conversation was never
-retired.
+(``examples/github-app.json``), the quickstart's registration link (docs/quickstart.md) and the chart's NOTES
+subscribe to it. An App that missed ``pull_request`` never delivered ``pull_request.closed``, and a merged pull
+request's conversation was never retired.
 """
 
 from __future__ import annotations

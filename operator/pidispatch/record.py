@@ -46,8 +46,8 @@ SESSION_REASONS: tuple[str, ...] = tuple(reason.value for reason in SessionReaso
 
 
 class JobReason(StrEnum):
-    """Job-level refusals before any spend (docs/store-contract.md#refusals): a Job that ends ``Refused`` says which in ``status.reason``.
-    Not session reasons."""
+    """Job-level refusals before any spend (docs/store-contract.md#refusals): a Job that ends ``Refused`` says
+    which in ``status.reason``. Not session reasons."""
 
     SESSIONS_DIR_UNSET = "sessions-dir-unset"
     CONFIG_REFUSED = "config-refused"
