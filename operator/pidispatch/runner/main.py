@@ -1,6 +1,8 @@
 """`pidispatch runner`: the thin shell that runs the contract's steps in order
 (docs/architecture.md#container-contract).
 
+0. make the runner non-dumpable (`undumpable`), so the agent, same uid, cannot read the runner's own
+   secrets through /proc or ptrace: impossible while holding one → exit 2;
 1. parse the environment (`config`);                          configuration error → exit 2
    in transfer mode, fetch the staged copy into the session directory (`transfer`):
    refused by the operator → exit 2, unreachable after retries → exit 1;
@@ -54,6 +56,7 @@ from pidispatch.runner.report import Usage, measure_context, new_usage, priced_m
 from pidispatch.runner.runsecrets import run_secret_values
 from pidispatch.runner.session import OpenedSession, disabled_session, open_session, read_final
 from pidispatch.runner.transfer import TransferFailed, fetch_staged, hand_back
+from pidispatch.runner.undumpable import protect
 from pidispatch.runner.version import VersionError, version_problem
 from pidispatch.store.redact import MAX_SECRETS, SecretDigest, digest_of
 from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
@@ -409,4 +412,9 @@ def main(args: argparse.Namespace | None = None) -> int:
     """Entry point of `pidispatch runner` (no options: everything comes from the environment)."""
     del args
     log_to_stderr()
+    # First, before any thread or child: the agent runs as our uid, and must not read our secrets out of
+    # /proc/<pid>/environ or our memory (runner/undumpable.py).
+    refusal = protect(os.environ)
+    if refusal is not None:
+        return refuse(refusal, os.environ.get(Env.TERMINATION_LOG.value) or TERMINATION_LOG, None)
     return run(os.environ)

@@ -19,8 +19,8 @@ from typing import IO
 
 from pidispatch.runner.pipackage import package_version
 from pidispatch.runner.startpaths import UNTRUSTED_FLAGS
+from pidispatch.runner.undumpable import RUNNER_ONLY
 from pidispatch.runner.version import VersionError, parse_version_output
-from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
 
 VERSION_TIMEOUT_S = 60.0
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -63,8 +63,10 @@ def pi_env(base: Mapping[str, str]) -> dict[str, str]:
     docs/pi-behaviour.md#running-pi-in-tests)."""
     env = dict(base)
     env["PI_OFFLINE"] = "1"
-    # The transfer token is the runner's, to hand the session back; pi and what it runs never need it.
-    env.pop(TRANSFER_TOKEN, None)
+    # The transfer token is the runner's, to hand the session back; pi and what it runs never need it (nor
+    # read it out of the runner through /proc: runner/undumpable.py).
+    for name in RUNNER_ONLY:
+        env.pop(name, None)
     return env
 
 
