@@ -161,7 +161,7 @@ def test_a_pull_request_no_job_ran_on_retires_nothing(operator: Any, store: Stor
     body = api.get(f"{SESSIONKEYS}/{KEY}")
     assert "retired" not in (body.get("status") or {})
     assert not set(body["metadata"].get("annotations") or {}) & {RETIRE, RETIRE_PR}, "the request is dropped"
-    refused = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "retire_refused"]
+    refused = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "sessionkey_retire_refused"]
     assert refused and refused[0]["key"] == KEY and "pull request 4" in refused[0]["why"], refused
 
 
