@@ -24,11 +24,7 @@ from typing import Any
 
 from pidispatch.api.conditions import get_condition, reason_to_camel, set_condition
 from pidispatch.api.models import JobSpec, SessionKeySpec
-from pidispatch.api.vocabulary import (
-    RELEASE_ANNOTATION,
-    RETIRE_ANNOTATION,
-    RETIRE_REASONS,
-)
+from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_REASONS
 from pidispatch.contract.keys import CRON_BRANCH_PREFIX, issue_of_branch
 from pidispatch.record import SessionReason
 
