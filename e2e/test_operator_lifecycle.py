@@ -3,7 +3,9 @@
 * A merged pull request retires its key: the receiver (in this process, on the real apiserver with the admin
   credentials; its Role is held to ``patch`` on sessionkeys by e2e/test_receiver.py) annotates the SessionKey,
   the operator archives the key directory (``sessions.retire: archive``), the SessionKey says ``Retired``,
-  and the next delivery on the branch starts cold with the reason ``retired``.
+  and the next delivery on the branch starts cold with the reason ``retired``. Before that, a stranger's pull
+  request from the same branch, closed by the stranger, asks nothing; closed by a member, it asks, and the
+  operator refuses (the conversation's jobs ran on another pull request) and drops the request.
 * Three resumed jobs in a row that fail quarantine the transcript: ``Resumable`` is False and says why, the
   fourth delivery starts cold (``quarantined``) and leaves the transcript alone; ``kubectl annotate`` releases
   it, and the fifth resumes it again.
@@ -20,11 +22,12 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.release import Release, base_values, installed, merge
-from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION
+from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_PULL_REQUEST_ANNOTATION
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.cluster import ApiCluster
 from pidispatch.store.keys import branch_key, issue_key
 from testkit.receiver import Running
+from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -70,6 +73,23 @@ def test_a_merged_pull_request_retires_its_key_and_the_next_delivery_starts_cold
     second = r.run("pr-second", pullRequest=PR, resolved=HEAD)
     assert session(second) == (True, "resumed")
     stored = (r.key_dir(key) / "current.jsonl").read_bytes()
+
+    # A stranger opens pull request 42 from the branch: closing it themselves asks nothing.
+    hooks = receiver.hooks
+    theirs = hooks.pull_request(PR + 1, head_ref=BRANCH, repository=REPO, author="mallory", author_association="NONE")
+    sent = hooks.send(hooks.pull_request_event(theirs, "closed", sender="mallory"))
+    assert sent.status == 202 and "NONE" in sent.json["ignored"], sent.json
+    # A member closes it: the request is made, and the operator refuses it (no job of the conversation ran on 42).
+    sent = hooks.send(hooks.pull_request_event(theirs, "closed", sender="maintainer"))
+    assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-closed"}), sent.json
+
+    def dropped() -> bool:
+        return not (r.get("sessionkeys", key)["metadata"].get("annotations") or {}).keys() & {
+            RETIRE_ANNOTATION, RETIRE_PULL_REQUEST_ANNOTATION}
+
+    wait_until("the operator drops the refused request", dropped)
+    assert "retired" not in (r.get("sessionkeys", key).get("status") or {})
+    assert (r.key_dir(key) / "current.jsonl").read_bytes() == stored, "the conversation is untouched"
 
     sent = receiver.hooks.send(merged_pr(receiver))
     assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-merged"}), sent.json

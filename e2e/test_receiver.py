@@ -24,7 +24,7 @@ from e2e.kube import ApiError, Kube
 from e2e.receiver_release import RECEIVER, Receiver, installed_receiver
 from e2e.release import PI_VERSION
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.api.vocabulary import RETIRE_ANNOTATION
+from pidispatch.api.vocabulary import RETIRE_ANNOTATION, RETIRE_PULL_REQUEST_ANNOTATION
 from pidispatch.receiver.delivery import body_digest, job_name
 from pidispatch.store.keys import pull_request_key
 from testkit.fakegithub import Delivery, Webhooks, signature
@@ -157,6 +157,7 @@ def test_a_merged_pull_request_is_retired_by_the_charts_receiver_as_its_own_serv
         assert (sent.status, sent.json) == (202, {"retired": key, "reason": "pull-request-merged"}), sent.json
         annotations = release.get("sessionkeys", key)["metadata"].get("annotations") or {}
         assert annotations.get(RETIRE_ANNOTATION) == "pull-request-merged", annotations
+        assert annotations.get(RETIRE_PULL_REQUEST_ANNOTATION) == str(number), annotations
     finally:
         release.kube.delete(release.path("triggers", "keeper"))
         release.kube.delete_ignore_missing(release.path("sessionkeys", key))

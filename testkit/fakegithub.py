@@ -84,6 +84,7 @@ class PullRequest:
     base_ref: str = "main"
     title: str = "A change"
     author: str = "octocat"
+    author_association: str = "OWNER"  # the author's, as the payload's pull_request.author_association says
     head_sha: str = field(default_factory=lambda: uuid.uuid4().hex + "00000000")
 
     @property
@@ -97,7 +98,8 @@ class PullRequest:
         return objects.pull_request(self.base.as_json(), self.number, title=self.title, body=None,
                                     author=user(self.author), head_ref=self.head_ref, head_sha=self.head_sha,
                                     head_repo=head.as_json(fork=head != self.base) if head else None,
-                                    head_owner=user(head_owner), base_ref=self.base_ref, base_sha="0" * 40)
+                                    head_owner=user(head_owner), base_ref=self.base_ref, base_sha="0" * 40,
+                                    association=self.author_association)
 
 
 # -- deliveries -----------------------------------------------------------------------------------------------
@@ -187,10 +189,12 @@ class Webhooks:
         return Delivery(event, payload)
 
     def _issue(self, repo: Repository, number: int, *, pull_request: bool = False,
-               labels: tuple[str, ...] = ()) -> dict[str, Any]:
+               labels: tuple[str, ...] = (), author: str | None = None,
+               author_association: str = "OWNER") -> dict[str, Any]:
         return objects.issue(repo.full_name, number, title=f"Issue {number}", body="Something is broken.",
-                             author=user(self.sender), labels=[objects.label(n, repo.full_name) for n in labels],
-                             pull_request=pull_request)
+                             author=user(author or self.sender),
+                             labels=[objects.label(n, repo.full_name) for n in labels],
+                             pull_request=pull_request, association=author_association)
 
     def _comment(self, repo: Repository, number: int, body: str, sender: str | None, *,
                  on_pull_request: bool = False) -> dict[str, Any]:
@@ -204,10 +208,13 @@ class Webhooks:
             payload["changes"] = {"body": {"from": f"{payload[writing].get('body') or ''} (before the edit)"}}
 
     def pull_request(self, number: int, *, head_ref: str = "feature", fork: str | None = None,
-                     repository: str | Repository | None = None, deleted_fork: bool = False) -> PullRequest:
-        """A pull request of the repository; ``fork="someone/widgets"`` makes its head another repository."""
+                     repository: str | Repository | None = None, deleted_fork: bool = False,
+                     author: str = "octocat", author_association: str = "OWNER") -> PullRequest:
+        """A pull request of the repository; ``fork="someone/widgets"`` makes its head another repository;
+        ``author`` opened it, with ``author_association`` to the repository."""
         return PullRequest(self._repo(repository), number, head_ref=head_ref,
-                           head_repo=Repository(fork) if fork else None, head_deleted=deleted_fork)
+                           head_repo=Repository(fork) if fork else None, head_deleted=deleted_fork,
+                           author=author, author_association=author_association)
 
     # -- the four deliveries a Trigger can match -------------------------------------------------------
     def issues_labeled(self, issue: int, label: str, *, repository: str | Repository | None = None,
@@ -270,11 +277,13 @@ class Webhooks:
         return self._deliver("pull_request", payload)
 
     def issues_event(self, number: int, action: str = "closed", *, repository: str | Repository | None = None,
-                     sender: str | None = None) -> Delivery:
-        """``issues`` with ``action`` (``closed``: the issue was closed, as completed)."""
+                     sender: str | None = None, author: str | None = None,
+                     author_association: str = "OWNER") -> Delivery:
+        """``issues`` with ``action`` (``closed``: the issue was closed, as completed) by ``sender``, of an issue
+        ``author`` opened (unset: the sender) with ``author_association`` to the repository."""
         repo = self._repo(repository)
         payload = self._common(action, repo, sender, False)
-        issue = self._issue(repo, number)
+        issue = self._issue(repo, number, author=author or sender, author_association=author_association)
         if action == "closed":
             issue.update({"state": "closed", "closed_at": objects.now(), "state_reason": "completed"})
         payload["issue"] = issue

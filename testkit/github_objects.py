@@ -98,7 +98,8 @@ def reactions(url: str) -> dict[str, Any]:
 
 def issue(repo: str, number: int, *, title: str, body: str | None, author: dict[str, Any],
           labels: list[dict[str, Any]] | None = None, pull_request: bool = False, comments: int = 0,
-          created_at: str | None = None, api: str = API, web: str = WEB) -> dict[str, Any]:
+          created_at: str | None = None, association: str = "OWNER", api: str = API,
+          web: str = WEB) -> dict[str, Any]:
     """An issue (or the issue side of a pull request, ``pull_request``) as webhooks and ``GET .../issues/{n}``
     carry it."""
     base = f"{api}/repos/{repo}/issues/{number}"
@@ -110,7 +111,7 @@ def issue(repo: str, number: int, *, title: str, body: str | None, author: dict[
         "id": stable_id(f"{repo}#{number}", 9), "node_id": f"I_kwDO{stable_id(f'{repo}#{number}')}",
         "number": number, "title": title, "user": author, "labels": list(labels or []), "state": "open",
         "locked": False, "assignee": None, "assignees": [], "milestone": None, "comments": comments,
-        "created_at": stamp, "updated_at": stamp, "closed_at": None, "author_association": "OWNER",
+        "created_at": stamp, "updated_at": stamp, "closed_at": None, "author_association": association,
         "active_lock_reason": None, "body": body, "reactions": reactions(f"{base}/reactions"),
         "timeline_url": f"{base}/timeline", "performed_via_github_app": None, "state_reason": None,
     }
@@ -144,8 +145,8 @@ def _link(href: str) -> dict[str, str]:
 
 def pull_request(base_repo: dict[str, Any], number: int, *, title: str, body: str | None, author: dict[str, Any],
                  head_ref: str, head_sha: str, head_repo: dict[str, Any] | None, head_owner: dict[str, Any],
-                 base_ref: str, base_sha: str, created_at: str | None = None, api: str = API,
-                 web: str = WEB) -> dict[str, Any]:
+                 base_ref: str, base_sha: str, created_at: str | None = None, association: str = "OWNER",
+                 api: str = API, web: str = WEB) -> dict[str, Any]:
     """A pull request as ``GET /repos/{o}/{r}/pulls/{n}`` answers it. ``head_repo`` ``None``: its head
     repository (a fork) was deleted, as GitHub then says (``head.repo: null``)."""
     repo = base_repo["full_name"]
@@ -171,7 +172,7 @@ def pull_request(base_repo: dict[str, Any], number: int, *, title: str, body: st
                    "review_comment": _link(f"{api}/repos/{repo}/pulls/comments{{/number}}"),
                    "commits": _link(f"{pulls}/commits"),
                    "statuses": _link(f"{api}/repos/{repo}/statuses/{head_sha}")},
-        "author_association": "OWNER", "auto_merge": None, "active_lock_reason": None, "merged": False,
+        "author_association": association, "auto_merge": None, "active_lock_reason": None, "merged": False,
         "mergeable": True, "rebaseable": True, "mergeable_state": "clean", "merged_by": None, "comments": 0,
         "review_comments": 0, "maintainer_can_modify": False, "commits": 1, "additions": 1, "deletions": 1,
         "changed_files": 1,

@@ -78,12 +78,16 @@ class MemoryCluster:
         self.jobs[name] = copy.deepcopy(body)
         return True
 
-    async def retire(self, key: str, reason: str) -> bool:
+    async def retire(self, key: str, reason: str, pull_request: int | None = None) -> bool:
         if self.down:
             raise ClusterUnavailable("cannot annotate SessionKey: 0 cannot reach the API server")
         if key not in self.sessionkeys:
             return False
         self.sessionkeys[key]["pi-dispatch.dev/retire"] = reason
+        # As the merge patch does: a null removes the annotation.
+        self.sessionkeys[key].pop("pi-dispatch.dev/retire-pull-request", None)
+        if pull_request is not None:
+            self.sessionkeys[key]["pi-dispatch.dev/retire-pull-request"] = str(pull_request)
         return True
 
 

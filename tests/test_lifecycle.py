@@ -231,7 +231,9 @@ def test_a_closed_pull_request_annotates_its_head_branch_key(retiring: Any, merg
     cluster.sessionkeys[key] = {}
     sent = receiver.hooks.send(closed_pr(receiver.hooks, "feature/x", REPO, merged))
     assert (sent.status, sent.json) == (202, {"retired": key, "reason": reason})
-    assert cluster.sessionkeys[key] == {"pi-dispatch.dev/retire": reason} and cluster.jobs == {}
+    # With its number: the operator retires feature/x only if the conversation's last job ran on pull request 5.
+    assert cluster.sessionkeys[key] == {"pi-dispatch.dev/retire": reason,
+                                        "pi-dispatch.dev/retire-pull-request": "5"} and cluster.jobs == {}
     assert receiver.counts()["retired"] == 1
 
 

@@ -84,5 +84,8 @@ DELIVERY_MAX = 100
 # The lifecycle's requests, as annotations on a SessionKey (jobflow/lifecycle.py): the receiver sets the first
 # when a pull request or issue closes (the value: one of RETIRE_REASONS), a person may set either by hand.
 RETIRE_ANNOTATION = "pi-dispatch.dev/retire"
+# With a pull request's close, beside the reason: the pull request's number. The operator retires a head branch
+# only when the job system owns it (jobflow/lifecycle.py ``pull_request_refusal``).
+RETIRE_PULL_REQUEST_ANNOTATION = "pi-dispatch.dev/retire-pull-request"
 RELEASE_ANNOTATION = "pi-dispatch.dev/release-quarantine"
 RETIRE_REASONS = ("pull-request-merged", "pull-request-closed", "issue-closed")

@@ -7,7 +7,13 @@ The first 32 hex of SHA-256 over ``forge NUL repository NUL branch``; an issue's
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
+
+# A cron Trigger's conversation is keyed by the synthetic branch ``pi/cron-<namespace>-<trigger>``
+# (``jobflow/key.py``); no pull request's close ends it (docs/sessions.md#a-conversation-ends-with-its-branch).
+CRON_BRANCH_PREFIX = "pi/cron-"
+_ISSUE_BRANCH = re.compile(r"pi/issue-([1-9][0-9]{0,18})")
 
 
 def key_from_parts(parts: Sequence[str]) -> str:
@@ -20,3 +26,10 @@ def issue_branch(number: int, replica: int | None = None) -> str:
     Trigger's ``run.replicas`` works on ``pi/issue-<n>-r<i>`` (every replica suffixed: none is the original).
     A replica has no key: resume is refused with replicas."""
     return f"pi/issue-{number}" if replica is None else f"pi/issue-{number}-r{replica}"
+
+
+def issue_of_branch(branch: str) -> int | None:
+    """``n`` when ``branch`` is exactly :func:`issue_branch` ``(n)`` (an issue job's own branch, which has a key;
+    a replica's ``-r<i>`` branch has none), else ``None``."""
+    found = _ISSUE_BRANCH.fullmatch(branch)
+    return int(found.group(1)) if found else None

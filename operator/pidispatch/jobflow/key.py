@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pidispatch.api.models import JobSpec
 from pidispatch.api.views import TriggerView
+from pidispatch.contract.keys import CRON_BRANCH_PREFIX
 from pidispatch.forge.head import Head, NoHead, no_key_reason
 from pidispatch.store.keys import branch_key, issue_branch, issue_key, pull_request_key
 
@@ -31,7 +32,7 @@ class KeyRef:
 def cron_branch(namespace: str, trigger: str) -> str:
     """The branch a cron Trigger's conversation is keyed by (and its jobs work on): one per Trigger, so two
     Triggers never share a transcript, and a pull request opened from it continues the same conversation."""
-    return f"pi/cron-{namespace}-{trigger}"
+    return f"{CRON_BRANCH_PREFIX}{namespace}-{trigger}"
 
 
 def cron_of(namespace: str, trigger: TriggerView, job_spec: JobSpec) -> str | None:

@@ -3,7 +3,8 @@
 Both live in the SessionKey's status, never in the store (whose format a pi-dispatch host shares):
 
 * ``status.retired`` (``retire.py`` writes it): the key's pull request or issue closed, or a person asked
-  (the ``pi-dispatch.dev/retire`` annotation). Its directory is gone (deleted or archived); the next
+  (the ``pi-dispatch.dev/retire`` annotation). A pull request's close retires only a branch the job system
+  owns (:func:`pull_request_refusal`). Its directory is gone (deleted or archived); the next
   delivery on the branch starts cold with the reason ``retired``, and a promotion of that new
   conversation ends the retirement.
 * ``status.failedResumes`` (``quarantine.py`` writes it): the resumed jobs in a row that ended ``Failed``.
@@ -22,7 +23,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from pidispatch.api.conditions import get_condition, reason_to_camel, set_condition
+from pidispatch.api.models import JobSpec, SessionKeySpec
 from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_REASONS
+from pidispatch.contract.keys import CRON_BRANCH_PREFIX, issue_of_branch
 from pidispatch.record import SessionReason
 
 # Why a key was retired: what the receiver writes into the retire annotation (RETIRE_REASONS). Anything else
@@ -50,6 +53,36 @@ def asks(body: Mapping[str, Any]) -> bool:
 def retire_reason(value: str) -> str:
     """The reason a retire annotation's value names: one of :data:`RETIRE_REASONS`, else ``requested``."""
     return value if value in RETIRE_REASONS else REQUESTED
+
+
+def pull_request_refusal(spec: SessionKeySpec | None, pull_request: str, last_job: JobSpec | None,
+                         last_job_name: str | None) -> str | None:
+    """Why closing pull request ``pull_request`` (the annotation's value) must not retire the key of ``spec``, or
+    ``None`` when the job system owns the branch (docs/sessions.md#a-conversation-ends-with-its-branch).
+
+    Anyone may open a pull request from any branch of a public repository, so a pull request's head branch
+    alone says nothing of whose conversation the key holds. Owned are: ``pi/issue-<n>``, the branch issue jobs
+    push (its conversation is the job system's whichever job ran last); and any other branch whose last job
+    (``last_job``: its spec, ``None`` when it is gone) ran on this very pull request of the key's repository.
+    Never a ``pi/cron-…`` branch: a cron Trigger's conversation, which no pull request's close ends.
+    """
+    if spec is None:
+        return "the SessionKey's spec names no branch"
+    if spec.branch.startswith(CRON_BRANCH_PREFIX):
+        return f"{CRON_BRANCH_PREFIX}… is a cron Trigger's conversation: no pull request's close ends it"
+    if issue_of_branch(spec.branch) is not None:
+        return None
+    number = int(pull_request) if pull_request.isascii() and pull_request.isdigit() and len(pull_request) < 20 \
+        else None
+    if number is None:
+        return "the annotation names no pull request"
+    if last_job is None:
+        return (f"the job that last ran on the branch ({last_job_name or 'none recorded'}) is gone: which pull "
+                f"request built the conversation cannot be shown")
+    if last_job.pullRequest != number or last_job.repository != spec.repository:
+        ran = f"pull request {last_job.pullRequest}" if last_job.pullRequest is not None else "no pull request"
+        return f"the conversation's last job ({last_job_name}) ran on {ran}, not on pull request {number}"
+    return None
 
 
 def counts_against(resumed: bool, outcome: str, condition_reason: str) -> bool:

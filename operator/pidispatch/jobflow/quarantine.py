@@ -74,9 +74,11 @@ def write_status(cluster: Cluster, key: str, change: Any) -> None:
     raise RuntimeError(f"SessionKey {key}: {ATTEMPTS} conflicting writes in a row")
 
 
-def remove_annotation(cluster: Cluster, key: str, name: str) -> None:
+def remove_annotation(cluster: Cluster, key: str, *names: str) -> None:
+    """Remove the annotations ``names`` of SessionKey ``key`` (one merge patch; a SessionKey gone is no error)."""
     try:
-        cluster.api.patch(cluster.crd("sessionkeys", key), {"metadata": {"annotations": {name: None}}})
+        cluster.api.patch(cluster.crd("sessionkeys", key),
+                          {"metadata": {"annotations": dict.fromkeys(names)}})
     except ApiError as exc:
         if exc.status != 404:
             raise

@@ -19,9 +19,11 @@ Order of the checks on a delivery (each answers at once; only the last one creat
 8. the body (JSON, or form-encoded ``payload=<JSON>``) of that event's shape else 400
 9. the action one a Trigger can match, the sender not a bot or one of the jobs' own logins
    commenting                                                          else 202 ``{"ignored": ...}``
-9b. ``pull_request.closed`` or ``issues.closed``: no Job; when a resume-armed Trigger serves the repository,
-    the key's SessionKey is annotated ``pi-dispatch.dev/retire`` → 202 ``{"retired": <key>, "reason"}``
-    (no SessionKey, a fork's pull request: 202 ``{"ignored": ...}``)
+9b. ``pull_request.closed`` or ``issues.closed``: no Job; when a resume-armed Trigger serves the repository
+    and trusts whoever closed it (``closed.retirement_problem``), the key's SessionKey is annotated
+    ``pi-dispatch.dev/retire`` (a pull request's number too, for the operator's ownership check)
+    → 202 ``{"retired": <key>, "reason"}`` (no SessionKey, a fork's pull request, a ``pi/cron-…`` head branch,
+    a closer no such Trigger trusts: 202 ``{"ignored": ...}``, counted as ``ignored``)
 9c. the repository served by some Trigger (``on.repository``, ``on.repositories``: ``api/serves.py``)
     else 202 ``{"ignored": "repository not served by any Trigger"}``
 10. one Job per matching Trigger (none match: 202 ``{"ignored": ...}``) → 202 ``{"jobs", "duplicates"}``;
@@ -322,12 +324,13 @@ class Receiver:
 
     async def _retire(self, request: web.Request, started: float, close: Closed) -> web.Response:
         """A closed pull request or issue: no Job; the key's SessionKey is annotated for the operator to retire.
-        No SessionKey (no conversation was ever kept on that branch) is nothing to do."""
+        No SessionKey (no conversation was ever kept on that branch) is nothing to do; a close the Triggers do
+        not trust is ignored, said in the answer and the log line like any other skip."""
         try:
             ignored = retirement_problem(await self.cluster.triggers(), close)
             if ignored is not None:
                 return self._ignore(request, started, ignored.why)
-            asked = await self.cluster.retire(close.key, close.reason)
+            asked = await self.cluster.retire(close.key, close.reason, close.pull_request)
         except ClusterUnavailable as exc:
             return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
         if not asked:

@@ -12,7 +12,7 @@ import asyncio
 import time
 from typing import Any, Protocol
 
-from pidispatch.api.vocabulary import GROUP, RETIRE_ANNOTATION, VERSION
+from pidispatch.api.vocabulary import GROUP, RETIRE_ANNOTATION, RETIRE_PULL_REQUEST_ANNOTATION, VERSION
 from pidispatch.kubeapi import Api, ApiError
 
 # GitHub gives a delivery 10 s; leave room to answer.
@@ -68,8 +68,9 @@ class Cluster(Protocol):
         :class:`JobRefused` when the API server refuses it for good, :class:`ClusterUnavailable` otherwise."""
         ...
 
-    async def retire(self, key: str, reason: str) -> bool:
-        """Annotate SessionKey ``key`` for the operator to retire; ``False`` when there is none."""
+    async def retire(self, key: str, reason: str, pull_request: int | None = None) -> bool:
+        """Annotate SessionKey ``key`` for the operator to retire (``pull_request``: the closed pull request, whose
+        claim on the key the operator checks; ``None``: an issue's close); ``False`` when there is none."""
         ...
 
 
@@ -114,8 +115,10 @@ class ApiCluster:
                                      f"{exc.message}") from None
         return True
 
-    async def retire(self, key: str, reason: str) -> bool:
-        patch = {"metadata": {"annotations": {RETIRE_ANNOTATION: reason}}}
+    async def retire(self, key: str, reason: str, pull_request: int | None = None) -> bool:
+        # One merge patch: the reason and the pull request (or no pull request: a stale one goes) arrive together.
+        number = str(pull_request) if pull_request is not None else None
+        patch = {"metadata": {"annotations": {RETIRE_ANNOTATION: reason, RETIRE_PULL_REQUEST_ANNOTATION: number}}}
         try:
             await self._call(self._api.patch, f"{self._base}/sessionkeys/{key}", patch)
         except ApiError as exc:

@@ -5,8 +5,9 @@ header, :func:`payload_of` on the verified body (JSON, or GitHub's form encoding
 on the payload, :func:`sender_problem`, :func:`plan_jobs` with the namespace's Triggers.
 
 A closed pull request or issue (``pull_request.closed``, ``issues.closed``) starts no Job: :func:`closed`
-names the key it retires, :func:`retirement_problem` checks a resume-armed Trigger serves the repository, and
-the shell annotates that SessionKey (``pi-dispatch.dev/retire``) for the operator to retire.
+names the key it retires, :func:`retirement_problem` checks that a resume-armed Trigger serves the repository
+and trusts whoever closed it, and the shell annotates that SessionKey (``pi-dispatch.dev/retire``) for the
+operator to retire.
 
 Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 
@@ -24,7 +25,7 @@ Matching rules, per Trigger (``spec.on``), in :data:`MISMATCHES` order:
 * ``pull_request_review.submitted``: when ``phrase`` is set it occurs in the review's body, as above.
 
 * comments and reviews: the author's ``author_association`` is one of the Trigger's
-  ``authorAssociations`` (unset: ``OWNER``, ``MEMBER``, ``COLLABORATOR``). On a public repository
+  ``authorAssociations`` (unset: ``OWNER``, ``MEMBER``, ``COLLABORATOR``; ``receiver/trust.py``). On a public repository
   anyone can comment, and a job runs the agent with a token that can write to the repository, so a
   stranger's ``@pi`` starts nothing unless a Trigger says so. Adding a label needs triage rights on
   GitHub already, so labels are not checked.
@@ -57,7 +58,6 @@ from pidispatch.api import serves
 from pidispatch.api.models import JobSpec
 from pidispatch.api.vocabulary import (
     COMMENT_MAX,
-    DEFAULT_AUTHOR_ASSOCIATIONS,
     DELIVERY_MAX,
     GROUP,
     SENDER_MAX,
@@ -73,6 +73,7 @@ from pidispatch.receiver.payload import (
     object_at,
     string_at,
 )
+from pidispatch.receiver.trust import association_refused
 
 ISSUES_LABELED = "issues.labeled"
 ISSUE_COMMENT_CREATED = "issue_comment.created"
@@ -245,11 +246,7 @@ def phrase_missing(on: dict[str, Any], event: Event) -> str | None:
 def author_not_allowed(on: dict[str, Any], event: Event) -> str | None:
     if event.trigger_event not in TEXT_EVENTS:
         return None
-    allowed = on.get("authorAssociations") or DEFAULT_AUTHOR_ASSOCIATIONS
-    association = event.author_association or "NONE"
-    if association in allowed:
-        return None
-    return f"the author's association ({association[:32]}) is not one of {', '.join(allowed)}"
+    return association_refused(on, event.author_association)
 
 
 # In this order: the first mismatch is the reason a Trigger was passed over.
