@@ -275,11 +275,15 @@ TRIAGE = ("---\nname: triage\ndescription: Sort an issue into an area.\n---\n"
 def test_a_flow_trigger_runs_the_repositorys_skill_through_the_operator(release: Release, forge: FakeGitHubAPI,
                                                                         model: ScriptedModel) -> None:
     """``run.flow`` (issue 34, item 6) through the operator: the Trigger is Ready, the Pod gets ``PI_FLOW``, the
-    runner copies ``.pi/skills/triage`` out of the commit it checked out, and pi sends the skill's body with the
-    briefing as its arguments. ``tests/test_flow_runner.py`` has the refusals."""
+    operator names the default branch's tip for the flow, the runner copies ``.pi/skills/triage`` out of that
+    commit (not the ``pi/issue-41`` it checked out, whose copy was rewritten), and pi sends the skill's body with
+    the briefing as its arguments. ``tests/test_flow_runner.py`` and ``tests/test_flow_base.py`` have the
+    refusals."""
     r, repos = release, forge.repos
     forge.set_issue(REPO, 41, "Which area?", "The login page is slow.")
-    sha = repos.commit(REPO, "pi/issue-41", {".pi/skills/triage/SKILL.md": TRIAGE}, "the triage flow")
+    repos.commit(REPO, "main", {".pi/skills/triage/SKILL.md": TRIAGE}, "the triage flow")
+    rewritten = TRIAGE.replace("TRIAGE-FLOW-E2E", "REWRITTEN-ON-THE-BRANCH")
+    sha = repos.commit(REPO, "pi/issue-41", {".pi/skills/triage/SKILL.md": rewritten}, "a push to the branch")
     r.trigger("triage", resume=False, flow="triage")
     model.reply("Area: frontend.")
     job, seen = deliver(r, model, "flow-41", trigger="triage", issue=41, comment="@pi triage")
@@ -287,6 +291,7 @@ def test_a_flow_trigger_runs_the_repositorys_skill_through_the_operator(release:
     assert job["status"]["checkout"] == {"ref": "refs/heads/pi/issue-41", "sha": sha}
     [first] = [text_of(m.get("content")) for m in seen[0]["messages"] if m.get("role") == "user"]
     assert first.startswith('<skill name="triage"') and "TRIAGE-FLOW-E2E" in first, first[:300]
+    assert "REWRITTEN-ON-THE-BRANCH" not in first, "the flow came from the default branch, not the job's branch"
     assert "The login page is slow." in first.split("</skill>", 1)[1], "the briefing follows as the arguments"
 
 

@@ -1,9 +1,10 @@
 """``run.flow`` in the job: the repository's ``.pi/skills/<flow>`` becomes the prompt (issue 34, item 6).
 
 The real runner as a process, real git over smart HTTP (the fake forge), the real pi 0.73.1 with the scripted
-model. The flow is committed on the job's branch; the checkout leaves ``.pi`` out of the working tree, so the
-runner copies the flow's directory out of git into a private directory and starts pi with ``--skill`` and
-``/skill:<flow> <briefing>``; pi expands it. What reaches the model is asserted, not what the runner meant.
+model. The flow is committed on the branch the operator named for it; the checkout leaves ``.pi`` out of the
+working tree, so the runner copies the flow's directory out of git into a private directory and starts pi with
+``--skill`` and ``/skill:<flow> <briefing>``; pi expands it. What reaches the model is asserted, not what the
+runner meant.
 """
 
 from __future__ import annotations
@@ -47,8 +48,10 @@ def commit(forge: FakeGitHubAPI, files: dict[str, str]) -> str:
 
 def start(job: Job, forge: FakeGitHubAPI, sha: str, *, flow: str = "triage", fork: bool = False,
           comment: str = "please triage this") -> Result:
+    # The flow's commit is the checked-out one here (read from the workspace's git); tests/test_flow_base.py
+    # has the default branch's commit beside another head.
     checkout = {"url": f"{forge.web_url}/{REPO}.git", "ref": f"refs/heads/{BRANCH}", "sha": sha,
-                "branch": None if fork else BRANCH}
+                "branch": None if fork else BRANCH, "flow": {"ref": f"refs/heads/{BRANCH}", "sha": sha}}
     extra: dict[str, str | None] = {"PI_CHECKOUT": json.dumps(checkout), "GH_TOKEN": PAT, "PI_FLOW": flow,
                                     "PI_REPOSITORY": REPO}
     if fork:
@@ -89,7 +92,7 @@ def test_the_agent_reads_the_files_beside_the_flows_skill(job: Job, forge: FakeG
 
 
 @pytest.mark.parametrize(("files", "says"), [
-    ({"README.md": "no flow here\n"}, "has no .pi/skills/triage/SKILL.md at commit"),
+    ({"README.md": "no flow here\n"}, "has no .pi/skills/triage/SKILL.md at refs/heads/pi/issue-7 (commit"),
     ({".pi/skills/triage/SKILL.md": "no frontmatter, just text\n"}, "has no frontmatter"),
     ({".pi/skills/triage/SKILL.md": "---\nname: triage\n---\nbody\n"}, "has no description"),
     ({".pi/skills/triage/SKILL.md": "---\nname: other\ndescription: x\n---\nbody\n"}, "names the skill 'other'"),

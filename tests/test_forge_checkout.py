@@ -102,3 +102,24 @@ def test_moved_counts_the_commits_between_two_heads(api: FakeGitHubAPI, forge: F
     m = forge.moved(REPO, new, rebased)
     assert (m.status, m.ahead_by, m.behind_by) == ("diverged", 1, 2)
     assert forge.moved(REPO, "f" * 40, new).status == "unknown", "a commit the forge does not know"
+
+
+def test_a_flow_job_s_flow_comes_from_the_default_branch_s_tip_whatever_it_checks_out(api: FakeGitHubAPI,
+                                                                                      forge: Forge) -> None:
+    """A pull request's head and ``pi/issue-<n>`` are checked out, and the flow is read from ``trunk``'s tip
+    (docs/triggers.md#a-flow-the-repositorys-own-skill); a job without a flow is told nothing of it."""
+    trunk = api.repos.commit(REPO, "trunk", {".pi/skills/triage/SKILL.md": "base"}, "the flow")
+    head = api.repos.commit(REPO, "feature/x", {".pi/skills/triage/SKILL.md": "head"}, "the author's")
+    api.set_pull(REPO, 5, head_ref="feature/x")
+    api.set_issue(REPO, 8, "t")
+    issue_tip = api.repos.commit(REPO, "pi/issue-8", {".pi/skills/triage/SKILL.md": "pushed"}, "a job's push")
+    api.set_issue(REPO, 7, "t")
+    for c, sha in ((forge.checkout(REPO, None, 5, flow=True), head), (forge.checkout(REPO, 8, None, flow=True),
+                                                                       issue_tip),
+                   (forge.checkout(REPO, 7, None, flow=True), trunk),
+                   (forge.checkout(REPO, None, None, "pi/cron-ns-nightly", flow=True), trunk)):
+        assert c.sha == sha
+        assert c.flow is not None and (c.flow.ref, c.flow.sha) == ("refs/heads/trunk", trunk)
+        assert c.env("https://forge/acme/widgets.git")["flow"] == {"ref": "refs/heads/trunk", "sha": trunk}
+    plain = forge.checkout(REPO, None, 5)
+    assert plain.flow is None and "flow" not in plain.env("https://forge/acme/widgets.git")

@@ -4,7 +4,9 @@
   the agent works on (and pushes to) ``pi/issue-<n>`` either way;
 * a pull request from the same repository: its head commit, on its head branch;
 * a fork's pull request: ``refs/pull/<n>/head`` of the base repository, read-only (``branch`` ``None``):
-  the job's token cannot push to a fork.
+  the job's token cannot push to a fork;
+* for a job that runs a flow, also the default branch's tip (:class:`FlowSource`): the flow is read from it,
+  never from the commit above.
 
 The pure part lives here (what the API's answers mean); :class:`pidispatch.forge.github.Forge` makes
 the calls. A repository, pull request or issue the API says does not exist is :class:`Unresolvable`
@@ -50,6 +52,17 @@ def _capped(text: Any, limit: int) -> str:
 
 
 @dataclass(frozen=True)
+class FlowSource:
+    """Where a job's ``run.flow`` is read from: the default branch's tip, never the checked-out commit.
+
+    A flow is the job's instructions; a pull request's head is its author's text, and ``pi/issue-<n>`` is what
+    earlier jobs and anyone with push access pushed (docs/triggers.md#a-flow-the-repositorys-own-skill)."""
+
+    ref: str
+    sha: str
+
+
+@dataclass(frozen=True)
 class Checkout:
     """A resolved checkout. ``ref`` says where ``sha`` was read; ``branch`` is where the agent pushes."""
 
@@ -58,6 +71,7 @@ class Checkout:
     branch: str | None
     subject: Subject | None  # None: a job with no issue and no pull request (a cron Trigger's)
     head: Head | None = None  # a pull request's head, as the same answer gave it (the session key uses it)
+    flow: FlowSource | None = None  # a job with a run.flow: the commit the flow is read from
 
     def status(self) -> dict[str, str]:
         """``status.checkout`` of the Job."""
@@ -65,7 +79,10 @@ class Checkout:
 
     def env(self, clone_url: str) -> dict[str, Any]:
         """What the runner is told (``PI_CHECKOUT``): no token, ever."""
-        return {"url": clone_url, "ref": self.ref, "sha": self.sha, "branch": self.branch}
+        env: dict[str, Any] = {"url": clone_url, "ref": self.ref, "sha": self.sha, "branch": self.branch}
+        if self.flow is not None:
+            env["flow"] = {"ref": self.flow.ref, "sha": self.flow.sha}
+        return env
 
 
 def ref_commit(payload: Any, ref: str) -> str:

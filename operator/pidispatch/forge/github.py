@@ -12,6 +12,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -20,6 +21,7 @@ import urllib3
 from pidispatch.forge.appauth import InstallationToken, app_jwt, broader_than, load_private_key, parse_expiry
 from pidispatch.forge.checkout import (
     Checkout,
+    FlowSource,
     Moved,
     Subject,
     Unresolvable,
@@ -285,16 +287,18 @@ class Forge:
         return head_from_pull(payload)
 
     def checkout(self, repository: str, issue: int | None, pull_request: int | None,
-                 branch: str | None = None) -> Checkout:
+                 branch: str | None = None, *, flow: bool = False) -> Checkout:
         """The commit a job's workspace holds (``forge/checkout.py``). Raises :class:`Unresolvable` when the
         forge says what the job names is not there (a 404, a malformed answer), ``GitHubError`` otherwise.
         ``branch``: the branch of a job that names neither an issue nor a pull request (a cron Trigger's,
         ``jobflow/key.py``), or an issue replica's (``pi/issue-<n>-r<i>``), checked out as an issue's: its tip
-        when it exists, else the default branch's."""
+        when it exists, else the default branch's. ``flow``: the job runs a flow, so the default branch's tip
+        is resolved too (:class:`FlowSource`), whatever the job checks out."""
         auth = self._authorization(repository)
         try:
             if pull_request is not None:
-                return from_pull(repository, pull_request, self.client.pull(repository, pull_request, auth))
+                found = from_pull(repository, pull_request, self.client.pull(repository, pull_request, auth))
+                return replace(found, flow=self._default_tip(repository, auth)) if flow else found
             if issue is None and branch is None:
                 raise Unresolvable("the job names neither an issue nor a pull request")
             subject = Subject.of(self.client.issue(repository, issue, auth)) if issue is not None else None
@@ -302,17 +306,23 @@ class Forge:
                 branch = issue_branch(issue)
             try:
                 sha = ref_commit(self.client.git_ref(repository, f"heads/{branch}", auth), f"refs/heads/{branch}")
-                return Checkout(f"refs/heads/{branch}", sha, branch, subject)
+                return Checkout(f"refs/heads/{branch}", sha, branch, subject,
+                                flow=self._default_tip(repository, auth) if flow else None)
             except GitHubError as exc:
                 if exc.status != 404:
                     raise
-            default = default_branch(self.client.repository(repository, auth))
-            sha = ref_commit(self.client.git_ref(repository, f"heads/{default}", auth), f"refs/heads/{default}")
-            return Checkout(f"refs/heads/{default}", sha, branch, subject)
+            tip = self._default_tip(repository, auth)
+            return Checkout(tip.ref, tip.sha, branch, subject, flow=tip if flow else None)
         except GitHubError as exc:
             if exc.status in (404, 410, 422):
                 raise Unresolvable(str(exc)) from None
             raise
+
+    def _default_tip(self, repository: str, auth: str) -> FlowSource:
+        """The default branch and its tip, as the forge API reports them now."""
+        default = default_branch(self.client.repository(repository, auth))
+        ref = f"refs/heads/{default}"
+        return FlowSource(ref, ref_commit(self.client.git_ref(repository, f"heads/{default}", auth), ref))
 
     def moved(self, repository: str, previous: str, current: str) -> Moved:
         """How ``current`` relates to ``previous``; a commit the forge does not know is ``unknown``."""

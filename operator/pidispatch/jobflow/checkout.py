@@ -2,7 +2,8 @@
 
 The operator resolves the commit from the forge API (``forge/checkout.py``), never from the webhook
 payload, and hands the runner the clone URL (no credentials in it), the ref, the commit and the branch
-to push to; the runner clones before pi starts. ``status.checkout`` records ``{ref, sha}``. When the
+to push to, and for a Trigger with ``run.flow`` the default branch's tip the flow is read from; the runner
+clones before pi starts. ``status.checkout`` records ``{ref, sha}``. When the
 job resumes a conversation whose last commit is not the one checked out (someone else pushed, a
 rebase), the runner is told how the two relate, so the envelope can say so.
 
@@ -32,12 +33,14 @@ def wanted(settings: OperatorSettings, forge: Forge | None) -> bool:
     return forge is not None and settings.job_checkout
 
 
-def resolve(forge: Forge, job_spec: JobSpec, branch: str | None = None) -> Checkout:
+def resolve(forge: Forge, job_spec: JobSpec, branch: str | None = None, *, flow: bool = False) -> Checkout:
     """The job's checkout (``branch``: a cron Trigger's, for a Job with no issue and no pull request; an issue
-    replica's is ``pi/issue-<n>-r<i>``). Raises ``Unresolvable`` (final) or ``GitHubError`` (an outage: retried)."""
+    replica's is ``pi/issue-<n>-r<i>``). ``flow``: the Trigger runs a flow, read from the default branch's tip
+    (docs/triggers.md#a-flow-the-repositorys-own-skill). Raises ``Unresolvable`` (final) or ``GitHubError`` (an
+    outage: retried)."""
     if job_spec.issue is not None and job_spec.replica is not None:
         branch = issue_branch(job_spec.issue, job_spec.replica)
-    return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest, branch)
+    return forge.checkout(job_spec.repository, job_spec.issue, job_spec.pullRequest, branch, flow=flow)
 
 
 def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, checkout: Checkout) -> Moved | None:

@@ -157,7 +157,8 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     checkout = None
     if forge is not None and checkout_step.wanted(settings, forge):
         try:
-            checkout = checkout_step.resolve(forge, spec, cron)  # an outage raises: the Job is retried
+            # an outage raises: the Job is retried
+            checkout = checkout_step.resolve(forge, spec, cron, flow=trigger_spec.run.flow is not None)
         except Unresolvable as exc:
             return NotLaunched(Refused("Failed", None, "CheckoutUnresolved",
                                        f"The forge has no commit for this job ({str(exc)[:300]}); nothing ran and "

@@ -81,13 +81,24 @@ class CheckoutError(Exception):
 
 
 @dataclass(frozen=True)
+class FlowCommit:
+    """Where a ``run.flow`` is read from: the default branch's tip as the forge API reported it to the operator
+    (docs/triggers.md#a-flow-the-repositorys-own-skill), never the commit the job checked out."""
+
+    ref: str
+    sha: str
+
+
+@dataclass(frozen=True)
 class CheckoutSpec:
-    """``PI_CHECKOUT``: where to clone from, the ref it was read at, the commit, the branch to push to."""
+    """``PI_CHECKOUT``: where to clone from, the ref it was read at, the commit, the branch to push to, and for a
+    job that runs a flow, the commit the flow is read from."""
 
     url: str
     ref: str
     sha: str
     branch: str | None  # None: read-only (a fork's pull request): the agent has nowhere to push
+    flow: FlowCommit | None = None  # None: the operator named none (a job without a flow)
 
     @classmethod
     def parse(cls, raw: str) -> CheckoutSpec:
@@ -106,7 +117,19 @@ class CheckoutSpec:
             raise ValueError("sha must be a full commit id")
         if branch is not None and not (isinstance(branch, str) and branch and _branch_ok(branch)):
             raise ValueError("branch must be a branch name or null")
-        return cls(url, ref, sha, branch)
+        return cls(url, ref, sha, branch, _flow_commit(data.get("flow")))
+
+
+def _flow_commit(data: object) -> FlowCommit | None:
+    if data is None:
+        return None
+    ref = data.get("ref") if isinstance(data, dict) else None
+    sha = data.get("sha") if isinstance(data, dict) else None
+    if not isinstance(ref, str) or not ref.startswith("refs/heads/") or not _branch_ok(ref[len("refs/heads/"):]):
+        raise ValueError("flow.ref must be a branch's full ref (refs/heads/...)")
+    if not is_commit(sha):
+        raise ValueError("flow.sha must be a full commit id")
+    return FlowCommit(ref, str(sha))
 
 
 def _branch_ok(name: str) -> bool:
@@ -196,11 +219,7 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
     if os.listdir(workspace):
         raise CheckoutError("failed", f"the workspace {workspace} is not empty")
     with tempfile.TemporaryDirectory(prefix="pidispatch-git-") as private:
-        askpass = os.path.join(private, "askpass")
-        with open(askpass, "w", encoding="utf-8") as script:
-            script.write(ASKPASS)
-        os.chmod(askpass, stat.S_IRWXU)
-        genv = git_env(env, askpass)
+        genv = git_env(env, _askpass(private))
         git = ["git", *_hardened_args(workspace), "-C", workspace]
 
         def must(*args: str) -> str:
@@ -215,17 +234,7 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
         # What pi reads at start is repository code or trusted text (startpaths): left out of the tree.
         # git counts a left-out path as intentionally absent, so the agent's commits do not delete it.
         must("sparse-checkout", "set", "--no-cone", *sparse_patterns(untrusted))
-        delay = FIRST_BACKOFF_SECONDS
-        for attempt in range(1, attempts + 1):
-            done = run([*git, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--depth=1", "origin",
-                        spec.sha], genv)
-            if done.returncode == 0:
-                break
-            failure = _classify(done.stderr)
-            if failure is not None or attempt == attempts:
-                raise CheckoutError(failure or "failed", _last_words(done.stderr))
-            sleep(delay)
-            delay *= 2
+        _fetch(git, genv, spec.sha, run=run, sleep=sleep, attempts=attempts)
         if size_limit is not None:
             _refuse_a_tree_over(size_limit, must("ls-tree", "-r", "-l", "-z", spec.sha))
         if spec.branch is not None:
@@ -239,6 +248,51 @@ def check_out(spec: CheckoutSpec, workspace: str, env: Mapping[str, str], *, run
     if problem is not None:
         raise CheckoutError("forbidden-path", problem)
     return Result(head, spec.branch)
+
+
+def _askpass(private: str) -> str:
+    """The ``GIT_ASKPASS`` script in ``private`` (a directory of ours): it prints the token's variable."""
+    askpass = os.path.join(private, "askpass")
+    with open(askpass, "w", encoding="utf-8") as script:
+        script.write(ASKPASS)
+    os.chmod(askpass, stat.S_IRWXU)
+    return askpass
+
+
+def _fetch(git: list[str], genv: Mapping[str, str], sha: str, *, run: Run, sleep: Callable[[float], None],
+           attempts: int) -> None:
+    """One commit, shallow, by its id; a passing fault is retried with back-off. Raises :class:`CheckoutError`."""
+    delay = FIRST_BACKOFF_SECONDS
+    for attempt in range(1, attempts + 1):
+        done = run([*git, "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--depth=1", "origin", sha],
+                   genv)
+        if done.returncode == 0:
+            return
+        failure = _classify(done.stderr)
+        if failure is not None or attempt == attempts:
+            raise CheckoutError(failure or "failed", _last_words(done.stderr))
+        sleep(delay)
+        delay *= 2
+
+
+def fetch_commit(url: str, sha: str, directory: str, env: Mapping[str, str], *, run: Run = _run,
+                 sleep: Callable[[float], None] = time.sleep, attempts: int = ATTEMPTS) -> None:
+    """Fetch ``sha`` from ``url`` into a bare repository at ``directory`` (empty or missing), for reading only.
+
+    The flow's commit (``runner/flow.py``): the same hardening, token handling and retries as the workspace's
+    fetch, but nothing is checked out and the workspace's own git is not touched. Raises :class:`CheckoutError`.
+    """
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    if os.listdir(directory):
+        raise CheckoutError("failed", f"{directory} is not empty")
+    with tempfile.TemporaryDirectory(prefix="pidispatch-git-") as private:
+        genv = git_env(env, _askpass(private))
+        git = ["git", *_hardened_args(directory), "-C", directory]
+        for args in (("init", "--quiet", "--bare"), ("config", "remote.origin.url", url)):
+            done = run([*git, *args], genv)
+            if done.returncode != 0:
+                raise CheckoutError("failed", f"git {args[0]}: {_last_words(done.stderr)}")
+        _fetch(git, genv, sha, run=run, sleep=sleep, attempts=attempts)
 
 
 def tree_bytes(listing: str) -> int:

@@ -1,14 +1,24 @@
-"""``run.flow``: the repository's ``.pi/skills/<flow>`` the job runs, read from the checked-out commit.
+"""``run.flow``: the repository's ``.pi/skills/<flow>`` the job runs, read from the default branch's commit.
 
 pi-dispatch's meaning: a flow names a pi skill committed in the target repository (``.pi/skills/<flow>/
 SKILL.md``), and the job's prompt is that skill with the event's text as its arguments. pi expands
 ``/skill:<name> args`` into the skill's body followed by the arguments (docs/pi-behaviour.md#extensions-and-skills), so
 the runner starts pi with ``--skill <dir>`` and the prompt ``/skill:<flow> <briefing>``.
 
+A flow is the job's instructions, so it is read from the commit the operator names for it (``PI_CHECKOUT``'s
+``flow``): the default branch's tip as the forge API reported it, never the commit the job checked out. A
+same-repository pull request's head is its author's text, and ``pi/issue-<n>`` is what earlier jobs (an
+agent a comment could have steered) and anyone with push access pushed; neither may rewrite what a
+maintainer's Trigger runs (docs/triggers.md#a-flow-the-repositorys-own-skill). When that commit is the
+checked-out one (an issue with no branch of its own yet) it is read from the workspace's git; otherwise it
+is fetched, by the checkout's hardened fetch, into a private bare repository outside the workspace
+(``checkout.fetch_commit``) and never checked out. An operator that names no such commit gets a refusal,
+not a fall-back to the head.
+
 The checkout leaves the whole ``.pi`` out of the working tree (``startpaths``: pi would run what it finds
-there), so the skill is not read from the workspace. The runner reads the flow's directory from git's
-object database at the commit the operator resolved, and writes it to a private directory outside the
-workspace (mode 0700), refusing what could make the copy reach anything else:
+there), so the skill is not read from the workspace's files either. The runner reads the flow's directory
+from git's object database at that commit, and writes it to a private directory outside the workspace
+(mode 0700), refusing what could make the copy reach anything else:
 
 * a symbolic link or a submodule anywhere in the flow's directory (a link is never followed, never copied);
 * more than :data:`MAX_FILES` files or :data:`MAX_BYTES` bytes (a skill is instructions and a few scripts);
@@ -84,7 +94,8 @@ def _check(entries: list[tuple[str, str, int, str]], flow: str, at: str) -> None
     where = f"{SKILLS_DIR}/{flow}/"
     if not any(path == SKILL_FILE for _mode, _oid, _size, path in entries):
         raise FlowError(f"the repository has no {where}{SKILL_FILE} at {at}: commit the flow's skill to the "
-                        f"branch the job works on, or change the Trigger's run.flow")
+                        f"repository's default branch (a flow is never read from the branch the job works on), or "
+                        f"change the Trigger's run.flow")
     if len(entries) > MAX_FILES:
         raise FlowError(f"{where} holds {len(entries)} files at {at}, more than {MAX_FILES}: a flow is a skill "
                         "(instructions and a few scripts)")
@@ -123,12 +134,15 @@ def _frontmatter_problem(text: str, flow: str) -> str | None:
     return None
 
 
-def materialise(workspace: str, sha: str, flow: str, dest: str, env: Mapping[str, str]) -> Flow:
-    """Copy ``.pi/skills/<flow>`` at ``sha`` out of the workspace's git into ``dest/<flow>``. Raises FlowError."""
+def materialise(workspace: str, sha: str, flow: str, dest: str, env: Mapping[str, str], ref: str | None = None
+                ) -> Flow:
+    """Copy ``.pi/skills/<flow>`` at ``sha`` out of the git repository at ``workspace`` (the workspace, or the
+    private bare repository the flow's commit was fetched into) into ``dest/<flow>``. ``ref``: where ``sha`` was
+    read, for the messages. Raises FlowError."""
     problem = flow_problem(flow)
     if problem is not None:
         raise FlowError(problem)
-    at = f"commit {sha[:12]}"
+    at = f"{ref} (commit {sha[:12]})" if ref else f"commit {sha[:12]}"
     entries = _entries(workspace, env, sha, flow)
     _check(entries, flow, at)
     root = os.path.join(dest, flow)

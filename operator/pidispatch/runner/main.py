@@ -11,9 +11,10 @@
 4. `pi --version` is the declared `PI_VERSION` (`version`);     → exit 2
 5. the workspace is cloned at the operator's commit, when `PI_CHECKOUT` names one (`checkout`):
    a commit that is gone or a refused token → exit 2, a fault after retries → exit 1;
-   with `PI_FLOW`, the flow's skill is copied out of that commit (`flow`): missing, a link, a fork's
-   pull request → exit 2, pi never started; with `PI_COMMAND`, the image's extensions must register the
-   command (`command`) → else exit 2, pi never runs the job;
+   with `PI_FLOW`, the flow's skill is copied out of the default branch's commit the operator named
+   (`flow`): missing, a link, no such commit named, a fork's pull request → exit 2, pi never started;
+   with `PI_COMMAND`, the image's extensions must register the command (`command`) → else exit 2, pi
+   never runs the job;
 6. make the session file safe for pi (`session`): keep, repair or quarantine — never an exit code;
 7. run pi (`pi`);                                              pi's non-zero exit → exit 1
 8. measure context and this run's token use on the final file (a job without a session: on a scratch file
@@ -45,7 +46,7 @@ from pidispatch.contract.report import Rethread, RunnerReport, Workspace
 from pidispatch.events import emit, log_to_stderr
 from pidispatch.record import RunnerSession
 from pidispatch.runner import rethread
-from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, final_state
+from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, fetch_commit, final_state
 from pidispatch.runner.command import Command, CommandError, command_env, command_of
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.flow import Flow, FlowError, materialise
@@ -251,8 +252,9 @@ def _pack(config: RunnerConfig, env: Mapping[str, str], opened: OpenedSession, f
 
 @contextmanager
 def flow_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Flow | None]:
-    """The Trigger's flow copied out of the checked-out commit into a private directory (removed after the
-    run), or ``None`` without ``PI_FLOW``. Raises :class:`FlowError` (the runner refuses: exit 2)."""
+    """The Trigger's flow copied out of the default branch's commit the operator named (never the checked-out
+    one, unless they are the same) into a private directory (removed after the run), or ``None`` without
+    ``PI_FLOW``. Raises :class:`FlowError` (the runner refuses: exit 2)."""
     if config.flow is None:
         yield None
         return
@@ -261,10 +263,25 @@ def flow_of(config: RunnerConfig, env: Mapping[str, str]) -> Iterator[Flow | Non
     if untrusted(config):
         raise FlowError(f"run.flow ({config.flow}) never runs on a fork's pull request: its .pi/skills is "
                         "anyone's text, and a flow is the job's instructions")
+    source = spec.flow
+    if source is None:
+        raise FlowError(f"run.flow ({config.flow}): PI_CHECKOUT names no commit to read the flow from (the "
+                        "default branch's, which the operator resolves); a flow is never read from the checked-out "
+                        "commit. Run an operator of the same release as the job image")
     directory = tempfile.mkdtemp(prefix="pi-flow-")  # mode 0700, outside the workspace
     try:
-        flow = materialise(config.workspace, spec.sha, config.flow, directory, env)
-        emit("flow_loaded", job=config.job_name, flow=flow.name, sha=spec.sha)
+        repository = config.workspace
+        if source.sha != spec.sha:
+            repository = os.path.join(directory, ".git-flow")  # beside the copy, removed with it
+            try:
+                fetch_commit(spec.url, source.sha, repository, env)
+            except CheckoutError as error:
+                raise FlowError(f"run.flow ({config.flow}): {source.ref} (commit {source.sha[:12]}) could not be "
+                                f"fetched ({error.failure}: {error.detail})") from None
+        flow = materialise(repository, source.sha, config.flow, directory, env, ref=source.ref)
+        if repository != config.workspace:
+            shutil.rmtree(repository, ignore_errors=True)
+        emit("flow_loaded", job=config.job_name, flow=flow.name, sha=source.sha, ref=source.ref)
         yield flow
     finally:
         shutil.rmtree(directory, ignore_errors=True)
