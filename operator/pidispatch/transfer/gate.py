@@ -39,6 +39,7 @@ class _Refused(asyncio.Protocol):
     """A connection over the cap: aborted on accept, nothing read and no handshake started."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
         transport.abort()
 
 
@@ -89,9 +90,11 @@ class _Admitted(asyncio.Protocol):
             task = asyncio.current_task()
             if task is not None:
                 self._gate.handshakes.discard(task)
-        if not self._open or tls is None:
-            if tls is not None:
-                tls.abort()
+        if not self._open or tls is None or tls.is_closing():
+            # Lost during the handshake without an error (aborted at the deadline, or shut down): asyncio
+            # then completes start_tls with a transport that is already closed.
+            raw.abort()
+            self._closed()
             return
         inner = self._gate.factory()
         self._inner = inner
@@ -107,6 +110,7 @@ class _Admitted(asyncio.Protocol):
         """The head deadline passed without a request head: abort, unread."""
         self._deadline = None
         self._gate.overdue += 1
+        self._closed()  # now: a connection lost inside its handshake is never announced to this protocol
         if self._raw is not None:
             self._raw.abort()
 
