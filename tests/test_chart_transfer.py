@@ -17,6 +17,7 @@ import pytest
 from cryptography import x509
 
 from pidispatch.settings import OperatorSettings
+from pidispatch.settings.staging import TransferLimits
 from testkit.chart import FULLNAME, NAMESPACE, STORE_ON, env_values, kinds, one, operator_container, render, template
 
 TRANSFER_ON: dict[str, Any] = {**STORE_ON, "sessions.staging.mode": "transfer"}
@@ -48,6 +49,10 @@ def test_transfer_mode_reaches_the_operator_settings_with_every_file_mounted(hel
     assert settings.staging.mode == "transfer" and transfer is not None
     assert transfer.base_url == f"https://{TRANSFER}.{NAMESPACE}.svc:8443"
     assert transfer.port == 8443 and transfer.max_bytes == 33554432
+    assert transfer.limits == TransferLimits(max_connections=256, head_seconds=10, idle_seconds=15, body_seconds=300)
+    limited = _settings(render(helm, {**TRANSFER_ON, "sessions.staging.transfer.maxConnections": 64,
+                                      "sessions.staging.transfer.bodySeconds": 900})).staging.transfer
+    assert limited is not None and (limited.limits.max_connections, limited.limits.body_seconds) == (64, 900)
     assert transfer.ca_configmap == f"{TRANSFER}-ca"
     assert _mounted_from(docs, transfer.token_key_file) == (TRANSFER, "key")
     assert _mounted_from(docs, transfer.cert_file) == (TRANSFER, "tls.crt")

@@ -21,7 +21,7 @@ from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.manifests.pod import PodInputs, TransferInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.settings.scheduling import Scheduling
-from pidispatch.settings.staging import Staging, Transfer
+from pidispatch.settings.staging import Staging, Transfer, TransferLimits
 from pidispatch.slots import Slots
 from pidispatch.transfer import protocol
 from pidispatch.transfer.token import job_token
@@ -54,6 +54,16 @@ def test_transfer_mode_reads_every_server_setting() -> None:
                                 key_file="/etc/pi-dispatch/transfer-tls/tls.key",
                                 token_key_file="/etc/pi-dispatch/transfer-key/key",
                                 ca_configmap="rel-pi-dispatch-transfer-ca", max_bytes=1048576)
+    assert transfer.limits == TransferLimits(max_connections=256, head_seconds=10, idle_seconds=15, body_seconds=300)
+
+
+def test_the_servers_limits_are_read_from_their_variables() -> None:
+    transfer = OperatorSettings.from_env({**TRANSFER_ENV, "PI_DISPATCH_TRANSFER_MAX_CONNECTIONS": "64",
+                                          "PI_DISPATCH_TRANSFER_HEAD_SECONDS": "5",
+                                          "PI_DISPATCH_TRANSFER_IDLE_SECONDS": "30",
+                                          "PI_DISPATCH_TRANSFER_BODY_SECONDS": "600"}).staging.transfer
+    assert transfer is not None
+    assert transfer.limits == TransferLimits(max_connections=64, head_seconds=5, idle_seconds=30, body_seconds=600)
 
 
 REFUSED = [
@@ -64,6 +74,14 @@ REFUSED = [
      "absolute path"),
     ("port 0", {"PI_DISPATCH_TRANSFER_PORT": "0"}, "PI_DISPATCH_TRANSFER_PORT", "from 1 to 65535"),
     ("a cap below a KiB", {"PI_DISPATCH_TRANSFER_MAX_BYTES": "100"}, "PI_DISPATCH_TRANSFER_MAX_BYTES", "from 1024"),
+    ("no connection at all", {"PI_DISPATCH_TRANSFER_MAX_CONNECTIONS": "0"}, "PI_DISPATCH_TRANSFER_MAX_CONNECTIONS",
+     "from 1 to 16384"),
+    ("no head deadline", {"PI_DISPATCH_TRANSFER_HEAD_SECONDS": "0"}, "PI_DISPATCH_TRANSFER_HEAD_SECONDS",
+     "whole number of seconds from 1"),
+    ("a fractional idle bound", {"PI_DISPATCH_TRANSFER_IDLE_SECONDS": "1.5"}, "PI_DISPATCH_TRANSFER_IDLE_SECONDS",
+     "whole number of seconds"),
+    ("a body deadline past a day", {"PI_DISPATCH_TRANSFER_BODY_SECONDS": "86401"},
+     "PI_DISPATCH_TRANSFER_BODY_SECONDS", "to 86400"),
     ("a ConfigMap name out of shape", {"PI_DISPATCH_TRANSFER_CA_CONFIGMAP": "Not_A_Name"},
      "PI_DISPATCH_TRANSFER_CA_CONFIGMAP", "name"),
 ] + [(f"no {name}", {name: None}, name, "required with PI_DISPATCH_STAGING_MODE=transfer")

@@ -212,6 +212,14 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
   value: {{ printf "%s/key" (include "pi-dispatch.transferKeyDir" .) | quote }}
 - name: PI_DISPATCH_TRANSFER_MAX_BYTES
   value: {{ $t.maxBytes | int64 | quote }}
+- name: PI_DISPATCH_TRANSFER_MAX_CONNECTIONS
+  value: {{ $t.maxConnections | int64 | quote }}
+- name: PI_DISPATCH_TRANSFER_HEAD_SECONDS
+  value: {{ $t.headSeconds | int64 | quote }}
+- name: PI_DISPATCH_TRANSFER_IDLE_SECONDS
+  value: {{ $t.idleSeconds | int64 | quote }}
+- name: PI_DISPATCH_TRANSFER_BODY_SECONDS
+  value: {{ $t.bodySeconds | int64 | quote }}
 - name: PI_DISPATCH_TRANSFER_CA_CONFIGMAP
   value: {{ include "pi-dispatch.transferCAConfigMap" . | quote }}
 {{- else if not (has "ReadWriteMany" .Values.sessions.staging.accessModes) }}

@@ -34,7 +34,7 @@ def serve_transfer(settings: OperatorSettings) -> int | None:
         return None
     key = load_key(transfer.token_key_file)
     context = server_ssl_context(transfer.cert_file, transfer.key_file)
-    app = build_app(TransferConfig(settings.staging_dir, key, transfer.max_bytes))
+    app = build_app(TransferConfig(settings.staging_dir, key, transfer.max_bytes, transfer.limits))
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, name="pidispatch-transfer", daemon=True).start()
     _, port = asyncio.run_coroutine_threadsafe(start(app, None, transfer.port, context), loop).result(

@@ -22,6 +22,22 @@ DEFAULT_TRANSFER_PORT = 8443
 DEFAULT_TRANSFER_MAX_BYTES = 32 * 2**20
 MIN_TRANSFER_MAX_BYTES = 1024  # the chart schema's minimum: an archive's frame alone is ~50 bytes
 MAX_TRANSFER_MAX_BYTES = 2**40
+# The server's bounds on what a connection may cost (transfer/gate.py, docs/security.md#transfer-server-limits).
+# Connections open at once: a job holds one at a time (its fetch, later its upload), and an idle TLS
+# connection costs the operator up to ~300 KiB, so 256 is ~75 MiB at worst, far inside the 512Mi limit,
+# and far below the file descriptors the process may open.
+DEFAULT_TRANSFER_MAX_CONNECTIONS = 256
+MAX_TRANSFER_MAX_CONNECTIONS = 16384
+# From the accept to a complete first request head (TLS handshake included): an in-cluster client needs
+# milliseconds; an idle connection holds a slot of the cap no longer than this.
+DEFAULT_TRANSFER_HEAD_SECONDS = 10
+# An idle keep-alive connection (the runner opens one per request, so never one it needs) and a later
+# request's head.
+DEFAULT_TRANSFER_IDLE_SECONDS = 15
+# A whole body, either way: the cap's 32 MiB in 300 s is ~110 KiB/s, far below what a cluster's network
+# carries, so only a body that trickles (or a reader that stalls) meets it.
+DEFAULT_TRANSFER_BODY_SECONDS = 300
+MAX_TRANSFER_SECONDS = 86400
 
 STAGING_VARIABLES = (
     "PI_DISPATCH_STAGING_MODE",
@@ -32,10 +48,24 @@ STAGING_VARIABLES = (
     "PI_DISPATCH_TRANSFER_TOKEN_KEY_FILE",
     "PI_DISPATCH_TRANSFER_MAX_BYTES",
     "PI_DISPATCH_TRANSFER_CA_CONFIGMAP",
+    "PI_DISPATCH_TRANSFER_MAX_CONNECTIONS",
+    "PI_DISPATCH_TRANSFER_HEAD_SECONDS",
+    "PI_DISPATCH_TRANSFER_IDLE_SECONDS",
+    "PI_DISPATCH_TRANSFER_BODY_SECONDS",
 )
 
 # https://host[:port], nothing else: the operator appends /v1/jobs/<uid>/session (transfer/protocol.py).
 _BASE_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?")
+
+
+@dataclass(frozen=True)
+class TransferLimits:
+    """What one connection to the transfer server may hold, and for how long (``transfer/gate.py``)."""
+
+    max_connections: int = DEFAULT_TRANSFER_MAX_CONNECTIONS  # open at once; one more is aborted unread
+    head_seconds: float = DEFAULT_TRANSFER_HEAD_SECONDS  # accept → TLS handshake → first request head
+    idle_seconds: float = DEFAULT_TRANSFER_IDLE_SECONDS  # an idle keep-alive connection, a later head
+    body_seconds: float = DEFAULT_TRANSFER_BODY_SECONDS  # a whole body, upload or fetch
 
 
 @dataclass(frozen=True)
@@ -49,6 +79,7 @@ class Transfer:
     token_key_file: str  # the HMAC key of the per-job tokens (transfer/token.py)
     ca_configmap: str  # key ca.crt: mounted read-only into job Pods
     max_bytes: int
+    limits: TransferLimits = TransferLimits()
 
 
 @dataclass(frozen=True)
@@ -74,6 +105,7 @@ def staging_settings(env: Mapping[str, str]) -> Staging:
                         f"a whole number of bytes from {MIN_TRANSFER_MAX_BYTES} to {MAX_TRANSFER_MAX_BYTES}",
                         default=DEFAULT_TRANSFER_MAX_BYTES, minimum=MIN_TRANSFER_MAX_BYTES,
                         maximum=MAX_TRANSFER_MAX_BYTES)
+    limits = transfer_limits(env)
     base = given(env, "PI_DISPATCH_TRANSFER_URL")
     if base is not None and not _BASE_URL.fullmatch(base.strip().rstrip("/")):
         raise ConfigError("PI_DISPATCH_TRANSFER_URL", base,
@@ -96,4 +128,22 @@ def staging_settings(env: Mapping[str, str]) -> Staging:
         ca_configmap=_required("PI_DISPATCH_TRANSFER_CA_CONFIGMAP", ca, "the ConfigMap (key ca.crt) job Pods "
                                                                            "verify the operator with"),
         max_bytes=max_bytes,
+        limits=limits,
     ))
+
+
+def transfer_limits(env: Mapping[str, str]) -> TransferLimits:
+    """``PI_DISPATCH_TRANSFER_MAX_CONNECTIONS`` and the three deadlines, in whole seconds (each checked in any mode)."""
+    def seconds(name: str, default: int) -> int:
+        return integer(env, name, f"a whole number of seconds from 1 to {MAX_TRANSFER_SECONDS}", default=default,
+                       minimum=1, maximum=MAX_TRANSFER_SECONDS)
+
+    return TransferLimits(
+        max_connections=integer(env, "PI_DISPATCH_TRANSFER_MAX_CONNECTIONS",
+                                f"a whole number of connections from 1 to {MAX_TRANSFER_MAX_CONNECTIONS}",
+                                default=DEFAULT_TRANSFER_MAX_CONNECTIONS, minimum=1,
+                                maximum=MAX_TRANSFER_MAX_CONNECTIONS),
+        head_seconds=seconds("PI_DISPATCH_TRANSFER_HEAD_SECONDS", DEFAULT_TRANSFER_HEAD_SECONDS),
+        idle_seconds=seconds("PI_DISPATCH_TRANSFER_IDLE_SECONDS", DEFAULT_TRANSFER_IDLE_SECONDS),
+        body_seconds=seconds("PI_DISPATCH_TRANSFER_BODY_SECONDS", DEFAULT_TRANSFER_BODY_SECONDS),
+    )

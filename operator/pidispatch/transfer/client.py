@@ -3,8 +3,9 @@
 Standard library only (``http.client``, ``ssl``): the runner imports no aiohttp (``.importlinter``). The
 server is always verified against the CA file the Pod mounts (hostname included); there is no way to
 turn verification off. Both calls are idempotent and retried with back-off on a connection error, a
-timeout or a 5xx/429; any other answer is final (:class:`TransferRefused`). No proxy is used: the server
-is an in-cluster Service, and a job's ``HTTPS_PROXY`` is for the forge.
+timeout or a 5xx/429, and an upload's 409 (an earlier attempt of the same upload, whose answer never
+arrived, is still in flight on the server); any other answer is final (:class:`TransferRefused`). No
+proxy is used: the server is an in-cluster Service, and a job's ``HTTPS_PROXY`` is for the forge.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ DEFAULT_BACKOFF = 0.5  # seconds before the second attempt; doubled each time, c
 MAX_BACKOFF = 8.0
 DEFAULT_TIMEOUT = 30.0  # seconds per socket operation
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+_RETRIED_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 
 
 class TransferError(Exception):

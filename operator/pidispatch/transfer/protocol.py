@@ -9,7 +9,9 @@ Standard library only; imported by both sides.
 Both carry ``Authorization: Bearer <token>`` where the token is the uid's (``token.py``). Answers:
 401 (no or wrong token), 404 (not a Kubernetes uid, or no staging directory for it), 400 (digest
 mismatch, malformed archive, a name outside the allow-list), 413 (over the cap: at once from a
-``Content-Length`` over it, else while the body streams, which is then not read further).
+``Content-Length`` over it, else while the body streams, which is then not read further), 408 (the
+body did not arrive whole within the server's body deadline), 409 with ``Retry-After`` (an upload of
+the same job is already in flight: one at a time per job).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@
 ``PUT /v1/jobs/<uid>/session`` takes the result (``protocol.py`` has the answers):
 
 1. the uid is checked to be a Kubernetes uid, then the token to be that uid's, then its staging
-   directory to exist (a request never creates one);
+   directory to exist (a request never creates one), then no other upload of that uid to be in
+   flight (else 409 with ``Retry-After``: the staging volume holds one upload per job at most);
 2. the body streams into ``<uid>/upload-<random>/.body``, counted against the cap as it arrives (413
    and the connection closed the moment it passes: the rest is never read) and hashed;
 3. the hash must be the ``X-Pi-Transfer-Digest`` header's (else 400), and the archive must unpack
@@ -15,10 +16,14 @@
    exchange), the old copy removed, then the marker written (digest, bytes, files, time).
 
 Whatever fails before step 4 (a cut connection, the cap, a bad digest or archive) removes the upload
-directory and leaves ``session/`` and the marker as they were. The marker is the commit: the completion
-treats a succeeded Pod whose Job has no marker as Failed (nothing promoted), so a crash inside step 4
-is a Job that fails, never half a result promoted. The same bytes uploaded again give the same files and
-the same marker (but its time): a runner may retry an upload whose answer it did not see.
+directory and leaves ``session/`` and the marker as they were; so does a body that does not arrive whole
+within the body deadline (408, the connection closed). A fetch whose reader stalls past the same deadline
+is cut off. The connection cap and the head deadline are the listener's (``gate.py``).
+
+The marker is the commit: the completion treats a succeeded Pod whose Job has no marker as Failed
+(nothing promoted), so a crash inside step 4 is a Job that fails, never half a result promoted. The same
+bytes uploaded again give the same files and the same marker (but its time): a runner may retry an
+upload whose answer it did not see.
 """
 
 from __future__ import annotations
@@ -40,7 +45,9 @@ from typing import Any
 from aiohttp import web
 
 from pidispatch.events import emit
+from pidispatch.settings.staging import TransferLimits
 from pidispatch.transfer import archive
+from pidispatch.transfer.gate import ConnectionGate
 from pidispatch.transfer.protocol import (
     DIGEST_HEADER,
     MARKER,
@@ -57,6 +64,9 @@ CONTENT_TYPE = "application/vnd.pi-dispatch.transfer.v1"
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _RENAME_EXCHANGE = 2
+# What a runner refused for an upload of its job already in flight is told to wait (its own earlier
+# attempt, whose answer it did not see, is still being read or committed).
+BUSY_RETRY_AFTER = 2
 
 
 class TransferTLSError(ValueError):
@@ -65,11 +75,12 @@ class TransferTLSError(ValueError):
 
 @dataclass(frozen=True)
 class TransferConfig:
-    """What the server needs: the staging root, the operator's key, the cap on a body in bytes."""
+    """What the server needs: the staging root, the operator's key, the cap on a body in bytes, the limits."""
 
     staging_root: str
     key: bytes
     max_bytes: int
+    limits: TransferLimits = TransferLimits()
 
 
 CONFIG_KEY: web.AppKey[TransferConfig] = web.AppKey("transfer", TransferConfig)
@@ -110,6 +121,8 @@ class _Handlers:
         self.config = config
         # One commit per uid at a time; an entry lives while someone holds or awaits it.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        # The uids with an upload in flight, from before its directory is made to after it is gone.
+        self._uploading: set[str] = set()
 
     def _lock(self, uid: str) -> asyncio.Lock:
         lock = self._locks.get(uid)
@@ -147,18 +160,29 @@ class _Handlers:
             members, skipped = archive.open_members(session_fd)
         finally:
             os.close(session_fd)
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
         try:
-            response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE, "Cache-Control": "no-store"})
             response.content_length = archive.archive_size(members)
-            await response.prepare(request)
-            for chunk in archive.stream(members):
-                await response.write(chunk)
-            await response.write_eof()
+            await asyncio.wait_for(self._send(request, response, members), self.config.limits.body_seconds)
+        except TimeoutError:
+            # The answer has begun: no status can say so. The runner sees a short body and retries.
+            emit("transfer_refused", job=uid, method="GET", status=408,
+                 why=f"the staged copy was not read within {self.config.limits.body_seconds:g}s")
+            if request.transport is not None:
+                request.transport.abort()
+            return response
         finally:
             archive.close_members(members)
         emit("transfer_fetched", job=uid, bytes=response.content_length, files=[m.name for m in members],
              skipped=len(skipped))
         return response
+
+    @staticmethod
+    async def _send(request: web.Request, response: web.StreamResponse, members: list[archive.Member]) -> None:
+        await response.prepare(request)
+        for chunk in archive.stream(members):
+            await response.write(chunk)
+        await response.write_eof()
 
     async def upload(self, request: web.Request) -> web.StreamResponse:
         uid: str | None = None
@@ -166,6 +190,14 @@ class _Handlers:
             uid, job_fd = self._job_dir(request)
         except _Refused as refused:
             return _answer(refused.status, refused.why, None, "PUT")
+        if uid in self._uploading:
+            os.close(job_fd)
+            response = _answer(409, "an upload of this job is already in flight; retry when it has ended", uid,
+                               "PUT")
+            response.headers["Retry-After"] = str(BUSY_RETRY_AFTER)
+            response.force_close()  # its body is never read
+            return response
+        self._uploading.add(uid)
         upload = f"{UPLOAD_PREFIX}{secrets.token_hex(8)}"
         made = False
         try:
@@ -176,7 +208,12 @@ class _Handlers:
                 raise _Refused(413, f"the body is larger than the cap of {self.config.max_bytes} bytes")
             os.mkdir(upload, 0o700, dir_fd=job_fd)
             made = True
-            received, size = await self._receive(request, job_fd, upload)
+            try:
+                received, size = await asyncio.wait_for(self._receive(request, job_fd, upload),
+                                                        self.config.limits.body_seconds)
+            except TimeoutError:
+                raise _Refused(408, f"the body did not arrive within {self.config.limits.body_seconds:g}s") \
+                    from None
             if received != declared:
                 raise _Refused(400, "the body's SHA-256 is not the one in " + DIGEST_HEADER)
             unpacked = await asyncio.to_thread(_unpack, job_fd, upload, self.config.max_bytes)
@@ -185,13 +222,14 @@ class _Handlers:
                 made = False
         except _Refused as refused:
             response = _answer(refused.status, refused.why, uid, "PUT")
-            if refused.status == 413:
+            if refused.status in (408, 413):
                 response.force_close()  # the rest of the body is never read
             return response
         finally:
             if made:
                 shutil.rmtree(upload, dir_fd=job_fd, ignore_errors=True)
             os.close(job_fd)
+            self._uploading.discard(uid)
         emit("transfer_uploaded", job=uid, bytes=size, files=[name for name, _ in unpacked.files])
         return web.json_response(marker)
 
@@ -308,6 +346,9 @@ def build_app(config: TransferConfig) -> web.Application:
     """The transfer app (serve it only with :func:`start`, which insists on TLS)."""
     if config.max_bytes <= 0:
         raise ValueError("the transfer cap must be a positive number of bytes")
+    if min(config.limits.max_connections, config.limits.head_seconds, config.limits.idle_seconds,
+           config.limits.body_seconds) <= 0:
+        raise ValueError(f"the transfer limits must be positive: {config.limits}")
     handlers = _Handlers(config)
     app = web.Application()
     app[CONFIG_KEY] = config
@@ -321,20 +362,33 @@ async def start(app: web.Application, host: str | None, port: int,
     """Serve ``app`` on ``host:port`` with TLS; the runner (``await runner.cleanup()`` to stop) and the bound port.
 
     Refuses (:class:`TransferTLSError`) without an SSL context: there is no plain-HTTP mode to turn on.
+    The listener is a :class:`ConnectionGate` with the app's limits, not aiohttp's ``TCPSite``: the cap
+    and the head deadline must sit in front of the TLS handshake.
     """
     if not isinstance(ssl_context, ssl.SSLContext):
         raise TransferTLSError("the transfer server serves TLS only: give it the context from server_ssl_context()")
+    limits = app[CONFIG_KEY].limits
     # lingering_time=0: aiohttp would otherwise read (and drop) the rest of a refused body for 10 s, which
-    # is exactly the reading the cap exists to stop.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0, lingering_time=0)
+    # is exactly the reading the cap exists to stop. keepalive_timeout bounds an idle connection.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0, lingering_time=0,
+                           keepalive_timeout=limits.idle_seconds)
+    gate = ConnectionGate(lambda: _server(runner)(), ssl_context, limit=limits.max_connections,
+                          head_seconds=limits.head_seconds)
+    app.middlewares.append(gate.middleware)
+    app.on_shutdown.append(gate.shutdown)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=128)
     try:
-        await site.start()
+        bound = await gate.listen(host, port)
     except BaseException:
         await runner.cleanup()
         raise
-    # The bound port when ``port`` is 0: the runner's addresses (aiohttp's public accessor).
-    bound = next((int(address[1]) for address in runner.addresses if isinstance(address, tuple)), port)
-    emit("transfer_listening", port=bound)
+    emit("transfer_listening", port=bound, maxConnections=limits.max_connections, headSeconds=limits.head_seconds,
+         idleSeconds=limits.idle_seconds, bodySeconds=limits.body_seconds)
     return runner, bound
+
+
+def _server(runner: web.AppRunner) -> web.Server:
+    server = runner.server
+    if server is None:
+        raise RuntimeError("the transfer runner is not set up")
+    return server
