@@ -26,7 +26,9 @@ from typing import Any
 
 from pidispatch.record import SessionReason as R
 from pidispatch.store import agenttext, fsio, handoff, handoffdir, sidecars
-from pidispatch.store.redact import SecretDigest, redact
+from pidispatch.store.decoded import redact_text
+from pidispatch.store.redact import SecretDigest
+from pidispatch.store.transcriptscan import redact_lines
 
 SCANNED = "scanned"
 # Lines are scanned in blocks of about this size (a hit never spans a newline: the transcript is JSON lines,
@@ -138,7 +140,7 @@ def _scan_file(src: int, dir_fd: int, secrets: tuple[SecretDigest, ...], kinds: 
 
 
 def _write_scanned(dst: int, data: bytes, secrets: tuple[SecretDigest, ...], kinds: Counter[str]) -> None:
-    result = redact(data, secrets)
+    result = redact_lines(data, secrets)
     kinds.update(result.kinds)
     fsio.write_all(dst, result.data)
 
@@ -171,7 +173,7 @@ def _scan_value(value: Any, secrets: tuple[SecretDigest, ...], kinds: Counter[st
         # Scanned as it will be rendered: what the rendering removes (a control character, an escape sequence,
         # a lone surrogate) could otherwise split a token here and join it in the letter (agenttext.clean).
         value = agenttext.clean(value)
-        result = redact(value.encode("utf-8"), secrets)
+        result = redact_text(value.encode("utf-8", "surrogatepass"), secrets)
         kinds.update(result.kinds)
         return result.data.decode("utf-8") if result.hits else value
     if isinstance(value, dict):
