@@ -15,7 +15,9 @@ that printed a token every 64 KiB, so the scan has hits to replace):
    scanned): common formats only, then with three of the job's secret digests (every run, wrapped run,
    base64 run and split between adjacent values of those lengths is hashed); ``redact``, the scan of bytes
    as they stand, is what it was before the decoding and is now only for lines that are not JSON;
-2. the promotion as the operator now runs it (``promote_once``: the scanned copy written and fsynced, the
+2. where the transcript scan can decode (``redact_lines`` importable), the decoding scan against ``redact``,
+   the scan of bytes as they stood before it, paired the same way: the cost of decoding, in one process;
+3. the promotion as the operator now runs it (``promote_once``: the scanned copy written and fsynced, the
    journal, then ``promote``) against ``promote`` of the same staged file (the promotion before the scan).
 """
 
@@ -150,6 +152,21 @@ def main() -> None:
                     scanned_promote()
                     full.append(time.perf_counter() - start)
                     JobDir(str(staging), f"uid-{next(counter) - 1}").remove()
+    decoding: list[str] = []
+    if scan_transcript is not redact:
+        for label, digests in (("common formats only", []), (f"with {len(secrets)} secret digests", secrets)):
+            raw, decoded = [], []
+            for i in range(pairs):
+                for which in ([0, 1] if i % 2 == 0 else [1, 0]):
+                    gc.collect()
+                    start = time.perf_counter()
+                    if which == 0:
+                        redact(data, digests)
+                        raw.append(time.perf_counter() - start)
+                    else:
+                        scan_transcript(data, digests)
+                        decoded.append(time.perf_counter() - start)
+            decoding.append(row(f"`redact_lines` against `redact`, {label}", raw, decoded))
     print(machine_line(info))
     print(f"Transcript {len(data) / MIB:.2f} MiB with {hits} planted tokens; {pairs} pairs.")
     print()
@@ -159,6 +176,12 @@ def main() -> None:
     print(row(f"{name}, common formats only (in memory)", base, scan_common))
     print(row(f"{name}, with {len(secrets)} secret digests (in memory)", base_b, scan_secrets))
     print(row("`promote_once`: scanned copy + journal + promote", base_c, full))
+    if decoding:
+        print()
+        print("| the decoding scan against the scan of bytes (8 MiB) | `redact`, median | `redact_lines`, median "
+              "| ratio min / **median** / max |")
+        print("|---|---|---|---|")
+        print("\n".join(decoding))
 
 
 if __name__ == "__main__":

@@ -23,8 +23,7 @@ from pidispatch.store.redact import Hit, Redacted, SecretDigest, Wanted, apply, 
 from pidispatch.store.secretforms import joined_runs, run_hits, wrapped_hits, wrapped_runs
 
 _PCT = re.compile(rb"%[0-9A-Fa-f]{2}")
-_PCT_RUN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-%+.~")
-_HEX = frozenset(b"0123456789abcdefABCDEF")
+_URL_AT = re.compile(rb"[A-Za-z0-9_.~+%-]*")
 # (offset in the variant, offset in the buffer, bytes of the buffer per byte of the variant: 1, or 3 for %XX)
 Segment = tuple[int, int, int]
 
@@ -70,33 +69,34 @@ def _variant(buf: bytes, runs: list[list[tuple[int, int]]]) -> tuple[bytes, list
 
 
 def _percent_runs(buf: bytes) -> list[tuple[bytes, list[Segment]]]:
-    """Each run of URL characters in ``buf`` that holds a ``%XX``, percent-decoded (``+`` as a space)."""
+    """Each run of URL characters in ``buf`` that holds a ``%XX``, percent-decoded (``+`` as a space); one step
+    per ``%XX``, the stretches between them copied whole."""
     out = []
     end = 0
+    reverse = b""
     for m in _PCT.finditer(buf):
         if m.start() < end:
             continue
-        start = m.start()
-        while start > 0 and buf[start - 1] in _PCT_RUN_BYTES:
-            start -= 1
-        end = m.end()
-        while end < len(buf) and buf[end] in _PCT_RUN_BYTES:
-            end += 1
-        decoded = bytearray()
+        if not reverse:
+            reverse = buf[::-1]
+        start = len(buf) - _URL_AT.match(reverse, len(buf) - m.start()).end()  # type: ignore[union-attr]
+        end = _URL_AT.match(buf, m.start()).end()  # type: ignore[union-attr]
+        decoded: list[bytes] = []
         where: list[Segment] = []
-        i = start
-        while i < end:
-            c = buf[i]
-            if c == 0x25 and i + 2 < end and buf[i + 1] in _HEX and buf[i + 2] in _HEX:
-                where.append((len(decoded), i, 3))
-                decoded.append(int(buf[i + 1:i + 3], 16))
-                i += 3
-                continue
-            if not where or where[-1][2] != 1:
-                where.append((len(decoded), i, 1))
-            decoded.append(0x20 if c == 0x2B else c)
-            i += 1
-        out.append((bytes(decoded), where))
+        at, length = start, 0
+        for e in _PCT.finditer(buf, start, end):
+            if e.start() > at:
+                where.append((length, at, 1))
+                decoded.append(buf[at:e.start()].replace(b"+", b" "))
+                length += e.start() - at
+            where.append((length, e.start(), 3))
+            decoded.append(bytes((int(e.group(0)[1:], 16),)))
+            length += 1
+            at = e.end()
+        if end > at:
+            where.append((length, at, 1))
+            decoded.append(buf[at:end].replace(b"+", b" "))
+        out.append((b"".join(decoded), where))
     return out
 
 

@@ -17,9 +17,11 @@ transcript line that was valid JSON stays valid JSON with the same structure: no
 or a backslash that is not part of an escape, so a hit never leaves the string it sits in (an
 ``Authorization`` header written as a JSON key keeps its key; only the value is replaced).
 
-A value that is JSON-escaped in the file is found as it stands there: a PEM block's newlines are the two
-characters ``\\n`` inside a transcript line, and a token right after an escape (``\\n``, ``\\t``,
-``\\u0020``) is not glued to the escape's letter.
+Here are the formats, the digests and the settling of hits (:func:`format_hits`, :class:`Wanted`,
+:func:`apply`); a transcript is read through its decoded view (``store/transcriptscan.py``) and decoded text
+is scanned with every form of a secret (``store/decoded.py``). :func:`redact` is the scan of bytes as they
+stand, JSON escapes understood only as neighbours: a token right after an escape (``\\n``, ``\\u0020``) is
+not glued to the escape's letter.
 """
 
 from __future__ import annotations

@@ -3,10 +3,12 @@
 The staged ``/session`` is the agent's: whatever it printed (a token, a key) is in its transcript and its
 handoff. Before a promotion the operator writes, beside the Job's ``session/`` directory, ``scanned/``:
 
-``current.jsonl``  the staged transcript, scanned line block by line block (``store/redact.py``); every
-                   line that was valid JSON still is, with the same structure, so pi resumes it.
+``current.jsonl``  the staged transcript, scanned line block by line block through its decoded view
+                   (``store/transcriptscan.py``); every line that was valid JSON still is, with the same
+                   structure, so pi resumes it.
 ``handoff.json``   the staged handoff, each text field scanned after JSON decoding (so an escape such as
-                   ``\\u0067hp_`` hides nothing), written back as JSON; absent when the staged one is.
+                   ``\\u0067hp_`` hides nothing, ``store/decoded.py``), written back as JSON; absent when
+                   the staged one is.
 
 The copy is durable (fsync of each file and of the directory) before the journal's ``started`` record
 names it (``store/journal.py``), so a crash after that point promotes this copy and no other, and a

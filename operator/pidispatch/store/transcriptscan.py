@@ -6,7 +6,7 @@ are still one header. Each hit maps back to whole bytes and whole escapes and is
 that needs no escaping: a redacted line is valid JSON of the same structure, the same as decoding the value,
 replacing and encoding it again, and every byte outside a hit (a line without one) is kept as it was.
 
-A secret split in two is looked for between *adjacent* values (docs/security.md#no-credential-is-stored):
+A secret split in two is looked for between *adjacent* values (docs/security.md#the-decoded-scan-and-what-a-split-is):
 the values of the ``text`` and ``thinking`` keys (pi's text parts: the user's, the assistant's, a tool
 result's) in file order, each with its line's ``role``: a value and the next one of the same key and role
 are adjacent. The end of a tool result and the start of the next tool result are adjacent however many
@@ -28,7 +28,7 @@ _TEXT = re.compile(rb'"(text|thinking)":"([^"\\]*(?:\\.[^"\\]*)*)"', re.DOTALL)
 _ROLE = re.compile(rb'"role":"([A-Za-z_]{1,40})"')
 
 
-def redact_lines(block: bytes, secrets: Iterable[SecretDigest]) -> Redacted:
+def redact_lines(block: bytes, secrets: Iterable[SecretDigest] = ()) -> Redacted:
     """``block`` (whole lines) with every credential replaced, and the count of each kind."""
     wanted = Wanted(secrets)
     view = View(block)
