@@ -166,3 +166,13 @@ def test_no_false_positive_on_real_pi_transcripts_when_every_form_is_searched(tm
     # Every candidate of these lengths is hashed: runs, wrapped runs, base64 runs, splits between values.
     out, kinds = scanned(tmp_path, data, [SecretDigest(n, "0" * 64) for n in (20, 24, 36, 40, 93)])
     assert kinds == {} and out == data
+
+
+def test_a_quote_written_as_a_unicode_escape_never_reads_as_the_json_s_structure(tmp_path: Path) -> None:
+    # \u0022 is a quote: decoded, it could open a fake "text" value or close the real one; it stays as written.
+    data = (b'{"type":"message","message":{"role":"toolResult","content":[{"type":"text","text":'
+            b'"a\\u0022,\\u0022text\\u0022:\\u0022' + OWN.encode()[:10] + b' \\u005c ' + GH.encode() + b'"}]}}\n')
+    out, kinds = scanned(tmp_path, data)
+    assert kinds == {"github-token": 1}
+    assert_gone(data, out, GH)
+    assert out == data.replace(GH.encode(), b"[REDACTED:github-token]")

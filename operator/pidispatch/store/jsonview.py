@@ -2,12 +2,12 @@
 
 Each JSON string escape that can stand for or next to a token character is decoded in the view: ``\\uXXXX``
 (a surrogate pair as one character) and ``\\n``, ``\\r``, ``\\t``, ``\\b``, ``\\f``, ``\\/``. ``\\"`` and
-``\\\\`` stay as they are: they decode to characters that no token holds, and keeping them keeps every quote
-in the view a quote of the JSON's structure. Everything else is the bytes themselves, so the view of a
-transcript is its lines with their string values decoded, and a span found in the view maps back to whole
-bytes and whole escapes (:meth:`View.start`, :meth:`View.end`). Replacing such a span with text that needs no
-escaping leaves each line valid JSON of the same structure, with every other byte as it was: the same as
-decoding the value, replacing, and encoding it again.
+``\\\\`` stay as they are, and so do ``\\u0022`` and ``\\u005c``: they decode to characters that no token
+holds, and keeping them keeps every quote in the view a quote of the JSON's structure. Everything else is
+the bytes themselves, so the view of a transcript is its lines with their string values decoded, and a span
+found in the view maps back to whole bytes and whole escapes (:meth:`View.start`, :meth:`View.end`).
+Replacing such a span with text that needs no escaping leaves each line valid JSON of the same structure,
+with every other byte as it was: the same as decoding the value, replacing, and encoding it again.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class View:
             elif high is not None:
                 code = 0x10000 + ((int(high, 16) - 0xD800) << 10) + (int(low, 16) - 0xDC00)
                 decoded = chr(code).encode("utf-8")
+            elif int(single, 16) in (0x22, 0x5C):
+                continue  # a quote or a backslash written as \u0022, \u005c: as \" and \\, kept
             else:
                 decoded = chr(int(single, 16)).encode("utf-8", "surrogatepass")
             pieces += [data[at:m.start()], decoded]

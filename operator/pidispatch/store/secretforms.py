@@ -102,16 +102,18 @@ def wrapped_hits(data: bytes, runs: list[list[tuple[int, int]]], wanted: Wanted)
     """A secret wrapped across line breaks: joined runs from the start of one to the end of a later one."""
     hits: list[Hit] = []
     for segments in runs:
+        # The joined length from the start of run i to the end of run j is at[j + 1] - at[i]: one lookup per
+        # start and length, whatever the number of runs.
+        at = [0]
+        for s, e in segments:
+            at.append(at[-1] + e - s)
+        index = {total: j for j, total in enumerate(at)}
         for i, (first, _) in enumerate(segments):
-            total = 0
-            for j in range(i, len(segments)):
-                total += segments[j][1] - segments[j][0]
-                if total > wanted.longest:
-                    break
-                if j > i and total in wanted.lengths:
-                    if wanted.matches(b"".join(data[s:e] for s, e in segments[i:j + 1])):
-                        end = segments[j][1]
-                        hits.append((first, 0, -end, SECRET_ORDER, first, "job-secret", True))
+            for length in wanted.lengths:
+                j = index.get(at[i] + length, 0) - 1  # the last run joined
+                if j > i and wanted.matches(b"".join(data[s:e] for s, e in segments[i:j + 1])):
+                    end = segments[j][1]
+                    hits.append((first, 0, -end, SECRET_ORDER, first, "job-secret", True))
     return hits
 
 

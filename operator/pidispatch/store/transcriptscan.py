@@ -24,7 +24,7 @@ from pidispatch.store.redact import SECRET_ORDER, Hit, Redacted, SecretDigest, W
 from pidispatch.store.secretforms import head_pieces, split_match, tail_pieces
 
 # A value of a text key: the key, then the string token (in the view, ``\"`` and ``\\`` stand as in JSON).
-_TEXT = re.compile(rb'"(text|thinking)":"([^"\\]*(?:\\.[^"\\]*)*)"', re.DOTALL)
+_TEXT = re.compile(rb'"(text|thinking)"[ \t]*:[ \t]*"([^"\\]*(?:\\.[^"\\]*)*)"', re.DOTALL)
 _ROLE = re.compile(rb'"role":"([A-Za-z_]{1,40})"')
 
 
