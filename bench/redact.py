@@ -11,9 +11,13 @@ min / median / max of the per-pair ratios with the absolute medians.
 Compared, at 8 MiB of a pi-shaped transcript (``bench/store.py``'s ``make_transcript``, with a tool result
 that printed a token every 64 KiB, so the scan has hits to replace):
 
-1. ``redact`` alone, in memory: common formats only, then with three of the job's secret digests (every
-   run of token characters of those lengths is hashed);
-2. the promotion as the operator now runs it (``promote_once``: the scanned copy written and fsynced, the
+1. the transcript scan alone, in memory (``redact_lines``: each line's JSON string values decoded, then
+   scanned): common formats only, then with three of the job's secret digests (every run, wrapped run,
+   base64 run and split between adjacent values of those lengths is hashed); ``redact``, the scan of bytes
+   as they stand, is what it was before the decoding and is now only for lines that are not JSON;
+2. where the transcript scan can decode (``redact_lines`` importable), the decoding scan against ``redact``,
+   the scan of bytes as they stood before it, paired the same way: the cost of decoding, in one process;
+3. the promotion as the operator now runs it (``promote_once``: the scanned copy written and fsynced, the
    journal, then ``promote``) against ``promote`` of the same staged file (the promotion before the scan).
 """
 
@@ -39,6 +43,11 @@ from pidispatch.store.journal import promote_once  # noqa: E402
 from pidispatch.store.promote import promote  # noqa: E402
 from pidispatch.store.redact import digest_of, redact  # noqa: E402
 from pidispatch.store.staging import HOST, HostRecord, JobDir  # noqa: E402
+
+try:  # the decoding scan; a checkout before it has only the scan of bytes, so the same bench runs on both
+    from pidispatch.store.transcriptscan import redact_lines as scan_transcript
+except ImportError:  # pragma: no cover
+    scan_transcript = redact
 
 MIB = 1024 * 1024
 KEY = "0123456789abcdef0123456789abcdef"
@@ -77,7 +86,7 @@ def main() -> None:
     data = transcript(size)
     secrets = [d for d in (digest_of(TOKEN), digest_of("Zq8Lr2Nv5Tx7Wb1Yd4Fh6Jk9Mp3Rs0Ug"),
                            digest_of("sk-proj-" + "Ab12Cd34" * 20)) if d is not None]
-    hits = redact(data, secrets).hits
+    hits = scan_transcript(data, secrets).hits
     with tempfile.TemporaryDirectory(prefix="bench-redact-") as tmp:
         root, staging = Path(tmp, "store"), Path(tmp, "staging")
         root.mkdir(mode=0o700)
@@ -119,7 +128,7 @@ def main() -> None:
                     plain_promote()
                     base.append(time.perf_counter() - start)
                 else:
-                    redact(data)
+                    scan_transcript(data, ())
                     scan_common.append(time.perf_counter() - start)
             for which in order:
                 gc.collect()
@@ -128,7 +137,7 @@ def main() -> None:
                     plain_promote()
                     base_b.append(time.perf_counter() - start)
                 else:
-                    redact(data, secrets)
+                    scan_transcript(data, secrets)
                     scan_secrets.append(time.perf_counter() - start)
         base_c, full = [], []
         for i in range(pairs):
@@ -143,14 +152,36 @@ def main() -> None:
                     scanned_promote()
                     full.append(time.perf_counter() - start)
                     JobDir(str(staging), f"uid-{next(counter) - 1}").remove()
+    decoding: list[str] = []
+    if scan_transcript is not redact:
+        for label, digests in (("common formats only", []), (f"with {len(secrets)} secret digests", secrets)):
+            raw, decoded = [], []
+            for i in range(pairs):
+                for which in ([0, 1] if i % 2 == 0 else [1, 0]):
+                    gc.collect()
+                    start = time.perf_counter()
+                    if which == 0:
+                        redact(data, digests)
+                        raw.append(time.perf_counter() - start)
+                    else:
+                        scan_transcript(data, digests)
+                        decoded.append(time.perf_counter() - start)
+            decoding.append(row(f"`redact_lines` against `redact`, {label}", raw, decoded))
     print(machine_line(info))
     print(f"Transcript {len(data) / MIB:.2f} MiB with {hits} planted tokens; {pairs} pairs.")
     print()
     print("| compared with `promote` (8 MiB) | promote, median | other, median | ratio min / **median** / max |")
     print("|---|---|---|---|")
-    print(row("`redact`, common formats only (in memory)", base, scan_common))
-    print(row(f"`redact`, with {len(secrets)} secret digests (in memory)", base_b, scan_secrets))
+    name = "`redact_lines`" if scan_transcript is not redact else "`redact`"
+    print(row(f"{name}, common formats only (in memory)", base, scan_common))
+    print(row(f"{name}, with {len(secrets)} secret digests (in memory)", base_b, scan_secrets))
     print(row("`promote_once`: scanned copy + journal + promote", base_c, full))
+    if decoding:
+        print()
+        print("| the decoding scan against the scan of bytes (8 MiB) | `redact`, median | `redact_lines`, median "
+              "| ratio min / **median** / max |")
+        print("|---|---|---|---|")
+        print("\n".join(decoding))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from pidispatch.contract.report import RunnerReport
-from pidispatch.store.redact import redact
+from pidispatch.store.transcriptscan import redact_lines
 from pidispatch.transcript.parser import check_transcript, parse_transcript
 from testkit.pitool import pi_env, pinned_version
 from testkit.runner import Job, Result, real_pi_job
@@ -316,10 +316,13 @@ MODEL_KEY = "Zq8Lr2Nv5Tx7Wb1Yd4Fh6Jk9Mp3Rs0Ug"
 
 
 def test_pi_resumes_a_transcript_whose_leaked_token_and_model_key_were_redacted(job: Job) -> None:
-    """The agent printed the forge token and a model key; the scan before the promotion redacts both (the key
-    by the digest the runner reported, never its value), and real pi resumes what is left."""
+    """The agent printed the forge token and a model key, the key once more wrapped in two lines; the scan before
+    the promotion redacts each (the key by the digest the runner reported, never its value, in the values as
+    pi decodes them), and real pi resumes what is left."""
     job.stage(b"")
-    job.model.tool_call("bash", {"command": f"echo token={LEAKED}; echo key=$MY_MODEL_KEY"}).reply("Printed them.")
+    command = (f'echo token={LEAKED}; echo key=$MY_MODEL_KEY; '
+               'printf "%s\\n" "${MY_MODEL_KEY:0:9}" "${MY_MODEL_KEY:9}"')
+    job.model.tool_call("bash", {"command": command}).reply("Printed them.")
     first = job.run(host_resume=False, extra={"MY_MODEL_KEY": MODEL_KEY, "PI_SECRET_ENV": "MY_MODEL_KEY"})
     assert first.code == 0, first.stderr
     assert MODEL_KEY not in first.termination and LEAKED not in (first.termination or "")
@@ -328,8 +331,10 @@ def test_pi_resumes_a_transcript_whose_leaked_token_and_model_key_were_redacted(
     leaked = job.session_file.read_bytes()
     assert LEAKED.encode() in leaked and MODEL_KEY.encode() in leaked, "pi wrote both into its session file"
 
-    result = redact(leaked, reported.secrets)
-    assert dict(result.kinds) == {"github-token": 2, "job-secret": 1}  # the call's arguments and its output
+    assert (MODEL_KEY[:9] + "\\n" + MODEL_KEY[9:]).encode() in leaked, "the key wrapped, as JSON escapes it"
+    result = redact_lines(leaked, reported.secrets)
+    # the token in the call's arguments and its output; the key, and the key wrapped
+    assert dict(result.kinds) == {"github-token": 2, "job-secret": 2}
     job.stage(result.data)
     assert check_transcript(result.data) == []
     assert [json.loads(raw) and len(raw) for raw in result.data.splitlines()], "every line is still JSON"
@@ -340,7 +345,7 @@ def test_pi_resumes_a_transcript_whose_leaked_token_and_model_key_were_redacted(
     assert second.report["session"] == {"resumed": True, "reason": "resumed"}
     sent = json.dumps(job.model.messages(2))
     assert "[REDACTED:github-token]" in sent and "[REDACTED:job-secret]" in sent, "pi replayed the redacted history"
-    assert LEAKED not in sent and MODEL_KEY not in sent
+    assert LEAKED not in sent and MODEL_KEY not in sent and MODEL_KEY[9:] not in sent
     assert "Printed them." in sent and "carry on" in sent
     final = job.session_file.read_bytes()
     assert final.startswith(result.data) and check_transcript(final) == []

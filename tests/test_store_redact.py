@@ -17,6 +17,7 @@ from pidispatch.store import handoff
 from pidispatch.store.journal import promote_once
 from pidispatch.store.redact import SecretDigest, as_json, digest_of, marker, redact
 from pidispatch.store.staging import HOST, PROMOTION, HostRecord, JobDir
+from pidispatch.store.transcriptscan import redact_lines
 from testkit.store import KEY, MODEL, PI, KillAt, Store, run_to_death, sample
 
 GH = "ghs_" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zA0b1"  # 36 after the prefix, as GitHub issues them
@@ -70,6 +71,9 @@ def test_each_format_is_redacted_raw_and_inside_a_transcript_line_which_stays_th
     assert result.data.endswith(b"\n") and result.data.count(b"\n") == 1
     assert entry["message"]["content"][0]["text"] == redact(text.encode()).data.decode()
     assert redact(result.data).hits == 0, "idempotent: a redacted line holds nothing more"
+    decoded = redact_lines(data)  # what a promotion runs: the line read through its decoded view
+    assert decoded.data == result.data and decoded.kinds == result.kinds
+    assert redact_lines(decoded.data).hits == 0
 
 
 def test_a_private_key_whose_newlines_are_json_escapes_is_redacted_whole() -> None:
@@ -120,6 +124,7 @@ def test_the_job_s_own_secret_is_found_by_its_digest_alone(text: str, hits: int)
     assert result.kinds.get("job-secret", 0) == hits, result.data
     assert (OWN.encode() in result.data) == (hits == 0)
     json.loads(result.data)
+    assert redact_lines(line(text), [digest]).data == result.data
     assert redact(line(text)).hits == 0, "without its digest the value is of no known format"
 
 

@@ -17,15 +17,18 @@ transcript line that was valid JSON stays valid JSON with the same structure: no
 or a backslash that is not part of an escape, so a hit never leaves the string it sits in (an
 ``Authorization`` header written as a JSON key keeps its key; only the value is replaced).
 
-A value that is JSON-escaped in the file is found as it stands there: a PEM block's newlines are the two
-characters ``\\n`` inside a transcript line, and a token right after an escape (``\\n``, ``\\t``,
-``\\u0020``) is not glued to the escape's letter.
+Here are the formats, the digests and the settling of hits (:func:`format_hits`, :class:`Wanted`,
+:func:`apply`); a transcript is read through its decoded view (``store/transcriptscan.py``) and decoded text
+is scanned with every form of a secret (``store/decoded.py``). :func:`redact` is the scan of bytes as they
+stand, JSON escapes understood only as neighbours: a token right after an escape (``\\n``, ``\\u0020``) is
+not glued to the escape's letter.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -166,44 +169,95 @@ def marker(kind: str) -> bytes:
     return b"[REDACTED:" + kind.encode() + b"]"
 
 
-def redact(data: bytes, secrets: Iterable[SecretDigest] = ()) -> Redacted:
-    """``data`` with every credential replaced by :func:`marker`, and the count of each kind.
+class Wanted:
+    """The job's secrets as the scan looks for them: lengths and digests, never a value."""
 
-    Idempotent: the result holds no hit, so scanning it again changes nothing. Hits that overlap (a token
-    inside an ``Authorization:`` header) count once, as the one that starts first.
-    """
-    wanted = {(s.length, s.sha256) for s in secrets if SECRET_MIN_LENGTH <= s.length <= SECRET_MAX_LENGTH}
-    hits: list[tuple[int, int, int, bytes, str]] = []  # start, -end, order, replacement, kind
+    def __init__(self, secrets: Iterable[SecretDigest]) -> None:
+        self.digests = {(s.length, s.sha256) for s in secrets if SECRET_MIN_LENGTH <= s.length <= SECRET_MAX_LENGTH}
+        self.lengths = frozenset(n for n, _ in self.digests)
+        self.longest = max(self.lengths, default=0)
+        self.shortest = min(self.lengths, default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self.digests)
+
+    def matches(self, value: bytes) -> bool:
+        """Whether ``value`` is one of the secrets: its length first, then its digest."""
+        n = len(value)
+        return n in self.lengths and (n, hashlib.sha256(DIGEST_DOMAIN + value).hexdigest()) in self.digests
+
+
+# A hit before overlaps are settled: (rank, variant, -end, order, start, kind, counted). ``rank`` is where the
+# match began (an ``Authorization`` header's name), ``start`` where the replaced span begins (its value); a hit
+# found in a decoded variant of the text (``variant`` 1) yields to one found in the text itself at the same
+# rank; ``counted`` is false for the second half of a secret split in two (one secret, one count).
+Hit = tuple[int, int, int, int, int, str, bool]
+SECRET_ORDER = len(_COMPILED)
+
+
+def format_hits(data: bytes, variant: int = 0) -> list[Hit]:
+    """Every credential of a common format in ``data``, unsettled."""
+    hits: list[Hit] = []
     for order, (kind, pattern) in enumerate(_COMPILED):
         for m in pattern.finditer(data):
             if kind in _NEEDS_START and not _clean_start(data, m.start()):
                 continue
             if kind in _SECRET_KINDS and not _plausible_key(m.group(0)):
                 continue
-            keep = data[m.start():m.start("auth")] if kind == "authorization-header" else b""
-            hits.append((m.start(), -m.end(), order, keep + marker(kind), kind))
-    if wanted:
-        lengths = {n for n, _ in wanted}
-        longest = max(lengths)
-        for m in _RUN.finditer(data):
-            run = m.group(0)
-            if len(run) > longest + 5:
-                continue
-            for cut in _cuts(data, m.start(), run):
-                rest = run[cut:]
-                if len(rest) in lengths and (len(rest), hashlib.sha256(DIGEST_DOMAIN + rest).hexdigest()) in wanted:
-                    hits.append((m.start() + cut, -m.end(), len(_COMPILED), marker("job-secret"), "job-secret"))
-                    break
+            start = m.start("auth") if kind == "authorization-header" else m.start()
+            hits.append((m.start(), variant, -m.end(), order, start, kind, True))
+    return hits
+
+
+def trimmed(data: bytes, hit: Hit, ends: list[int]) -> Hit:
+    """``hit`` cut back to the first of ``ends`` (sorted) at which its format still matches whole: in a variant
+    that joins lines, a greedy format (``ghs_`` takes up to 251) never swallows the start of the next line."""
+    rank, var, neg_end, order, start, kind, counted = hit
+    if order >= len(_COMPILED):
+        return hit
+    pattern = _COMPILED[order][1]
+    for end in ends[bisect_right(ends, rank):bisect_right(ends, -neg_end - 1)]:
+        if pattern.fullmatch(data, rank, end):
+            return (rank, var, -end, order, start, kind, counted)
+    return hit
+
+
+def apply(data: bytes, hits: list[Hit]) -> Redacted:
+    """``data`` with each settled hit replaced by :func:`marker`: sorted by rank, a hit that begins inside one
+    already replaced is dropped (it overlaps; the first, and at one rank the longest, wins)."""
     if not hits:
         return Redacted(data)
     hits.sort()
     kinds: Counter[str] = Counter()
     pieces, at = [], 0
-    for start, neg_end, _, replacement, kind in hits:
-        if start < at:
+    for rank, _, neg_end, _, start, kind, counted in hits:
+        if rank < at:
             continue  # inside a hit already redacted
-        pieces += [data[at:start], replacement]
+        pieces += [data[at:start], marker(kind)]
         at = -neg_end
-        kinds[kind] += 1
+        if counted:
+            kinds[kind] += 1
     pieces.append(data[at:])
     return Redacted(b"".join(pieces), kinds)
+
+
+def redact(data: bytes, secrets: Iterable[SecretDigest] = ()) -> Redacted:
+    """``data`` as it stands (no JSON decoding) with every credential replaced by :func:`marker`, and the
+    count of each kind: the scan of a transcript line that is not JSON (``store/transcriptscan.py`` decodes
+    the others first).
+
+    Idempotent: the result holds no hit, so scanning it again changes nothing. Hits that overlap (a token
+    inside an ``Authorization:`` header) count once, as the one that starts first.
+    """
+    wanted = Wanted(secrets)
+    hits = format_hits(data)
+    if wanted:
+        for m in _RUN.finditer(data):
+            run = m.group(0)
+            if len(run) > wanted.longest + 5:
+                continue
+            for cut in _cuts(data, m.start(), run):
+                if wanted.matches(run[cut:]):
+                    hits.append((m.start() + cut, 0, -m.end(), SECRET_ORDER, m.start() + cut, "job-secret", True))
+                    break
+    return apply(data, hits)

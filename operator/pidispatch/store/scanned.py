@@ -3,10 +3,12 @@
 The staged ``/session`` is the agent's: whatever it printed (a token, a key) is in its transcript and its
 handoff. Before a promotion the operator writes, beside the Job's ``session/`` directory, ``scanned/``:
 
-``current.jsonl``  the staged transcript, scanned line block by line block (``store/redact.py``); every
-                   line that was valid JSON still is, with the same structure, so pi resumes it.
+``current.jsonl``  the staged transcript, scanned line block by line block through its decoded view
+                   (``store/transcriptscan.py``); every line that was valid JSON still is, with the same
+                   structure, so pi resumes it.
 ``handoff.json``   the staged handoff, each text field scanned after JSON decoding (so an escape such as
-                   ``\\u0067hp_`` hides nothing), written back as JSON; absent when the staged one is.
+                   ``\\u0067hp_`` hides nothing, ``store/decoded.py``), written back as JSON; absent when
+                   the staged one is.
 
 The copy is durable (fsync of each file and of the directory) before the journal's ``started`` record
 names it (``store/journal.py``), so a crash after that point promotes this copy and no other, and a
@@ -26,7 +28,9 @@ from typing import Any
 
 from pidispatch.record import SessionReason as R
 from pidispatch.store import agenttext, fsio, handoff, handoffdir, sidecars
-from pidispatch.store.redact import SecretDigest, redact
+from pidispatch.store.decoded import redact_text
+from pidispatch.store.redact import SecretDigest
+from pidispatch.store.transcriptscan import redact_lines
 
 SCANNED = "scanned"
 # Lines are scanned in blocks of about this size (a hit never spans a newline: the transcript is JSON lines,
@@ -138,7 +142,7 @@ def _scan_file(src: int, dir_fd: int, secrets: tuple[SecretDigest, ...], kinds: 
 
 
 def _write_scanned(dst: int, data: bytes, secrets: tuple[SecretDigest, ...], kinds: Counter[str]) -> None:
-    result = redact(data, secrets)
+    result = redact_lines(data, secrets)
     kinds.update(result.kinds)
     fsio.write_all(dst, result.data)
 
@@ -171,7 +175,7 @@ def _scan_value(value: Any, secrets: tuple[SecretDigest, ...], kinds: Counter[st
         # Scanned as it will be rendered: what the rendering removes (a control character, an escape sequence,
         # a lone surrogate) could otherwise split a token here and join it in the letter (agenttext.clean).
         value = agenttext.clean(value)
-        result = redact(value.encode("utf-8"), secrets)
+        result = redact_text(value.encode("utf-8", "surrogatepass"), secrets)
         kinds.update(result.kinds)
         return result.data.decode("utf-8") if result.hits else value
     if isinstance(value, dict):
