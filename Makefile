@@ -83,16 +83,22 @@ github-schemas: $(GITHUB_SCHEMAS_DIR)/node_modules/.installed
 images:
 	bash e2e/images/build.sh
 
+# Debian packages a target needs, installed when missing and root; otherwise it says what is missing and what
+# follows. $(call apt_ensure,<what>,<packages>,<what follows when not root>)
+define apt_ensure
+@missing=""; for p in $(2); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
+  grep -q '^install ok installed$$' || missing="$$missing $$p"; done; \
+if [ -z "$$missing" ]; then echo "$(1): present"; \
+elif [ "$$(id -u)" = 0 ]; then echo "$(1): installing$$missing"; apt-get update -qq && \
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+else echo "$(1) missing:$$missing (not root: $(3))"; fi
+endef
+
 # The packages of a real node (e2e/realnode.py): installed when missing and root; otherwise the real-node
 # tests say what is missing and are skipped (PIDISPATCH_REQUIRE_REAL_NODE=1 makes that a failure, as in CI).
 NODE_PACKAGES := containerd runc containernetworking-plugins iptables gcc libc6-dev
 node:
-	@missing=""; for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
-	  grep -q '^install ok installed$$' || missing="$$missing $$p"; done; \
-	if [ -z "$$missing" ]; then echo "node packages: present"; \
-	elif [ "$$(id -u)" = 0 ]; then echo "node packages: installing$$missing"; apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	else echo "node packages missing:$$missing (not root: the real-node tests will be skipped)"; fi
+	$(call apt_ensure,node packages,$(NODE_PACKAGES),the real-node tests will be skipped)
 
 # The host tools the end-to-end tests run directly (e2e/hosttools.py): job Pods on the test kubelet use this
 # machine's git and gh, as the job image carries its own. Installed when missing and root; otherwise the tests that
@@ -100,12 +106,7 @@ node:
 HOST_TOOLS := git gh
 .PHONY: tools
 tools:
-	@missing=""; for p in $(HOST_TOOLS); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | \
-	  grep -q '^install ok installed$$' || missing="$$missing $$p"; done; \
-	if [ -z "$$missing" ]; then echo "host tools: present"; \
-	elif [ "$$(id -u)" = 0 ]; then echo "host tools: installing$$missing"; apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	else echo "host tools missing:$$missing (not root: the tests that run them will be skipped)"; fi
+	$(call apt_ensure,host tools,$(HOST_TOOLS),the tests that run them will be skipped)
 
 # The release rehearsed on this machine (e2e/rehearsal.py, docs/releasing.md): .github/workflows/release.yml's steps
 # against a registry on loopback (both images pushed by digest, an SBOM of each, cosign signatures and SPDX
