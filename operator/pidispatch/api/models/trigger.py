@@ -124,9 +124,10 @@ class TriggerRun(ApiModel):
     # command and replicas act; command's form is checked at load, not here (as flow's): a narrower pattern would
     # refuse every write of a Trigger stored before (docs/crd-policy.md).
     flow: Annotated[str | None, Field(max_length=253, description=(
-        "The repository's pi skill the job runs: .pi/skills/<flow>/SKILL.md at the commit the job checks "
-        "out, invoked as the prompt with the event's text as its arguments (pi's /skill:<flow>). A job whose "
-        "commit lacks it, or on a fork's pull request, is refused before pi starts. A pi skill's name "
+        "The repository's pi skill the job runs: .pi/skills/<flow>/SKILL.md at the default branch's tip (never "
+        "a pull request's head or the job's own branch), invoked as the prompt with the event's text as its "
+        "arguments (pi's /skill:<flow>). A job whose default branch lacks it, or on a fork's pull request, is "
+        "refused before pi starts. A pi skill's name "
         "(lowercase letters, digits, single hyphens, 64 at most), checked when the Trigger loads."))] = None
     # Typed boolean: CEL cannot see a field without a type, so a non-boolean value is refused by the
     # apiserver's own type check ("spec.run.resume ... must be of type boolean").
