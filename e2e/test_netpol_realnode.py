@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -204,11 +205,16 @@ def test_the_job_pod_reaches_the_gateway_and_nothing_else_while_the_policy_is_ap
         seen.update(probes())
         return all((seen[n] == "ok") == (n in allowed) for n in targets)
 
-    wait_until("the job Pod's egress limited to the gateway", enforced, timeout=90, interval=2)
+    try:
+        wait_until("the job Pod's egress limited to the gateway", enforced, timeout=90, interval=2)
+    except TimeoutError:
+        pytest.fail(f"the policy is not enforced: from the job Pod {seen} (only {sorted(allowed)} should connect)")
     refused = {n: seen[n] for n in targets if n not in allowed}
     assert all(v in ("ConnectionRefusedError", "TimeoutError") for v in refused.values()), seen
+    print(f"[netpol] with the policy, from the job Pod: {seen}", file=sys.stderr)
 
     kube.delete(f"{path}/{policy['metadata']['name']}")
     wait_until("every connection succeeding again without the policy", lambda: probes() == everything, timeout=90,
                interval=2)
+    print(f"[netpol] without it: {everything}", file=sys.stderr)
     kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
