@@ -25,9 +25,8 @@ from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
-from pidispatch.forge.credentials import token_secret_name
 from pidispatch.jobflow.pod import pod_env
-from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod
+from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod, token_secret_name
 from pidispatch.store.staging import session_subpath
 from testkit.wait import wait_until
 
@@ -43,6 +42,7 @@ TRIGGER_IMAGE = "registry.example/team/job:1"  # jobPodPolicy.images: what a Tri
 JOB_COMMAND = ["pidispatch", "runner"]  # job.command (the chart's default)
 JOB_ENV = {"PI_OFFLINE": "1"}  # job.env
 POLICY_DENIED = "denied request"
+RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
 # Every event and run fact the operator's jobflow/pod.py writes (each optional one set), as it writes them.
 OPERATOR_ENV = pod_env("job-1", JobSpec(trigger="t", forge="github", repository="acme/widgets", issue=1, pullRequest=2),
                        TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": {
@@ -61,8 +61,11 @@ def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFac
                 "--set", f"jobPodPolicy.images[0]={TRIGGER_IMAGE}", "--set-json", f"job.env={json.dumps(JOB_ENV)}")
         # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
         wait_until("the policy in force", lambda: refuses(cluster, ns), timeout=30)
+        # A RuntimeClass that exists (the apiserver refuses a Pod naming one that does not before any policy).
+        kube.create(RUNTIME_CLASSES, {"metadata": {"name": f"{ns}-runc"}, "handler": "runc"})
         yield ns
     finally:
+        kube.delete_ignore_missing(f"{RUNTIME_CLASSES}/{ns}-runc")
         helm(cluster, home, "uninstall", RELEASE, "--namespace", ns, check=False)
         kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
@@ -92,7 +95,8 @@ def job_shaped(namespace: str, uid: str, **extra: Any) -> dict[str, Any]:
         job_name=f"job-{uid[:8]}", job_uid=uid, namespace=namespace, image=JOB_IMAGE,
         command=JOB_COMMAND, env={**JOB_ENV, **OPERATOR_ENV}, staging_claim=STAGING,
         session_subpath=session_subpath(uid),
-        github_token=(token_secret_name(uid), "token"), credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")},
+        github_token=(token_secret_name(f"job-{uid[:8]}", uid), "token"),
+        credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")},
         resources={"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "12Gi"}},
         workspace=WorkspaceInputs(ca_bundle_configmap=CA_CONFIGMAP), workspace_size_limit=("10Gi", 10 * 2**30),
         release=RELEASE, **extra))
@@ -118,7 +122,27 @@ def _other_secret_env(pod: dict[str, Any]) -> None:
 
 def _another_jobs_token(pod: dict[str, Any]) -> None:
     container(pod)["env"].append({"name": "STOLEN", "valueFrom": {
-        "secretKeyRef": {"name": token_secret_name(str(uuid.uuid4())), "key": "token"}}})
+        "secretKeyRef": {"name": token_secret_name("other", str(uuid.uuid4())), "key": "token"}}})
+
+
+def _claimed_owner(pod: dict[str, Any]) -> None:
+    """The finding: an ownerReference is whatever its maker writes. This Pod names another (live) Job's uid as its
+    owner and reads that Job's token Secret; the Secret is named after that Job's Pod, which this one is not."""
+    victim = str(uuid.uuid4())
+    pod["metadata"]["ownerReferences"][0]["uid"] = victim
+    # The staged session's subPath follows the claimed uid, and the policy admits it: see docs/security.md.
+    [mount] = [m for m in container(pod)["volumeMounts"] if m["name"] == "session"]
+    mount["subPath"] = session_subpath(victim)
+    [token] = [e for e in container(pod)["env"] if e["name"] == "GH_TOKEN"]
+    token["valueFrom"]["secretKeyRef"]["name"] = token_secret_name("victim", victim)
+
+
+def _made_up_uid(pod: dict[str, Any]) -> None:  # not a uid the apiserver makes
+    pod["metadata"]["ownerReferences"][0]["uid"] = "made-up"
+
+
+def _not_named_after_its_job(pod: dict[str, Any]) -> None:
+    pod["metadata"]["name"] = "pij-someone-else"
 
 
 def _secret_volume(pod: dict[str, Any]) -> None:
@@ -208,6 +232,23 @@ def _other_service_account(pod: dict[str, Any]) -> None:
     pod["spec"]["serviceAccountName"] = FULLNAME
 
 
+def _runtime_class(pod: dict[str, Any]) -> None:  # one without the sandbox job.runtimeClassName would give
+    pod["spec"]["runtimeClassName"] = f"{pod['metadata']['namespace']}-runc"
+
+
+def _system_priority(pod: dict[str, Any]) -> None:  # preempts what keeps the cluster running
+    pod["spec"]["priorityClassName"] = "system-node-critical"
+
+
+def _host_aliases(pod: dict[str, Any]) -> None:  # the forge's name to another address
+    pod["spec"]["hostAliases"] = [{"ip": "192.0.2.1", "hostnames": ["github.com", "api.github.com"]}]
+
+
+def _dns_config(pod: dict[str, Any]) -> None:
+    pod["spec"]["dnsPolicy"] = "None"
+    pod["spec"]["dnsConfig"] = {"nameservers": ["192.0.2.53"]}
+
+
 def _selinux(pod: dict[str, Any]) -> None:
     container(pod)["securityContext"]["seLinuxOptions"] = {"type": "spc_t"}
 
@@ -271,6 +312,9 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("the store claim", _other_claim, "mounts only emptyDirs"),
     ("a ServiceAccount token", _service_account_token, "no ServiceAccount token"),
     ("no Job owning it", _no_owner, "only job Pods"),
+    ("another Job's uid as its owner, reading that Job's token", _claimed_owner, "reads only its own token Secret"),
+    ("an owner uid of no apiserver's shape", _made_up_uid, "only job Pods"),
+    ("a name not its Job's", _not_named_after_its_job, "named after its Job"),
     # Issue 40: what the job container runs, where, and as what.
     ("another image", _other_image, "runs only the job image"),
     ("another command", _other_command, "runs only the job image"),
@@ -279,6 +323,10 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("a lifecycle hook", _lifecycle_hook, "runs only the job image"),
     ("a second container", _second_container, "runs only the job image"),
     ("a nodeName", _node_name, "no nodeName"),
+    ("another runtime class", _runtime_class, "runs with job.runtimeClassName"),
+    ("a system priority class", _system_priority, "runs with job.runtimeClassName"),
+    ("host aliases", _host_aliases, "resolves names by the cluster's DNS"),
+    ("its own DNS", _dns_config, "resolves names by the cluster's DNS"),
     ("another ServiceAccount", _other_service_account, "no ServiceAccount token"),
     ("a container SELinux type", _selinux, "no SELinux options"),
     ("a Pod SELinux type", _pod_selinux, "no SELinux options"),
@@ -317,7 +365,7 @@ def test_a_job_pod_with_every_literal_the_operator_writes_is_allowed(cluster: Cl
     pod = job_pod(PodInputs(
         job_name="full", job_uid=uid, namespace=namespace, image=TRIGGER_IMAGE, command=JOB_COMMAND,
         env={**JOB_ENV, **OPERATOR_ENV}, staging_claim=STAGING, session_subpath=session_subpath(uid),
-        host_resume=True, rethread="lineage", github_token=(token_secret_name(uid), "token"),
+        host_resume=True, rethread="lineage", github_token=(token_secret_name("full", uid), "token"),
         credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")}, run_secrets=(RUN_SECRET,),
         workspace=WorkspaceInputs(
             checkout={"url": "https://ghe.example/acme/w.git", "ref": "main", "sha": "0" * 40, "branch": "pi/i-1"},

@@ -22,8 +22,7 @@ import pytest
 from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
-from pidispatch.forge.credentials import token_secret_name
-from pidispatch.manifests.pod import job_token_secret, job_transfer_secret
+from pidispatch.manifests.pod import job_token_secret, job_transfer_secret, token_secret_name
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -58,8 +57,8 @@ def operator_client(cluster: Cluster, namespace: str) -> Kube:
 
 def token_secret(namespace: str, uid: str) -> dict[str, Any]:
     """The operator's own per-job token Secret (jobflow/pod.py job_token)."""
-    return job_token_secret(f"job-{uid[:8]}", uid, namespace, token_secret_name(uid), "ghs_" + "x" * 36,
-                            "2030-01-01T00:00:00Z")
+    job = f"job-{uid[:8]}"
+    return job_token_secret(job, uid, namespace, token_secret_name(job, uid), "ghs_" + "x" * 36, "2030-01-01T00:00:00Z")
 
 
 def create(kube: Kube, secret: dict[str, Any]) -> Any:
@@ -99,7 +98,16 @@ def _chart_secret_name(secret: dict[str, Any]) -> None:
 
 
 def _another_jobs_name(secret: dict[str, Any]) -> None:
-    secret["metadata"]["name"] = token_secret_name(str(uuid.uuid4()))
+    secret["metadata"]["name"] = token_secret_name("other", str(uuid.uuid4()))
+
+
+def _another_jobs_pod(secret: dict[str, Any]) -> None:  # its own Job's uid, another Job's Pod's name
+    secret["metadata"]["name"] = token_secret_name("other", secret["metadata"]["ownerReferences"][0]["uid"])
+
+
+def _made_up_uid(secret: dict[str, Any]) -> None:  # named consistently, but after no uid the apiserver makes
+    secret["metadata"]["ownerReferences"][0]["uid"] = "made-up"
+    secret["metadata"]["name"] = token_secret_name(secret["metadata"]["ownerReferences"][0]["name"], "made-up")
 
 
 def _no_owner(secret: dict[str, Any]) -> None:
@@ -111,8 +119,8 @@ def _mutable(secret: dict[str, Any]) -> None:
 
 
 def _transfer_without_transfer(secret: dict[str, Any]) -> None:  # sessions.staging.mode is mount here
-    uid = secret["metadata"]["ownerReferences"][0]["uid"]
-    secret.update(job_transfer_secret("j", uid, secret["metadata"]["namespace"], "0" * 64))
+    owner = secret["metadata"]["ownerReferences"][0]
+    secret.update(job_transfer_secret(owner["name"], owner["uid"], secret["metadata"]["namespace"], "0" * 64))
 
 
 REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
@@ -121,6 +129,8 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("another name", _other_name, "named after the Job that owns it"),
     ("the chart's token Secret's name", _chart_secret_name, "named after the Job that owns it"),
     ("another Job's token name", _another_jobs_name, "named after the Job that owns it"),
+    ("another Job's Pod's name", _another_jobs_pod, "named after the Job that owns it"),
+    ("an owner uid of no apiserver's shape", _made_up_uid, "named after the Job that owns it"),
     ("no Job owning it", _no_owner, "named after the Job that owns it"),
     ("a transfer Secret in mount mode", _transfer_without_transfer, "named after the Job that owns it"),
     ("a mutable Secret", _mutable, "immutable"),

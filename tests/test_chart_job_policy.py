@@ -11,9 +11,16 @@ from typing import Any
 
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
-from pidispatch.forge.credentials import token_secret_name
 from pidispatch.jobflow.pod import pod_env
-from pidispatch.manifests.pod import PodInputs, TransferInputs, WorkspaceInputs, job_pod
+from pidispatch.manifests.pod import (
+    PodInputs,
+    TransferInputs,
+    WorkspaceInputs,
+    job_pod,
+    pod_name,
+    token_secret_name,
+    transfer_secret_name,
+)
 from pidispatch.transfer import protocol as transfer_protocol
 from testkit.chart import FULLNAME, NAMESPACE, POD_POLICY, SECRET_POLICY, STORE_ON, kinds, one, render
 
@@ -79,8 +86,14 @@ def test_the_secret_policy_is_on_with_the_pod_policy_and_bound_to_the_operator(h
     assert not kinds(render(helm, {"jobPodPolicy.enabled": False}), "ValidatingAdmissionPolicy")
 
 
-def test_the_secret_policy_names_the_operators_per_job_secrets(helm: Any) -> None:
-    mount = variables(one(render(helm, STORE_ON), "ValidatingAdmissionPolicy", SECRET_POLICY))
-    assert json.loads(mount["prefixes"]) == [token_secret_name("")]
+def test_the_policies_name_the_operators_per_job_secrets(helm: Any) -> None:
+    """<the Pod's name>-<purpose>-<the Job's uid>: what both policies build the names from."""
+    uid = "0b3c2a9e-5d1f-4c6e-9a7b-1e2d3c4b5a69"
+    assert token_secret_name("j", uid) == f"{pod_name('j')}-token-{uid}"
+    assert transfer_secret_name("j", uid) == f"{pod_name('j')}-transfer-{uid}"
+    mount = render(helm, STORE_ON)
+    assert json.loads(variables(one(mount, "ValidatingAdmissionPolicy", SECRET_POLICY))["purposes"]) == ["token"]
+    assert variables(one(mount, "ValidatingAdmissionPolicy", POD_POLICY))["secrets"].startswith(
+        "[object.metadata.name + '-token-' + variables.job]")
     transfer = variables(one(render(helm, TRANSFER_ON), "ValidatingAdmissionPolicy", SECRET_POLICY))
-    assert json.loads(transfer["prefixes"]) == [token_secret_name(""), transfer_protocol.secret_name("")]
+    assert json.loads(transfer["purposes"]) == ["token", "transfer"]

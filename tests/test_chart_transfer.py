@@ -126,7 +126,8 @@ def test_the_pod_policy_allows_the_jobs_own_transfer_secret_and_the_ca_but_no_cl
     docs = render(helm, TRANSFER_ON)
     policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    assert variables["secrets"] == "['pi-job-token-' + variables.job, 'pi-job-transfer-' + variables.job] + []"
+    assert variables["secrets"] == ("[object.metadata.name + '-token-' + variables.job, "
+                                    "object.metadata.name + '-transfer-' + variables.job] + []")
     assert variables["configMaps"] == f'["{TRANSFER}-ca"]'
     volumes_rule = next(v["expression"] for v in policy["spec"]["validations"] if "claimName ==" in v["expression"])
     assert "claimName == ''" in volumes_rule, "in transfer mode job Pods mount no claim at all"
