@@ -378,6 +378,16 @@ def test_a_job_pod_with_every_literal_the_operator_writes_is_allowed(cluster: Cl
     create(operator_client(cluster, namespace), pod)
 
 
+def test_a_job_pod_of_a_long_job_name_reads_its_own_token_secret(cluster: Cluster, namespace: str) -> None:
+    """A Job name too long for ``pij-<name>`` gives a cut and hashed Pod name (manifests/pod.py pod_name); its
+    token Secret is named after that, and the policy admits it by the Pod's own name."""
+    uid, name = str(uuid.uuid4()), "long-" + "x" * 90
+    pod = job_pod(PodInputs(job_name=name, job_uid=uid, namespace=namespace, image=JOB_IMAGE, command=JOB_COMMAND,
+                            github_token=(token_secret_name(name, uid), "token")))
+    assert pod["metadata"]["name"] != f"pij-{name}"
+    create(operator_client(cluster, namespace), pod)
+
+
 def test_a_job_pod_without_a_session_or_checkout_is_allowed(cluster: Cluster, namespace: str) -> None:
     uid = str(uuid.uuid4())
     pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image=JOB_IMAGE,

@@ -151,6 +151,14 @@ def test_the_operators_token_secret_is_allowed(cluster: Cluster, namespace: str)
     assert created["type"] == "Opaque" and created["metadata"]["name"] == secret["metadata"]["name"]
 
 
+def test_the_token_secret_of_a_long_job_name_is_allowed(cluster: Cluster, namespace: str) -> None:
+    """Named after the cut and hashed Pod name (manifests/pod.py pod_name), which CEL cannot redo: held by its
+    ``pij-`` prefix and its ``-token-<uid>`` suffix."""
+    uid, name = str(uuid.uuid4()), "long-" + "x" * 90
+    create(operator_client(cluster, namespace), job_token_secret(
+        name, uid, namespace, token_secret_name(name, uid), "ghs_" + "x" * 36, "2030-01-01T00:00:00Z"))
+
+
 @pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in REFUSED], ids=[i for i, _, _ in REFUSED])
 def test_a_secret_outside_the_per_job_shape_is_refused_with_the_policys_message(
         cluster: Cluster, namespace: str, change: Callable[[dict[str, Any]], None], message: str) -> None:
