@@ -135,6 +135,8 @@ def release(node: Cluster, kube: Kube, forge: FakeGitHubAPI, model: ScriptedMode
         "job": {"image": f"{registry.host}/{REPOSITORY}:{TAGS[0]}", "imagePullSecrets": [{"name": PULL_SECRET}],
                 "modelsConfigMap": "pi-models", "startTimeoutSeconds": 20,
                 "git": {"name": "pi-node[bot]", "email": "pi-node[bot]@users.noreply.github.com"}},
+        # each case's Trigger names its own tag (run.image): the job Pod policy admits exactly these
+        "jobPodPolicy": {"images": [f"{registry.host}/{REPOSITORY}:{tag}" for tag in TAGS[1:]]},
         "github": {"authSource": "app", "apiUrl": forge.url, "webUrl": forge.web_url, "timeoutSeconds": 5,
                    "caBundle": {"configMap": "forge-ca"},
                    "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}},
