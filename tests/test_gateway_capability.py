@@ -1,4 +1,5 @@
-"""The gateway capability (operator/pidispatch/gateway/capability.py): minted by the operator, checked by the gateway."""
+"""The gateway capability (operator/pidispatch/gateway/capability.py): minted by the operator, checked by
+the gateway."""
 
 from __future__ import annotations
 
