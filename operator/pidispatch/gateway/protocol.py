@@ -52,7 +52,9 @@ ENV_URL = "PI_GATEWAY_URL"  # https://<service>.<namespace>.svc (no port: 443)
 ENV_TOKEN = "PI_GATEWAY_TOKEN"  # the capability
 ENV_PROXY = "PI_GATEWAY_PROXY"  # http://<service>.<namespace>.svc:3128 (the runner adds the credentials)
 ENV_CA_FILE = "PI_GATEWAY_CA_FILE"  # the CA that signed the gateway's certificate
-ENVS = (ENV_URL, ENV_TOKEN, ENV_PROXY, ENV_CA_FILE)
+ENV_MODELS_FILE = "PI_MODELS_FILE"  # the deployment's models.json, read-only; the runner routes it into pi's agent dir
+ENVS = (ENV_URL, ENV_TOKEN, ENV_PROXY, ENV_CA_FILE, ENV_MODELS_FILE)
+MODELS_DIR = "/etc/pi-dispatch/models"  # where the job Pod mounts the deployment's models.json behind the gateway
 
 SECRET_PREFIX = "pi-job-gateway-"
 SECRET_KEY = "capability"

@@ -26,6 +26,7 @@ from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
 from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.jobflow.capability import gateway_inputs, job_claims
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import (
@@ -322,6 +323,11 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
     deadline, capped = token_capped_deadline(run.timeoutSeconds or settings.job_timeout_seconds or None,
                                              token.expires_at if token is not None else None, time.time(),
                                              settings.job_start_timeout_seconds)
+    credentials = job_credentials(settings, run)
+    gateway = None
+    if settings.gateway is not None:  # the capability instead of every credential (docs/gateway.md)
+        gateway = gateway_inputs(settings, cluster, job_claims(settings, cluster.ns, job, trigger, token, credentials,
+                                                               deadline, time.time()))
     manifest = job_pod(PodInputs(
         job_name=job.name, job_uid=job.uid, namespace=cluster.ns,
         image=run.image or settings.job_image, command=list(settings.job_command),
@@ -332,10 +338,10 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         rethread=host.reason if host is not None and host.mounted and host.rethread else None,
         rethread_pct=settings.store.rethread_pct,
         run_as_user=job_pod_uid(),
-        github_token=(token.secret, token.key) if token is not None else None,
+        github_token=(token.secret, token.key) if token is not None and gateway is None else None,
         active_deadline_seconds=deadline,
         resources=job_resources(settings, run),
-        credentials=job_credentials(settings, run),
+        credentials=credentials if gateway is None else {},
         run_secrets=tuple(run.secrets or ()),
         models_configmap=settings.job_models_configmap,
         workspace=workspace_inputs(settings, spec.repository, checkout, moved),
@@ -345,6 +351,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         trigger_node_selector=dict(run.nodeSelector or {}),
         trigger_tolerations=tuple(t.model_dump(exclude_none=True) for t in run.tolerations or ()),
         transfer=transfer,
+        gateway=gateway,
     ))
     try:
         created = cluster.api.create(cluster.pods(), manifest)
