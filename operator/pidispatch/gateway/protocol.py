@@ -19,7 +19,8 @@ which ``gh`` needs to match it) with three path spaces, and a plain-HTTP CONNECT
 ``/healthz`` (liveness), ``/readyz`` (readiness) and ``/metrics`` (Prometheus) are on ``METRICS_PORT``,
 never on the port jobs reach.
 
-Refusals answer ``403`` (or ``429`` over the token budget) with ``X-Pi-Gateway-Refusal: <reason>`` and a
+Refusals answer ``403`` (``401`` without a valid capability; a spent budget is a 403 too: clients retry a
+429) with ``X-Pi-Gateway-Refusal: <reason>`` and a
 JSON body ``{"error": {"type": "pi_gateway_refusal", "reason": ..., "message": ...}}`` that the OpenAI and
 Anthropic clients both surface as the error's message.
 """

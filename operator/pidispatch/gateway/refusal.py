@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 
-from pidispatch.gateway.protocol import REFUSAL_HEADER, REFUSED_BUDGET
+from pidispatch.gateway.protocol import REFUSAL_HEADER
 
 
 def status_of(reason: str) -> int:
-    """429 over the token budget (clients then stop, they do not retry a 403), 401 without a valid capability,
-    else 403."""
-    if reason == REFUSED_BUDGET:
-        return 429
+    """401 without a valid capability, else 403 — a spent token budget included: the OpenAI and Anthropic
+    clients (and pi's own retry) retry a 429 as a passing rate limit, and a budget does not come back."""
     if reason in ("no-capability", "bad-capability"):
         return 401
     return 403

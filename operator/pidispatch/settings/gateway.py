@@ -1,4 +1,4 @@
-"""What the operator needs to send jobs through the gateway (docs/gateway.md#deploying).
+"""What the operator needs to send jobs through the gateway (docs/gateway.md#inside-the-job).
 
 All or nothing: ``PI_DISPATCH_GATEWAY_URL`` set means every job Pod reaches out only through the gateway
 and holds no model key and no forge token, so the rest (the proxy, the CA jobs verify the gateway with,
