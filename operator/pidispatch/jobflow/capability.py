@@ -16,10 +16,12 @@ from pidispatch.forge.credentials import JobToken
 from pidispatch.gateway import capability as gateway_capability
 from pidispatch.gateway import protocol as gateway_protocol
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.pod import job_credentials, token_capped_deadline
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import GatewayInputs, job_gateway_secret
 from pidispatch.settings import OperatorSettings
 from pidispatch.settings.gateway import EXPIRY_MARGIN_SECONDS, NO_TIMEOUT_SECONDS
+from pidispatch.store.redact import SecretDigest, digest_of
 
 
 def job_claims(settings: OperatorSettings, namespace: str, job: JobView, trigger: TriggerSpec,
@@ -47,10 +49,23 @@ def job_claims(settings: OperatorSettings, namespace: str, job: JobView, trigger
     )
 
 
+def mint_capability(settings: OperatorSettings, cluster: Cluster, job: JobView, trigger: TriggerSpec,
+                    token: JobToken | None, now: float) -> tuple[GatewayInputs, SecretDigest | None]:
+    """The Job's capability in its own Secret, how its Pod reaches the gateway, and the capability's digest:
+    the operator's own knowledge of the one secret the job holds, for the scan before a promotion
+    (``store/redact.py``), whatever the runner reports. Raises ``ApiError``."""
+    deadline, _ = token_capped_deadline(trigger.run.timeoutSeconds or settings.job_timeout_seconds or None,
+                                        token.expires_at if token is not None else None, now,
+                                        settings.job_start_timeout_seconds)
+    claims = job_claims(settings, cluster.ns, job, trigger, token, job_credentials(settings, trigger.run),
+                        deadline, now)
+    return gateway_inputs(settings, cluster, claims)
+
+
 def gateway_inputs(settings: OperatorSettings, cluster: Cluster, claims: gateway_capability.Claims
-                   ) -> GatewayInputs:
-    """Mint ``claims`` into the Job's own Secret (replacing an earlier attempt's) and say how its Pod reaches
-    the gateway. Raises ``ApiError``."""
+                   ) -> tuple[GatewayInputs, SecretDigest | None]:
+    """Mint ``claims`` into the Job's own Secret (replacing an earlier attempt's); how its Pod reaches the
+    gateway, and the capability's digest. Raises ``ApiError``."""
     gateway = settings.gateway
     if gateway is None:
         raise ValueError("no gateway is configured")
@@ -64,4 +79,5 @@ def gateway_inputs(settings: OperatorSettings, cluster: Cluster, claims: gateway
             raise
         cluster.api.delete(f"{cluster.secrets()}/{name}")
         cluster.api.create(cluster.secrets(), secret)
-    return GatewayInputs(url=gateway.url, proxy=gateway.proxy, ca_configmap=gateway.ca_configmap, secret=name)
+    return (GatewayInputs(url=gateway.url, proxy=gateway.proxy, ca_configmap=gateway.ca_configmap, secret=name),
+            digest_of(value))

@@ -26,11 +26,11 @@ from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
 from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
 from pidispatch.forge.github import Forge, GitHubError
-from pidispatch.jobflow.capability import gateway_inputs, job_claims
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import (
     TOKEN_SECRET_KEY,
+    GatewayInputs,
     PodInputs,
     TransferInputs,
     WorkspaceInputs,
@@ -309,8 +309,9 @@ def transfer_inputs(settings: OperatorSettings, cluster: Cluster, job: JobView) 
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigger: TriggerSpec,
                host: HostRecord | None, token: JobToken | None, checkout: Checkout | None = None,
-               moved: Moved | None = None) -> dict[str, Any]:
+               moved: Moved | None = None, gateway: GatewayInputs | None = None) -> dict[str, Any]:
     """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise.
+    ``gateway``: the Job's capability was minted (``capability.py``) and the Pod holds no other credential.
 
     ``job``'s spec is valid (the admission refused it otherwise)."""
     spec = job.spec
@@ -324,10 +325,6 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
                                              token.expires_at if token is not None else None, time.time(),
                                              settings.job_start_timeout_seconds)
     credentials = job_credentials(settings, run)
-    gateway = None
-    if settings.gateway is not None:  # the capability instead of every credential (docs/gateway.md)
-        gateway = gateway_inputs(settings, cluster, job_claims(settings, cluster.ns, job, trigger, token, credentials,
-                                                               deadline, time.time()))
     manifest = job_pod(PodInputs(
         job_name=job.name, job_uid=job.uid, namespace=cluster.ns,
         image=run.image or settings.job_image, command=list(settings.job_command),
