@@ -660,6 +660,14 @@ class FakeGitHubAPI(GraphQLAnswers):
             with self._lock:
                 issued.revoked = True
             return 204, None, {}, 0.0
+        if method == "GET" and parts == ["user"]:  # who the token is (gh api user)
+            if kind not in ("installation", "pat"):
+                return bad_credentials
+            login = BOT_LOGIN if kind == "installation" else "token-owner"
+            return 200, {**self._user(login, bot=kind == "installation"), "name": None, "company": None, "blog": "",
+                         "location": None, "email": None, "hireable": None, "bio": None, "public_repos": 0,
+                         "public_gists": 0, "followers": 0, "following": 0, "created_at": objects.EPOCH,
+                         "updated_at": objects.EPOCH, "user_view_type": "public"}, {}, 0.0
         if len(parts) < 3 or parts[0] != "repos":
             return not_found
         repo = f"{parts[1]}/{parts[2]}"
