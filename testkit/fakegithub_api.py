@@ -173,6 +173,7 @@ class FakeGitHubAPI(GraphQLAnswers):
     prefix: str = ""  # "/api/v3": GitHub Enterprise's layout (REST under the prefix, git at the root)
     issues: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (title, body)
     graphql: list[dict[str, Any]] = field(default_factory=list)  # every GraphQL request body, in order
+    headers_seen: list[dict[str, str]] = field(default_factory=list)  # every request's headers as received
     # Every request GitHub's description refuses and every answer it does not allow (docs/github-contracts.md).
     violations: list[ContractError] = field(default_factory=list)
     # A lagging answer: GET git/ref/<ref> names this commit whatever the repository says (a replica
@@ -543,6 +544,8 @@ class FakeGitHubAPI(GraphQLAnswers):
         serve_git(h, self.repos, repo, rest, query, body, user)
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.headers_seen.append(dict(h.headers.items()))
         split = urlsplit(h.path)
         target = git_path(split.path) if self.repos is not None else None
         if target is not None:
