@@ -151,7 +151,7 @@ async def check(claims: Claims, body: Any, lookup: NodeLookup) -> Refusal | None
     """``None`` when the GraphQL request ``body`` (the decoded JSON) may go upstream, else why not."""
     if not isinstance(body, dict) or not isinstance(body.get("query"), str):
         return Refusal(REFUSED_UNCHECKED, "a GraphQL request is a JSON object with a query string")
-    variables = body.get("variables") or {}
+    variables = {} if body.get("variables") is None else body["variables"]
     if not isinstance(variables, dict):
         return Refusal(REFUSED_UNCHECKED, "the request's variables are not an object")
     try:
