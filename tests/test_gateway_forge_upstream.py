@@ -159,3 +159,18 @@ def test_git_gets_the_token_as_basic_x_access_token(hostile: tuple[Hostile, Forg
     assert conn.getresponse().status == 200
     expected = base64.b64encode(f"x-access-token:{TOKEN}".encode()).decode()
     assert forge.seen[-1]["Authorization"] == f"Basic {expected}"
+
+
+def test_a_graphql_body_with_a_key_given_twice_is_refused_unforwarded(hostile: tuple[Hostile, ForgeGateway, str]
+                                                                      ) -> None:
+    """Which ``query`` would the forge read, the first or the second? The gateway does not guess."""
+    forge, gateway, capability = hostile
+    context = ssl.create_default_context(cafile=str(gateway.ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", gateway.port, context=context, timeout=30)
+    body = (b'{"query": "{ repository(owner: \\"acme\\", name: \\"widgets\\") { id } }", '
+            b'"query": "{ viewer { login } }"}')
+    conn.request("POST", "/api/graphql", body=body, headers={"Authorization": f"token {capability}",
+                                                             "Content-Type": "application/json"})
+    answer = conn.getresponse()
+    assert answer.status == 403 and answer.getheader("X-Pi-Gateway-Refusal") == "unchecked-request"
+    assert forge.seen == []

@@ -194,8 +194,8 @@ class _Forge:
             return await self.refuse(request, claims, REFUSED_UNCHECKED, "a GraphQL body the gateway reads whole, "
                                      f"uncompressed, up to {forge_graphql.MAX_BODY_BYTES} bytes")
         try:
-            body = json.loads(data)
-        except ValueError:
+            body = json.loads(data, object_pairs_hook=_unique)
+        except ValueError:  # not JSON, or a key given twice (which of the two would GitHub read?)
             body = None
         token = await self.token(request, claims)
         if isinstance(token, web.Response):
@@ -204,6 +204,14 @@ class _Forge:
         if refused is not None:
             return await self.refuse(request, claims, refused.reason, refused.message)
         return await self.forward(request, claims, URL(graphql_url(claims.api)), f"token {token}", body=data)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different; ``ValueError`` otherwise."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("a key given twice")
+    return out
 
 
 class _Lookup:
