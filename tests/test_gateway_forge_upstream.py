@@ -32,6 +32,35 @@ class Hostile:
 
     seen: list[dict[str, str]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
+    # The streaming pair: set when the forge has the request's first chunk, and when the client has the answer's.
+    got_first_request_chunk: threading.Event = field(default_factory=threading.Event)
+    got_first_answer_chunk: threading.Event = field(default_factory=threading.Event)
+
+    def stream(self, h: BaseHTTPRequestHandler) -> None:
+        """A push that answers only as it reads: the first chunk of the request is noted before the rest can come,
+        and the answer's second chunk waits until the client has its first."""
+        def chunk() -> bytes:
+            size = int(h.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            data = h.rfile.read(size) if size else b""
+            h.rfile.readline()
+            return data
+
+        received = [chunk()]
+        self.got_first_request_chunk.set()
+        while received[-1]:
+            received.append(chunk())
+        h.send_response(200)
+        h.send_header("Content-Type", "application/x-git-receive-pack-result")
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        total = str(sum(len(part) for part in received)).encode()
+        for part in (b"first:" + total, b"second"):
+            h.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+            h.wfile.flush()
+            if part.startswith(b"first"):
+                self.got_first_answer_chunk.wait(20)
+        h.wfile.write(b"0\r\n\r\n")
+        h.wfile.flush()
 
     def start(self, directory: Path) -> tuple[str, str]:
         ca, cert, key = make_tls(directory)
@@ -45,6 +74,9 @@ class Hostile:
 
             def answer(self) -> None:
                 hostile.seen.append(dict(self.headers.items()))
+                if self.path == "/acme/widgets.git/git-receive-pack":
+                    hostile.stream(self)
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
@@ -174,3 +206,30 @@ def test_a_graphql_body_with_a_key_given_twice_is_refused_unforwarded(hostile: t
     answer = conn.getresponse()
     assert answer.status == 403 and answer.getheader("X-Pi-Gateway-Refusal") == "unchecked-request"
     assert forge.seen == []
+
+
+def test_a_push_streams_both_ways(hostile: tuple[Hostile, ForgeGateway, str]) -> None:
+    """The forge has the pack's first chunk while the job still holds the rest, and the job has the answer's first
+    chunk while the forge still holds the rest: a gateway that buffered either body whole would wait forever
+    (here: time out and fail)."""
+    forge, gateway, capability = hostile
+    context = ssl.create_default_context(cafile=str(gateway.ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", gateway.port, context=context, timeout=30)
+    basic = base64.b64encode(f"x:{capability}".encode()).decode()
+    held_back: list[bool] = []
+
+    def pack() -> Iterator[bytes]:
+        yield b"A" * 70000
+        held_back.append(forge.got_first_request_chunk.wait(20))
+        yield b"B" * 70000
+
+    conn.request("POST", "/acme/widgets/git-receive-pack", body=pack(), encode_chunked=True,
+                 headers={"Authorization": f"Basic {basic}", "Transfer-Encoding": "chunked",
+                          "Content-Type": "application/x-git-receive-pack-request"})
+    assert held_back == [True], "the forge saw nothing of the pack until the job had sent all of it"
+    answer = conn.getresponse()
+    assert answer.status == 200
+    first = answer.read1()
+    assert first == b"first:140000"
+    forge.got_first_answer_chunk.set()
+    assert answer.read() == b"second"
