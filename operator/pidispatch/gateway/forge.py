@@ -266,15 +266,19 @@ def default_session_factory(upstream_ca: str | None = None) -> SessionFactory:
     """Sessions that verify the forge against the system's CAs, or ``upstream_ca`` (a PEM bundle) instead."""
     def make() -> aiohttp.ClientSession:
         context = ssl.create_default_context(cafile=upstream_ca)
-        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=64), trust_env=False)
+        # A clone holds its connection for as long as its pack takes: room for every job of a busy replica.
+        return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=512), trust_env=False)
     return make
 
 
 def add_routes(app: web.Application, *, key: bytes, secrets: SecretSource, ledger: Ledger,
                session_factory: SessionFactory | None = None, upstream_ca: str | None = None) -> None:
     """Mount the forge path on ``app``: ``/{owner}/{name}[.git]/info/refs``, ``.../git-upload-pack``,
-    ``.../git-receive-pack``, ``/api/v3/...`` and ``/api/graphql``. ``session_factory`` (tests, a shared
-    session) else sessions verifying the forge with ``upstream_ca`` or the system's CAs."""
+    ``.../git-receive-pack``, ``/api/v3/...`` and ``/api/graphql``. ``session_factory`` (tests, other client
+    options) else sessions verifying the forge with ``upstream_ca`` or the system's CAs; the session it makes
+    belongs to the forge path, which closes it when ``app`` cleans up. Register the model path's
+    ``/model/{provider}/...`` before these routes: ``/{owner}/{name}/info/refs`` would otherwise match it (the
+    forge path answers 404 to an owner named ``model`` or ``api``)."""
     forge = _Forge(key, secrets, ledger, session_factory or default_session_factory(upstream_ca))
     app.on_cleanup.append(forge.close)
     app.router.add_route("POST", GRAPHQL_PATH, forge.graphql)
