@@ -46,6 +46,9 @@ REFUSED_NO_KEY = "no-provider-key"
 REFUSED_REPOSITORY = "other-repository"
 REFUSED_FORK_WRITE = "fork-read-only"
 REFUSED_HOST = "host-not-allowed"
+REFUSED_UNCHECKED = "unchecked-request"  # a forge request the gateway cannot read (GraphQL it cannot parse ...)
+REFUSED_NO_TOKEN = "no-forge-token"  # the claims name no forge token, or its Secret has none
+REFUSED_REDIRECT = "upstream-redirect"  # the forge redirected somewhere the gateway does not forward to
 
 # Environment of the job container (the operator sets these; the capability comes by secretKeyRef from the
 # Job's own Secret, never as a literal in the Pod spec).
