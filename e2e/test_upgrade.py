@@ -7,8 +7,8 @@ HEAD's code) and its job stand-in (the tag's ``fakepi.py``, in ``testkit/`` or, 
 stores a conversation; a second resumes it and is held Running (``@pi hold=release``). Then the steps of
 docs/upgrading.md, as written: ``kubectl apply --server-side --force-conflicts`` of HEAD's ``crds/`` (Helm
 never upgrades them) and ``helm upgrade`` to HEAD's chart, which replaces the operator (``Recreate``) while
-the job runs. Released, the job must complete under the new operator and promote exactly once, and a third job
-on the key must resume what it promoted.
+the job runs. Released, the job must complete under the new operator and promote exactly once; a third job on
+the key starts cold once (the tag stamped no population: ``population-widened``), and a fourth resumes the third's.
 
 No tag and no v0.1.0 commit is a failure, not a skip: a shallow clone has neither (``git fetch --tags
 --unshallow``).
@@ -204,17 +204,29 @@ def test_helm_upgrade_from_the_last_tag_with_a_job_in_flight(cluster: Cluster, k
             "lastJob") == "in-flight", timeout=30)
         assert r.sessionkey(key)["status"]["resumeChain"] == 1
 
-        # ---- and the key resumes afterwards ---------------------------------------------------------------
+        # ---- the key starts cold once: nothing says who built it --------------------------------------------
+        # The tag stamped no population, and the in-flight job was staged by the tag's operator, so its promotion
+        # under HEAD leaves the population unknown, which no Trigger resumes (docs/sessions.md, "Unknown is refused").
+        assert not (r.key_dir(key) / "population").exists()
         promoted = r.digest(key)
         after = r.run("after-upgrade", issue=ISSUE, comment="@pi once more")
         assert after["status"]["phase"] == "Succeeded", json.dumps(after["status"])
-        assert (after["status"]["session"]["resumed"], after["status"]["session"]["reason"]) == (True, "resumed")
+        assert (after["status"]["session"]["resumed"], after["status"]["session"]["reason"]) == (
+            False, "population-widened")
+        assert r.digest(key) != promoted
+        assert (r.key_dir(key) / "population").read_text() == "COLLABORATOR MEMBER OWNER"
+
+        # ---- and the key resumes afterwards ---------------------------------------------------------------
+        promoted = r.digest(key)
+        again = r.run("after-restamp", issue=ISSUE, comment="@pi and again")
+        assert again["status"]["phase"] == "Succeeded", json.dumps(again["status"])
+        assert (again["status"]["session"]["resumed"], again["status"]["session"]["reason"]) == (True, "resumed")
         assert r.digest(key) != promoted
         transcript = (r.key_dir(key) / "current.jsonl").read_bytes()
-        assert transcript.count(b'"role":"user"') == 3, "the conversation of all three jobs, in one transcript"
+        assert transcript.count(b'"role":"user"') == 2, "the conversation of the last two jobs, in one transcript"
         wait_until("the SessionKey names the job after the upgrade", lambda: r.sessionkey(key)["status"].get(
-            "lastJob") == "after-upgrade", timeout=30)
-        assert r.sessionkey(key)["status"]["resumeChain"] == 2
+            "lastJob") == "after-restamp", timeout=30)
+        assert r.sessionkey(key)["status"]["resumeChain"] == 1
     finally:
         r.uninstall()
         kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")

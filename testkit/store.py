@@ -81,9 +81,11 @@ class Store:
         pi_version: str | None = PI,
         chain: str | None = None,
         context: str | None = None,
+        population: str | None = "COLLABORATOR MEMBER OWNER",
         idle_ms: float = 0,
     ) -> Path:
-        """A key as a completed promotion leaves it (transcript + stamps), ``idle_ms`` old."""
+        """A key as a completed promotion leaves it (transcript + stamps), ``idle_ms`` old. ``population``: the
+        stamp a Trigger that leaves ``on.authorAssociations`` unset leaves (``None``: a store from before it)."""
         d = self.key_dir(key)
         d.mkdir(mode=0o700, exist_ok=True)
         if transcript is None:
@@ -91,7 +93,7 @@ class Store:
         path = d / "current.jsonl"
         path.write_bytes(transcript)
         for name, value in (("venue", venue), ("pi-version", pi_version), ("resume-chain", chain),
-                            ("context", context)):
+                            ("context", context), ("population", population)):
             if value is not None:
                 (d / name).write_text(value)
         set_mtime(path, NOW_MS - idle_ms)

@@ -551,7 +551,7 @@ def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
     status = sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None, generation=3)
     assert {k: v for k, v in status.items() if k != "conditions"} == {
         "observedGeneration": 3, "bytes": transcript.stat().st_size, "venue": "kubernetes", "piVersion": PI,
-        "resumeChain": 3,
+        "population": ["COLLABORATOR", "MEMBER", "OWNER"], "resumeChain": 3,
         "context": {"tokens": 1000, "window": 200000, "model": "fake/fake-model"}, "next": "resumed",
         "ledger": {"entries": 0, "letter": None}}
     assert by_type(status["conditions"])["Rethreaded"]["status"] == "False"

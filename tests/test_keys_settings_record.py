@@ -104,7 +104,7 @@ def test_reason_enum_order() -> None:
         "resumed", "absent", "expired", "conversation-too-old", "resume-chain-too-long", "context-too-full",
         "compaction-summary-empty", "too-large", "unparseable", "not-a-regular-file", "key-not-a-directory",
         "transcript-diverted", "venue-changed", "pi-version-changed", "transcript-replaced", "locked",
-        "promote-failed", "disabled", "retired", "quarantined")
+        "promote-failed", "disabled", "retired", "quarantined", "population-widened")
 
 
 RESUMED = HostVerdict(True, "resumed", 100)

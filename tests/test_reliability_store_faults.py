@@ -156,7 +156,9 @@ def _child(case: str, workdir: Path) -> dict[str, Any]:
         )
 
     store.configure(ttl_days=0)  # the new transcript's mtime is the real clock's, the gates run at NOW_MS
-    store.put(old, venue="kubernetes", pi_version=PI, chain="2")
+    # No population stamp: these promotions carry none (the store commands), and removing a stamp would free the
+    # tmpfs block the full-disk cases need to stay taken.
+    store.put(old, venue="kubernetes", pi_version=PI, chain="2", population=None)
 
     if case == "copy-fills":
         leave_free(16 * 1024)  # room for a quarter of the new transcript

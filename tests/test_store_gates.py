@@ -183,7 +183,8 @@ def test_order(store: Store, setup: Setup, job: dict, expected: str) -> None:
 def test_ladder_is_the_spec_order() -> None:
     assert [gate.__name__ for gate in LADDER] == [
         "key_is_not_a_directory", "transcript_is_missing", "transcript_is_not_a_regular_file",
-        "transcript_is_empty", "transcript_is_too_large", "transcript_has_expired", "venue_has_changed",
+        "transcript_is_empty", "population_has_widened", "transcript_is_too_large", "transcript_has_expired",
+        "venue_has_changed",
         "job_pi_version_is_unknown", "pi_version_stamp_differs", "resume_chain_is_too_long",
         "context_is_too_full", "transcript_was_replaced", "header_is_unparseable", "compaction_summary_is_empty",
         "conversation_is_too_old",

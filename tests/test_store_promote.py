@@ -355,7 +355,7 @@ def test_durability_order_three_fsyncs(store: Store) -> None:
         "sync-temp",  # fsync 1: the temp, after the sentinel's rename
         "sync-before-swap",  # fsync 2: the sentinel's rename before the swap's
         "sentinel-written", "swapped",
-        "stamped-pi-version", "stamped-resume-chain", "stamped-context",
+        "stamped-population", "stamped-pi-version", "stamped-resume-chain", "stamped-context",
         "sync-after-swap",  # fsync 3: the swap and those stamps before the venue stamp
         "stamped-venue", "unlocked",
     ]

@@ -40,6 +40,9 @@ class SessionReason(StrEnum):
     # quarantined after resumed jobs failed in a row (``jobflow/lifecycle.py``).
     RETIRED = "retired"
     QUARANTINED = "quarantined"
+    # Ours too: the job's Trigger admits someone the conversation's builders' did not, or the conversation's
+    # population is unknown (a store from before the stamp): gate 3a (store/population.py).
+    POPULATION_WIDENED = "population-widened"
 
 
 SESSION_REASONS: tuple[str, ...] = tuple(reason.value for reason in SessionReason)

@@ -16,6 +16,7 @@ from pidispatch.api.conditions import reason_to_camel, set_condition
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.models import JobSession
 from pidispatch.api.views import SessionKeyView
+from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
 from pidispatch.contract import MANAGED_BY
 from pidispatch.jobflow import cost, lifecycle
 from pidispatch.jobflow.cluster import Cluster
@@ -51,7 +52,9 @@ def last_job_facts(job: str, host: HostRecord, session: JobSession | None, promo
     """What a job's end tells its SessionKey: which job, its reason, the pi and model it was judged with,
     and (for a promoted conversation) the commit its workspace ended on."""
     facts: dict[str, Any] = {"lastJob": job, "lastReason": session.reason if session is not None else None,
-                             "judgedWith": {"piVersion": host.pi_version, "model": host.model}}
+                             "judgedWith": {"piVersion": host.pi_version, "model": host.model,
+                                            "population": None if host.population is None
+                                            else sorted(host.population)}}
     if promoted_at is not None:
         facts["lastPromotedAt"] = promoted_at
         if workspace is not None and workspace.head is not None:
@@ -80,9 +83,11 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
     facts = {**{k: old[k] for k in LAST_FACTS if k in old}, **(last or {})}
     if ended is not None:
         facts["usage"] = cost.counted(old.get("usage"), ended.job, ended.start, ended.tokens)
-    # Judge the next delivery as if it ran the last job's pi and model; unknown → the stamped pi version.
+    # Judge the next delivery as if it ran the last job's pi, model and population; unknown → the stamped ones.
     judged = facts.get("judgedWith") or {}
-    view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"))
+    admits = judged.get("population")
+    view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"),
+                       population=frozenset(admits) if isinstance(admits, list) else None)
     status = sessionkey_status(view, old.get("conditions"), facts, current.meta.generation)
     # Retired or quarantined (as stored, or as the last job just ended it): say so.
     status = lifecycle.overlay(status, {**old, **(last or {})}, key, current.meta.generation)
@@ -100,6 +105,13 @@ def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[st
         if exc.status != 409:
             raise
         update(settings, cluster, key, last, ended=ended)  # the object moved on since it was read: judge it anew
+
+
+def _known(population: list[str] | None) -> list[str] | None:
+    """The stamped population as the CRD takes it: a stamp with a token no Trigger can admit shows as unknown."""
+    if population is None or not all(token in AUTHOR_ASSOCIATIONS for token in population):
+        return None
+    return population
 
 
 def without_nulls(value: Any) -> Any:
@@ -158,7 +170,8 @@ def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | N
         "observedGeneration": generation,  # the spec this status was judged for, as the Trigger's and the Job's say
         "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
         "ledger": {"entries": ledger.get("entries") or 0, "letter": ledger.get("letter")},
-        "piVersion": view.get("piVersion"), "resumeChain": view.get("resumeChain") or 0,
+        "piVersion": view.get("piVersion"), "population": _known(view.get("population")),
+        "resumeChain": view.get("resumeChain") or 0,
         "context": view.get("context"), "next": nxt,
     }
     status.update(last or {})

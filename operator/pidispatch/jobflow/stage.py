@@ -23,14 +23,16 @@ log = logging.getLogger("pidispatch.operator")
 
 
 def stage_session(settings: OperatorSettings, jd: JobDir, ref: KeyRef, run: TriggerRun, job: str, *,
-                  secrets: tuple[SecretDigest, ...] = (), held: str | None = None) -> HostRecord:
+                  admits: frozenset[str], secrets: tuple[SecretDigest, ...] = (),
+                  held: str | None = None) -> HostRecord:
     """Stage ``ref``'s session for the Job and return its host record (written, not yet synced).
 
     ``secrets``: digests of the job's own secrets the operator knows (the App token it minted), kept for
     the scan before the promotion. ``held``: the SessionKey refuses the resume before any gate (a retired
-    key, a quarantined transcript: ``lifecycle.held_reason``), so 0 bytes are staged with that reason."""
+    key, a quarantined transcript: ``lifecycle.held_reason``), so 0 bytes are staged with that reason. ``admits``:
+    the Trigger's population (``api/population.py``), judged by gate 3a and stamped by the promotion."""
     record = HostRecord(key=ref.key, forge=ref.forge, repository=ref.repository, branch=ref.branch, venue=VENUE,
-                        pi_version=run.piVersion, model=run.model, secrets=secrets)
+                        pi_version=run.piVersion, model=run.model, secrets=secrets, population=tuple(sorted(admits)))
     # A job gets its copy by the claim's subPath, or over HTTPS in transfer mode (no claim in its Pod).
     reachable = bool(settings.staging_claim) or settings.staging.transfer is not None
     if not reachable:

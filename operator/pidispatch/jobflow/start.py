@@ -39,6 +39,7 @@ from typing import Any
 
 from pidispatch import failpoints
 from pidispatch.api.models import JobSpec
+from pidispatch.api.population import trigger_population
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
 from pidispatch.forge.authsource import trigger_auth_source
@@ -201,7 +202,7 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     host = None
     if ref is not None:
         known = cluster.sessionkey(ref.key)  # a retired key, a quarantined transcript: cold before any gate
-        host = stage_session(settings, jd, ref, trigger_spec.run, name,
+        host = stage_session(settings, jd, ref, trigger_spec.run, name, admits=trigger_population(trigger_spec.on),
                              secrets=own,
                              held=lifecycle.held_reason(known.stored_status if known is not None else None))
         failpoints.at("staged", name)

@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, scanmemo, sidecars
+from pidispatch.store.population import Population, read_population, within
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript.header import header_timestamp_ms, is_session_header, read_first_line
 
@@ -30,22 +31,26 @@ UNKNOWN_PI_VERSIONS = ("", "<no value>")
 
 @dataclass(frozen=True)
 class Delivery:
-    """What the job brings to the gates: where it runs, which pi, which model (already normalised)."""
+    """What the job brings to the gates: where it runs, which pi, which model (already normalised), and the
+    population its Trigger admits (``None``: no Trigger's delivery, the pi-dispatch-compatible commands; gate 3a
+    then does not judge it, and a promotion leaves the key's population unknown)."""
 
     venue: str | None
     pi_version: str | None
     model_id: str | None
+    population: Population | None = None
 
 
 @lru_cache(maxsize=256)
-def make_delivery(venue: str | None, pi_version: str | None, model: str | None) -> Delivery:
-    """A delivery's venue, pi version and model as the gates and the stamps compare them.
+def make_delivery(venue: str | None, pi_version: str | None, model: str | None,
+                  admits: Population | None = None) -> Delivery:
+    """A delivery's venue, pi version, model and population as the gates and the stamps compare them.
 
     Cached: an operator's deliveries repeat a handful of (venue, pi, model) triples, a delivery is
     immutable, and normalising one (a regular expression, a frozen dataclass) was a measurable part
     of a 1 KiB stage (docs/benchmarks.md).
     """
-    return Delivery(normalise_venue(venue), pi_version, sidecars.normalise_model_id(model))
+    return Delivery(normalise_venue(venue), pi_version, sidecars.normalise_model_id(model), admits)
 
 
 def normalise_venue(venue: str | None) -> str | None:
@@ -133,6 +138,10 @@ class Observation:
     @cached_read
     def venue_stamp(self) -> str | None:
         return sidecars.read_venue(self.key_dir)
+
+    @cached_read
+    def population_stamp(self) -> Population | None:
+        return read_population(self.key_dir)
 
     @cached_read
     def pi_version_stamp(self) -> str | None:
@@ -226,6 +235,16 @@ def transcript_is_empty(o: Observation) -> str | None:
     return R.ABSENT if o.judged_identity.size == 0 else None
 
 
+def population_has_widened(o: Observation) -> str | None:
+    """Gate 3a, ours (docs/store-divergences.md): the job's Trigger may admit only people the conversation's
+    builders' Trigger admitted; an unknown stamp admits nobody. A delivery without a population (no Trigger) is
+    not judged here."""
+    job = o.delivery.population
+    if job is None:
+        return None
+    return None if within(job, o.population_stamp) else R.POPULATION_WIDENED
+
+
 def transcript_is_too_large(o: Observation) -> str | None:
     cap = o.settings.max_bytes
     return R.TOO_LARGE if cap > 0 and o.judged_identity.size > cap else None
@@ -306,6 +325,7 @@ LADDER: tuple[Gate, ...] = (
     transcript_is_missing,  # 1
     transcript_is_not_a_regular_file,  # 2
     transcript_is_empty,  # 3
+    population_has_widened,  # 3a before every lineage reason: a refusal for those stages the letter and ledger
     transcript_is_too_large,  # 4
     transcript_has_expired,  # 5
     venue_has_changed,  # 6  before the pi gates: another venue may run another image

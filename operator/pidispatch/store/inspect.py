@@ -16,6 +16,7 @@ from pidispatch.store import fsio, handoffdir, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.keys import is_key
 from pidispatch.store.lock import LOCK_STALE_MS
+from pidispatch.store.population import Population, read_population
 from pidispatch.store.resolve import dry_run
 
 
@@ -26,9 +27,12 @@ def inspect_key(
     venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
+    population: Population | None = None,
     clock: float | None = None,
 ) -> dict[str, Any]:
-    """Describe one key. Without ``pi_version`` the stamped version is assumed (and said so).
+    """Describe one key. Without ``pi_version`` the stamped version is assumed (and said so); without
+    ``population`` the stamped one is (an unknown stamp admits no population, so gate 3a then refuses, as it
+    would for every Trigger's job).
 
     Nothing is read from a key path that is not a real directory (a link planted at a key would
     otherwise show another directory's sidecars as this key's): every field is then ``None``.
@@ -39,8 +43,12 @@ def inspect_key(
     real = fsio.is_real_dir(fsio.lstat_or_none(key_dir))
     stamp = sidecars.read_sidecar(key_dir, sidecars.PI_VERSION) if real else None
     assumed = pi_version is None
+    stamped = read_population(key_dir) if real else None
+    if population is None:
+        population = stamped if stamped is not None else frozenset()
     next_reason, o = dry_run(
-        settings, key, venue=venue, pi_version=stamp if assumed else pi_version, model=model, clock=now
+        settings, key, venue=venue, pi_version=stamp if assumed else pi_version, model=model, population=population,
+        clock=now,
     )
     real = real and fsio.is_real_dir(o.key_dir_stat)
     transcript = o.transcript_stat if real and fsio.is_regular(o.transcript_stat) else None
@@ -55,6 +63,7 @@ def inspect_key(
         "idleMs": round(now - fsio.mtime_ms(transcript)) if transcript is not None else None,
         "venue": o.venue_stamp if real else None,
         "piVersion": stamp,
+        "population": None if stamped is None else sorted(stamped),
         "resumeChain": o.chain if real else None,
         "context": None if context is None else {"tokens": context[0], "window": context[1], "model": context[2]},
         "lock": None if lock_age is None else {

@@ -117,7 +117,8 @@ def promote_once(
             jd.write(PROMOTION, started)
         seams.at("journaled")
         result = promote(settings, host.key, source, host_resume=host.resume, venue=host.venue,
-                         pi_version=host.pi_version, model=host.model, context=context, clock=clock, seams=seams,
+                         pi_version=host.pi_version, model=host.model, population=host.admits(), context=context,
+                         clock=clock, seams=seams,
                          names=_names(started) or Names.fresh(), handoff_of=_handoff_of(job, started))
         seams.at("promoted")
         return _finish(jd, replace(result, redacted=_redacted(started)))

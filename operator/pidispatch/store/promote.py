@@ -24,6 +24,7 @@ from pidispatch.store import fsio, handoff, handoffdir, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import Delivery, make_delivery
 from pidispatch.store.lock import candidate_name, release_lock, take_lock
+from pidispatch.store.population import POPULATION, Population, read_population, render, within
 from pidispatch.store.seams import NO_SEAMS, Seams
 
 _sequence = itertools.count(1)
@@ -76,6 +77,7 @@ def promote(
     venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
+    population: Population | None = None,
     context: tuple[int, int] | None = None,
     clock: Callable[[], float] = now_ms,
     seams: Seams = NO_SEAMS,
@@ -86,6 +88,8 @@ def promote(
 
     ``names`` are the temp and lock-candidate names to use (fresh ones when not given). With
     ``handoff_of`` the Job's handoff (``store/handoff.py``) is written right after the swap, under the lock.
+    ``population``: the author associations the job's Trigger admits, stamped beside the transcript (``None``:
+    the stamp is removed, the population unknown).
     """
     if key is None:
         return PromotionResult(False, NO_KEY)
@@ -93,7 +97,8 @@ def promote(
         if settings.sessions_dir is None:
             raise RuntimeError("no session store configured (PI_SESSIONS_DIR is unset)")
         return _promote(settings, settings.sessions_dir, key, stage_dir, host_resume,
-                        venue, pi_version, model, context, clock, seams, names or Names.fresh(), handoff_of)
+                        make_delivery(venue, pi_version, model, population), context, clock, seams,
+                        names or Names.fresh(), handoff_of)
     except _Skip as skip:
         emit("session_promote_skipped", key=key, reason=skip.reason)
         return PromotionResult(False, skip.reason)
@@ -145,16 +150,13 @@ def _promote(
     key: str,
     stage_dir: str,
     host_resume: bool,
-    venue: str | None,
-    pi_version: str | None,
-    model: str | None,
+    delivery: Delivery,
     context: tuple[int, int] | None,
     clock: Callable[[], float],
     seams: Seams,
     names: Names,
     handoff_of: HandoffOf | None = None,
 ) -> PromotionResult:
-    delivery = make_delivery(venue, pi_version, model)
     staged_path = os.path.join(stage_dir, sidecars.TRANSCRIPT)
     _check_staged(settings, fsio.lstat_or_none(staged_path))
     key_dir = os.path.join(store_root, key)
@@ -176,9 +178,14 @@ def _promote(
             seams.at("locked")
             if not fsio.same_dir(fsio.lstat_or_none(key_dir), pinned):
                 raise _Skip(R.KEY_NOT_A_DIRECTORY)
+            # Read under the lock, before the swap: whether this job's Trigger admits someone the stored
+            # conversation's did not (gate 3a's rule, as the store stands now, not as the job's stage found it).
+            widened = delivery.population is not None and not within(delivery.population, read_population(key_dir))
             size = _swap_in(settings, staged_path, dir_fd, key_dir, pinned, seams, names.temp)
             if size is None:
                 raise _Skip(R.TRANSCRIPT_DIVERTED)
+            if widened:
+                _drop_handoff(dir_fd, key)
             written = write_handoff(dir_fd, key, stage_dir, handoff_of, size, seams)
             _stamp(dir_fd, key_dir, key, delivery, host_resume, context, seams)
         finally:
@@ -188,6 +195,20 @@ def _promote(
     seams.at("unlocked")
     emit("session_promoted", key=key, bytes=size)
     return PromotionResult(True, PROMOTED, size, handoff=written)
+
+
+def _drop_handoff(dir_fd: int, key: str) -> None:
+    """Remove the letter and the ledger a narrower population's jobs wrote, before this job's handoff starts a
+    new ledger: a later lineage refusal stages both for the next job, which may be one of this wider population's
+    (docs/sessions.md#who-may-resume-a-conversation). Never fatal: the transcript has landed; a failure is logged
+    and the next narrower job's promotion tries again."""
+    for name in (handoff.LETTER, handoff.LEDGER):
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            emit("session_sidecar_failed", key=key, file=name, reason=f"{type(exc).__name__}: {exc}")
 
 
 def write_handoff(dir_fd: int, key: str, stage_dir: str, handoff_of: HandoffOf | None, size: int,
@@ -344,16 +365,23 @@ def _stamp(
     ``(pending)`` stands no reader resumes, so a crash between two stamps can never expose the new transcript under the
     old ``pi-version`` (pi-dispatch's order re-opens the key between its venue and pi-version writes). The final state
     is the same, so pi-dispatch hosts read it unchanged. The directory fsync between the other stamps and the venue
-    stamp carries that order through a power cut.
+    stamp carries that order through a power cut. Ours, first of all: the ``population`` stamp (store/population.py),
+    whose failure leaves ``(pending)`` rather than the replaced conversation's population.
     """
 
-    def write(name: str, action: Callable[[], None]) -> None:
+    def write(name: str, action: Callable[[], None]) -> bool:
+        done = True
         try:
             action()
         except Exception as exc:
             emit("session_sidecar_failed", key=key, file=name, reason=f"{type(exc).__name__}: {exc}")
+            done = False
         seams.at(f"stamped-{name}")
+        return done
 
+    # The population first, and on failure the key stays (pending) (below): a stamp left from the conversation this
+    # one replaced may be wider than this one's builders, and would let their conversation reach that population.
+    stamped = write(POPULATION, lambda: _stamp_population(dir_fd, delivery.population))
     version = delivery.pi_version if delivery.pi_version not in (None, "<no value>") else ""
     write(sidecars.PI_VERSION, lambda: sidecars.replace_sidecar(dir_fd, sidecars.PI_VERSION, version or ""))
     chain = sidecars.read_chain(key_dir) + 1 if host_resume else 0
@@ -376,8 +404,23 @@ def _stamp(
         emit("session_sidecar_failed", key=key, file=sidecars.VENUE,
              reason=f"left (pending): the key directory's fsync failed: {type(exc).__name__}: {exc}")
         return
+    if not stamped:
+        emit("session_sidecar_failed", key=key, file=sidecars.VENUE,
+             reason=f"left (pending): the {POPULATION} stamp failed")
+        return
     if delivery.venue is not None:  # no venue: leave (pending) on purpose, nothing resumes from it
         write(sidecars.VENUE, lambda: sidecars.replace_sidecar(dir_fd, sidecars.VENUE, delivery.venue or ""))
+
+
+def _stamp_population(dir_fd: int, admits: Population | None) -> None:
+    """Stamp who may resume the transcript just swapped in; ``None`` (no Trigger) removes the stamp: unknown."""
+    if admits:
+        sidecars.replace_sidecar(dir_fd, POPULATION, render(admits))
+        return
+    try:
+        os.unlink(POPULATION, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
 
 
 def _remove_context(dir_fd: int) -> None:

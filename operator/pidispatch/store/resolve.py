@@ -22,6 +22,7 @@ from pidispatch.settings import Settings
 from pidispatch.store import fsio, scanmemo, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import Delivery, Observation, judge, make_delivery
+from pidispatch.store.population import Population
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript import compaction
 from pidispatch.transcript.compaction import EmptyCompactionScanner
@@ -52,10 +53,14 @@ def resolve(
     venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
+    population: Population | None = None,
     clock: float | None = None,
     seams: Seams = NO_SEAMS,
 ) -> Resolution | None:
     """Judge ``key`` for one delivery and stage ``stage_dir/current.jsonl``.
+
+    ``population``: the author associations the job's Trigger admits (gate 3a); ``None`` for a delivery that
+    has no Trigger (the store commands), which that gate does not judge.
 
     Returns ``None`` when there is no store, no key, or a fault (logged as ``session_store_failed``;
     the staging directory is removed so no partial copy survives, and the job runs without a
@@ -63,7 +68,7 @@ def resolve(
     """
     if settings.sessions_dir is None or key is None:
         return None
-    delivery = make_delivery(venue, pi_version, model)
+    delivery = make_delivery(venue, pi_version, model, population)
     try:
         verdict = _resolve(settings, key, stage_dir, delivery, now_ms() if clock is None else clock, seams)
     except Exception as exc:  # the store never fails a job
@@ -323,6 +328,7 @@ def dry_run(
     venue: str | None = VENUE,
     pi_version: str | None = None,
     model: str | None = None,
+    population: Population | None = None,
     clock: float | None = None,
 ) -> tuple[str, Observation]:
     """Would the next delivery resume? The same ladder, reading instead of staging; stages nothing.
@@ -331,7 +337,7 @@ def dry_run(
     describe the key for ``store inspect`` and the ``Resumable`` condition.
     """
     assert settings.sessions_dir is not None
-    delivery = make_delivery(venue, pi_version, model)
+    delivery = make_delivery(venue, pi_version, model, population)
 
     def scan(o: Observation) -> bool:
         assert o.fd_stat is not None

@@ -68,9 +68,16 @@ class HostRecord:
     # The gates refused for a lineage reason and a letter waited: it and the ledger are staged beside the
     # empty transcript, and the job starts a new session from them (``store/handoff.py``).
     rethread: bool = False
+    # The author associations the job's Trigger admits (store/population.py): judged by gate 3a, stamped by the
+    # promotion. ``None`` in a record an older operator wrote: its promotion leaves the population unknown.
+    population: tuple[str, ...] | None = None
     # The job's own secrets the operator knows by digest (the App token it minted): the scan before the
     # promotion redacts them (``store/redact.py``). Never a value.
     secrets: tuple[SecretDigest, ...] = ()
+
+    def admits(self) -> frozenset[str] | None:
+        """The population as the gates and the stamps take it."""
+        return None if self.population is None else frozenset(self.population)
 
     def verdict(self) -> HostVerdict | None:
         """The gate verdict for the record merge, or ``None`` when no session was staged."""
@@ -81,6 +88,7 @@ class HostRecord:
         fields = asdict(self)
         fields["piVersion"] = fields.pop("pi_version")
         fields["secrets"] = as_json(self.secrets)
+        fields["population"] = None if self.population is None else list(self.population)
         return fields
 
     @classmethod
@@ -98,11 +106,18 @@ class HostRecord:
             bytes=size if isinstance(size, int) and not isinstance(size, bool) else None,
             rethread=record.get("rethread") is True,
             secrets=parse_digests(record.get("secrets")),
+            population=_tokens(record.get("population")),
         )
 
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _tokens(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(value)
 
 
 def session_subpath(uid: str) -> str:
@@ -227,7 +242,7 @@ def stage(settings: Settings, jd: JobDir, record: HostRecord, *, mount: bool = T
         if mount:
             resolution = hold(settings, record.key, jd.session, held) if held is not None else resolve(
                 settings, record.key, jd.session, venue=record.venue, pi_version=record.pi_version,
-                model=record.model, clock=clock, seams=seams)
+                model=record.model, population=record.admits(), clock=clock, seams=seams)
             if resolution is not None:
                 verdict = resolution.verdict
                 record = replace(record, mounted=True, resume=verdict.resume, reason=verdict.reason,

@@ -11,11 +11,13 @@ from pidispatch.api.models.base import (
     INT64,
     NULLABLE,
     ApiModel,
+    AuthorAssociation,
     Conditions,
     SessionKeyForge,
     SessionReason,
 )
 from pidispatch.api.models.job import Commit, HandoffWriter, StartUsage
+from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
 
 # ---- SessionKey -------------------------------------------------------------------------------------
 
@@ -33,9 +35,15 @@ class ContextReading(ApiModel):
     model: Annotated[Annotated[str, Field(max_length=128)] | None, Field(json_schema_extra=NULLABLE)] = None
 
 
+Population = Annotated[list[AuthorAssociation] | None, Field(max_length=len(AUTHOR_ASSOCIATIONS),
+                                                           json_schema_extra=NULLABLE)]
+
+
 class JudgedWith(ApiModel):
     piVersion: Annotated[Annotated[str, Field(max_length=64)] | None, Field(json_schema_extra=NULLABLE)] = None
     model: Annotated[Annotated[str, Field(max_length=128)] | None, Field(json_schema_extra=NULLABLE)] = None
+    population: Annotated[Population, Field(description=(
+        "The author associations the last job's Trigger admits (null: a job of an older operator)."))] = None
 
 
 class LastCommit(ApiModel):
@@ -100,6 +108,10 @@ class SessionKeyStatus(ApiModel):
     bytes: Annotated[int | None, Field(json_schema_extra=NULLABLE)] = None
     venue: Annotated[Annotated[str, Field(max_length=253)] | None, Field(json_schema_extra=NULLABLE)] = None
     piVersion: Annotated[Annotated[str, Field(max_length=64)] | None, Field(json_schema_extra=NULLABLE)] = None
+    population: Annotated[Population, Field(description=(
+        "Who may resume the stored conversation: the author associations the Trigger of the job that stored it "
+        "admits. A job whose Trigger admits anyone else starts cold (population-widened). Null: unknown (stored "
+        "before the stamp, or by the store commands), which no job resumes."))] = None
     resumeChain: Annotated[int | None, Field(ge=0)] = None
     context: Annotated[ContextReading | None, Field(json_schema_extra=NULLABLE)] = None
     next: SessionReason = None
