@@ -12,6 +12,7 @@ import asyncio
 import base64
 import datetime as dt
 import ipaddress
+import socket
 import ssl
 import threading
 from collections.abc import Awaitable, Callable, Sequence
@@ -54,6 +55,31 @@ def capability(**overrides: Any) -> str:
 
 def basic(cap: str, user: str = "job") -> str:
     return "Basic " + base64.b64encode(f"{user}:{cap}".encode()).decode()
+
+
+def connect(proxy: EgressServer, target: str, headers: dict[str, str] | None = None,
+            method: str = "CONNECT") -> tuple[int, dict[str, str], bytes, socket.socket]:
+    """One raw request head; the status, headers and body of the answer, and the socket (still open)."""
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=WAIT)
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {target}"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status_line, *fields = head.decode().split("\r\n")
+    parsed = {name.lower(): value.strip() for name, _, value in (f.partition(":") for f in fields)}
+    length = int(parsed.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return int(status_line.split(" ")[1]), parsed, body, sock
 
 
 # -- PKI ---------------------------------------------------------------------------------------------------
@@ -140,6 +166,25 @@ async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
+class Source:
+    """Plain TCP: writes without end, counting what its socket accepted (what backpressure must bound)."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        block = b"s" * 65536
+        try:
+            while True:
+                writer.write(block)
+                await writer.drain()
+                self.sent += len(block)
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+
 # -- everything on a loop of its own -------------------------------------------------------------------------
 class Rig:
     """A loop in a thread holding the upstreams and (``start_proxy``) proxies, for synchronous tests."""
@@ -156,6 +201,8 @@ class Rig:
         context.load_cert_chain(str(pki.cert), str(pki.key))
         self.https_port = self._listen(lambda: asyncio.start_server(_https, "127.0.0.1", 0, ssl=context))
         self.echo_port = self._listen(lambda: asyncio.start_server(_echo, "127.0.0.1", 0))
+        self.source = Source()
+        self.source_port = self._listen(lambda: asyncio.start_server(self.source, "127.0.0.1", 0))
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
         async def call() -> T:

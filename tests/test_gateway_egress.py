@@ -16,7 +16,7 @@ import pytest
 
 from pidispatch.gateway.egress import EgressServer
 from pidispatch.gateway.protocol import REFUSAL_HEADER
-from testkit.egresskit import PAGE, UID, Pki, Rig, basic, capability, make_pki
+from testkit.egresskit import PAGE, UID, Pki, Rig, basic, capability, connect, make_pki
 
 WAIT = 10.0
 
@@ -46,31 +46,6 @@ def curl(proxy: EgressServer, url: str, pki: Pki, cap: str | None, *, user: str 
     return subprocess.run(["curl", "-sS", "--max-time", "10", "--proxy", f"http://{creds}127.0.0.1:{proxy.port}",
                            "--cacert", str(pki.ca), "-w", "\n%{http_connect}", url],
                           capture_output=True, text=True, timeout=WAIT * 2, env=clean_env())
-
-
-def connect(proxy: EgressServer, target: str, headers: dict[str, str] | None = None,
-            method: str = "CONNECT") -> tuple[int, dict[str, str], bytes, socket.socket]:
-    """One raw request head; the status, headers and body of the answer, and the socket (still open)."""
-    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=WAIT)
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {target}"]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *fields = head.decode().split("\r\n")
-    parsed = {name.lower(): value.strip() for name, _, value in (f.partition(":") for f in fields)}
-    length = int(parsed.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return int(status_line.split(" ")[1]), parsed, body, sock
 
 
 # -- real clients through to a real TLS upstream -----------------------------------------------------------

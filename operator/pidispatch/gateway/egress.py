@@ -117,6 +117,10 @@ class Proxy:
             self.tasks.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # Only ``EgressServer.close`` cancels this task (asyncio's stream callback would log a
+            # cancelled task as an error): end quietly, both ends aborted below and by the tunnel.
+            pass
         finally:
             self.open -= 1
             if task is not None:
@@ -269,14 +273,11 @@ class EgressServer(asyncio.AbstractServer):
     def __init__(self, listener: asyncio.Server, proxy: Proxy) -> None:
         self.listener = listener
         self.proxy = proxy
+        self.port = int(listener.sockets[0].getsockname()[1])
 
     @property
     def sockets(self) -> tuple[object, ...]:
         return tuple(self.listener.sockets)
-
-    @property
-    def port(self) -> int:
-        return int(self.listener.sockets[0].getsockname()[1])
 
     def close(self) -> None:
         self.listener.close()
