@@ -41,7 +41,7 @@ from pidispatch.gateway.egress_head import BadHead, answer, read_head
 from pidispatch.gateway.egress_hosts import AllowList, BadHost, Host, normalise, split_port
 from pidispatch.gateway.egress_metrics import EgressMetrics
 from pidispatch.gateway.egress_policy import AddressPolicy, Resolver, Unresolved, system_resolver
-from pidispatch.gateway.egress_tunnel import tunnel
+from pidispatch.gateway.egress_tunnel import CHUNK, tunnel
 from pidispatch.gateway.ledger import Ledger
 
 # The proxy's own refusal reasons, beside protocol's (the refusal header's value and the metrics' label).
@@ -221,7 +221,7 @@ class Proxy:
                 break
             with contextlib.suppress(OSError, TimeoutError):
                 return await asyncio.wait_for(
-                    asyncio.open_connection(str(address), port, limit=self.limits.max_head_bytes * 2), left)
+                    asyncio.open_connection(str(address), port, limit=CHUNK // 2), left)
         raise _Refusal(502, REFUSED_UNREACHABLE, f"{host}:{port} did not accept a connection")
 
     async def _tunnel(self, claims: Claims, target: tuple[Host, int],

@@ -2,7 +2,11 @@
 
 Two pumps, one per direction, each reading at most ``CHUNK`` bytes and waiting for the other side's
 transport to drain before it reads again: a side that does not read stops the other side's reads, so a
-tunnel holds at most its two streams' buffers whatever the peers do (backpressure).
+tunnel holds at most its two streams' buffers whatever the peers do (backpressure): per direction, the
+reader's (twice its limit, ``CHUNK // 2``, and one receive of up to 256 KiB) and the writer's (a chunk
+over its 64 KiB high-water mark), about 0.6 MiB for a host writing to a job that reads nothing
+(``bench/gateway_egress.py`` measures it). ``CHUNK`` is the copy's step: 128 KiB gave the loopback
+benchmark about twice the throughput of 64 KiB, and 256 KiB little more for twice the stalled memory.
 
 * **Half-close.** A side's end of stream is passed on as a write EOF to the other side (a TLS peer's
   ``close_notify`` travels as bytes anyway; a TCP ``shutdown(SHUT_WR)`` travels as this), and the other
@@ -11,7 +15,9 @@ tunnel holds at most its two streams' buffers whatever the peers do (backpressur
   either way. A long one-way download is not idle; a peer that stops reading while the other writes is
   (nothing moves: its writes wait on the drain), and so is a half-closed tunnel whose other half never
   ends.
-* **Errors.** A reset, a refused write or the idle deadline closes both ends, aborting them (no linger).
+* **Expiry.** The capability's ``exp`` (``until``) ends the tunnel however busy it is.
+* **Errors.** A reset, a refused write, the idle deadline or the expiry closes both ends, aborting them (no
+  linger).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-CHUNK = 64 * 1024
+CHUNK = 128 * 1024
 
 
 @dataclass
