@@ -5,12 +5,12 @@ A job reaches anything but the model and the forge only through here, on ``proto
 
 1. **The connection cap** (``max_connections``, taken at accept): over it, ``503`` unread.
 2. **The head** must arrive within ``head_seconds`` and ``max_head_bytes``, else the connection is dropped.
-3. **Only ``CONNECT host:port``.** A plain proxy request (``GET http://...``) is ``405``: the proxy never
-   sees a request it could read, so it never carries a job's plain-HTTP traffic (or a credential in it).
+3. **Only ``CONNECT host:port``.** A plain proxy request (``GET http://...``) is ``405``: the proxy carries
+   no plain HTTP, whose requests (and any credential in them) anyone on the path could read or change.
 4. **The capability** is the ``Proxy-Authorization: Basic`` password (any user: ``auth.from_authorization``).
-   None, forged or expired: ``407`` with ``Proxy-Authenticate: Basic`` (RFC 9110 §15.5.8: the status a
-   proxy asks its client for credentials with; ``401`` is the origin's, and curl and npm resend
-   ``Proxy-Authorization`` on ``407`` only).
+   None, forged or expired: ``407`` with ``Proxy-Authenticate: Basic`` (RFC 9110 section 15.5.8: the status a
+   proxy asks its client for credentials with; ``401`` and ``WWW-Authenticate`` are the origin's, and a
+   client reads them as the origin's, not the proxy's).
 5. **The host** must be on the claims' ``egress`` or the chart's list (``egress_hosts.py``), else ``403``
    ``host-not-allowed``, recorded in the ledger as ``host-not-allowed:<host>`` (the first
    ``max_hosts_recorded`` distinct hosts of a job; after those, as the bare reason, so a job cannot

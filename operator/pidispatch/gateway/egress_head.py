@@ -1,6 +1,6 @@
 """The proxy's side of HTTP/1.1: one request head in, one answer out (docs/gateway.md#egress).
 
-The proxy speaks just enough HTTP to take a ``CONNECT`` (RFC 9110 §9.3.6) and to refuse anything else:
+The proxy speaks just enough HTTP to take a ``CONNECT`` (RFC 9110 section 9.3.6) and to refuse anything else:
 after its ``200`` the connection is the tunnel's, and a refusal always closes it (``Connection: close``),
 so there is no keep-alive, no body and no chunking to get wrong.
 """
