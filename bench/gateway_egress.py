@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 from pidispatch.gateway.egress import EgressLimits, serve  # noqa: E402
 from pidispatch.gateway.egress_policy import AddressPolicy  # noqa: E402
 from pidispatch.gateway.ledger import MemoryLedger  # noqa: E402
-from testkit.egresskit import KEY, Source, _echo, _https, capability, make_pki  # noqa: E402
+from testkit.egresskit import KEY, Source, capability, echo_upstream, https_upstream, make_pki  # noqa: E402
 
 SIZE = 50 * 1000 * 1000
 
@@ -71,9 +71,9 @@ class Upstreams:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(str(self.pki.cert), str(self.pki.key))
-        self.https = self._listen(asyncio.start_server(_https, "127.0.0.1", 0, ssl=context))
+        self.https = self._listen(asyncio.start_server(https_upstream, "127.0.0.1", 0, ssl=context))
         self.sized = self._listen(asyncio.start_server(self._sized, "127.0.0.1", 0))
-        self.echo = self._listen(asyncio.start_server(_echo, "127.0.0.1", 0))
+        self.echo = self._listen(asyncio.start_server(echo_upstream, "127.0.0.1", 0))
         self.source = Source()
         self.endless = self._listen(asyncio.start_server(self.source, "127.0.0.1", 0))
 

@@ -128,7 +128,7 @@ def make_pki(directory: Path, names: Sequence[str] = NAMES) -> Pki:
 
 
 # -- upstreams ---------------------------------------------------------------------------------------------
-async def _https(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def https_upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A minimal HTTPS origin: ``GET /`` is :data:`PAGE`, ``GET /bytes/<n>`` is ``n`` bytes; one request."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
@@ -152,7 +152,7 @@ async def _https(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
         writer.close()
 
 
-async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def echo_upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Plain TCP: echoes every byte; at the client's EOF writes ``bye`` and closes (a half-close's proof)."""
     try:
         while data := await reader.read(65536):
@@ -199,8 +199,8 @@ class Rig:
         self.servers: list[asyncio.AbstractServer] = []
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(str(pki.cert), str(pki.key))
-        self.https_port = self._listen(lambda: asyncio.start_server(_https, "127.0.0.1", 0, ssl=context))
-        self.echo_port = self._listen(lambda: asyncio.start_server(_echo, "127.0.0.1", 0))
+        self.https_port = self._listen(lambda: asyncio.start_server(https_upstream, "127.0.0.1", 0, ssl=context))
+        self.echo_port = self._listen(lambda: asyncio.start_server(echo_upstream, "127.0.0.1", 0))
         self.source = Source()
         self.source_port = self._listen(lambda: asyncio.start_server(self.source, "127.0.0.1", 0))
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ import pytest
 
 from pidispatch.gateway.egress import EgressServer
 from pidispatch.gateway.protocol import REFUSAL_HEADER
-from testkit.egresskit import PAGE, UID, Pki, Rig, basic, capability, connect, make_pki
+from testkit.egresskit import PAGE, UID, Pki, Rig, basic, capability, connect, echo_upstream, make_pki
 
 WAIT = 10.0
 
@@ -223,3 +224,19 @@ def test_claims_of_another_job_count_under_that_job(rig: Rig) -> None:
     sock.close()
     assert status == 403
     assert rig.refusals("other-uid") == {"host-not-allowed:example.org": 1} and rig.refusals(UID) == {}
+
+
+def test_an_ipv6_literal_listed_literally_reaches_its_host_and_loopback_only_by_the_option(rig: Rig) -> None:
+    server = rig.run(lambda: asyncio.start_server(echo_upstream, "::1", 0))
+    rig.servers.append(server)
+    port = server.sockets[0].getsockname()[1]
+    cap = capability(egress=(f"[::1]:{port}", f"[::ffff:127.0.0.1]:{rig.echo_port}"))
+    status, _, _, sock = connect(rig.start_proxy(), f"[0:0::1]:{port}", {"Proxy-Authorization": basic(cap)})
+    sock.sendall(b"v6")
+    assert status == 200 and sock.recv(2) == b"v6"
+    sock.close()
+    closed = rig.start_proxy(allow_loopback=False)
+    for target in (f"[::1]:{port}", f"[::ffff:127.0.0.1]:{rig.echo_port}"):
+        status, headers, _, sock = connect(closed, target, {"Proxy-Authorization": basic(cap)})
+        sock.close()
+        assert (status, headers[REFUSAL_HEADER.lower()]) == (403, "address-not-allowed"), target
