@@ -194,6 +194,21 @@ def test_the_per_job_cap_refuses_that_job_only_and_is_recorded(rig: Rig) -> None
         s.close()
 
 
+def test_a_refused_connect_gives_the_jobs_slot_back(rig: Rig) -> None:
+    proxy = rig.start_proxy(limits=limits(max_per_job=1))
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    cap = capability(egress=(f"localhost:{port}", f"localhost:{rig.echo_port}"))
+    for _ in range(3):
+        status, _, _, sock = connect(proxy, f"localhost:{port}", {"Proxy-Authorization": basic(cap)})
+        sock.close()
+        assert status == 502
+    wait_until(lambda: proxy.proxy.per_job[UID] == 0, "the slot to be given back")
+    tunnel_to(rig, proxy, rig.echo_port, cap).close()
+
+
 def test_a_head_that_does_not_arrive_in_time_is_dropped(rig: Rig) -> None:
     proxy = rig.start_proxy(limits=limits(head_seconds=0.3))
     sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=WAIT)

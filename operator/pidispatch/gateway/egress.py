@@ -140,24 +140,22 @@ class Proxy:
         except ConnectionError:
             return
         claims: Claims | None = None
-        counted = False
         try:
             claims = self._authorise(head.method, head.headers)
             target = self._target(head.target)
             await self._check_host(claims, *target)
             if self.per_job[claims.uid] >= self.limits.max_per_job:
                 raise _Refusal(429, REFUSED_BUSY, f"the job has {self.limits.max_per_job} tunnels open")
-            self.per_job[claims.uid] += 1
-            counted = True
-            upstream = await self._connect(*target)
         except _Refusal as refused:
-            if claims is not None and refused.reason in (REFUSED_ADDRESS, REFUSED_BUSY):
-                await self._record(claims, refused.reason)
-            if counted and claims is not None:
-                self._release(claims.uid)
-            await self._refuse(writer, refused)
+            await self._refuse(writer, refused, claims)
             return
-        try:
+        self.per_job[claims.uid] += 1
+        try:  # the job's slot is held from here, however this ends (a refusal, a reset, the shutdown)
+            try:
+                upstream = await self._connect(*target)
+            except _Refusal as refused:
+                await self._refuse(writer, refused, claims)
+                return
             await self._tunnel(claims, target, (reader, writer), upstream)
         finally:
             self._release(claims.uid)
@@ -234,6 +232,9 @@ class Proxy:
         except ConnectionError:
             upstream[1].transport.abort()
             return
+        except asyncio.CancelledError:
+            upstream[1].transport.abort()
+            raise
         self.metrics.tunnels.inc()
         self.metrics.open.inc()
         started = time.monotonic()
@@ -259,8 +260,12 @@ class Proxy:
         except Exception as exc:  # a ledger that cannot write must not keep the refusal from being answered
             emit("gateway_egress_ledger_failed", uid=claims.uid, error=type(exc).__name__)
 
-    async def _refuse(self, writer: asyncio.StreamWriter, refused: _Refusal) -> None:
+    async def _refuse(self, writer: asyncio.StreamWriter, refused: _Refusal, claims: Claims | None = None) -> None:
+        """Count ``refused``, record it in the job's ledger when it is the job's doing (a host is recorded
+        where it is refused), and answer it."""
         self.metrics.refusals.labels(refused.reason).inc()
+        if claims is not None and refused.reason in (REFUSED_ADDRESS, REFUSED_BUSY):
+            await self._record(claims, refused.reason)
         with contextlib.suppress(ConnectionError, TimeoutError):
             writer.write(answer(refused.status, refused.reason, refused.message, refused.extra))
             await asyncio.wait_for(writer.drain(), self.limits.head_seconds)
