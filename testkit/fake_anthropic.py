@@ -107,6 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], fake: FakeAnthropic) -> None:
         super().__init__(address, _Handler)

@@ -416,6 +416,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # socketserver's default backlog is 5: fifty clients connecting at once would see SYNs dropped and retried
+    # a second later (bench/gateway_model.py's 50 at once).
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], model: ScriptedModel):
         self.model = model
