@@ -104,6 +104,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--interval", type=float, default=0.005, help="seconds between two chunks of a reply")
+    parser.add_argument("--verbose", action="store_true", help="also the 10th and 90th percentiles")
     parser.add_argument("--serve-gateway", nargs=2, metavar=("MODEL_URL", "PKI_DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_gateway:
@@ -147,6 +148,10 @@ def main() -> int:
           f"{'gateway total':>14} {'ratio':>6} {'gateway CPU/request':>20}")
     for concurrency, got in results.items():
         m = {k: statistics.median(v) for k, v in got.items()}
+        if args.verbose:
+            for name in ("direct_first", "gateway_first"):
+                q = statistics.quantiles(got[name], n=10)
+                progress(f"{concurrency} at once, {name}: p10 {q[0] * 1000:.1f} ms, p90 {q[-1] * 1000:.1f} ms")
         print(f"{concurrency:>8} {m['direct_first'] * 1000:>10.2f}ms {m['gateway_first'] * 1000:>11.2f}ms "
               f"{m['gateway_first'] / m['direct_first']:>6.2f} {m['direct_total'] * 1000:>11.2f}ms "
               f"{m['gateway_total'] * 1000:>12.2f}ms {m['gateway_total'] / m['direct_total']:>6.2f} "

@@ -246,3 +246,40 @@ def test_an_unreachable_upstream_is_a_502_and_counts_nothing(pki: Pki, tmp_path:
         status, _, body = post(g, pki, "/model/fake/chat/completions", chat(), bearer())
         assert status == 502 and json.loads(body)["error"]["type"] == "pi_gateway_upstream"
         assert JOB.uid not in g.ledger.figures
+
+
+def test_an_upstream_that_breaks_off_mid_reply_is_seen_broken_off_by_the_job(pki: Pki) -> None:
+    """A chunked reply whose upstream closes before its terminator: the job's reply must not look whole."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve_once() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            event = b'data: {"choices":[]}\n\n'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + b"%x\r\n" % len(event) + event + b"\r\n")
+            time.sleep(0.3)  # one whole chunk, then gone without the terminator
+
+    thread = threading.Thread(target=serve_once, daemon=True)
+    thread.start()
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    providers = {"fake": Provider("fake", {OPENAI_COMPLETIONS: base}, ("FAKE_API_KEY",))}
+    with GatewayServer(pki, providers, secrets({"openai": OPENAI_KEY})) as g:
+        conn = connect(g, pki)
+        conn.request("POST", "/model/fake/chat/completions", body=json.dumps(chat()),
+                     headers={"Content-Type": "application/json", **bearer()})
+        response = conn.getresponse()
+        assert response.status == 200
+        with pytest.raises(http.client.IncompleteRead):
+            response.read()
+        conn.close()
+        deadline = time.monotonic() + 5  # counted as the handler ends, just after the job saw the abort
+        while JOB.uid not in g.ledger.figures and time.monotonic() < deadline:
+            time.sleep(0.02)
+        got = figures(g)
+        assert got.requests == 1 and got.refusals == {NO_USAGE: 1}
+    listener.close()

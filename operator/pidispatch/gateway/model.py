@@ -210,8 +210,12 @@ class ModelPath:
                 return web.json_response({"error": {"type": "pi_gateway_upstream", "message":
                                                     f"the model provider could not be reached ({type(exc).__name__})"}},
                                          status=502)
+            # The reply had started: end the connection without the chunked terminator, so the job sees a
+            # truncated reply, not a whole one.
+            if request.transport is not None:
+                request.transport.abort()
             assert reply is not None
-            return reply  # the reply had started: the job sees it cut off
+            return reply
         finally:
             if reader is not None:
                 await asyncio.shield(self._account(claims, api, status, reader))
