@@ -1,12 +1,22 @@
 """The gateway's ConfigMap ledger on the real apiserver (docs/gateway.md#the-ledger): one ConfigMap per Job, owned
 by the Job CR (collected with it), one data key per replica written by merge patch, created on the first write,
-batched so a burst of replies is a write or two, summed across replicas, carried on by a restarted replica."""
+batched so a burst of replies is a write or two, summed across replicas, carried on by a restarted replica.
+And ``pidispatch gateway`` as a process against it: the model key read from the Secret the capability names,
+the reply's figures in the ledger, the budget held from the ledger, SIGTERM's last write, logs without secrets."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +26,13 @@ import yaml
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from pidispatch.api import crds
-from pidispatch.gateway.capability import Claims
+from pidispatch.gateway.capability import Claims, SecretRef, mint
 from pidispatch.gateway.kubeledger import KubeLedger
 from pidispatch.gateway.protocol import LEDGER_LABEL, ledger_name
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.delivery import job_body
+from testkit.scripted_model import ScriptedModel, Usage
+from testkit.transferkit import make_pki
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -103,3 +115,68 @@ def test_replicas_write_their_own_keys_of_one_configmap_owned_by_the_job(cluster
     # Collected with its Job.
     kube.delete(f"/apis/{crds.GROUP}/{crds.VERSION}/namespaces/{job.namespace}/jobs/ledger-job")
     wait_until("the ledger collected with its Job", lambda: not data(kube, job), timeout=90)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_gateway_process_reads_the_key_and_keeps_the_ledger_on_the_apiserver(
+        cluster: Cluster, kube: Kube, job: Claims, tmp_path: Path) -> None:
+    key = os.urandom(32)
+    (tmp_path / "gateway.key").write_bytes(key)
+    pki = make_pki(tmp_path / "pki", "gateway")
+    model_key = "sk-e2e-upstream-" + os.urandom(8).hex()
+    kube.create(f"/api/v1/namespaces/{job.namespace}/secrets",
+                {"metadata": {"name": "model-keys"}, "data": {"fake": base64.b64encode(model_key.encode()).decode()}})
+    claims = Claims(**{**job.__dict__, "max_tokens": 1500,
+                       "credentials": {"FAKE_API_KEY": SecretRef("model-keys", "fake")}})
+    capability = mint(key, claims)
+    port, metrics = free_port(), free_port()
+    with ScriptedModel() as model:
+        (tmp_path / "models.json").write_text(json.dumps({"providers": {"fake": {
+            "baseUrl": model.base_url, "api": "openai-completions", "apiKey": "FAKE_API_KEY"}}}))
+        env = {"PATH": os.environ["PATH"], "KUBECONFIG": str(cluster.kubeconfig),
+               "PYTHONPATH": os.pathsep.join(sys.path), "PI_DISPATCH_NAMESPACE": job.namespace,
+               "POD_NAME": "gateway-e2e", "PI_GATEWAY_CERT_FILE": str(pki.cert), "PI_GATEWAY_KEY_FILE": str(pki.key),
+               "PI_GATEWAY_KEY": str(tmp_path / "gateway.key"), "PI_GATEWAY_MODELS_FILE": str(tmp_path / "models.json"),
+               "PI_GATEWAY_PORT": str(port), "PI_GATEWAY_METRICS_PORT": str(metrics)}
+        process = subprocess.Popen([sys.executable, "-m", "pidispatch", "gateway"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until("the gateway ready", lambda: urllib.request.urlopen(
+                f"http://127.0.0.1:{metrics}/readyz", timeout=2).status == 200, timeout=30)
+            context = ssl.create_default_context(cafile=str(pki.ca))
+
+            def chat() -> int:
+                request = urllib.request.Request(
+                    f"https://127.0.0.1:{port}/model/fake/chat/completions", method="POST",
+                    data=json.dumps({"model": "fake-model", "messages": [], "stream": True}).encode(),
+                    headers={"Authorization": f"Bearer {capability}", "Content-Type": "application/json"})
+                try:
+                    with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                        response.read()
+                        return int(response.status)
+                except urllib.error.HTTPError as exc:
+                    return exc.code
+
+            model.reply("one", usage=Usage(prompt_tokens=1000, completion_tokens=10, cached_tokens=100))
+            model.reply("two", usage=Usage(prompt_tokens=1000, completion_tokens=10))
+            assert chat() == 200
+            assert chat() == 200  # crosses the budget of 1500: it finishes
+            assert chat() == 429  # refused from the ledger's figures
+            assert [r["headers"]["authorization"] for r in model.log] == [f"Bearer {model_key}"] * 2
+        finally:
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    figures = data(kube, job)["gateway-e2e"]
+    assert figures == {"input": 1900, "output": 20, "cacheRead": 100, "cacheWrite": 0, "requests": 2,
+                       "refusals": {"token-budget": 1}}
+    assert "gateway_model_reply" in err
+    for secret in (capability, capability.split(".")[2], model_key):
+        assert secret not in out + err
