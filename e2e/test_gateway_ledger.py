@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def test_the_gateway_process_reads_the_key_and_keeps_the_ledger_on_the_apiserver
     claims = Claims(**{**job.__dict__, "max_tokens": 1500,
                        "credentials": {"FAKE_API_KEY": SecretRef("model-keys", "fake")}})
     capability = mint(key, claims)
-    port, metrics = free_port(), free_port()
+    port, metrics, proxy = free_port(), free_port(), free_port()
     with ScriptedModel() as model:
         (tmp_path / "models.json").write_text(json.dumps({"providers": {"fake": {
             "baseUrl": model.base_url, "api": "openai-completions", "apiKey": "FAKE_API_KEY"}}}))
@@ -144,7 +145,8 @@ def test_the_gateway_process_reads_the_key_and_keeps_the_ledger_on_the_apiserver
                "PYTHONPATH": os.pathsep.join(sys.path), "PI_DISPATCH_NAMESPACE": job.namespace,
                "POD_NAME": "gateway-e2e", "PI_GATEWAY_CERT_FILE": str(pki.cert), "PI_GATEWAY_KEY_FILE": str(pki.key),
                "PI_GATEWAY_KEY": str(tmp_path / "gateway.key"), "PI_GATEWAY_MODELS_FILE": str(tmp_path / "models.json"),
-               "PI_GATEWAY_PORT": str(port), "PI_GATEWAY_METRICS_PORT": str(metrics)}
+               "PI_GATEWAY_PORT": str(port), "PI_GATEWAY_METRICS_PORT": str(metrics),
+               "PI_GATEWAY_PROXY_PORT": str(proxy)}
         process = subprocess.Popen([sys.executable, "-m", "pidispatch", "gateway"], env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -170,13 +172,23 @@ def test_the_gateway_process_reads_the_key_and_keeps_the_ledger_on_the_apiserver
             assert chat() == 200  # crosses the budget of 1500: it finishes
             assert chat() == 403  # refused from the ledger's figures (a spent budget: 403)
             assert [r["headers"]["authorization"] for r in model.log] == [f"Bearer {model_key}"] * 2
+            # The same process serves the forge path and the proxy (gateway/main.py composes all three).
+            other = urllib.request.Request(f"https://127.0.0.1:{port}/api/v3/repos/someone/else",
+                                           headers={"Authorization": f"token {capability}"})
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(other, context=context, timeout=30)
+            assert refused.value.code == 403
+            assert refused.value.headers["X-Pi-Gateway-Refusal"] == "other-repository"
+            with socket.create_connection(("127.0.0.1", proxy), timeout=10) as tunnel:
+                tunnel.sendall(b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n")
+                assert tunnel.recv(64).startswith(b"HTTP/1.1 407"), "no capability, no tunnel"
         finally:
             process.send_signal(signal.SIGTERM)
             out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     figures = data(kube, job)["gateway-e2e"]
     assert figures == {"input": 1900, "output": 20, "cacheRead": 100, "cacheWrite": 0, "requests": 2,
-                       "refusals": {"token-budget": 1}}
+                       "refusals": {"token-budget": 1, "other-repository": 1}}
     assert "gateway_model_reply" in err
     for secret in (capability, capability.split(".")[2], model_key):
         assert secret not in out + err

@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pidispatch.events import emit
+from pidispatch.gateway import forge as forge_path
 from pidispatch.gateway.metrics import GatewayMetrics
 from pidispatch.gateway.model import ModelPath, add_routes
 from pidispatch.transfer.gate import ConnectionGate
@@ -47,11 +48,22 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     return context
 
 
-def build_app(model: ModelPath, *, max_body: int) -> web.Application:
-    """The jobs' app: the model path (other paths are added by their owners when composed)."""
+def build_app(model: ModelPath, *, max_body: int, forge: ForgeInputs | None = None) -> web.Application:
+    """The jobs' app: the model path, then (``forge``) the forge path, whose ``/{owner}/{name}/...`` routes
+    would otherwise take ``/model/...``."""
     app = web.Application(client_max_size=max_body)
     add_routes(app, model)
+    if forge is not None:
+        forge_path.add_routes(app, key=model.key, secrets=model.secrets, ledger=model.ledger,
+                              upstream_ca=forge.upstream_ca)
     return app
+
+
+@dataclass(frozen=True)
+class ForgeInputs:
+    """What the forge path needs beyond the model path's key, Secrets and ledger."""
+
+    upstream_ca: str | None = None  # the forge's CA (GitHub Enterprise); None: the system's roots
 
 
 def build_health_app(metrics: GatewayMetrics, ready: Callable[[], bool]) -> web.Application:

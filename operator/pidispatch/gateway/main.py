@@ -32,7 +32,10 @@ def main(_args: argparse.Namespace | None = None) -> int:
         return CONFIG_ERROR
 
     from pidispatch.events import emit, log_services_as_json
-    from pidispatch.gateway.app import Gateway, ListenerLimits, build_app, serve, server_ssl_context
+    from pidispatch.gateway import egress
+    from pidispatch.gateway.app import ForgeInputs, Gateway, ListenerLimits, build_app, serve, server_ssl_context
+    from pidispatch.gateway.egress_metrics import EgressMetrics
+    from pidispatch.gateway.egress_policy import AddressPolicy
     from pidispatch.gateway.kubeledger import KubeLedger
     from pidispatch.gateway.kubesecrets import KubeSecrets
     from pidispatch.gateway.metrics import GatewayMetrics
@@ -60,10 +63,20 @@ def main(_args: argparse.Namespace | None = None) -> int:
         model = ModelPath(key=key, secrets=KubeSecrets(api), ledger=ledger, providers=providers, metrics=metrics,
                           limits=ModelLimits(max_body=settings.max_body, body_seconds=settings.body_seconds,
                                              read_seconds=settings.read_seconds))
-        gateway = Gateway(build_app(model, max_body=settings.max_body), metrics, context,
+        proxy = await egress.serve(None, settings.proxy_port, key=key, ledger=ledger, allowed=settings.egress_hosts,
+                                   policy=AddressPolicy.of(denied=settings.denied_networks),
+                                   metrics=EgressMetrics(metrics.registry))
+
+        async def stop_all() -> None:
+            proxy.close()
+            await proxy.wait_closed()
+            await ledger.close()
+
+        app = build_app(model, max_body=settings.max_body, forge=ForgeInputs(upstream_ca=settings.forge_ca_file))
+        gateway = Gateway(app, metrics, context,
                           limits=ListenerLimits(settings.max_connections, settings.head_seconds,
                                                 settings.idle_seconds),
-                          on_stop=ledger.close)
+                          on_stop=stop_all)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -71,11 +84,12 @@ def main(_args: argparse.Namespace | None = None) -> int:
         await serve(gateway, None, settings.port, settings.metrics_port, stop)
 
     emit("gateway_starting", namespace=settings.namespace, replica=settings.replica, port=settings.port,
-         metricsPort=settings.metrics_port, providers=len(providers), modelsFile=settings.models_file)
+         metricsPort=settings.metrics_port, proxyPort=settings.proxy_port, providers=len(providers),
+         modelsFile=settings.models_file, egressHosts=len(settings.egress_hosts))
     try:
         asyncio.run(run())
     except OSError as exc:
-        sys.stderr.write(f"pidispatch gateway: cannot listen on port {settings.port} or {settings.metrics_port}: "
-                         f"{exc.strerror or exc}\n")
+        sys.stderr.write(f"pidispatch gateway: cannot listen on port {settings.port}, {settings.metrics_port} or "
+                         f"{settings.proxy_port}: {exc.strerror or exc}\n")
         return CONFIG_ERROR
     return 0
