@@ -75,6 +75,16 @@ def test_install_creates_the_release_and_its_crds_are_established(release: Relea
     assert kube.get(f"/api/v1/namespaces/{ns}/services/{FULLNAME}-metrics")["spec"]["ports"][0]["name"] == "metrics"
 
 
+def test_the_job_network_policy_is_installed_by_default(release: Release, kube: Kube) -> None:
+    """On by default (issue 40): the apiserver holds it, egress to DNS and the gateway alone, no ingress."""
+    np = kube.get(f"/apis/networking.k8s.io/v1/namespaces/{release.namespace}/networkpolicies/{FULLNAME}-jobs")
+    spec = np["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and not spec.get("ingress")
+    ports = [sorted(p["port"] for p in rule["ports"]) for rule in spec["egress"]]
+    assert ports == [[53, 53], [3128, 8080]], ports
+    assert spec["egress"][1]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
+
+
 def test_install_notes_say_how_to_watch_and_run_doctor(release: Release) -> None:
     notes = release.install_output
     assert f"kubectl get pijobs,sessionkeys -n {release.namespace} -w" in notes

@@ -1,10 +1,11 @@
-"""The job Pods' NetworkPolicy (issue 15, item 8), rendered offline with the pinned helm.
+"""The job Pods' NetworkPolicy (issue 15, item 8; on by default since issue 40), rendered offline with the pinned helm.
 
-Beside ``test_chart.py`` (whose helpers and ``helm`` fixture this uses). What is proven: off by default;
-when on, it selects exactly the Pods the operator creates (a real job Pod manifest's labels, not the
-operator's, the receiver's or the helm test Pod's), allows no ingress, and allows egress only to DNS
-(UDP and TCP 53) and the listed CIDRs on the listed ports; every egress rule names its peers (an empty
-``to`` would mean everywhere); values that would make it useless or quietly open fail the install.
+Beside ``test_chart.py`` (whose helpers and ``helm`` fixture this uses). What is proven: on by default,
+with every other option on too; it selects exactly the Pods the operator creates (a real job Pod manifest's
+labels, not the operator's, the receiver's or the helm test Pod's), allows no ingress, and allows egress only
+to DNS (UDP and TCP 53), the release's gateway Pods on 8080 and 3128, and the extra CIDRs on their ports
+(none by default); every egress rule names its peers (an empty ``to`` would mean everywhere); values that
+would make it useless or quietly open fail the install. ``e2e/test_netpol_realnode.py`` proves it enforced.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Any
 import pytest
 
 from pidispatch.manifests.pod import PodInputs, job_pod
-from testkit.chart import ALL_ON, CHART, FULLNAME, RECEIVER_ON, kinds, render, set_args, template
+from testkit.chart import ALL_ON, CHART, FULLNAME, RECEIVER_ON, RELEASE, kinds, render, set_args, template
 
 FORGE = {"name": "forge", "cidrs": ["140.82.112.0/20", "192.30.252.0/22"], "ports": [443]}
 MODEL = {"name": "model", "cidrs": ["203.0.113.10/32", "2001:db8::/32"], "ports": [443, 8443]}
-ON: dict[str, Any] = {"job.networkPolicy.enabled": True, "job.networkPolicy.egress": [FORGE, MODEL]}
+ON: dict[str, Any] = {"job.networkPolicy.egress": [FORGE, MODEL]}
+GATEWAY_LABELS = {"app.kubernetes.io/name": "pi-dispatch", "app.kubernetes.io/instance": RELEASE,
+                  "app.kubernetes.io/component": "gateway"}
 
 
 def policy(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -40,8 +43,21 @@ def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 
 
 @pytest.mark.parametrize("values", [{}, {**ALL_ON, **RECEIVER_ON}], ids=["defaults", "every other option on"])
-def test_off_by_default(helm: Any, values: dict[str, Any]) -> None:
-    assert kinds(render(helm, values), "NetworkPolicy") == []
+def test_on_by_default(helm: Any, values: dict[str, Any]) -> None:
+    np = policy(render(helm, values))
+    assert np["spec"]["ingress"] == [] and np["spec"]["policyTypes"] == ["Ingress", "Egress"]
+
+
+def test_it_can_be_turned_off(helm: Any) -> None:
+    assert kinds(render(helm, {"job.networkPolicy.enabled": False}), "NetworkPolicy") == []
+
+
+def test_by_default_egress_is_dns_and_the_gateway_and_nothing_else(helm: Any) -> None:
+    dns, gateway = policy(render(helm, {}))["spec"]["egress"]
+    assert [p["port"] for p in dns["ports"]] == [53, 53]
+    assert gateway == {"to": [{"podSelector": {"matchLabels": GATEWAY_LABELS}}],
+                       "ports": [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 3128}]}
+    assert not any("ipBlock" in peer for rule in (dns, gateway) for peer in rule["to"])
 
 
 def test_it_selects_the_job_pods_and_nothing_the_chart_runs(helm: Any) -> None:
@@ -62,7 +78,8 @@ def test_it_selects_the_job_pods_and_nothing_the_chart_runs(helm: Any) -> None:
 def test_no_ingress_and_egress_only_to_dns_and_the_listed_cidrs(helm: Any) -> None:
     spec = policy(render(helm, ON))["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["ingress"] == []
-    dns, *rest = spec["egress"]
+    dns, gateway, *rest = spec["egress"]
+    assert selects(gateway["to"][0]["podSelector"], GATEWAY_LABELS) and len(gateway["to"]) == 1
     assert dns["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
     assert dns["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                           "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}]
@@ -86,12 +103,11 @@ def test_helm_lint_passes_with_the_policy_on(helm: Any) -> None:
 
 
 @pytest.mark.parametrize(("values", "words"), [
-    ({"job.networkPolicy.enabled": True}, "job.networkPolicy.egress"),
     ({**ON, "job.networkPolicy.dns.namespaceSelector": None, "job.networkPolicy.dns.podSelector": None},
      "job.networkPolicy.dns"),
     ({**ON, "job.networkPolicy.egress": [{"cidrs": ["0.0.0.0/0"], "ports": [443]}]}, "allows every address"),
     ({**ON, "job.networkPolicy.egress": [{"cidrs": ["::/0"], "ports": [443]}]}, "allows every address"),
-], ids=["on without egress", "on without DNS", "IPv4 everywhere", "IPv6 everywhere"])
+], ids=["on without DNS", "IPv4 everywhere", "IPv6 everywhere"])
 def test_a_useless_or_open_policy_fails_the_install(helm: Any, values: dict[str, Any], words: str) -> None:
     result = template(helm, values)
     assert result.returncode != 0, "rendered"
@@ -114,3 +130,9 @@ def test_a_useless_or_open_policy_fails_the_install(helm: Any, values: dict[str,
 def test_the_schema_refuses_bad_egress_entries(helm: Any, entry: dict[str, Any], field: str) -> None:
     result = template(helm, {**ON, "job.networkPolicy.egress": [entry]})
     assert result.returncode != 0 and "schema" in result.stderr and field in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("ports", [[], [0], ["http"]], ids=["none", "port 0", "a named port"])
+def test_the_schema_refuses_bad_gateway_ports(helm: Any, ports: list[Any]) -> None:
+    result = template(helm, {"job.networkPolicy.gateway.ports": ports})
+    assert result.returncode != 0 and "schema" in result.stderr and "ports" in result.stderr, result.stderr

@@ -8,6 +8,7 @@
 #   registry                                         (wrapper module registry/: e2e/test_pull_secret.py)
 #   dashcheck                                        (module dashcheck/: tests/test_chart_dashboard.py)
 #   cosign syft                                      (wrapper modules cosign/, syft/: e2e/rehearsal.py)
+#   kube-router                                      (wrapper module kuberouter/: e2e/netpolicy.py)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
 # A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum (and its own .go
 # files, for dashcheck/, the one module with source of ours) changed (a stamp file next to it records
@@ -86,6 +87,10 @@ build dashcheck dashcheck . "-s -w"
 build cosign cosign github.com/sigstore/cosign/v3/cmd/cosign \
     "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION"
 build syft syft github.com/anchore/syft/cmd/syft "-s -w -X main.version=$SYFT_VERSION"
+
+# the real node's NetworkPolicy implementation: kube-router's firewall (e2e/netpolicy.py)
+build kube-router kuberouter github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
+    "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v$KUBE_ROUTER_VERSION"
 
 echo "[controlplane] $built binaries built, total $(( $(date +%s) - total_start ))s; bin dir:" >&2
 echo "$bin_dir"

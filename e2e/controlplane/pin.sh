@@ -17,6 +17,8 @@
 #   cosign/  requires github.com/sigstore/cosign/v3 v$COSIGN_VERSION (signs and verifies the rehearsed release,
 #          e2e/rehearsal.py).
 #   syft/  requires github.com/anchore/syft v$SYFT_VERSION (the images' SBOMs, e2e/rehearsal.py).
+#   kuberouter/  requires github.com/cloudnativelabs/kube-router/v2 v$KUBE_ROUTER_VERSION (the real node's
+#          NetworkPolicy implementation, e2e/netpolicy.py).
 #
 # Re-runnable: edit versions.env, run this script, commit */go.mod */go.sum.
 set -euo pipefail
@@ -113,4 +115,11 @@ new_module syft pidispatch.invalid/controlplane/syft
     go get -tool "github.com/anchore/syft/cmd/syft@v$SYFT_VERSION"
     go mod tidy
 )
-echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry,dashcheck,cosign,syft}/go.{mod,sum}"
+echo "== kuberouter wrapper: github.com/cloudnativelabs/kube-router/v2 v$KUBE_ROUTER_VERSION"
+new_module kuberouter pidispatch.invalid/controlplane/kuberouter
+(
+    cd "$here/kuberouter"
+    go get -tool "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@v$KUBE_ROUTER_VERSION"
+    go mod tidy
+)
+echo "== done; commit e2e/controlplane/{k8s,etcd,helm,actionlint,registry,dashcheck,cosign,syft,kuberouter}/go.{mod,sum}"
