@@ -26,6 +26,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.release import Release, base_values, create_secret, fresh_namespace, merge, received_digest
+from pidispatch.manifests.pod import token_secret_name
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key
 from testkit.wait import wait_until
@@ -99,8 +100,8 @@ def pod_shape(pod: dict[str, Any]) -> dict[str, Any]:
         if env["name"] in ("PI_JOB_NAME", "PI_TRIGGER", "PI_JOB_SPEC"):
             env["value"] = "<job>"
         ref = (env.get("valueFrom") or {}).get("secretKeyRef")
-        if ref and ref["name"].startswith("pi-job-token-"):
-            ref["name"] = "pi-job-token-<uid>"
+        if ref and ref["name"].startswith("pij-") and "-token-" in ref["name"]:
+            ref["name"] = "<the Pod's name>-token-<uid>"
     for key in ("nodeName", "serviceAccountName", "serviceAccount", "tolerations", "schedulerName",
                 "terminationGracePeriodSeconds", "dnsPolicy", "priority", "preemptionPolicy"):
         spec.pop(key, None)
@@ -206,7 +207,7 @@ def test_the_installation_token_reaches_the_pod_and_nowhere_else(release: Releas
     capped = [e for e in r.kube.list(f"/api/v1/namespaces/{r.ns}/events")
               if e["reason"] == "TimeoutCapped" and e["involvedObject"]["name"] == job["metadata"]["name"]]
     assert capped and "not refreshed" in capped[0]["message"], "the Job's Events say the timeout was cut"
-    secret_name = f"pi-job-token-{job['metadata']['uid']}"
+    secret_name = token_secret_name(job["metadata"]["name"], job["metadata"]["uid"])
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert env["GH_TOKEN"] == {"name": "GH_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name,
                                                                                   "key": "token"}}}
@@ -301,7 +302,8 @@ def test_config_refused_posts_one_comment_and_mints_nothing(release: Release, gi
     assert "pidispatch doctor" in comment["body"] and "configuration problem" in comment["body"]
     assert f"<!-- pi-dispatch:job={job['metadata']['uid']} -->" in comment["body"]
     assert r.pods_of(f"gh-{issue}") == []
-    assert r.kube.get_or_none(f"/api/v1/namespaces/{r.ns}/secrets/pi-job-token-{job['metadata']['uid']}") is None
+    assert r.kube.get_or_none(f"/api/v1/namespaces/{r.ns}/secrets/"
+                              f"{token_secret_name(job['metadata']['name'], job['metadata']['uid'])}") is None
     # at most the operator's own token for the comment; none scoped for a job Pod was stored anywhere
     assert len(github.issued()) - minted <= 1
 

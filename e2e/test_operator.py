@@ -357,7 +357,7 @@ def test_a_job_asking_for_more_than_its_trigger_allows_is_refused(release: Relea
     assert started["reason"] == "BeyondTrigger" and named in started["message"], started
     assert release.pods_of(name) == []
     assert [s for s in release.kube.list(f"/api/v1/namespaces/{release.ns}/secrets")
-            if s["metadata"]["name"].startswith("pi-job-token-")] == [], "no token"
+            if s["metadata"]["name"].startswith("pij-") and "-token-" in s["metadata"]["name"]] == [], "no token"
     wait_until("the BeyondTrigger Event", lambda: any(
         e["reason"] == "BeyondTrigger" for e in release.kube.list(f"/api/v1/namespaces/{release.ns}/events",
                                                                   fieldSelector=f"involvedObject.name={name}")),

@@ -23,14 +23,17 @@ from testkit.wait import wait_until
 pytestmark = pytest.mark.e2e
 
 START_TIMEOUT = 10  # the chart's minimum; the resync (every 30 s) notices it
+UNPULLABLE = "unpullable.invalid/pi-dispatch/job:0"
 
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster, kube: Kube, kubelet) -> Iterator[Release]:
     values = merge(base_values(), {"sessions": {"enabled": True}, "maxConcurrentJobs": 1,
                                    "job": {"startTimeoutSeconds": START_TIMEOUT},
-                                   # the Secrets the Triggers below name (the chart's policy allows no other)
-                                   "jobPodPolicy": {"credentialSecrets": ["model-keys", "no-such", "deploy-keys"]}})
+                                   # the Secrets and the image the Triggers below name (the chart's policy allows
+                                   # no other)
+                                   "jobPodPolicy": {"credentialSecrets": ["model-keys", "no-such", "deploy-keys"],
+                                                    "images": [UNPULLABLE]}})
     with installed(cluster, kube, "limits", values) as r:
         yield r
 
@@ -52,7 +55,7 @@ def test_a_job_past_its_timeout_is_stopped_and_promotes_nothing(release: Release
 
 def test_a_pod_that_never_starts_fails_its_job_and_the_next_one_runs(release: Release) -> None:
     r = release
-    r.trigger("unpullable", image="unpullable.invalid/pi-dispatch/job:0")
+    r.trigger("unpullable", image=UNPULLABLE)
     r.job("stuck", trigger="unpullable", issue=802)
     r.job("behind", issue=803)
     stuck = r.wait_job("stuck", timeout=START_TIMEOUT + 90)

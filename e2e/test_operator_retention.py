@@ -20,6 +20,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.release import Release, base_values, fresh_namespace, merge
+from pidispatch.manifests.pod import token_secret_name
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.wait import wait_until
@@ -61,7 +62,8 @@ def release(cluster: Cluster, kube: Kube, kubelet: object, github: tuple[FakeGit
 
 
 def secret(r: Release, job: dict[str, Any]) -> dict[str, Any] | None:
-    return r.kube.get_or_none(f"/api/v1/namespaces/{r.ns}/secrets/pi-job-token-{job['metadata']['uid']}")
+    name = token_secret_name(job["metadata"]["name"], job["metadata"]["uid"])
+    return r.kube.get_or_none(f"/api/v1/namespaces/{r.ns}/secrets/{name}")
 
 
 def test_a_finished_job_loses_its_pod_and_secret_then_itself_and_its_conversation_stays(release: Release) -> None:

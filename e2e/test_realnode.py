@@ -40,6 +40,7 @@ from testkit.wait import wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 REPO = "acme/widgets"
+NO_SUCH_IMAGE = "localhost/pi-dispatch/no-such-image:dev"  # a Trigger's run.image that is never found
 APP_ID, INSTALLATION = 6161, 99
 
 
@@ -106,6 +107,7 @@ def release(node: Cluster, kube: Kube, forge: FakeGitHubAPI, model: ScriptedMode
                    "caBundle": {"configMap": "forge-ca"},
                    "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}},
         "extraEnv": [{"name": "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", "value": "5"}],
+        "jobPodPolicy": {"images": [NO_SUCH_IMAGE]},  # a Trigger's run.image below (the policy allows no other)
     }
     r = Release(node, kube, ns, values).install()
     r.trigger("fix")
@@ -243,7 +245,7 @@ def test_a_job_image_that_does_not_exist_names_the_pull_failure_and_the_next_job
         release: Release, model: ScriptedModel, forge: FakeGitHubAPI) -> None:
     issue = next(_issues)
     forge.set_issue(REPO, issue, "Missing image", "")
-    release.trigger("noimage", image="localhost/pi-dispatch/no-such-image:dev")
+    release.trigger("noimage", image=NO_SUCH_IMAGE)
     job, _ = deliver(release, model, issue, "@pi go", trigger="noimage", timeout=180)
     assert job["status"]["phase"] == "Failed"
     done = release.condition(job, "Completed")

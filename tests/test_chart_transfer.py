@@ -18,7 +18,17 @@ from cryptography import x509
 
 from pidispatch.settings import OperatorSettings
 from pidispatch.settings.staging import TransferLimits
-from testkit.chart import FULLNAME, NAMESPACE, STORE_ON, env_values, kinds, one, operator_container, render, template
+from testkit.chart import (
+    FULLNAME,
+    NAMESPACE,
+    POD_POLICY,
+    STORE_ON,
+    env_values,
+    one,
+    operator_container,
+    render,
+    template,
+)
 
 TRANSFER_ON: dict[str, Any] = {**STORE_ON, "sessions.staging.mode": "transfer"}
 TRANSFER = f"{FULLNAME}-transfer"
@@ -114,9 +124,10 @@ def test_job_pods_may_reach_the_transfer_port_of_the_operator_only(helm: Any) ->
 
 def test_the_pod_policy_allows_the_jobs_own_transfer_secret_and_the_ca_but_no_claim(helm: Any) -> None:
     docs = render(helm, TRANSFER_ON)
-    [policy] = kinds(docs, "ValidatingAdmissionPolicy")
+    policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    assert variables["secrets"] == "['pi-job-token-' + variables.job, 'pi-job-transfer-' + variables.job] + []"
+    assert variables["secrets"] == ("[object.metadata.name + '-token-' + variables.job, "
+                                    "object.metadata.name + '-transfer-' + variables.job] + []")
     assert variables["configMaps"] == f'["{TRANSFER}-ca"]'
     volumes_rule = next(v["expression"] for v in policy["spec"]["validations"] if "claimName ==" in v["expression"])
     assert "claimName == ''" in volumes_rule, "in transfer mode job Pods mount no claim at all"

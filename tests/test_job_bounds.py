@@ -23,7 +23,7 @@ from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
 from pidispatch.uninstall import release_pods, stop_job_pods
-from testkit.chart import FULLNAME, RELEASE, env_values, kinds, operator_container, render
+from testkit.chart import FULLNAME, POD_POLICY, RELEASE, env_values, kinds, one, operator_container, render
 from testkit.env import clean_env
 
 GI = 2**30
@@ -137,8 +137,8 @@ def test_the_charts_disk_values_reach_the_operator(helm: Any) -> None:
 
 def test_the_job_pod_policy_is_on_by_default_and_bound_to_the_operator(helm: Any) -> None:
     docs = render(helm)
-    [policy] = kinds(docs, "ValidatingAdmissionPolicy")
-    [binding] = kinds(docs, "ValidatingAdmissionPolicyBinding")
+    policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
+    binding = one(docs, "ValidatingAdmissionPolicyBinding", POD_POLICY)
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert binding["spec"]["policyName"] == policy["metadata"]["name"] and binding["spec"]["validationActions"] == [
         "Deny"]
@@ -154,9 +154,10 @@ def test_the_policy_allows_the_charts_secrets_and_configmaps_by_name(helm: Any) 
                          "job.credentials": {"OPENAI_API_KEY": {"secretName": "model-keys", "key": "k"}},
                          "jobPodPolicy.credentialSecrets": ["trigger-keys"], "job.modelsConfigMap": "models",
                          "sessions.enabled": True})
-    [policy] = kinds(docs, "ValidatingAdmissionPolicy")
+    policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    assert variables["secrets"] == "['pi-job-token-' + variables.job] + [\"gh-token\",\"model-keys\",\"trigger-keys\"]"
+    assert variables["secrets"] == (
+        "[object.metadata.name + '-token-' + variables.job] + [\"gh-token\",\"model-keys\",\"trigger-keys\"]")
     assert variables["configMaps"] == '["models"]'
     assert any(f"claimName == '{FULLNAME}-staging'" in v["expression"] for v in policy["spec"]["validations"])
 

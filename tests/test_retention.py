@@ -16,9 +16,9 @@ import pytest
 from pidispatch.api.views import JobView
 from pidispatch.doctor_check import Status
 from pidispatch.doctor_cluster import terminating_claims
-from pidispatch.forge.credentials import token_secret_name
 from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at
 from pidispatch.jobflow.table import NameLocks
+from pidispatch.manifests.pod import token_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.uninstall import split_for_uninstall
 from testkit.jobflow import Clock, controller, new_job, pump
@@ -47,7 +47,7 @@ def pod(phase: str = "Succeeded", owner: str = UID, name: str = "pij-j1", **md: 
 
 
 POD = Delete(Kind.POD, "pij-j1", "pod-pij-j1", "j1", 601)
-SECRET = Delete(Kind.SECRET, token_secret_name(UID), None, "j1", 601)
+SECRET = Delete(Kind.SECRET, token_secret_name("j1", UID), None, "j1", 601)
 REFUSED_UNCOMMENTED = {"reason": "sessions-dir-unset"}  # a refusal whose issue comment is still owed
 
 DUE = [
@@ -55,7 +55,8 @@ DUE = [
     ("not before", job(), [pod()], 599, {}, []),
     ("a failed job's too", job("Failed"), [pod("Failed")], 601, {}, [POD, SECRET]),
     ("retention 0: as soon as the outcome is recorded", job(), [pod()], 0, {"retention": 0},
-     [Delete(Kind.POD, "pij-j1", "pod-pij-j1", "j1", 0), Delete(Kind.SECRET, token_secret_name(UID), None, "j1", 0)]),
+     [Delete(Kind.POD, "pij-j1", "pod-pij-j1", "j1", 0),
+      Delete(Kind.SECRET, token_secret_name("j1", UID), None, "j1", 0)]),
     ("a running pod is never deleted", job(), [pod("Running")], 10**6, {}, []),
     ("a pending pod is never deleted", job(), [pod("Pending")], 10**6, {}, []),
     ("nor is the job of a running pod, whatever its ttl", job(), [pod("Running")], 10**6, {"ttl": 0}, []),
@@ -71,7 +72,7 @@ DUE = [
      [Delete(Kind.JOB, "j1", UID, "j1", 3600)]),
     ("ttl not reached: only the retention", job(), [pod()], 3599, {"ttl": 3600}, [
         Delete(Kind.POD, "pij-j1", "pod-pij-j1", "j1", 3599),
-        Delete(Kind.SECRET, token_secret_name(UID), None, "j1", 3599)]),
+        Delete(Kind.SECRET, token_secret_name("j1", UID), None, "j1", 3599)]),
     ("ttl shorter than the retention", job(), [pod()], 60, {"ttl": 60}, [Delete(Kind.JOB, "j1", UID, "j1", 60)]),
     ("a refused job whose comment is owed waits for it", job("Refused", **REFUSED_UNCOMMENTED), [], 10**6,
      {"ttl": 0, "secret_gone": True}, []),

@@ -31,7 +31,7 @@ from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.runner.main import own_secrets
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.store.redact import digest_of
-from testkit.chart import kinds, render
+from testkit.chart import POD_POLICY, one, render
 from testkit.memoryapi import MemoryApi
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,12 +145,12 @@ def test_run_secrets_at_load(run: dict[str, Any], message: str | None) -> None:
 def test_the_policy_admits_secret_volumes_of_the_listed_secrets_only(helm: Any) -> None:
     docs = render(helm, {"github.authSource": "pat", "github.token.secretName": "gh-token",
                          "jobPodPolicy.credentialSecrets": ["deploy-keys"]})
-    [policy] = kinds(docs, "ValidatingAdmissionPolicy")
+    policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
     [volumes] = [v for v in policy["spec"]["validations"] if "has(v.secret)" in v["expression"]]
     assert 'v.secret.secretName in ["deploy-keys"]' in volumes["expression"], volumes["expression"]
     assert "gh-token" not in volumes["expression"], "the forge token's Secret is never mounted whole"
     assert "deploy-keys" in volumes["message"]
-    [none] = kinds(render(helm), "ValidatingAdmissionPolicy")
+    none = one(render(helm), "ValidatingAdmissionPolicy", POD_POLICY)
     [closed] = [v for v in none["spec"]["validations"] if "has(v.secret)" in v["expression"]]
     assert "v.secret.secretName in []" in closed["expression"]
 

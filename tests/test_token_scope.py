@@ -276,7 +276,7 @@ def test_an_earlier_attempts_secret_is_replaced_so_the_cap_matches_the_pods_toke
     forge = Forge(settings.github, "app")
     job_token(settings, cluster, forge, JOB, {})
     second = job_token(settings, cluster, forge, JOB, {})  # a restart after the Secret, before the Pod
-    secret = api.objects["/api/v1/namespaces/ns/secrets/pi-job-token-u-1"]
+    secret = api.objects["/api/v1/namespaces/ns/secrets/pij-fix-1-token-u-1"]
     assert second is not None and second.expires_at is not None
     assert secret["metadata"]["annotations"]["pi-dispatch.dev/expires-at"] == time.strftime(
         "%Y-%m-%dT%H:%M:%SZ", time.gmtime(second.expires_at))
@@ -284,7 +284,7 @@ def test_an_earlier_attempts_secret_is_replaced_so_the_cap_matches_the_pods_toke
     assert secret["stringData"]["token"] == next(t for t, i in fake.tokens.items() if i is latest), \
         "the Pod will hold the token whose expiry caps its run"
     assert not latest.revoked
-    assert "/api/v1/namespaces/ns/secrets/pi-job-token-u-1" in api.deletes
+    assert "/api/v1/namespaces/ns/secrets/pij-fix-1-token-u-1" in api.deletes
 
 
 # ---- the chart's github.app.jobPermissions -------------------------------------------------------------------

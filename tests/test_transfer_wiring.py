@@ -18,7 +18,7 @@ import pytest
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import SESSION_FILE, SESSION_MOUNT
 from pidispatch.jobflow.dispatcher import Dispatcher
-from pidispatch.manifests.pod import PodInputs, TransferInputs, job_pod
+from pidispatch.manifests.pod import PodInputs, TransferInputs, job_pod, transfer_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.settings.scheduling import Scheduling
 from pidispatch.settings.staging import Staging, Transfer, TransferLimits
@@ -98,7 +98,7 @@ def test_a_transfer_setting_that_cannot_work_is_refused_naming_it(change: dict[s
 
 
 # -- the job Pod -------------------------------------------------------------------------------------------------
-TRANSFER_POD = TransferInputs(url=protocol.session_url(BASE, UID), secret=protocol.secret_name(UID),
+TRANSFER_POD = TransferInputs(url=protocol.session_url(BASE, UID), secret=transfer_secret_name("delivery-1", UID),
                               ca_configmap="rel-pi-dispatch-transfer-ca", max_bytes=1 << 20)
 
 
@@ -131,7 +131,7 @@ def test_the_runner_is_told_its_own_url_and_reads_its_token_from_its_own_secret(
     env = env_of(transfer_pod(env={protocol.ENV_TOKEN: "planted", protocol.ENV_URL: "https://elsewhere"}))
     assert env[protocol.ENV_URL]["value"] == f"{BASE}/v1/jobs/{UID}/session"
     assert env[protocol.ENV_TOKEN] == {"name": protocol.ENV_TOKEN, "valueFrom": {"secretKeyRef": {
-        "name": f"pi-job-transfer-{UID}", "key": "token"}}}
+        "name": f"pij-delivery-1-transfer-{UID}", "key": "token"}}}
     assert env[protocol.ENV_CA_FILE]["value"] == f"{protocol.CA_DIR}/ca.crt"
     assert env[protocol.ENV_MAX_BYTES]["value"] == str(1 << 20)
     assert env["PI_SESSION_FILE"]["value"] == SESSION_FILE
@@ -202,7 +202,7 @@ def stored(world: dict[str, Any]) -> list[Path]:
 def test_the_job_gets_its_own_secret_owned_by_its_job_and_a_pod_without_the_claim(world: dict[str, Any]) -> None:
     job, pod = start_job(world, "delivery-1")
     uid = job["metadata"]["uid"]
-    secret = world["api"].get(f"/api/v1/namespaces/{NS}/secrets/pi-job-transfer-{uid}")
+    secret = world["api"].get(f"/api/v1/namespaces/{NS}/secrets/pij-delivery-1-transfer-{uid}")
     assert secret["stringData"] == {"token": job_token(KEY, uid)}
     assert secret["immutable"] is True
     assert secret["metadata"]["ownerReferences"] == [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "Job",
@@ -253,5 +253,5 @@ def test_retention_deletes_the_transfer_secret_with_the_token_secret(world: dict
     ended = JobView.of(world["api"].job("delivery-1"))
     pods = [world["api"].get(f"{PODS}/{pod['metadata']['name']}")]
     secrets = [d.name for d in due(ended, pods, 10**10, world["settings"]) if d.kind is Kind.SECRET]
-    assert f"pi-job-transfer-{job['metadata']['uid']}" in secrets
+    assert f"pij-delivery-1-transfer-{job['metadata']['uid']}" in secrets
 

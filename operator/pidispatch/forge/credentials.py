@@ -80,11 +80,6 @@ def fork_permissions(configured: dict[str, str]) -> dict[str, str]:
             if name in FORK_KEEPS or "read" in permission_levels(name)}
 
 
-def token_secret_name(job_uid: str) -> str:
-    """The per-job Secret's name: by uid, so a Job re-created under the same name never finds an old token."""
-    return f"pi-job-token-{job_uid}"
-
-
 def repository_name(repository: str) -> str:
     """``owner/name`` → ``name``: what ``repositories`` of an installation-token request takes."""
     return repository.rpartition("/")[2]

@@ -24,7 +24,7 @@ from pidispatch.contract import CONTAINER, ENV_COMMAND, ENV_FLOW
 from pidispatch.events import emit
 from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
-from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential, token_secret_name
+from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
@@ -38,6 +38,8 @@ from pidispatch.manifests.pod import (
     job_pod,
     job_token_secret,
     job_transfer_secret,
+    token_secret_name,
+    transfer_secret_name,
 )
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
 from pidispatch.store.redact import digest_of
@@ -225,7 +227,7 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
     if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
         raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
     token = forge.mint_job_token(credential.repository, credential.fork)
-    name = token_secret_name(job.uid)
+    name = token_secret_name(job.name, job.uid)
     expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
     secret = job_token_secret(job.name, job.uid, cluster.ns, name, token.value, expires)
     try:
@@ -303,7 +305,7 @@ def transfer_inputs(settings: OperatorSettings, cluster: Cluster, job: JobView) 
         if exc.status != 409:
             raise
     return TransferInputs(url=transfer_protocol.session_url(transfer.base_url, job.uid),
-                          secret=transfer_protocol.secret_name(job.uid), ca_configmap=transfer.ca_configmap,
+                          secret=transfer_secret_name(job.name, job.uid), ca_configmap=transfer.ca_configmap,
                           max_bytes=transfer.max_bytes)
 
 

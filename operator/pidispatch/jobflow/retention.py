@@ -31,14 +31,13 @@ from typing import Any
 from pidispatch.api.views import JobView
 from pidispatch.contract import JOB_LABEL, MANAGED_BY
 from pidispatch.events import emit
-from pidispatch.forge.credentials import token_secret_name
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending
 from pidispatch.jobflow.pod import owner_uid
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
 from pidispatch.kubeapi import Api, ApiError, name_segment
+from pidispatch.manifests.pod import token_secret_name, transfer_secret_name
 from pidispatch.settings import OperatorSettings
-from pidispatch.transfer.protocol import secret_name as transfer_secret_name
 
 log = logging.getLogger("pidispatch.operator")
 
@@ -101,9 +100,9 @@ def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: Oper
     actions = [Delete(Kind.POD, p["metadata"]["name"], p["metadata"].get("uid"), name, age) for p in own
                if not p["metadata"].get("deletionTimestamp")]
     if not secret_gone:
-        actions.append(Delete(Kind.SECRET, token_secret_name(uid), None, name, age))
+        actions.append(Delete(Kind.SECRET, token_secret_name(name, uid), None, name, age))
         if settings.staging.transfer is not None:  # its transfer token opens nothing once the Job ended
-            actions.append(Delete(Kind.SECRET, transfer_secret_name(uid), None, name, age))
+            actions.append(Delete(Kind.SECRET, transfer_secret_name(name, uid), None, name, age))
     return actions
 
 

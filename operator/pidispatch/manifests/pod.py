@@ -4,7 +4,7 @@ A job without a resolved session gets exactly the Pod it would have had without 
 feature: the ``/session`` mount and ``PI_SESSION_FILE`` are the only difference, and only when a
 key was resolved. Nothing derived from the key crosses into the Pod. In transfer mode ``/session`` is an
 emptyDir the runner fills over HTTPS (``PI_TRANSFER_*``; the token by ``secretKeyRef`` from the Job's own
-``pi-job-transfer-<uid>`` Secret, the CA from a ConfigMap): no claim, so no co-location either.
+``pij-<job>-transfer-<uid>`` Secret, the CA from a ConfigMap): no claim, so no co-location either.
 
 The GitHub token reaches the job as ``GH_TOKEN`` by ``secretKeyRef`` only (the per-job Secret of an
 App installation token, or the deployment's pat/gh Secret): its value is never in the Pod manifest.
@@ -102,7 +102,7 @@ class TransferInputs:
     """``sessions.staging.mode: transfer``: where this job fetches and hands back its copy, and with what."""
 
     url: str  # this Job's own session URL (transfer/protocol.py session_url)
-    secret: str  # the per-job Secret its token comes from (transfer/protocol.py secret_name)
+    secret: str  # the per-job Secret its token comes from (transfer_secret_name)
     ca_configmap: str  # key ca.crt: the CA the runner verifies the operator with
     max_bytes: int
 
@@ -171,6 +171,27 @@ class PodInputs:
 def pod_name(job_name: str) -> str:
     """``pij-<job>``, shortened with a hash when the Job's name is long, always the same for a Job."""
     return _shortened(job_name, "pij-", MAX_NAME)
+
+
+def token_secret_name(job_name: str, job_uid: str) -> str:
+    """The per-job Secret of a minted forge token: ``<the Pod's name>-token-<the Job's uid>``."""
+    return _job_secret_name(job_name, job_uid, "token")
+
+
+def transfer_secret_name(job_name: str, job_uid: str) -> str:
+    """The per-job Secret of the transfer token (transfer mode): ``<the Pod's name>-transfer-<the Job's uid>``."""
+    return _job_secret_name(job_name, job_uid, "transfer")
+
+
+def _job_secret_name(job_name: str, job_uid: str, purpose: str) -> str:
+    """A per-job Secret's name: the Job's Pod's name, what it holds, the Job's uid.
+
+    By uid, so a Job re-created under the same name never finds an old one. By the Pod's name, so the chart's
+    Pod policy can let a Pod read only the Secrets named after itself: a Pod's name is unique among the
+    namespace's Pods, its ownerReference's uid is whatever its maker wrote
+    (docs/security.md#the-operators-pods-and-secrets).
+    """
+    return f"{pod_name(job_name)}-{purpose}-{job_uid}"
 
 
 def _shortened(text: str, prefix: str, limit: int) -> str:
@@ -394,7 +415,7 @@ def job_transfer_secret(job_name: str, job_uid: str, namespace: str, token: str)
         "type": "Opaque",
         "immutable": True,
         "metadata": {
-            "name": transfer_protocol.secret_name(job_uid),
+            "name": transfer_secret_name(job_name, job_uid),
             "namespace": namespace,
             "labels": {JOB_LABEL: job_label(job_name), **MANAGED_BY},
             "ownerReferences": [_owner(job_name, job_uid)],

@@ -33,7 +33,6 @@ ENV_MAX_BYTES = "PI_TRANSFER_MAX_BYTES"  # the cap on either direction's body, i
 # Where the job Pod finds its credential and the CA: its own per-job Secret (made and owned by the operator,
 # read by secretKeyRef; ``jobPodPolicy`` allows a job Pod this name for its own Job's uid only), and the CA
 # ConfigMap mounted read-only.
-SECRET_PREFIX = "pi-job-transfer-"
 SECRET_KEY = "token"
 CA_DIR = "/etc/pi-dispatch/transfer"
 CA_KEY = "ca.crt"
@@ -50,11 +49,6 @@ MARKER = "uploaded.json"
 def is_uid(value: str) -> bool:
     """True when ``value`` has the shape of a Kubernetes object uid (and so is a single safe path segment)."""
     return UID.fullmatch(value) is not None
-
-
-def secret_name(uid: str) -> str:
-    """The per-job Secret holding ``uid``'s token: by uid, so a Job re-created under a name never finds an old one."""
-    return SECRET_PREFIX + uid
 
 
 def session_url(base: str, uid: str) -> str:
