@@ -1,0 +1,63 @@
+{{/* The gateway (gateway.enabled, docs/gateway.md): names shared by the gateway-*.yaml templates and the operator's
+env. Its ports are the wire's constants (operator/pidispatch/gateway/protocol.py): HTTPS 8443 (the Service's 443),
+the CONNECT proxy 3128, health/readiness/metrics 9090 (never on the Service job Pods reach). */}}
+
+{{- define "pi-dispatch.gatewayName" -}}
+{{- printf "%s-gateway" (include "pi-dispatch.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "pi-dispatch.gatewaySelectorLabels" -}}
+{{ include "pi-dispatch.selectorLabels" . }}
+app.kubernetes.io/component: gateway
+{{- end }}
+
+{{/* The Secret of the gateway key ("key": the operator mints capabilities with it, the gateway verifies them) and
+of the serving certificate (tls.crt, tls.key, ca.crt): made once, kept across upgrades (gateway-secret.yaml). */}}
+{{- define "pi-dispatch.gatewaySecret" -}}
+{{- include "pi-dispatch.gatewayName" . }}
+{{- end }}
+
+{{/* The ConfigMap job Pods mount for the CA (key ca.crt): public, so job Pods never read a Secret of the gateway. */}}
+{{- define "pi-dispatch.gatewayCAConfigMap" -}}
+{{- printf "%s-ca" (include "pi-dispatch.gatewayName" .) }}
+{{- end }}
+
+{{/* The DNS names the serving certificate carries: the gateway Service's, as job Pods address it, and extraDNSNames. */}}
+{{- define "pi-dispatch.gatewayDNSNames" -}}
+{{- $svc := include "pi-dispatch.gatewayName" . }}
+{{- concat (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) (.Values.gateway.extraDNSNames | default list) | toJson }}
+{{- end }}
+
+{{/* PI_GATEWAY_URL of job Pods: no port (443), since gh matches a git remote by host alone. */}}
+{{- define "pi-dispatch.gatewayURL" -}}
+{{- .Values.gateway.url | default (printf "https://%s.%s.svc" (include "pi-dispatch.gatewayName" .) .Release.Namespace) }}
+{{- end }}
+
+{{/* PI_GATEWAY_PROXY of job Pods (the runner adds the capability as the proxy password). */}}
+{{- define "pi-dispatch.gatewayProxyURL" -}}
+{{- .Values.gateway.proxyUrl | default (printf "http://%s.%s.svc:3128" (include "pi-dispatch.gatewayName" .) .Release.Namespace) }}
+{{- end }}
+
+{{/* Where the operator and the gateway read their files (the Secrets' and ConfigMap's mounts). */}}
+{{- define "pi-dispatch.gatewayKeyDir" -}}/etc/pi-dispatch/gateway-key{{- end }}
+{{- define "pi-dispatch.gatewayTLSDir" -}}/etc/pi-dispatch/gateway-tls{{- end }}
+{{- define "pi-dispatch.gatewayModelsDir" -}}/etc/pi-dispatch/models{{- end }}
+
+{{/* The operator's gateway env (OperatorSettings), with gateway.enabled: where job Pods reach the gateway, the CA
+ConfigMap they mount, the key it mints capabilities with, the default token budget. */}}
+{{- define "pi-dispatch.gatewayOperatorEnv" -}}
+{{- if .Values.gateway.enabled }}
+- name: PI_DISPATCH_GATEWAY_URL
+  value: {{ include "pi-dispatch.gatewayURL" . | quote }}
+- name: PI_DISPATCH_GATEWAY_PROXY
+  value: {{ include "pi-dispatch.gatewayProxyURL" . | quote }}
+- name: PI_DISPATCH_GATEWAY_CA_CONFIGMAP
+  value: {{ include "pi-dispatch.gatewayCAConfigMap" . | quote }}
+- name: PI_DISPATCH_GATEWAY_KEY_FILE
+  value: {{ printf "%s/key" (include "pi-dispatch.gatewayKeyDir" .) | quote }}
+{{- if not (kindIs "invalid" .Values.gateway.defaultMaxTokens) }}
+- name: PI_DISPATCH_GATEWAY_DEFAULT_MAX_TOKENS
+  value: {{ .Values.gateway.defaultMaxTokens | int64 | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
