@@ -232,14 +232,16 @@ def test_the_key_is_48_random_bytes_of_its_own(helm: Any) -> None:
 @pytest.mark.parametrize("values", [
     {},
     {"gateway.url": "https://localhost:18443", "gateway.extraDNSNames": ["localhost"]},
-], ids=["the Service's name", "a URL of its own, named in the certificate"])
+    {"gateway.url": "https://10.0.0.7:8443", "gateway.extraDNSNames": ["10.0.0.7"]},
+], ids=["the Service's name", "a URL of its own, named in the certificate", "an address, in the certificate"])
 def test_the_certificate_names_the_host_job_pods_connect_to_and_the_mounted_ca_signed_it(
         helm: Any, values: dict[str, Any]) -> None:
     docs = render(helm, values)
     leaf, ca = _leaf_and_ca(docs)
     host = urlsplit(env_values(operator_container(docs))["PI_DISPATCH_GATEWAY_URL"]).hostname
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert host in names.get_values_for_type(x509.DNSName), names
+    assert host in names.get_values_for_type(x509.DNSName) + [str(a) for a in names.get_values_for_type(
+        x509.IPAddress)], names
     leaf.verify_directly_issued_by(ca)  # raises when the CA job Pods trust did not sign it
 
 
@@ -274,13 +276,13 @@ def test_gateway_off_renders_nothing_of_it(helm: Any) -> None:
 @pytest.mark.parametrize(("values", "where"), [
     ({"gateway.egress.hosts": ["https://pypi.org"]}, "hosts"),
     ({"gateway.egress.hosts": ["pypi.org:443"]}, "hosts"),
-    ({"gateway.providers": {"openai": "http://api.openai.com/v1"}}, "providers"),
+    ({"gateway.providers": {"openai": "api.openai.com/v1"}}, "providers"),
     ({"gateway.defaultMaxTokens": 0}, "defaultMaxTokens"),
     ({"gateway.defaultMaxTokens": "1M"}, "defaultMaxTokens"),
     ({"gateway.url": "http://gw.example"}, "url"),
     ({"gateway.replicas": -1}, "replicas"),
     ({"gateway.port": 8443}, "port"),
-], ids=["a scheme in a host", "a port in a host", "a provider over plain HTTP", "a zero budget", "a budget as text",
+], ids=["a scheme in a host", "a port in a host", "a provider without a scheme", "a zero budget", "a budget as text",
         "a URL without TLS", "negative replicas", "an unknown key"])
 def test_the_schema_refuses(helm: Any, values: dict[str, Any], where: str) -> None:
     result = template(helm, values)

@@ -22,10 +22,24 @@ of the serving certificate (tls.crt, tls.key, ca.crt): made once, kept across up
 {{- printf "%s-ca" (include "pi-dispatch.gatewayName" .) }}
 {{- end }}
 
-{{/* The DNS names the serving certificate carries: the gateway Service's, as job Pods address it, and extraDNSNames. */}}
+{{/* The DNS names the serving certificate carries: the gateway Service's, as job Pods address it, and the names of
+extraDNSNames (its IP addresses are gatewayIPs). */}}
 {{- define "pi-dispatch.gatewayDNSNames" -}}
 {{- $svc := include "pi-dispatch.gatewayName" . }}
-{{- concat (list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace)) (.Values.gateway.extraDNSNames | default list) | toJson }}
+{{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) }}
+{{- range .Values.gateway.extraDNSNames }}
+{{- if not (regexMatch "^[0-9.]+$|:" .) }}{{ $names = append $names . }}{{ end }}
+{{- end }}
+{{- $names | toJson }}
+{{- end }}
+
+{{/* The IP addresses of extraDNSNames (a gateway.url by address: a harness whose Pods have no cluster DNS). */}}
+{{- define "pi-dispatch.gatewayIPs" -}}
+{{- $ips := list }}
+{{- range .Values.gateway.extraDNSNames }}
+{{- if regexMatch "^[0-9.]+$|:" . }}{{ $ips = append $ips . }}{{ end }}
+{{- end }}
+{{- $ips | toJson }}
 {{- end }}
 
 {{/* PI_GATEWAY_URL of job Pods: no port (443), since gh matches a git remote by host alone. */}}
