@@ -9,8 +9,11 @@ The gateway itself is not started (gateway.replicas=0, as the operator's replica
 from __future__ import annotations
 
 import base64
+import subprocess
+import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,7 @@ from cryptography import x509
 from e2e.chartinstall import CHART, FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
 from e2e.kube import Kube
+from e2e.test_upgrade import ROOT, last_tag
 
 pytestmark = pytest.mark.e2e
 
@@ -76,6 +80,36 @@ def test_the_key_and_certificate_are_kept_across_upgrades_and_remade_only_for_ne
     names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "gateway.example" in names.get_values_for_type(x509.DNSName)
     leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(_ca(kube, ns).encode()))
+
+
+def test_the_documented_upgrade_from_the_last_tag_brings_the_gateway(cluster: Cluster, kube: Kube, helm_home: Path,
+                                                                    tmp_path: Path) -> None:
+    """docs/upgrading.md's `helm upgrade --reuse-values` from a release whose values have no `gateway`: Helm then
+    reuses the old values alone, so the chart's templates supply the gateway's defaults (_gateway.tpl)."""
+    tag = last_tag()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", tag, "charts/pi-dispatch"], check=True,
+                             capture_output=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    ns = fresh_namespace(kube, "chart-gateway-up")
+    try:
+        helm(cluster, helm_home, "install", RELEASE, str(tmp_path / "charts" / "pi-dispatch"), "--namespace", ns,
+             "--set", "sessions.enabled=true", "--set", "github.authSource=app", "--set", "replicas=0")
+        assert kube.get_or_none(f"/api/v1/namespaces/{ns}/secrets/{GATEWAY}") is None, f"{tag} has no gateway"
+        notes = helm(cluster, helm_home, "upgrade", RELEASE, str(CHART), "--namespace", ns, "--reuse-values",
+                     "--set", "gateway.replicas=0").stdout
+        assert "reach the outside only through the gateway" in notes
+        deployment = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{GATEWAY}")
+        assert deployment["spec"]["replicas"] == 0, "a value given beside --reuse-values still applies"
+        operator = kube.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{FULLNAME}")
+        env = {e["name"] for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert "PI_DISPATCH_GATEWAY_URL" in env
+        first = _secret(kube, ns)
+        helm(cluster, helm_home, "upgrade", RELEASE, str(CHART), "--namespace", ns, "--reuse-values")
+        assert _secret(kube, ns) == first
+    finally:
+        helm(cluster, helm_home, "uninstall", RELEASE, "--namespace", ns, check=False)
+        kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
 
 def test_install_notes_say_jobs_go_out_through_the_gateway(installed: Installed) -> None:

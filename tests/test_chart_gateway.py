@@ -272,6 +272,25 @@ def test_gateway_off_renders_nothing_of_it(helm: Any) -> None:
     assert "gateway-key" not in {m["name"] for m in operator["volumeMounts"]}
 
 
+def _without_randomness(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The render with the Secret's and the CA's data (new in every render) left out."""
+    return [{**d, "data": None} if (d["kind"], d["metadata"]["name"]) in (("Secret", GATEWAY),
+                                                                       ("ConfigMap", f"{GATEWAY}-ca")) else d
+            for d in docs]
+
+
+@pytest.mark.parametrize("values", [{}, {"job.modelsConfigMap": "pi-models", "metrics.serviceMonitor.enabled": True}],
+                         ids=["defaults", "models and a monitor"])
+def test_a_release_made_before_the_gateway_upgrades_to_the_same_gateway(helm: Any, values: dict[str, Any]) -> None:
+    """`helm upgrade --reuse-values` (docs/upgrading.md) from a release without `gateway` in its values renders with
+    no `gateway` at all: the templates' defaults must be values.yaml's (e2e/test_chart_gateway.py runs the upgrade)."""
+    extra = ("--api-versions", SERVICE_MONITOR_API)
+    fresh = render(helm, values, *extra)
+    reused = render(helm, {**values, "gateway": None}, *extra)
+    assert gateway_objects(reused), "the gateway is on, as in a fresh install"
+    assert _without_randomness(reused) == _without_randomness(fresh)
+
+
 # -- values the schema refuses --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("values", "where"), [
     ({"gateway.egress.hosts": ["https://pypi.org"]}, "hosts"),

@@ -292,7 +292,7 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
   mountPath: {{ include "pi-dispatch.transferTLSDir" . }}
   readOnly: true
 {{- end }}
-{{- if .Values.gateway.enabled }}
+{{- if include "pi-dispatch.gatewayEnabled" . }}
 - name: gateway-key
   mountPath: {{ include "pi-dispatch.gatewayKeyDir" . }}
   readOnly: true
@@ -355,7 +355,7 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
       - key: tls.key
         path: tls.key
 {{- end }}
-{{- if .Values.gateway.enabled }}
+{{- if include "pi-dispatch.gatewayEnabled" . }}
 # The gateway key only (to mint each job's capability): never the gateway's TLS key.
 - name: gateway-key
   secret:
