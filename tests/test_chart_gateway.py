@@ -111,6 +111,15 @@ def test_the_models_configmap_reaches_the_gateway_too(helm: Any) -> None:
     assert _mounted_from(_pod(docs), container, path) == ("ConfigMap", "pi-models", "models.json")
 
 
+def test_a_forge_behind_a_private_ca_is_trusted_by_the_gateway_as_by_the_operator(helm: Any) -> None:
+    docs = render(helm, {"github.caBundle.configMap": "forge-ca"})
+    container, operator = _container(docs), operator_container(docs)
+    path = env_values(container)["GITHUB_CA_BUNDLE_FILE"]
+    assert path == env_values(operator)["GITHUB_CA_BUNDLE_FILE"], "one name, one place, for both"
+    assert _mounted_from(_pod(docs), container, path) == ("ConfigMap", "forge-ca", "ca.crt")
+    assert "GITHUB_CA_BUNDLE_FILE" not in env_values(_container(render(helm)))
+
+
 def test_the_gateway_pod_is_restricted_and_mounts_no_claim(helm: Any) -> None:
     docs = render(helm, {"sessions.enabled": True, "github.authSource": "app"})
     pod, container = _pod(docs), _container(docs)
