@@ -12,6 +12,7 @@ from pidispatch.gateway import protocol
 from pidispatch.gateway.capability import verify
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.usage import disagreement, summed
+from pidispatch.manifests.pod import gateway_secret_name
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.settings.gateway import Gateway
 from pidispatch.slots import Slots
@@ -50,14 +51,15 @@ def test_the_pod_gets_a_capability_for_its_job_and_no_credential(api: MemoryApi,
     _, pod, uid = started(api, clock, tmp_path)
     env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
     assert "OPENAI_API_KEY" not in env, "the model key stays with the gateway"
-    assert env["GH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": protocol.secret_name(uid),
+    assert env["GH_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": gateway_secret_name("a", uid),
                                                             "key": protocol.SECRET_KEY}
-    secret = api.get(f"{SECRETS}/{protocol.secret_name(uid)}")
+    secret = api.get(f"{SECRETS}/{gateway_secret_name('a', uid)}")
     claims = verify(KEY, secret["stringData"][protocol.SECRET_KEY])
     assert (claims.uid, claims.job, claims.repository, claims.max_tokens) == (uid, "a", "acme/widgets", 1000)
     assert claims.credentials["OPENAI_API_KEY"].secret == "model-keys"
     assert claims.egress == ("registry.npmjs.org",)
     assert secret["metadata"]["ownerReferences"][0]["uid"] == uid
+    assert secret["immutable"] is True and secret["type"] == "Opaque"  # the Secret policy's shape
 
 
 def ledger(api: MemoryApi, uid: str, **replicas: dict) -> None:

@@ -12,14 +12,14 @@ import pytest
 
 from pidispatch.gateway import protocol
 from pidispatch.gateway.capability import verify
-from pidispatch.manifests.pod import GatewayInputs, PodInputs, WorkspaceInputs, job_pod
+from pidispatch.manifests.pod import GatewayInputs, PodInputs, WorkspaceInputs, gateway_secret_name, job_pod
 from pidispatch.providers import KEY_VARIABLES
 from pidispatch.runner.gateway import GatewayConfigError, gateway_of, routed_models, through_gateway
 from pidispatch.settings import ConfigError
 from pidispatch.settings.gateway import gateway_settings
 
 GATEWAY = GatewayInputs(url="https://pd-gateway.pi.svc", proxy="http://pd-gateway.pi.svc:3128",
-                        ca_configmap="pd-gateway-ca", secret=protocol.secret_name("u-1"))
+                        ca_configmap="pd-gateway-ca", secret=gateway_secret_name("j", "u-1"))
 BASE = PodInputs(job_name="delivery-1", job_uid="u-1", namespace="pi", image="pi-job:0.73.1",
                  command=["pidispatch", "runner"], env={"PI_MODEL": "openai/gpt-4.1"},
                  workspace=WorkspaceInputs(gh_host="ghe.example.com"))

@@ -60,7 +60,6 @@ ENV_MODELS_FILE = "PI_MODELS_FILE"  # the deployment's models.json, read-only; t
 ENVS = (ENV_URL, ENV_TOKEN, ENV_PROXY, ENV_CA_FILE, ENV_MODELS_FILE)
 MODELS_DIR = "/etc/pi-dispatch/models"  # where the job Pod mounts the deployment's models.json behind the gateway
 
-SECRET_PREFIX = "pi-job-gateway-"
 SECRET_KEY = "capability"
 CA_DIR = "/etc/pi-dispatch/gateway"
 CA_KEY = "ca.crt"
@@ -69,11 +68,6 @@ CA_KEY = "ca.crt"
 # {"input", "output", "cacheRead", "cacheWrite", "requests", "refusals": {reason-or-host: count}}.
 LEDGER_PREFIX = "pi-job-ledger-"
 LEDGER_LABEL = "pi-dispatch.dev/ledger"
-
-
-def secret_name(uid: str) -> str:
-    """The per-job Secret holding ``uid``'s capability."""
-    return SECRET_PREFIX + uid
 
 
 def ledger_name(uid: str) -> str:

@@ -4,8 +4,8 @@ Behind the gateway the Pod gets no forge token and no model key. The operator si
 reach instead: its repository on the forge, whether it serves a fork (read-only but for its comment), its
 token budget, the hosts its proxy may reach, and where the gateway finds the job's forge token (the
 per-job or deployment Secret ``job_token`` chose) and its model keys (the deployment's and the Trigger's
-credentials). A second attempt replaces the Secret: the capability's expiry follows the run timeout from
-the attempt that creates the Pod.
+credentials). A second attempt replaces the Secret (deleted and created again: it is immutable): the
+capability's expiry follows the run timeout from the attempt that creates the Pod.
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from pidispatch.api.models import TriggerSpec
 from pidispatch.api.views import JobView
 from pidispatch.forge.credentials import JobToken
 from pidispatch.gateway import capability as gateway_capability
-from pidispatch.gateway import protocol as gateway_protocol
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import job_credentials, token_capped_deadline
 from pidispatch.kubeapi import ApiError
-from pidispatch.manifests.pod import GatewayInputs, job_gateway_secret
+from pidispatch.manifests.pod import GatewayInputs, gateway_secret_name, job_gateway_secret
 from pidispatch.settings import OperatorSettings
 from pidispatch.settings.gateway import EXPIRY_MARGIN_SECONDS, NO_TIMEOUT_SECONDS
 from pidispatch.store.redact import SecretDigest, digest_of
@@ -71,7 +70,7 @@ def gateway_inputs(settings: OperatorSettings, cluster: Cluster, claims: gateway
         raise ValueError("no gateway is configured")
     value = gateway_capability.mint(gateway_capability.load_key(gateway.key_file), claims)
     secret = job_gateway_secret(claims.job, claims.uid, cluster.ns, value)
-    name = gateway_protocol.secret_name(claims.uid)
+    name = gateway_secret_name(claims.job, claims.uid)
     try:
         cluster.api.create(cluster.secrets(), secret)
     except ApiError as exc:

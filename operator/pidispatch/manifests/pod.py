@@ -183,6 +183,11 @@ def transfer_secret_name(job_name: str, job_uid: str) -> str:
     return _job_secret_name(job_name, job_uid, "transfer")
 
 
+def gateway_secret_name(job_name: str, job_uid: str) -> str:
+    """The per-job Secret holding the Job's gateway capability, named after its Pod and uid."""
+    return _job_secret_name(job_name, job_uid, "gateway")
+
+
 def _job_secret_name(job_name: str, job_uid: str, purpose: str) -> str:
     """A per-job Secret's name: the Job's Pod's name, what it holds, the Job's uid.
 
@@ -389,14 +394,15 @@ def gateway_env(g: GatewayInputs, *, models: bool) -> dict[str, str]:
 
 
 def job_gateway_secret(job_name: str, job_uid: str, namespace: str, capability: str) -> dict[str, Any]:
-    """The per-job Secret holding the Job's gateway capability: owned by the Job, labelled like its Pod.
-    Not immutable: a second attempt replaces it with a capability of a later expiry."""
+    """The per-job Secret holding the Job's gateway capability: owned by the Job, immutable, labelled like its
+    Pod. A second attempt deletes it and creates it again with a capability of a later expiry."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "type": "Opaque",
+        "immutable": True,
         "metadata": {
-            "name": gateway_protocol.secret_name(job_uid),
+            "name": gateway_secret_name(job_name, job_uid),
             "namespace": namespace,
             "labels": {JOB_LABEL: job_label(job_name), **MANAGED_BY},
             "ownerReferences": [_owner(job_name, job_uid)],
