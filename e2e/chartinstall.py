@@ -34,9 +34,9 @@ def fresh_namespace(kube: Kube, base: str) -> str:
 
 
 def install(cluster: Cluster, home: Path, namespace: str, *values: str) -> str:
-    # replicas=0: the operator's own code is not under test here; everything else is installed. The App
-    # auth source: the chart refuses a store under the gh default (it could never resume); `values` may
-    # name another.
+    # replicas=0 (and gateway.replicas=0): the operator's and the gateway's own code is not under test here;
+    # everything else is installed. The App auth source: the chart refuses a store under the gh default (it could
+    # never resume); `values` may name another.
     return helm(cluster, home, "install", RELEASE, str(CHART), "--namespace", namespace,
                 "--set", "sessions.enabled=true", "--set", "github.authSource=app", "--set", "replicas=0",
-                *values).stdout
+                "--set", "gateway.replicas=0", *values).stdout

@@ -6,13 +6,13 @@ running on the host (kube-router's firewall, ``e2e/netpolicy.py``), in a namespa
 * a Pod carrying the labels the operator puts on job Pods (``manifests/pod.py``'s own, taken from a real job Pod
   manifest) and running the job image;
 * a stand-in gateway: a Pod with the gateway's labels (``app.kubernetes.io/component: gateway`` and the release's
-  ``name``/``instance``), listening on 8080, 3128 and 9000 (the real gateway is another change; this stands in
+  ``name``/``instance``), listening on 8443, 3128 and 9000 (the real gateway is another change; this stands in
   for its Pods' labels and ports only);
-* a bystander Pod with no gateway label listening on 8080, and a listener this test runs on the node's own
+* a bystander Pod with no gateway label listening on 8443, and a listener this test runs on the node's own
   address (the bridge's: where a Pod reaches this machine).
 
 Before the policy, every connection from the job Pod succeeds (the network is up and the probes work). With the
-chart's own ``job-networkpolicy.yaml`` (default values) applied, the gateway's 8080 and 3128 still connect, and
+chart's own ``job-networkpolicy.yaml`` (default values) applied, the gateway's 8443 and 3128 still connect, and
 the gateway's 9000, the bystander and the host's listener do not. With the policy deleted, all connect again:
 the implementation enforces the policy, the network is not simply down. Addresses: the node's bridge only.
 """
@@ -43,7 +43,7 @@ from testkit.wait import wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 
 RELEASE = "pi"
-GATEWAY_PORTS = (8080, 3128)
+GATEWAY_PORTS = (8443, 3128)
 OTHER_PORT = 9000
 #: a TCP listener in the job image's Python: accepts and closes, on every port given
 LISTEN = """
@@ -175,11 +175,11 @@ def test_the_job_pod_reaches_the_gateway_and_nothing_else_while_the_policy_is_ap
                       "app.kubernetes.io/component": "gateway"}
     ports = [str(p) for p in (*GATEWAY_PORTS, OTHER_PORT)]
     gateway = _pod(kube, ns, "gateway", gateway_labels, ["python3", "-c", LISTEN, *ports])
-    bystander = _pod(kube, ns, "bystander", {"app": "bystander"}, ["python3", "-c", LISTEN, "8080"])
+    bystander = _pod(kube, ns, "bystander", {"app": "bystander"}, ["python3", "-c", LISTEN, "8443"])
     job_labels = _job_labels()
     _pod(kube, ns, "job", job_labels, ["python3", "-c", "import time; time.sleep(3600)"])
-    targets = {"gateway:8080": (gateway, 8080), "gateway:3128": (gateway, 3128),
-               f"gateway:{OTHER_PORT}": (gateway, OTHER_PORT), "bystander:8080": (bystander, 8080),
+    targets = {"gateway:8443": (gateway, 8443), "gateway:3128": (gateway, 3128),
+               f"gateway:{OTHER_PORT}": (gateway, OTHER_PORT), "bystander:8443": (bystander, 8443),
                "host": host_listener}
 
     def probe(name: str) -> str:
@@ -198,7 +198,7 @@ def test_the_job_pod_reaches_the_gateway_and_nothing_else_while_the_policy_is_ap
     assert policy["kind"] == "NetworkPolicy"
     path = f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies"
     kube.create(path, policy)
-    allowed = {"gateway:8080", "gateway:3128"}
+    allowed = {"gateway:8443", "gateway:3128"}
     seen: dict[str, str] = {}
 
     def enforced() -> bool:

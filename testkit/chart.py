@@ -85,7 +85,7 @@ def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    containers = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    containers = one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["operator"]
     return containers[0]
 
@@ -131,3 +131,16 @@ ALL_ON: dict[str, Any] = {
 RECEIVER = f"{FULLNAME}-receiver"
 RECEIVER_ON: dict[str, Any] = {"receiver.enabled": True, "receiver.webhookSecret.existingSecret": "gh-webhook",
                                "receiver.webhookSecret.key": "token"}
+
+GATEWAY = f"{FULLNAME}-gateway"
+
+
+def gateway_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The gateway's own objects (``gateway.enabled``, on by default): its component label says so."""
+    return [d for d in docs if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "gateway"]
+
+
+def without_gateway(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every object but the gateway's (whose Secret is random in each render)."""
+    gateway = gateway_objects(docs)
+    return [d for d in docs if d not in gateway]

@@ -173,6 +173,7 @@ class FakeGitHubAPI(GraphQLAnswers):
     prefix: str = ""  # "/api/v3": GitHub Enterprise's layout (REST under the prefix, git at the root)
     issues: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)  # (title, body)
     graphql: list[dict[str, Any]] = field(default_factory=list)  # every GraphQL request body, in order
+    headers_seen: list[dict[str, str]] = field(default_factory=list)  # every request's headers as received
     # Every request GitHub's description refuses and every answer it does not allow (docs/github-contracts.md).
     violations: list[ContractError] = field(default_factory=list)
     # A lagging answer: GET git/ref/<ref> names this commit whatever the repository says (a replica
@@ -543,6 +544,8 @@ class FakeGitHubAPI(GraphQLAnswers):
         serve_git(h, self.repos, repo, rest, query, body, user)
 
     def _handle(self, h: BaseHTTPRequestHandler) -> None:
+        with self._lock:
+            self.headers_seen.append(dict(h.headers.items()))
         split = urlsplit(h.path)
         target = git_path(split.path) if self.repos is not None else None
         if target is not None:
@@ -660,6 +663,14 @@ class FakeGitHubAPI(GraphQLAnswers):
             with self._lock:
                 issued.revoked = True
             return 204, None, {}, 0.0
+        if method == "GET" and parts == ["user"]:  # who the token is (gh api user)
+            if kind not in ("installation", "pat"):
+                return bad_credentials
+            login = BOT_LOGIN if kind == "installation" else "token-owner"
+            return 200, {**self._user(login, bot=kind == "installation"), "name": None, "company": None, "blog": "",
+                         "location": None, "email": None, "hireable": None, "bio": None, "public_repos": 0,
+                         "public_gists": 0, "followers": 0, "following": 0, "created_at": objects.EPOCH,
+                         "updated_at": objects.EPOCH, "user_view_type": "public"}, {}, 0.0
         if len(parts) < 3 or parts[0] != "repos":
             return not_found
         repo = f"{parts[1]}/{parts[2]}"

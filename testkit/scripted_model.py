@@ -108,9 +108,10 @@ STEP_KINDS = ("reply", "tool_call", "error")
 
 
 def reply_step(text: str, *, usage: UsageLike = None, finish_reason: str = "stop", thinking: str | None = None,
-               delay: float = 0.0) -> dict[str, Any]:
+               delay: float = 0.0, interval: float = 0.0) -> dict[str, Any]:
+    """``interval``: seconds between two streamed chunks (a model that speaks slowly; 0: all at once)."""
     return {"kind": "reply", "text": text, "thinking": thinking, "finish_reason": finish_reason,
-            "usage": _usage_dict(usage), "delay": delay}
+            "usage": _usage_dict(usage), "delay": delay, "interval": interval}
 
 
 def tool_call_step(name: str, arguments: Mapping[str, Any] | str, *, call_id: str | None = None, text: str = "",
@@ -245,10 +246,11 @@ class _ScriptAPI:
         """Every chat request so far: ``{"n", "method", "path", "headers", "body"}``."""
         raise NotImplementedError
 
-    def reply(self, text: str, *, usage: UsageLike = None, finish_reason: str = "stop",
+    def reply(self, text: str, *, usage: UsageLike = None, finish_reason: str = "stop", interval: float = 0.0,
               thinking: str | None = None, delay: float = 0.0) -> _ScriptAPI:
         """Queue a text reply (``thinking`` is streamed as ``reasoning_content`` before the text)."""
-        self._push([reply_step(text, usage=usage, finish_reason=finish_reason, thinking=thinking, delay=delay)])
+        self._push([reply_step(text, usage=usage, finish_reason=finish_reason, thinking=thinking, delay=delay,
+                               interval=interval)])
         return self
 
     def tool_call(self, name: str, arguments: Mapping[str, Any] | str, *, call_id: str | None = None,
@@ -397,8 +399,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        interval = float(step.get("interval") or 0)
         try:
-            for chunk in answer.chunks():
+            for i, chunk in enumerate(answer.chunks()):
+                if i and interval and model._stopping.wait(interval):
+                    return
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
@@ -411,6 +416,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    # socketserver's default backlog is 5: fifty clients connecting at once would see SYNs dropped and retried
+    # a second later (bench/gateway_model.py's 50 at once).
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], model: ScriptedModel):
         self.model = model

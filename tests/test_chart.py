@@ -23,6 +23,7 @@ from testkit.chart import (
     APP_VERSION,
     CHART,
     FULLNAME,
+    GATEWAY,
     NAMESPACE,
     POD_NAME,
     RECEIVER,
@@ -42,6 +43,7 @@ from testkit.chart import (
     render,
     set_args,
     template,
+    without_gateway,
 )
 
 
@@ -139,16 +141,25 @@ def test_defaults_render_the_operators_defaults_and_no_store(helm: Any) -> None:
     assert "PI_SESSIONS_DIR" not in env and "PI_DISPATCH_STAGING_CLAIM" not in env
     assert not any(name.startswith("PI_SESSION") for name in env), "no store: no store settings either"
     assert kinds(docs, "PersistentVolumeClaim") == []
-    volumes = one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
-    assert volumes == [{"name": "tmp", "emptyDir": {}}]
-    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    volumes = one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["volumes"]
+    assert volumes == [{"name": "tmp", "emptyDir": {}}, {"name": "gateway-key", "secret": {
+        "secretName": GATEWAY, "defaultMode": 0o440, "items": [{"key": "key", "path": "key"}]}}], \
+        "/tmp and the gateway key (to mint capabilities), nothing else"
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},
+                                         {"name": "gateway-key", "mountPath": "/etc/pi-dispatch/gateway-key",
+                                          "readOnly": True}]
     settings = OperatorSettings.from_env(env)
     # The chosen differences: job Pods run the job image of this release, not :latest, and carry its name;
-    # the Lease is the release's own (two releases in a namespace elect apart).
+    # the Lease is the release's own (two releases in a namespace elect apart); jobs go out through the release's
+    # gateway (the operator has none unless told where it is).
     job_image = f"ghcr.io/pi-dispatch/job:{APP_VERSION}"
     expected = OperatorSettings.from_env({"PI_DISPATCH_NAMESPACE": NAMESPACE, "PI_DISPATCH_JOB_IMAGE": job_image,
                                           "PI_DISPATCH_POD_NAME": POD_NAME, "PI_DISPATCH_RELEASE": RELEASE,
-                                          "PI_DISPATCH_LEASE": FULLNAME})
+                                          "PI_DISPATCH_LEASE": FULLNAME,
+                                          "PI_DISPATCH_GATEWAY_URL": f"https://{GATEWAY}.{NAMESPACE}.svc",
+                                          "PI_DISPATCH_GATEWAY_PROXY": f"http://{GATEWAY}.{NAMESPACE}.svc:3128",
+                                          "PI_DISPATCH_GATEWAY_CA_CONFIGMAP": f"{GATEWAY}-ca",
+                                          "PI_DISPATCH_GATEWAY_KEY_FILE": "/etc/pi-dispatch/gateway-key/key"})
     assert settings == expected, "the chart's defaults are the operator's defaults"
     assert settings.store.sessions_dir is None
     assert settings.job_command == ("pidispatch", "runner") and settings.max_concurrent_jobs == 4
@@ -182,7 +193,7 @@ def test_a_store_that_can_resume_or_no_store_installs(helm: Any, values: dict[st
 
 def test_sessions_enabled_mounts_both_claims_and_sets_the_bounds(helm: Any) -> None:
     docs = render(helm, {**STORE_ON})
-    deployment = one(docs, "Deployment")
+    deployment = one(docs, "Deployment", FULLNAME)
     container = operator_container(docs)
     env = env_values(container)
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
@@ -329,6 +340,8 @@ CLUSTER_GRANTS = (_expand(["apiextensions.k8s.io"], ["customresourcedefinitions"
 # Co-location (ReadWriteOnce staging): the operator reads its own Node by name (labels, taints) to refuse a
 # Trigger whose resumed jobs could never be placed there (api/placement.py); never list or watch.
 NODE_GRANT = _expand([""], ["nodes"], ["get"])
+# With the gateway (on by default): the operator reads a Job's ledger when it ends (tests/test_chart_gateway.py).
+LEDGER_GRANT = _expand([""], ["configmaps"], ["get"])
 
 
 @pytest.mark.parametrize(("values", "cluster_grants"), [
@@ -349,7 +362,7 @@ def test_rbac_is_least_privilege(helm: Any, values: dict[str, Any], cluster_gran
     assert not {g for g in granted if g[1] in ("pods/log", "pods/exec", "deployments")}
     # per-job token Secrets are created (and deleted after the retention), never read: no get, list or watch
     assert {g for g in granted if g[1] == "secrets"} == {("", "secrets", "create"), ("", "secrets", "delete")}
-    assert granted == NAMESPACED_GRANTS
+    assert granted == NAMESPACED_GRANTS | LEDGER_GRANT
     assert _rules(cluster_role) == cluster_grants, "cluster-wide: CRDs (kopf, doctor), namespaces (kopf), the node"
     assert role["metadata"]["name"] == FULLNAME and cluster_role["metadata"]["name"] == f"{FULLNAME}-{NAMESPACE}"
     sa = one(docs, "ServiceAccount", FULLNAME)["metadata"]["name"]
@@ -358,7 +371,7 @@ def test_rbac_is_least_privilege(helm: Any, values: dict[str, Any], cluster_gran
         assert binding["subjects"] == subject
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": ref["kind"],
                                       "name": ref["metadata"]["name"]}
-    assert one(docs, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"] == sa
+    assert one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]["serviceAccountName"] == sa
     assert doctor_pod(docs)["spec"]["serviceAccountName"] == sa
 
 
@@ -366,7 +379,8 @@ def test_rbac_is_least_privilege(helm: Any, values: dict[str, Any], cluster_gran
 @pytest.mark.parametrize("which", ["operator", "helm test"])
 def test_pods_are_restricted(helm: Any, which: str) -> None:
     docs = render(helm, {**STORE_ON, "securityContext.runAsUser": 4242})
-    pod_spec = one(docs, "Deployment")["spec"]["template"]["spec"] if which == "operator" else doctor_pod(docs)["spec"]
+    pod_spec = (one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"] if which == "operator"
+                else doctor_pod(docs)["spec"])
     psc = pod_spec["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 4242
     assert psc["fsGroup"] == 65532, "fsGroup makes the PVCs writable"
@@ -383,7 +397,7 @@ def test_pods_are_restricted(helm: Any, which: str) -> None:
 
 def test_deployment_is_one_recreated_operator_with_a_liveness_probe(helm: Any) -> None:
     docs = render(helm)
-    deployment = one(docs, "Deployment")
+    deployment = one(docs, "Deployment", FULLNAME)
     assert deployment["metadata"]["name"] == FULLNAME
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert deployment["spec"]["replicas"] == 1
@@ -396,7 +410,7 @@ def test_deployment_is_one_recreated_operator_with_a_liveness_probe(helm: Any) -
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
     assert not selector.items() <= doctor_pod(docs)["metadata"]["labels"].items(), "the test Pod is not an operator"
-    assert one(render(helm, {"replicas": 0}), "Deployment")["spec"]["replicas"] == 0
+    assert one(render(helm, {"replicas": 0}), "Deployment", FULLNAME)["spec"]["replicas"] == 0
     no_probe = operator_container(render(helm, {"health.port": 0}))
     assert "livenessProbe" not in no_probe and [p["name"] for p in no_probe["ports"]] == ["metrics"]
 
@@ -419,7 +433,7 @@ def test_test_pod_follows_the_operator_onto_its_node_when_claims_are_mounted(hel
     docs = render(helm, {**STORE_ON})
     term = doctor_pod(docs)["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "kubernetes.io/hostname"
-    assert term["labelSelector"]["matchLabels"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert term["labelSelector"]["matchLabels"] == one(docs, "Deployment", FULLNAME)["spec"]["selector"]["matchLabels"]
     assert "affinity" not in doctor_pod(render(helm))["spec"], "nothing to share without claims"
 
 
@@ -437,27 +451,28 @@ def test_store_claim_options(helm: Any) -> None:
     assert staging["spec"]["resources"]["requests"]["storage"] == "2Gi"
     existing = render(helm, {**STORE_ON, "sessions.store.existingClaim": "old-store"})
     assert [p["metadata"]["name"] for p in kinds(existing, "PersistentVolumeClaim")] == [f"{FULLNAME}-staging"]
-    volumes = one(existing, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    volumes = one(existing, "Deployment", FULLNAME)["spec"]["template"]["spec"]["volumes"]
     assert {"name": "sessions", "persistentVolumeClaim": {"claimName": "old-store"}} in volumes
 
 
 # -- metrics ---------------------------------------------------------------------------------------------------
 def test_metrics_service_and_optional_service_monitor(helm: Any) -> None:
     docs = render(helm)
-    service = one(docs, "Service")
+    service = one(docs, "Service", f"{FULLNAME}-metrics")
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [("metrics", 9090, "metrics")]
-    assert service["spec"]["selector"] == one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["selector"] == one(docs, "Deployment", FULLNAME)["spec"]["selector"]["matchLabels"]
     assert kinds(docs, "ServiceMonitor") == []
-    assert kinds(render(helm, {"metrics.port": 0}), "Service") == []
+    assert kinds(without_gateway(render(helm, {"metrics.port": 0})), "Service") == []
 
     missing_api = template(helm, {"metrics.serviceMonitor.enabled": True})
     assert missing_api.returncode != 0 and "monitoring.coreos.com/v1" in missing_api.stderr, \
         "enabled without the API is an error, not a silently missing ServiceMonitor"
     docs = render(helm, {"metrics.serviceMonitor.enabled": True, "metrics.serviceMonitor.labels": {"release": "prom"}},
                   "--api-versions", SERVICE_MONITOR_API)
-    monitor = one(docs, "ServiceMonitor")
+    monitor = one(docs, "ServiceMonitor", FULLNAME)
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service")["metadata"]["labels"].items()
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= one(docs, "Service", f"{FULLNAME}-metrics")[
+        "metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "30s"}]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
 
@@ -561,8 +576,9 @@ def test_receiver_objects_and_the_operator_are_unchanged_by_it(helm: Any) -> Non
         ("Service", RECEIVER), ("Deployment", RECEIVER)], \
         "the receiver's own objects (no Secret: it names an existing one)"
     webhook_test = one(on, "Pod", f"{FULLNAME}-webhook")  # helm test's check of the receiver (below)
-    assert [d for d in on if d not in receiver_objects(on) and d is not webhook_test] == off, \
-        "nothing of the operator changes"
+    # (the gateway's Secret is random in every render: without_gateway)
+    assert [d for d in without_gateway(on) if d not in receiver_objects(on) and d is not webhook_test] == \
+        without_gateway(off), "nothing of the operator changes"
 
 
 def test_receiver_env_is_what_the_receiver_reads_with_its_defaults(helm: Any, tmp_path: Path) -> None:
@@ -626,7 +642,8 @@ def test_receiver_rbac_reads_triggers_creates_jobs_and_annotates_sessionkeys_onl
     assert one(docs, "ServiceAccount", RECEIVER)
     assert [b["metadata"]["name"] for b in kinds(docs, "ClusterRoleBinding")] == [f"{FULLNAME}-{NAMESPACE}"], \
         "nothing cluster-wide for the receiver"
-    assert _rules(one(docs, "Role", FULLNAME)) == NAMESPACED_GRANTS, "the operator's grants are not widened"
+    assert _rules(one(docs, "Role", FULLNAME)) == NAMESPACED_GRANTS | LEDGER_GRANT, \
+        "the operator's grants are not widened"
 
 
 def test_receiver_pod_is_restricted_and_mounts_only_its_webhook_secret(helm: Any) -> None:
@@ -649,12 +666,12 @@ def test_receiver_pod_is_restricted_and_mounts_only_its_webhook_secret(helm: Any
 def test_receiver_webhook_secret_created_by_the_chart(helm: Any, tmp_path: Path) -> None:
     docs = render(helm, {"receiver.enabled": True, "receiver.webhookSecret.create": True,
                          "receiver.webhookSecret.value": "s3cret"})
-    secret = one(docs, "Secret")
+    secret = one(without_gateway(docs), "Secret")
     assert secret["metadata"]["name"] == f"{FULLNAME}-webhook"
     assert secret["data"] == {"secret": "czNjcmV0"}
     volume = one(docs, "Deployment", RECEIVER)["spec"]["template"]["spec"]["volumes"][0]
     assert volume["secret"]["secretName"] == f"{FULLNAME}-webhook"
-    assert kinds(render(helm, RECEIVER_ON), "Secret") == [], "an existing Secret is used, not copied"
+    assert kinds(without_gateway(render(helm, RECEIVER_ON)), "Secret") == [], "an existing Secret is used, not copied"
 
 
 @pytest.mark.parametrize(("values", "message"), [
@@ -698,7 +715,7 @@ def test_receiver_service_monitor(helm: Any) -> None:
     assert selector <= metrics["metadata"]["labels"].items()
     assert not selector <= one(docs, "Service", RECEIVER)["metadata"]["labels"].items(), "not the webhook Service"
     assert one(docs, "Service", RECEIVER)["spec"]["ports"][0]["targetPort"] == "http"
-    assert sorted(m["metadata"]["name"] for m in kinds(docs, "ServiceMonitor")) == [FULLNAME, RECEIVER]
+    assert sorted(m["metadata"]["name"] for m in kinds(docs, "ServiceMonitor")) == [FULLNAME, GATEWAY, RECEIVER]
 
 
 RECEIVER_REJECTED = [
@@ -736,7 +753,7 @@ PAT_ON: dict[str, Any] = {"github.authSource": "pat", "github.token.secretName":
 
 
 def _pod_spec(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    return one(docs, "Deployment")["spec"]["template"]["spec"]
+    return one(docs, "Deployment", FULLNAME)["spec"]["template"]["spec"]
 
 
 def test_github_defaults_configure_no_client_and_mount_nothing(helm: Any) -> None:
@@ -918,4 +935,4 @@ def test_two_receivers_by_default_spread_over_nodes_and_drained_one_at_a_time(he
     assert pdb["spec"]["selector"]["matchLabels"] == spread["labelSelector"]["matchLabels"] == \
         deployment["spec"]["selector"]["matchLabels"]
     single = render(helm, {**RECEIVER_ON, "receiver.replicas": 1})
-    assert kinds(single, "PodDisruptionBudget") == [], "one replica: a budget would block every drain"
+    assert kinds(without_gateway(single), "PodDisruptionBudget") == [], "one replica: a budget would block every drain"

@@ -11,11 +11,14 @@ from typing import Any
 
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
+from pidispatch.gateway import protocol as gateway_protocol
 from pidispatch.jobflow.pod import pod_env
 from pidispatch.manifests.pod import (
+    GatewayInputs,
     PodInputs,
     TransferInputs,
     WorkspaceInputs,
+    gateway_secret_name,
     job_pod,
     pod_name,
     token_secret_name,
@@ -32,7 +35,8 @@ def variables(policy: dict[str, Any]) -> dict[str, str]:
 
 
 def every_literal_name() -> set[str]:
-    """The literal env names of the fullest job Pods the operator builds (mount and transfer mode)."""
+    """The literal env names of the fullest job Pods the operator builds (mount and transfer mode, and behind the
+    gateway)."""
     env = pod_env("j", JobSpec(trigger="t", forge="github", repository="a/b", issue=1, pullRequest=2),
                   TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": {
                       "model": "m", "piVersion": "1", "flow": "f", "command": "/c"}}))
@@ -44,7 +48,10 @@ def every_literal_name() -> set[str]:
                                      gh_host="ghe.example", ca_bundle_configmap="ca")}
     pods = [job_pod(PodInputs(**common, staging_claim="c", session_subpath="u/session")),
             job_pod(PodInputs(**common, transfer=TransferInputs(url="https://t", secret="s", ca_configmap="ca",
-                                                                max_bytes=1)))]
+                                                                max_bytes=1))),
+            job_pod(PodInputs(**{**common, "github_token": None, "credentials": {}},
+                              gateway=GatewayInputs(url="https://g", proxy="http://g:3128", ca_configmap="g-ca",
+                                                    secret="s")))]
     return {e["name"] for pod in pods for c in pod["spec"]["containers"] if c["name"] == CONTAINER
             for e in c["env"] if "value" in e}
 
@@ -53,10 +60,10 @@ def test_the_pod_policy_allows_a_literal_value_under_every_name_the_operator_wri
     policy = one(render(helm, {"job.env": {"PI_OFFLINE": "1"}}), "ValidatingAdmissionPolicy", POD_POLICY)
     allowed = set(json.loads(variables(policy)["envNames"]))
     names = every_literal_name()
-    assert {"PI_TRANSFER_URL", "PI_CODING_AGENT_DIR", "PI_SESSION_FILE", "GH_HOST"} <= names, names
+    assert {"PI_TRANSFER_URL", "PI_CODING_AGENT_DIR", "PI_SESSION_FILE", "GH_HOST", "PI_GATEWAY_URL"} <= names, names
     assert names - allowed == set(), "a literal env name the operator writes is missing from the chart's list"
     assert allowed - names == {"PI_OFFLINE"}, "the chart's list names what the operator never writes"
-    assert not allowed & {"GH_TOKEN", "GH_ENTERPRISE_TOKEN", transfer_protocol.ENV_TOKEN}, (
+    assert not allowed & {"GH_TOKEN", "GH_ENTERPRISE_TOKEN", transfer_protocol.ENV_TOKEN, gateway_protocol.ENV_TOKEN}, (
         "a credential's name takes no literal value")
 
 
@@ -91,9 +98,17 @@ def test_the_policies_name_the_operators_per_job_secrets(helm: Any) -> None:
     uid = "0b3c2a9e-5d1f-4c6e-9a7b-1e2d3c4b5a69"
     assert token_secret_name("j", uid) == f"{pod_name('j')}-token-{uid}"
     assert transfer_secret_name("j", uid) == f"{pod_name('j')}-transfer-{uid}"
-    mount = render(helm, STORE_ON)
+    assert gateway_secret_name("j", uid) == f"{pod_name('j')}-gateway-{uid}"
+    mount = render(helm, {**STORE_ON, "gateway.enabled": False})
     assert json.loads(variables(one(mount, "ValidatingAdmissionPolicy", SECRET_POLICY))["purposes"]) == ["token"]
     assert variables(one(mount, "ValidatingAdmissionPolicy", POD_POLICY))["secrets"].startswith(
         "[object.metadata.name + '-token-' + variables.job]")
-    transfer = variables(one(render(helm, TRANSFER_ON), "ValidatingAdmissionPolicy", SECRET_POLICY))
+    transfer = variables(one(render(helm, {**TRANSFER_ON, "gateway.enabled": False}), "ValidatingAdmissionPolicy",
+                                SECRET_POLICY))
     assert json.loads(transfer["purposes"]) == ["token", "transfer"]
+    gateway = render(helm, TRANSFER_ON)  # the gateway is on by default
+    assert json.loads(variables(one(gateway, "ValidatingAdmissionPolicy", SECRET_POLICY))["purposes"]) == [
+        "token", "transfer", "gateway"]
+    pod_policy = variables(one(gateway, "ValidatingAdmissionPolicy", POD_POLICY))
+    assert "object.metadata.name + '-gateway-' + variables.job" in pod_policy["secrets"]
+    assert f"{FULLNAME}-gateway-ca" in json.loads(pod_policy["configMaps"])

@@ -3,7 +3,7 @@
 Beside ``test_chart.py`` (whose helpers and ``helm`` fixture this uses). What is proven: on by default,
 with every other option on too; it selects exactly the Pods the operator creates (a real job Pod manifest's
 labels, not the operator's, the receiver's or the helm test Pod's), allows no ingress, and allows egress only
-to DNS (UDP and TCP 53), the release's gateway Pods on 8080 and 3128, and the extra CIDRs on their ports
+to DNS (UDP and TCP 53), the release's gateway Pods on 8443 and 3128, and the extra CIDRs on their ports
 (none by default); every egress rule names its peers (an empty ``to`` would mean everywhere); values that
 would make it useless or quietly open fail the install. ``e2e/test_netpol_realnode.py`` proves it enforced.
 """
@@ -56,7 +56,7 @@ def test_by_default_egress_is_dns_and_the_gateway_and_nothing_else(helm: Any) ->
     dns, gateway = policy(render(helm, {}))["spec"]["egress"]
     assert [p["port"] for p in dns["ports"]] == [53, 53]
     assert gateway == {"to": [{"podSelector": {"matchLabels": GATEWAY_LABELS}}],
-                       "ports": [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 3128}]}
+                       "ports": [{"protocol": "TCP", "port": 8443}, {"protocol": "TCP", "port": 3128}]}
     assert not any("ipBlock" in peer for rule in (dns, gateway) for peer in rule["to"])
 
 

@@ -47,7 +47,7 @@ def test_the_pre_delete_hook_stops_the_job_pods_with_its_own_short_lived_access(
     assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
     assert sc["capabilities"] == {"drop": ["ALL"]}
     labels = pod["metadata"]["labels"]
-    selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    selector = one(docs, "Deployment", FULLNAME)["spec"]["selector"]["matchLabels"]
     assert not selector.items() <= labels.items(), "the hook's Pod is not an operator Pod"
     assert JOB_LABEL not in labels, "nor a job Pod (it would delete itself)"
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["tmp"], "it mounts no claim of its own"

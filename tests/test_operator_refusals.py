@@ -241,3 +241,27 @@ def test_a_pull_request_whose_head_could_not_be_read_for_a_passing_reason_is_ret
     started = next(c for c in status["conditions"] if c["type"] == "Started")
     assert "retried" in started["message"] and "lookup-unreachable" in started["message"], started
     assert api.pods() == []
+
+
+@pytest.mark.parametrize(("pull", "flag", "fork"), [(5, {}, True), (5, {"fork": False}, True), (7, {}, False)],
+                         ids=["a fork the forge revealed", "a fork the payload denied", "a same-repository pull"])
+def test_behind_the_gateway_the_capability_says_fork_when_the_forge_does(tmp_path: Path, github: FakeGitHubAPI,
+                                                                         pull: int, flag: dict, fork: bool) -> None:
+    """The gateway keeps a fork's job read-only by its capability's claims: they must follow what the forge
+    revealed, not the payload's word (the claims are minted after the head lookup)."""
+    from pidispatch.gateway import protocol
+    from pidispatch.gateway.capability import verify
+    from pidispatch.settings.gateway import Gateway
+
+    key = tmp_path / "gateway.key"
+    key.write_bytes(b"k" * 48)
+    api = MemoryApi()
+    trigger_for(api, {"forks": True})
+    settings = dataclasses.replace(pat_settings(tmp_path, github.url), gateway=Gateway(
+        url="https://gw.ns.svc", proxy="http://gw.ns.svc:3128", ca_configmap="gw-ca", key_file=str(key)))
+    ran = dispatch(api, settings, "pr", {**PR_SPEC, "pullRequest": pull, **flag}, Forge(settings.github, "pat"))
+    assert ran["status"]["phase"] == "Running", ran["status"]
+    secret = api.get(f"/api/v1/namespaces/{NS}/secrets/{protocol.secret_name(ran['metadata']['uid'])}")
+    claims = verify(key.read_bytes(), secret["stringData"][protocol.SECRET_KEY])
+    assert (claims.fork, claims.subject) == (fork, pull)
+    assert claims.token is not None and claims.token.secret == "gh-token", "the gateway reads the deployment's pat"

@@ -296,6 +296,12 @@ def cmd_receiver(args: argparse.Namespace) -> int:
     return receiver_main(args)
 
 
+def cmd_gateway(args: argparse.Namespace) -> int:
+    from pidispatch.gateway.main import main as gateway_main
+
+    return gateway_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pidispatch", description="pi-dispatch session store and operator.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -385,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="exit 0 when the webhook at URL refuses an unsigned delivery (401), as `helm test` checks")
     receiver_check.add_argument("url", metavar="URL", help="e.g. http://pi-dispatch-receiver.pi.svc/webhook")
     receiver_check.set_defaults(run=cmd_receiver_check)
+
+    gateway = commands.add_parser("gateway", help="run the jobs' gateway: model keys added, usage counted, budget "
+                                  "held (TLS; settings from PI_GATEWAY_*)")
+    gateway.set_defaults(run=cmd_gateway)
     return parser
 
 

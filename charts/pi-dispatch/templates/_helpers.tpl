@@ -186,6 +186,7 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
   value: {{ . | quote }}
 {{- end }}
 {{- include "pi-dispatch.githubEnv" . }}
+{{- include "pi-dispatch.gatewayOperatorEnv" . }}
 {{- if .Values.sessions.enabled }}
 {{- if and (eq (.Values.github.authSource | default "gh") "gh") (not .Values.sessions.allowGhSource) }}
 {{- fail "sessions.enabled=true with github.authSource gh (the default when unset) can never resume: every job of a Trigger with run.resume would be refused (config-refused), because the whole gh login would reach every job and could be kept in its transcript. Set github.authSource=app (a GitHub App, see docs/quickstart.md) or pat (github.token.secretName), or knowingly set sessions.allowGhSource=true, or leave sessions.enabled false" }}
@@ -291,6 +292,11 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
   mountPath: {{ include "pi-dispatch.transferTLSDir" . }}
   readOnly: true
 {{- end }}
+{{- if include "pi-dispatch.gatewayEnabled" . }}
+- name: gateway-key
+  mountPath: {{ include "pi-dispatch.gatewayKeyDir" . }}
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "pi-dispatch.volumes" -}}
@@ -348,6 +354,16 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
         path: tls.crt
       - key: tls.key
         path: tls.key
+{{- end }}
+{{- if include "pi-dispatch.gatewayEnabled" . }}
+# The gateway key only (to mint each job's capability): never the gateway's TLS key.
+- name: gateway-key
+  secret:
+    secretName: {{ include "pi-dispatch.gatewaySecret" . | quote }}
+    defaultMode: 0440
+    items:
+      - key: key
+        path: key
 {{- end }}
 {{- end }}
 

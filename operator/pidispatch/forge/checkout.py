@@ -142,6 +142,8 @@ def moved(previous: str, payload: Any) -> Moved:
 
 
 def clone_url(settings: OperatorSettings, repository: str) -> str:
-    """``<web URL>/<owner>/<name>.git``: what git fetches from. It never carries a credential."""
+    """``<web URL>/<owner>/<name>.git``: what git fetches from. It never carries a credential. Behind the gateway
+    the job fetches and pushes through it (docs/gateway.md#the-wire), so the URL is the gateway's."""
     owner, _, name = repository.partition("/")
-    return f"{settings.github.web_url}/{quote(owner, safe='')}/{quote(name, safe='')}.git"
+    base = settings.gateway.url if settings.gateway is not None else settings.github.web_url
+    return f"{base}/{quote(owner, safe='')}/{quote(name, safe='')}.git"

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pidispatch import failpoints, fence, metrics
-from pidispatch.api.models import JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.models import JobGateway, JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.events import emit
-from pidispatch.jobflow import cost, lifecycle, quarantine, sessionkey
+from pidispatch.gateway.ledger import Figures
+from pidispatch.jobflow import cost, lifecycle, quarantine, sessionkey, usage
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import (
     deadline_exceeded,
@@ -92,10 +94,12 @@ def ending(settings: OperatorSettings, cluster: Cluster, name: str, pod: dict[st
     return Ending(job, jd)
 
 
-def finished(settings: OperatorSettings, end: Ending, pod: dict[str, Any] | None) -> Finished | None:
-    """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs."""
+def finished(settings: OperatorSettings, end: Ending, pod: dict[str, Any] | None,
+             ledger: Callable[[], Figures | None] | None = None) -> Finished | None:
+    """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs.
+    ``ledger`` reads the gateway's figures of the Job (behind the gateway only)."""
     host = end.jd.read_host()
-    done = complete(settings, end.jd, host, pod, end.job.name)
+    done = complete(settings, end.jd, host, pod, end.job.name, ledger)
     return Finished(host, done) if done is not None else None
 
 
@@ -123,11 +127,17 @@ def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: dict
 
 
 def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, pod: dict[str, Any] | None,
-             job: str) -> Completion | None:
+             job: str, ledger: Callable[[], Figures | None] | None = None) -> Completion | None:
     """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs."""
     outcome = pod_phase(pod)
     if outcome is None:
         return None
+    # Behind the gateway its ledger is the job's count (the report is the agent's claim), and a job it refused
+    # for its budget failed: what it wrote after the refusal is never promoted.
+    figures = ledger() if ledger is not None else None
+    budget_spent = usage.over_budget(figures)
+    if budget_spent:
+        outcome = "Failed"
     # A process killed for memory (pi, or a build pi ran) disturbed the run even when pi carried on and
     # the container exited 0: the job failed, and what it wrote is not promoted.
     limit = oom_killed(pod)
@@ -140,6 +150,13 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     if incomplete:
         outcome = "Failed"
     report = parse_report(termination_message(pod)) or RunnerReport()
+    if figures is not None:
+        counted = usage.as_tokens(figures)
+        seen_by_gateway = JobGateway(requests=figures.requests, refusals=usage.shown_refusals(figures) or None,
+                                     claimedTokens=report.tokens or None)
+        report = replace(report, tokens=counted)
+    else:
+        seen_by_gateway = None
     verdict = host.verdict() if host is not None else None
     promotion = None
     if host is not None and verdict is not None and outcome == "Succeeded":
@@ -158,35 +175,44 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         merged["rethreaded"] = True
     session = JobSession.model_validate(merged) if merged is not None else None
     succeeded = outcome == "Succeeded"
+    if budget_spent:
+        return Completion(Ended("Failed", session, report.tokens or None, "TokenBudget",
+                                "The job used its token budget (run.maxTokens, or the deployment's "
+                                "gateway.defaultMaxTokens; a resumed job's replayed conversation counts) and the "
+                                "gateway refused its next model request; nothing was promoted, the stored "
+                                "conversation is unchanged. Raise the budget or split the work, then re-create the "
+                                "Job.", gateway=seen_by_gateway), None, report, forgotten)
     if deadline_exceeded(pod):
         deadline = (pod or {}).get("spec", {}).get("activeDeadlineSeconds")
         return Completion(Ended(outcome, session, report.tokens or None, "DeadlineExceeded",
                                 f"The job ran past its timeout ({deadline} s: run.timeoutSeconds, or the deployment's "
                                 "job.timeoutSeconds, capped below a GitHub App token's life) and was stopped; "
-                                "nothing was promoted, the stored conversation is unchanged."), None, report, forgotten)
+                                "nothing was promoted, the stored conversation is unchanged.", gateway=seen_by_gateway),
+                          None, report, forgotten)
     seen = report.workspace.status() if report.workspace is not None else None
     workspace = JobWorkspace.model_validate(seen) if seen is not None else None
     if not succeeded and report.workspace is not None and report.workspace.failure is not None:
         return Completion(Ended(outcome, session, report.tokens or None, CHECKOUT_FAILURES[report.workspace.failure],
-                                checkout_message(report.workspace.failure, report.workspace.detail), workspace),
+                                checkout_message(report.workspace.failure, report.workspace.detail), workspace,
+                                gateway=seen_by_gateway),
                           None, report, forgotten)
     if limit is not None:
         return Completion(Ended(outcome, session, report.tokens or None, "OOMKilled",
                                 f"The job ran out of memory (its limit: {limit}, run.resources or the deployment's "
                                 "job.resources) and the kernel killed it; nothing was promoted, the stored "
                                 "conversation is unchanged. Raise the memory limit, then re-create the Job.",
-                                workspace), None, report, forgotten)
+                                workspace, gateway=seen_by_gateway), None, report, forgotten)
     if incomplete:
         return Completion(Ended(outcome, session, report.tokens or None, "TransferIncomplete",
                                 "The job Pod succeeded but its result never reached the operator (no committed "
                                 "upload: the runner was stopped while handing it back, or the operator refused it, "
                                 "e.g. over sessions.staging.transfer.maxBytes; the job's log says which). Nothing "
                                 "was promoted, the stored conversation is unchanged. Re-create the Job once the "
-                                "cause is fixed.", workspace), None, report, forgotten)
+                                "cause is fixed.", workspace, gateway=seen_by_gateway), None, report, forgotten)
     reason = "KeyForgotten" if forgotten and succeeded else ("PodSucceeded" if succeeded else "PodFailed")
     return Completion(Ended(outcome, session, report.tokens or None, reason, end_message(outcome, pod, promotion,
                                                                                          forgotten), workspace,
-                            handoff_view(promotion)),
+                            handoff_view(promotion), gateway=seen_by_gateway),
                       promotion, report, forgotten)
 
 
@@ -277,6 +303,13 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
                       f"The resume was refused ({host.reason}); the job started a new session from the stored "
                       "letter and ledger instead of a cold start.")
     metrics.observe_job_usage(start, done.report.tokens)
+    seen = done.ended.gateway
+    differs = usage.disagreement(done.report.tokens, seen.claimedTokens.model_dump(exclude_none=True)
+                                 if seen is not None and seen.claimedTokens is not None else None)
+    if differs is not None:
+        cluster.event(job, "Warning", "TokensDisagree",
+                      f"The job's report claims other token figures than the gateway counted: {differs}. "
+                      "status.tokens, the metrics and the cost report use the gateway's.")
     # A promotion is the routine end: the Job's Completed condition and the SessionKey's lastPromotedAt say so,
     # and an Event for it would be one more API write per job (issue 18: at most 6, a queued job included).
     # A promotion that did not happen is worth a person's attention, so it still gets its Warning.
@@ -285,7 +318,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
                       "Transcript not promoted: the conversation was forgotten while the job ran."
                       if done.forgotten else f"Transcript not promoted: {done.promotion.reason}.")
     elif done.promotion is None and done.ended.condition_reason in ("DeadlineExceeded", "PodNeverStarted",
-                                                                    "OOMKilled", "TransferIncomplete"):
+                                                                    "OOMKilled", "TransferIncomplete", "TokenBudget"):
         cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
 
 

@@ -29,7 +29,7 @@ from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import complete as completion
-from pidispatch.jobflow import cron, lifecycle, quarantine, retire, sessionkey, timers
+from pidispatch.jobflow import cron, lifecycle, quarantine, retire, sessionkey, timers, usage
 from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
@@ -249,7 +249,8 @@ class Dispatcher:
     def complete(self, name: str, pod: dict[str, Any] | None) -> None:
         """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed."""
         with self._locks.hold(name):
-            self._end(name, pod, lambda end: completion.finished(self.s, end, pod))
+            self._end(name, pod, lambda end: completion.finished(
+                self.s, end, pod, (lambda: usage.read_ledger(self.cluster, end.job.uid)) if self.s.gateway else None))
 
     def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""

@@ -30,6 +30,7 @@ from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import (
     TOKEN_SECRET_KEY,
+    GatewayInputs,
     PodInputs,
     TransferInputs,
     WorkspaceInputs,
@@ -310,8 +311,9 @@ def transfer_inputs(settings: OperatorSettings, cluster: Cluster, job: JobView) 
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigger: TriggerSpec,
                host: HostRecord | None, token: JobToken | None, checkout: Checkout | None = None,
-               moved: Moved | None = None) -> dict[str, Any]:
+               moved: Moved | None = None, gateway: GatewayInputs | None = None) -> dict[str, Any]:
     """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise.
+    ``gateway``: the Job's capability was minted (``capability.py``) and the Pod holds no other credential.
 
     ``job``'s spec is valid (the admission refused it otherwise)."""
     spec = job.spec
@@ -324,6 +326,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
     deadline, capped = token_capped_deadline(run.timeoutSeconds or settings.job_timeout_seconds or None,
                                              token.expires_at if token is not None else None, time.time(),
                                              settings.job_start_timeout_seconds)
+    credentials = job_credentials(settings, run)
     manifest = job_pod(PodInputs(
         job_name=job.name, job_uid=job.uid, namespace=cluster.ns,
         image=run.image or settings.job_image, command=list(settings.job_command),
@@ -334,10 +337,10 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         rethread=host.reason if host is not None and host.mounted and host.rethread else None,
         rethread_pct=settings.store.rethread_pct,
         run_as_user=job_pod_uid(),
-        github_token=(token.secret, token.key) if token is not None else None,
+        github_token=(token.secret, token.key) if token is not None and gateway is None else None,
         active_deadline_seconds=deadline,
         resources=job_resources(settings, run),
-        credentials=job_credentials(settings, run),
+        credentials=credentials if gateway is None else {},
         run_secrets=tuple(run.secrets or ()),
         models_configmap=settings.job_models_configmap,
         workspace=workspace_inputs(settings, spec.repository, checkout, moved),
@@ -347,6 +350,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         trigger_node_selector=dict(run.nodeSelector or {}),
         trigger_tolerations=tuple(t.model_dump(exclude_none=True) for t in run.tolerations or ()),
         transfer=transfer,
+        gateway=gateway,
     ))
     try:
         created = cluster.api.create(cluster.pods(), manifest)

@@ -36,7 +36,7 @@ from pidispatch.jobflow.comment import comment_pending
 from pidispatch.jobflow.pod import owner_uid
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
 from pidispatch.kubeapi import Api, ApiError, name_segment
-from pidispatch.manifests.pod import token_secret_name, transfer_secret_name
+from pidispatch.manifests.pod import gateway_secret_name, token_secret_name, transfer_secret_name
 from pidispatch.settings import OperatorSettings
 
 log = logging.getLogger("pidispatch.operator")
@@ -103,6 +103,8 @@ def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: Oper
         actions.append(Delete(Kind.SECRET, token_secret_name(name, uid), None, name, age))
         if settings.staging.transfer is not None:  # its transfer token opens nothing once the Job ended
             actions.append(Delete(Kind.SECRET, transfer_secret_name(name, uid), None, name, age))
+        if settings.gateway is not None:  # nor its capability (which also expires by itself)
+            actions.append(Delete(Kind.SECRET, gateway_secret_name(name, uid), None, name, age))
     return actions
 
 

@@ -32,6 +32,7 @@ be behind the Job, so anything off the straight path is decided again on a fresh
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,7 @@ from pidispatch.forge.head import Head, NoHead
 from pidispatch.jobflow import checkout as checkout_step
 from pidispatch.jobflow import lifecycle, sessionkey
 from pidispatch.jobflow.admit import refusal
+from pidispatch.jobflow.capability import mint_capability
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.forks import fork_refusal, is_fork
 from pidispatch.jobflow.key import cron_of, key_and_reason, needs_head_lookup
@@ -191,20 +193,24 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     if no_head is not None:
         # No refusal and no comment (spec rule 21): the job runs as it would without resume.
         emit("pr_head_unresolved", job=name, reason=no_head.value)
+    if fork and spec.fork is not True:  # the runner's prompt says a fork's job cannot push; the gateway holds it
+        job = job.with_spec(spec.model_copy(update={"fork": True}))  # read-only (the capability's claims)
+    gateway, capability = (mint_capability(settings, cluster, job, trigger_spec, token, time.time())
+                           if settings.gateway is not None else (None, None))
+    # The job's own secrets the operator knows (docs/gateway.md#inside-the-job): a minted token, the capability.
+    own = tuple(d for d in (token.digest if token is not None else None, capability) if d is not None)
     host = None
     if ref is not None:
         known = cluster.sessionkey(ref.key)  # a retired key, a quarantined transcript: cold before any gate
         host = stage_session(settings, jd, ref, trigger_spec.run, name, admits=trigger_population(trigger_spec.on),
-                             secrets=(token.digest,) if token is not None and token.digest is not None else (),
+                             secrets=own,
                              held=lifecycle.held_reason(known.stored_status if known is not None else None))
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:
         moved = checkout_step.previous_commit(cluster, forge, host, checkout)
-    if fork and spec.fork is not True:  # the runner's prompt says a fork's job cannot push
-        job = job.with_spec(spec.model_copy(update={"fork": True}))
     try:
-        pod = create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved)
+        pod = create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway)
     except ApiError as exc:
         if not pod_create_refused_for_good(exc.status):
             raise  # an outage or a conflict: retried after a back-off

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pidispatch.api.conditions import set_condition
-from pidispatch.api.models import JobCheckout, JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.models import JobCheckout, JobGateway, JobHandoff, JobSession, JobWorkspace
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Refused"})
 STARTED, COMPLETED, COMMENTED = "Started", "Completed", "Commented"
@@ -74,6 +74,7 @@ class Ended:
     message: str
     workspace: JobWorkspace | None = None  # where the job left its workspace (the runner's word)
     handoff: JobHandoff | None = None  # the handoff promoted with the transcript
+    gateway: JobGateway | None = None  # what the gateway counted and refused (its tokens are ``tokens``)
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
                   "session": dumped(change.session),
                   **({"workspace": dumped(change.workspace)} if change.workspace is not None else {}),
                   **({"handoff": dumped(change.handoff)} if change.handoff is not None else {}),
+                  **({"gateway": dumped(change.gateway)} if change.gateway is not None else {}),
                   "tokens": change.tokens, "conditions": set_condition(
                       conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
                       generation, now)}

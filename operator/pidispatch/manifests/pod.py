@@ -49,6 +49,7 @@ from pidispatch.contract import (
     credential_name_problem,
     run_secret_problem,
 )
+from pidispatch.gateway import protocol as gateway_protocol
 from pidispatch.manifests.scheduling import scheduling_fields
 from pidispatch.settings.scheduling import Scheduling
 from pidispatch.transfer import protocol as transfer_protocol
@@ -107,6 +108,18 @@ class TransferInputs:
 
 
 @dataclass(frozen=True)
+class GatewayInputs:
+    """The job reaches out only through the gateway (docs/gateway.md): its capability's Secret, where the
+    gateway and its proxy are, and the CA it is verified with. With it, the Pod holds no model key and no
+    forge token: ``GH_TOKEN`` and ``GH_ENTERPRISE_TOKEN`` (read by git's askpass and ``gh``) carry the capability."""
+
+    url: str  # https://<service>.<namespace>.svc
+    proxy: str  # http://<service>.<namespace>.svc:3128
+    ca_configmap: str  # key ca.crt
+    secret: str  # the Job's own Secret holding its capability (gateway/protocol.py secret_name)
+
+
+@dataclass(frozen=True)
 class PodInputs:
     """Everything the Pod is built from, already decided elsewhere."""
 
@@ -151,6 +164,8 @@ class PodInputs:
     # Staging by transfer: the session directory is an emptyDir the runner fills over HTTPS (no claim, no
     # co-location); None in mount mode and for a job without a session.
     transfer: TransferInputs | None = None
+    # The gateway: set, the Pod's only credential is its capability (no github_token, no credentials).
+    gateway: GatewayInputs | None = None
 
 
 def pod_name(job_name: str) -> str:
@@ -166,6 +181,11 @@ def token_secret_name(job_name: str, job_uid: str) -> str:
 def transfer_secret_name(job_name: str, job_uid: str) -> str:
     """The per-job Secret of the transfer token (transfer mode): ``<the Pod's name>-transfer-<the Job's uid>``."""
     return _job_secret_name(job_name, job_uid, "transfer")
+
+
+def gateway_secret_name(job_name: str, job_uid: str) -> str:
+    """The per-job Secret holding the Job's gateway capability, named after its Pod and uid."""
+    return _job_secret_name(job_name, job_uid, "gateway")
 
 
 def _job_secret_name(job_name: str, job_uid: str, purpose: str) -> str:
@@ -218,12 +238,14 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     if mounted and p.transfer is not None:
         raise ValueError("a job's session is mounted or transferred, never both")
     staged = mounted or p.transfer is not None
+    if p.gateway is not None and (p.github_token is not None or p.credentials):
+        raise ValueError("a job behind the gateway holds no forge token and no model key")
     for name in p.credentials:
         why = credential_name_problem(name)
         if why is not None:
             raise ValueError(f"credential {why}")
-    env = {k: v for k, v in p.env.items() if not (p.github_token and k in FORGE_TOKEN_NAMES)
-           and k not in p.credentials and k not in transfer_protocol.ENVS}
+    env = {k: v for k, v in p.env.items() if not ((p.github_token or p.gateway) and k in FORGE_TOKEN_NAMES)
+           and k not in p.credentials and k not in transfer_protocol.ENVS and k not in gateway_protocol.ENVS}
     env.update(workspace_env(p.workspace))
     for secret in p.run_secrets:
         why = run_secret_problem(secret)
@@ -234,7 +256,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         env[ENV_RUN_SECRETS] = ",".join(dict.fromkeys(p.run_secrets))
     if p.credentials:
         env[ENV_SECRET_NAMES] = ",".join(sorted(p.credentials))
-    if p.models_configmap:
+    if p.models_configmap or p.gateway is not None:
         env[ENV_AGENT_DIR] = AGENT_DIR
     if p.workspace_size_limit is not None:
         env[ENV_WORKSPACE_LIMIT] = str(p.workspace_size_limit[1])
@@ -250,6 +272,10 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         env[transfer_protocol.ENV_CA_FILE] = f"{transfer_protocol.CA_DIR}/{transfer_protocol.CA_KEY}"
         env[transfer_protocol.ENV_MAX_BYTES] = str(p.transfer.max_bytes)
         secret_env[transfer_protocol.ENV_TOKEN] = (p.transfer.secret, transfer_protocol.SECRET_KEY)
+    if p.gateway is not None:
+        env.update(gateway_env(p.gateway, models=p.models_configmap is not None))
+        for name in (gateway_protocol.ENV_TOKEN, GH_TOKEN, "GH_ENTERPRISE_TOKEN"):
+            secret_env[name] = (p.gateway.secret, gateway_protocol.SECRET_KEY)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": p.image,
@@ -262,7 +288,16 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "terminationMessagePolicy": "File",
         "volumeMounts": [{"name": "workspace", "mountPath": WORKSPACE}],
     }
-    if p.models_configmap:
+    if p.gateway is not None:
+        # pi's agent directory is the runner's to write (the routed models.json); the deployment's models.json
+        # is read from beside it; the gateway's CA is public.
+        container["volumeMounts"] += [
+            {"name": "agent", "mountPath": AGENT_DIR},
+            {"name": "gateway-ca", "mountPath": gateway_protocol.CA_DIR, "readOnly": True}]
+        if p.models_configmap:
+            container["volumeMounts"].append({"name": "models", "mountPath": gateway_protocol.MODELS_DIR,
+                                              "readOnly": True})
+    elif p.models_configmap:
         container["volumeMounts"] += [
             {"name": "agent", "mountPath": AGENT_DIR},
             {"name": "models", "mountPath": f"{AGENT_DIR}/{MODELS_JSON}", "subPath": MODELS_JSON, "readOnly": True}]
@@ -274,10 +309,14 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         container["volumeMounts"].append({"name": "ca-bundle", "mountPath": CA_BUNDLE_DIR, "readOnly": True})
         volumes.append({"name": "ca-bundle", "configMap": {"name": p.workspace.ca_bundle_configmap,
                                                            "items": [{"key": CA_BUNDLE_KEY, "path": CA_BUNDLE_KEY}]}})
+    if p.models_configmap or p.gateway is not None:
+        volumes.append({"name": "agent", "emptyDir": {}})
     if p.models_configmap:
-        volumes += [{"name": "agent", "emptyDir": {}},
-                    {"name": "models", "configMap": {"name": p.models_configmap,
-                                                     "items": [{"key": MODELS_JSON, "path": MODELS_JSON}]}}]
+        volumes.append({"name": "models", "configMap": {"name": p.models_configmap,
+                                                        "items": [{"key": MODELS_JSON, "path": MODELS_JSON}]}})
+    if p.gateway is not None:
+        volumes.append({"name": "gateway-ca", "configMap": {"name": p.gateway.ca_configmap, "items": [
+            {"key": gateway_protocol.CA_KEY, "path": gateway_protocol.CA_KEY}]}})
     for index, secret in enumerate(dict.fromkeys(p.run_secrets)):
         # Files, not env values: a file per key, readable by the job's group only (the Pod's fsGroup).
         container["volumeMounts"].append({"name": f"run-secret-{index}", "mountPath": f"{RUN_SECRETS_DIR}/{secret}",
@@ -341,6 +380,35 @@ def _env_list(env: dict[str, str], github_token: tuple[str, str] | None,
         if enterprise:  # gh sends only GH_ENTERPRISE_TOKEN to a host other than github.com
             entries.append({"name": "GH_ENTERPRISE_TOKEN", "valueFrom": {"secretKeyRef": {"name": name, "key": key}}})
     return sorted(entries, key=lambda e: e["name"])
+
+
+def gateway_env(g: GatewayInputs, *, models: bool) -> dict[str, str]:
+    """Where the job's gateway is (its capability comes by ``secretKeyRef``). ``GH_HOST`` is the gateway's
+    host: ``gh`` sends its enterprise token there, and only there."""
+    env = {gateway_protocol.ENV_URL: g.url, gateway_protocol.ENV_PROXY: g.proxy,
+           gateway_protocol.ENV_CA_FILE: f"{gateway_protocol.CA_DIR}/{gateway_protocol.CA_KEY}",
+           "GH_HOST": urlsplit(g.url).netloc}
+    if models:
+        env[gateway_protocol.ENV_MODELS_FILE] = f"{gateway_protocol.MODELS_DIR}/{MODELS_JSON}"
+    return env
+
+
+def job_gateway_secret(job_name: str, job_uid: str, namespace: str, capability: str) -> dict[str, Any]:
+    """The per-job Secret holding the Job's gateway capability: owned by the Job, immutable, labelled like its
+    Pod. A second attempt deletes it and creates it again with a capability of a later expiry."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "immutable": True,
+        "metadata": {
+            "name": gateway_secret_name(job_name, job_uid),
+            "namespace": namespace,
+            "labels": {JOB_LABEL: job_label(job_name), **MANAGED_BY},
+            "ownerReferences": [_owner(job_name, job_uid)],
+        },
+        "stringData": {gateway_protocol.SECRET_KEY: capability},
+    }
 
 
 def job_transfer_secret(job_name: str, job_uid: str, namespace: str, token: str) -> dict[str, Any]:

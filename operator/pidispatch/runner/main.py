@@ -50,6 +50,7 @@ from pidispatch.runner.checkout import CheckoutError, agent_git_env, check_out, 
 from pidispatch.runner.command import Command, CommandError, command_env, command_of
 from pidispatch.runner.config import ConfigError, Env, Exit, RunnerConfig, load_config
 from pidispatch.runner.flow import Flow, FlowError, materialise
+from pidispatch.runner.gateway import GatewayConfigError, through_gateway
 from pidispatch.runner.mount import gather_mount_facts, mount_problem
 from pidispatch.runner.pi import pi_command, pi_env, read_pi_version, run_pi
 from pidispatch.runner.prompt import build_prompt, first_prompt, target_of
@@ -340,6 +341,10 @@ def run(env: Mapping[str, str]) -> int:
         config = load_config(env)
     except ConfigError as error:
         return refuse(str(error), env.get(Env.TERMINATION_LOG.value) or TERMINATION_LOG, None)
+    try:  # the job's processes reach out through the gateway only (docs/gateway.md#inside-the-job)
+        env = through_gateway(env, tempfile.mkdtemp(prefix="pidispatch-gateway-"))
+    except (GatewayConfigError, OSError) as error:
+        return refuse(str(error), config.termination_log, None)
     pienv = pi_env(env)
     if config.transfer is not None and config.session_file is not None:
         try:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pidispatch.settings.gateway import GATEWAY_VARIABLES, Gateway, gateway_settings
 from pidispatch.settings.github import AUTH_SOURCES, GITHUB_VARIABLES, GitHubSettings
 from pidispatch.settings.jobpod import (
     DEFAULT_EPHEMERAL_STORAGE_LIMIT,
@@ -69,6 +70,7 @@ OPERATOR_VARIABLES = (
     "PI_DISPATCH_QUARANTINE_AFTER",
     *SCHEDULING_VARIABLES,
     *STAGING_VARIABLES,
+    *GATEWAY_VARIABLES,
     *STORE_VARIABLES,
     *GITHUB_VARIABLES,
 )
@@ -133,6 +135,8 @@ class OperatorSettings:
     job_scheduling: Scheduling = Scheduling()
     # How job Pods get their staged copy: the claim's subPath (mount) or over HTTPS (transfer).
     staging: Staging = Staging()
+    # The gateway (docs/gateway.md): set, job Pods hold a capability and no model key or forge token.
+    gateway: Gateway | None = None
     # The node the operator's Pod runs on (the downward API's spec.nodeName): under co-location, resumed job
     # Pods must land there, and a Trigger whose rules exclude it is refused ahead (api/placement.py).
     node_name: str | None = None
@@ -199,6 +203,7 @@ class OperatorSettings:
             job_checkout=flag(env, "PI_DISPATCH_JOB_CHECKOUT", True),
             job_scheduling=job_scheduling(env),
             staging=staging_settings(env),
+            gateway=gateway_settings(env),
             node_name=text(env, "PI_DISPATCH_NODE_NAME"),
             metrics_port=integer(
                 env, "PI_DISPATCH_METRICS_PORT", "a TCP port, 0 to turn metrics off", default=9090, maximum=65535

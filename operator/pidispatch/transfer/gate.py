@@ -158,12 +158,13 @@ class ConnectionGate:
     """The listener's protocol factory: TLS and aiohttp's handler for up to ``limit`` connections at once."""
 
     def __init__(self, factory: Callable[[], asyncio.Protocol], ssl_context: ssl.SSLContext, *, limit: int,
-                 head_seconds: float) -> None:
+                 head_seconds: float, event: str = "transfer_connections_refused") -> None:
         if limit < 1:
             raise ValueError(f"at least one connection must be allowed, not {limit}")
         if head_seconds <= 0:
             raise ValueError(f"the head deadline must be a positive number of seconds, not {head_seconds}")
         self.factory = factory
+        self.event = event  # the log event of a flood's refusals (the gateway reuses this listener)
         self.ssl_context = ssl_context
         self.limit = limit
         self.head_seconds = head_seconds
@@ -191,7 +192,7 @@ class ConnectionGate:
         if self.open >= self.limit:
             self.refused += 1
             if self.refused == 1 or self.refused % 1000 == 0:  # a flood makes one line, not one per connection
-                emit("transfer_connections_refused", refused=self.refused, limit=self.limit)
+                emit(self.event, refused=self.refused, limit=self.limit)
             return _Refused()
         self.open += 1
         return _Admitted(self)

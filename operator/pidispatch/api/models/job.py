@@ -116,6 +116,21 @@ class JobWorkspace(ApiModel):
                                                                                    "its branch; null: none.")] = None
 
 
+class JobGateway(ApiModel):
+    """What the gateway saw of the job (docs/gateway.md#the-ledger): ``status.tokens`` is the gateway's count
+    behind it, and the agent's own figures stay here only as its claim."""
+
+    requests: Annotated[int | None, Field(ge=0, description="Model requests the gateway forwarded.")] = None
+    refusals: Annotated[dict[str, Annotated[int, Field(ge=0)]] | None, Field(
+        max_length=21, description="Requests the gateway refused, by reason (token-budget, other-repository, "
+                                   "fork-read-only, ...) or host-not-allowed:<host>; the 20 most frequent, the "
+                                   "rest under other.")] = None
+    claimedTokens: Annotated[JobTokens | None, Field(  # type: ignore[valid-type]
+        json_schema_extra=NULLABLE, description="The tokens the runner's report claims (from the transcript, "
+                                                "which the agent can write); a difference from status.tokens is "
+                                                "a TokensDisagree Event.")] = None
+
+
 class JobStatus(ApiModel):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     phase: JobPhase | None = None
@@ -124,6 +139,7 @@ class JobStatus(ApiModel):
     podName: Annotated[str, Field(max_length=253)] | None = None
     session: Annotated[JobSession | None, Field(json_schema_extra=NULLABLE)] = None
     tokens: Annotated[JobTokens | None, Field(json_schema_extra=NULLABLE)] = None  # type: ignore[valid-type]
+    gateway: Annotated[JobGateway | None, Field(json_schema_extra=NULLABLE)] = None
     queuedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
     startedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
     completedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None

@@ -117,6 +117,11 @@ class Toleration(ApiModel):
     tolerationSeconds: Annotated[int | None, Field(json_schema_extra=INT64)] = None
 
 
+# A host the gateway's proxy may reach: a name, or *.domain for its subdomains, and an optional port.
+EgressHost = Annotated[str, Field(max_length=253,
+                                  pattern=r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$")]
+
+
 class TriggerRun(ApiModel):
     kind: Annotated[Literal["forge", "local"] | None, Field(description=(
         "forge, what every job is: it checks out the event's repository. local (a job without a checkout) is not "
@@ -163,6 +168,16 @@ class TriggerRun(ApiModel):
         "(DeadlineExceeded) and nothing is promoted. Unset: the deployment's job.timeoutSeconds."))] = None
     resources: Annotated[Resources | None, Field(description=(
         "The job container's resources. Unset: the deployment's job.resources."))] = None
+    maxTokens: Annotated[int | None, Field(ge=1, le=10**12, description=(
+        "The job's token budget behind the gateway: every reply's input, output and cache tokens as the model "
+        "provider counted them, a resumed job's replayed conversation included. A request once the budget is "
+        "used is refused; the job ends Failed (TokenBudget) and nothing is promoted. Unset: the deployment's "
+        "gateway.defaultMaxTokens (none by default)."))] = None
+    egress: Annotated[list[EgressHost] | None, Field(
+        max_length=64, description=(
+            "Hosts the job may reach through the gateway's HTTPS proxy, besides the deployment's "
+            "gateway.egress.hosts (package registries, usually): host names, *.domain for its subdomains, an "
+            "optional :port (443 otherwise). Every other host is refused and counted on the Job."))] = None
     credentials: Credentials = None
     nodeSelector: NodeSelector = None
     tolerations: Annotated[list[Toleration] | None, Field(

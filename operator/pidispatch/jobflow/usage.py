@@ -1,0 +1,79 @@
+"""A finished Job's token figures as the gateway counted them (docs/gateway.md#the-ledger).
+
+Behind the gateway the operator takes a job's tokens from the ledger the gateway wrote (one ConfigMap per
+Job, one key per gateway replica), never from the runner's report, which the agent can write: the report's
+figures are kept as the agent's claim, and a disagreement is an Event. A job the gateway refused a model
+request for its budget ends ``TokenBudget`` and nothing it wrote is promoted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+
+from pidispatch.gateway import protocol as gateway_protocol
+from pidispatch.gateway.ledger import Figures
+from pidispatch.jobflow.cluster import Cluster
+
+MAX_SHOWN_REFUSALS = 20  # on the Job: the most frequent, the rest summed under "other"
+
+
+def summed(data: Mapping[str, str] | None) -> Figures | None:
+    """Every replica's figures of one job added up; ``None`` when the ledger holds none."""
+    if not data:
+        return None
+    total = Figures()
+    for raw in data.values():
+        try:
+            part = Figures.from_json(json.loads(raw))
+        except ValueError:
+            continue
+        total.input += part.input
+        total.output += part.output
+        total.cache_read += part.cache_read
+        total.cache_write += part.cache_write
+        total.requests += part.requests
+        total.refusals.update(part.refusals)
+    return total
+
+
+def read_ledger(cluster: Cluster, uid: str) -> Figures | None:
+    """The gateway's figures of the Job ``uid`` (``None``: the gateway wrote none, e.g. it never called a model).
+    Raises ``ApiError`` on anything but a missing ConfigMap."""
+    found = cluster.api.get_or_none(f"/api/v1/namespaces/{cluster.ns}/configmaps/"
+                                    f"{gateway_protocol.ledger_name(uid)}")
+    return summed((found or {}).get("data"))
+
+
+def as_tokens(figures: Figures) -> dict[str, float]:
+    """``status.tokens`` from the gateway's figures: no cost (the gateway counts tokens, it does not price them),
+    every reply counted as unpriced so nothing reads the absent cost as zero."""
+    total = figures.input + figures.output + figures.cache_read + figures.cache_write
+    return {"input": figures.input, "output": figures.output, "cacheRead": figures.cache_read,
+            "cacheWrite": figures.cache_write, "total": total, "calls": figures.requests,
+            "unpriced": figures.requests}
+
+
+def over_budget(figures: Figures | None) -> bool:
+    return figures is not None and figures.refusals.get(gateway_protocol.REFUSED_BUDGET, 0) > 0
+
+
+def shown_refusals(figures: Figures) -> dict[str, int]:
+    """The refusals to show on the Job, bounded (a job refused on many hosts cannot grow its status)."""
+    common = Counter(figures.refusals).most_common()
+    shown = dict(common[:MAX_SHOWN_REFUSALS])
+    rest = sum(count for _, count in common[MAX_SHOWN_REFUSALS:])
+    if rest:
+        shown["other"] = rest
+    return shown
+
+
+def disagreement(gateway: dict[str, float], claimed: dict[str, float] | None) -> str | None:
+    """What the agent's report claims differently from the gateway's count, in words; ``None`` when they agree."""
+    if not claimed:
+        return None
+    differing = [f"{name} {int(claimed.get(name, 0))} (gateway {int(gateway[name])})"
+                 for name in ("input", "output", "cacheRead", "cacheWrite")
+                 if int(claimed.get(name, 0)) != int(gateway[name])]
+    return ", ".join(differing) or None
