@@ -56,7 +56,7 @@ from e2e.cluster import bin_dir as controlplane_bin_dir
 from e2e.clusterkit import REPO_ROOT
 from e2e.realnode import RealNode, images_env, unavailable
 from e2e.registry import PrivateRegistry
-from e2e.release import RELEASE, Release, create_secret, fresh_namespace, merge
+from e2e.release import NO_GATEWAY, RELEASE, Release, create_secret, fresh_namespace, merge
 from e2e.releasetools import KeyPair, Published, ReleaseError, ReleaseTools
 from testkit.fakegithub import Webhooks
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
@@ -201,7 +201,7 @@ def quickstart_values(r: Rehearsal, forge: FakeGitHubAPI) -> dict[str, Any]:
     """``examples/quickstart-values.yaml`` as committed, and only what cannot be as committed here: the images by
     the digests just pushed (and the registry's pull Secret), the fake GitHub for api.github.com (its App, its
     CA), a model configuration that sends ``openai/*`` to the scripted model, the Ingress host of the README's
-    ``--set``."""
+    ``--set``, and the gateway left out (``NO_GATEWAY``: the real node has no kube-proxy for its Service)."""
     committed = yaml.safe_load(QUICKSTART_VALUES.read_text())
     operator, job = r.images["operator"], r.images["job"]
     return merge(committed, {
@@ -212,6 +212,7 @@ def quickstart_values(r: Rehearsal, forge: FakeGitHubAPI) -> dict[str, Any]:
         "github": {"apiUrl": forge.url, "webUrl": forge.web_url, "caBundle": {"configMap": "forge-ca"},
                    "app": {"id": APP_ID, "installationId": INSTALLATION}},
         "receiver": {"ingress": {"host": "pi.example.test"}},
+        **NO_GATEWAY,
     })
 
 

@@ -27,7 +27,18 @@ from e2e.kube import Kube, wait_for
 from e2e.multinode import BLOCK_CLASS, NODE_NAMES, SHARED_CLASS, ZONE_LABEL
 from e2e.pods import container_status, pod_path, wait_pod_gone, wait_pod_phase
 from e2e.receiver_release import Receiver
-from e2e.release import FAKEPI, RELEASE, ROOT, Release, base_values, create_secret, installed, issue_key_of, merge
+from e2e.release import (
+    FAKEPI,
+    NO_GATEWAY,
+    RELEASE,
+    ROOT,
+    Release,
+    base_values,
+    create_secret,
+    installed,
+    issue_key_of,
+    merge,
+)
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 
 pytestmark = pytest.mark.e2e
@@ -312,6 +323,7 @@ def quickstart_overrides(github: FakeGitHubAPI) -> dict[str, Any]:
         "job": {"image": "local/fakepi", "command": ["python3", str(FAKEPI)], "checkout": False},
         "metrics": {"port": free_port()},
         "health": {"port": free_port()},
+        **NO_GATEWAY,
     }
 
 
@@ -331,7 +343,9 @@ def test_the_quickstart_as_committed_runs_a_cold_then_a_resumed_job_on_the_opera
       test kubelets run Pods as processes sharing this host's network, so two receivers (or two releases) would
       bind one port;
     * ``job.image``, ``job.command``: the scripted job (testkit/fakepi.py) instead of the published job image;
-    * ``job.checkout: false``: the fake forge serves no git repositories to clone.
+    * ``job.checkout: false``: the fake forge serves no git repositories to clone;
+    * ``gateway.enabled: false`` (``NO_GATEWAY``): test kubelets run its two replicas on one host network, where
+      they would bind one port.
     """
     committed = yaml.safe_load(QUICKSTART_VALUES.read_text())
     assert committed["sessions"] == {"enabled": True} and committed["github"]["authSource"] == "app"

@@ -35,7 +35,7 @@ from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.realnode import RealNode, images_env, unavailable
 from e2e.registry import PrivateRegistry
-from e2e.release import Release, create_secret, fresh_namespace
+from e2e.release import NO_GATEWAY, Release, create_secret, fresh_namespace
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls
 from testkit.scripted_model import ScriptedModel, text_of, write_agent_dir
@@ -137,6 +137,7 @@ def release(node: Cluster, kube: Kube, forge: FakeGitHubAPI, model: ScriptedMode
                 "git": {"name": "pi-node[bot]", "email": "pi-node[bot]@users.noreply.github.com"}},
         # each case's Trigger names its own tag (run.image): the job Pod policy admits exactly these
         "jobPodPolicy": {"images": [f"{registry.host}/{REPOSITORY}:{tag}" for tag in TAGS[1:]]},
+        **NO_GATEWAY,
         "github": {"authSource": "app", "apiUrl": forge.url, "webUrl": forge.web_url, "timeoutSeconds": 5,
                    "caBundle": {"configMap": "forge-ca"},
                    "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}},

@@ -30,7 +30,7 @@ import pytest
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
 from e2e.realnode import NODE_NAME, RealNode, images_env, unavailable
-from e2e.release import Release, create_secret, fresh_namespace
+from e2e.release import NO_GATEWAY, Release, create_secret, fresh_namespace
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls
@@ -108,6 +108,7 @@ def release(node: Cluster, kube: Kube, forge: FakeGitHubAPI, model: ScriptedMode
                    "app": {"id": APP_ID, "installationId": INSTALLATION, "privateKeySecret": {"name": "gh-app"}}},
         "extraEnv": [{"name": "PI_DISPATCH_RESUMABLE_REFRESH_SECONDS", "value": "5"}],
         "jobPodPolicy": {"images": [NO_SUCH_IMAGE]},  # a Trigger's run.image below (the policy allows no other)
+        **NO_GATEWAY,
     }
     r = Release(node, kube, ns, values).install()
     r.trigger("fix")
