@@ -87,9 +87,9 @@ def test_replicas_write_their_own_keys_of_one_configmap_owned_by_the_job(cluster
         a.start()
         b.start()
         for _ in range(100):  # a hundred replies in a burst
-            await a.record_usage(job, input=10, output=5, cache_read=2, cache_write=1)
+            await a.record_usage(job, input=10, output=5, cache_read=2, cache_write=1, cost=0.25)
         await a.record_refusal(job, "token-budget")
-        await b.record_usage(job, input=1000, output=0, cache_read=0, cache_write=0)
+        await b.record_usage(job, input=1000, output=0, cache_read=0, cache_write=0, cost=None)
         await asyncio.sleep(0.5)
         used_a, used_b = await a.used(job), await b.used(job)
         writes = a.writes
@@ -97,7 +97,7 @@ def test_replicas_write_their_own_keys_of_one_configmap_owned_by_the_job(cluster
         await b.close()
         # A replica restarted under the same name carries on from its key.
         again = KubeLedger(admin(cluster), "gateway-a", flush_seconds=0.2, read_seconds=0)
-        await again.record_usage(job, input=1, output=1, cache_read=0, cache_write=0)
+        await again.record_usage(job, input=1, output=1, cache_read=0, cache_write=0, cost=0.5)
         await again.close()
         return used_a, used_b, writes, again.writes
 
@@ -106,8 +106,9 @@ def test_replicas_write_their_own_keys_of_one_configmap_owned_by_the_job(cluster
     assert writes <= 4, f"{writes} writes for 101 records: not batched"
     figures = data(kube, job)
     assert figures["gateway-a"] == {"input": 1001, "output": 501, "cacheRead": 200, "cacheWrite": 100,
-                                    "requests": 101, "refusals": {"token-budget": 1}}
+                                    "requests": 101, "refusals": {"token-budget": 1}, "cost": 25.5, "unpriced": 0}
     assert figures["gateway-b"]["input"] == 1000 and figures["gateway-b"]["requests"] == 1
+    assert (figures["gateway-b"]["cost"], figures["gateway-b"]["unpriced"]) == (0, 1), "a reply of no known price"
     cm = kube.get(f"/api/v1/namespaces/{job.namespace}/configmaps/{ledger_name(job.uid)}")
     assert cm["metadata"]["labels"][LEDGER_LABEL] == job.uid
     [owner] = cm["metadata"]["ownerReferences"]

@@ -21,6 +21,7 @@ from pidispatch.gateway.capability import Claims, SecretRef, mint
 from pidispatch.gateway.ledger import Ledger, MemoryLedger
 from pidispatch.gateway.metrics import GatewayMetrics
 from pidispatch.gateway.model import ModelLimits, ModelPath
+from pidispatch.gateway.prices import PriceTable
 from pidispatch.gateway.providers import Provider
 from pidispatch.gateway.secrets import SecretSource, StaticSecrets
 from testkit.transferkit import Pki
@@ -51,14 +52,15 @@ class GatewayServer:
 
     def __init__(self, pki: Pki, providers: Mapping[str, Provider], secret_source: SecretSource,
                  ledger: Ledger | None = None, *, limits: ListenerLimits | None = None,
-                 model_limits: ModelLimits | None = None, metrics_port: int | None = 0) -> None:
+                 model_limits: ModelLimits | None = None, metrics_port: int | None = 0,
+                 prices: PriceTable | None = None) -> None:
         self.ledger: Any = ledger if ledger is not None else MemoryLedger()
         self.metrics = GatewayMetrics()
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         model = ModelPath(key=KEY, secrets=secret_source, ledger=self.ledger, providers=providers,
-                          metrics=self.metrics, limits=model_limits)
+                          metrics=self.metrics, limits=model_limits, prices=prices)
         self.gateway = Gateway(build_app(model, max_body=(model_limits or ModelLimits()).max_body), self.metrics,
                                server_ssl_context(str(pki.cert), str(pki.key)), limits=limits)
         self.call(self.gateway.start("127.0.0.1", 0, metrics_port))

@@ -78,20 +78,31 @@ def end(api: MemoryApi, d: Dispatcher, pod: dict, tokens: dict) -> None:
 def test_the_tokens_are_the_gateways_and_the_report_is_only_a_claim(api: MemoryApi, clock: Clock,
                                                                     tmp_path: Path) -> None:
     d, pod, uid = started(api, clock, tmp_path)
-    ledger(api, uid, **{"gateway-0": {"input": 300, "output": 20, "cacheRead": 100, "cacheWrite": 0, "requests": 2},
-                        "gateway-1": {"input": 50, "output": 5, "requests": 1,
+    ledger(api, uid, **{"gateway-0": {"input": 300, "output": 20, "cacheRead": 100, "cacheWrite": 0, "requests": 2,
+                                      "cost": 0.0125},
+                        "gateway-1": {"input": 50, "output": 5, "requests": 1, "cost": 0.0005,
                                       "refusals": {"host-not-allowed:evil.example": 2}}})
     end(api, d, pod, {"input": 1, "output": 1, "cacheRead": 0, "cacheWrite": 0, "total": 2, "calls": 3,
                       "unpriced": 0, "cost": 0.0})
     status = api.job("a")["status"]
     assert phase(api, "a") == "Succeeded"
     assert status["tokens"] == {"input": 350, "output": 25, "cacheRead": 100, "cacheWrite": 0, "total": 475,
-                                "calls": 3, "unpriced": 3}, "summed over both replicas; no cost the agent wrote"
+                                "cost": 0.013, "calls": 3, "unpriced": 0}, (
+        "summed over both replicas, priced by the gateway; not the cost the agent wrote")
     assert status["gateway"]["claimedTokens"]["input"] == 1
     assert status["gateway"]["refusals"] == {"host-not-allowed:evil.example": 2}
     events = [o for p, o in api.objects.items() if "/events/" in p]
     assert any(e.get("reason") == "TokensDisagree" and "input 1 (gateway 350)" in e.get("message", "")
                for e in events), events
+
+
+def test_a_job_with_an_unpriced_reply_shows_no_cost(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
+    """A partial sum would read as the job's whole cost: the count of unpriced replies instead, as the report."""
+    d, pod, uid = started(api, clock, tmp_path)
+    ledger(api, uid, **{"gateway-0": {"input": 100, "output": 10, "requests": 2, "cost": 0.5, "unpriced": 1}})
+    end(api, d, pod, {"input": 100, "output": 10, "total": 110, "calls": 2, "unpriced": 0, "cost": 0.5})
+    tokens = api.job("a")["status"]["tokens"]
+    assert "cost" not in tokens and tokens["unpriced"] == 1 and tokens["calls"] == 2
 
 
 def test_a_job_stopped_at_its_budget_fails_and_promotes_nothing(api: MemoryApi, clock: Clock,

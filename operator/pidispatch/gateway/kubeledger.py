@@ -73,13 +73,9 @@ class KubeLedger:
         return job.mine.tokens + job.others
 
     async def record_usage(self, claims: Claims, *, input: int, output: int, cache_read: int,
-                           cache_write: int) -> None:
+                           cache_write: int, cost: float | None) -> None:
         job = await self._job(claims)
-        job.mine.input += input
-        job.mine.output += output
-        job.mine.cache_read += cache_read
-        job.mine.cache_write += cache_write
-        job.mine.requests += 1
+        job.mine.add_reply(input=input, output=output, cache_read=cache_read, cache_write=cache_write, cost=cost)
         self._dirty(job)
 
     async def record_refusal(self, claims: Claims, reason: str) -> None:
@@ -111,14 +107,8 @@ class KubeLedger:
             figures = Figures.from_json(_loads(text))
             if replica == self.replica:
                 if first and not job.loaded:  # this replica restarted: carry on from what it wrote
-                    restored = figures
-                    restored.input += job.mine.input
-                    restored.output += job.mine.output
-                    restored.cache_read += job.mine.cache_read
-                    restored.cache_write += job.mine.cache_write
-                    restored.requests += job.mine.requests
-                    restored.refusals.update(job.mine.refusals)
-                    job.mine = restored
+                    figures.add(job.mine)
+                    job.mine = figures
             else:
                 others += figures.tokens
         job.others = others

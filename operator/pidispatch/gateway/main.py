@@ -19,6 +19,7 @@ CONFIG_ERROR = 2
 
 def main(_args: argparse.Namespace | None = None) -> int:
     from pidispatch.gateway.capability import CapabilityError, load_key
+    from pidispatch.gateway.prices import price_table_file
     from pidispatch.gateway.providers import ProviderError, load_models_file
     from pidispatch.settings import ConfigError
     from pidispatch.settings.gatewayserver import GatewaySettings
@@ -27,6 +28,7 @@ def main(_args: argparse.Namespace | None = None) -> int:
         settings = GatewaySettings.from_env()
         key = load_key(settings.gateway_key_file)
         providers = load_models_file(settings.models_file)
+        prices = price_table_file(settings.models_file)
     except (ConfigError, CapabilityError, ProviderError) as exc:
         sys.stderr.write(f"pidispatch gateway: {exc}\n")
         return CONFIG_ERROR
@@ -62,7 +64,7 @@ def main(_args: argparse.Namespace | None = None) -> int:
         ledger.start()
         model = ModelPath(key=key, secrets=KubeSecrets(api), ledger=ledger, providers=providers, metrics=metrics,
                           limits=ModelLimits(max_body=settings.max_body, body_seconds=settings.body_seconds,
-                                             read_seconds=settings.read_seconds))
+                                             read_seconds=settings.read_seconds), prices=prices)
         proxy = await egress.serve(None, settings.proxy_port, key=key, ledger=ledger, allowed=settings.egress_hosts,
                                    policy=AddressPolicy.of(denied=settings.denied_networks),
                                    metrics=EgressMetrics(metrics.registry))

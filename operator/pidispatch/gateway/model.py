@@ -38,6 +38,7 @@ from pidispatch.gateway import auth, refusal
 from pidispatch.gateway.capability import CapabilityError, Claims, verify
 from pidispatch.gateway.ledger import Ledger
 from pidispatch.gateway.metrics import GatewayMetrics
+from pidispatch.gateway.prices import PriceTable, price_of, price_table, requested_model
 from pidispatch.gateway.protocol import (
     MODEL_PREFIX,
     REFUSED_BAD_CAPABILITY,
@@ -84,11 +85,13 @@ class ModelPath:
     """The model path's state: the gateway key, where keys and figures are, the providers, one HTTP client."""
 
     def __init__(self, *, key: bytes, secrets: SecretSource, ledger: Ledger, providers: Mapping[str, Provider],
-                 metrics: GatewayMetrics, limits: ModelLimits | None = None) -> None:
+                 metrics: GatewayMetrics, limits: ModelLimits | None = None, prices: PriceTable | None = None
+                 ) -> None:
         self.key = key
         self.secrets = secrets
         self.ledger = ledger
         self.providers = dict(providers)
+        self.prices = price_table() if prices is None else prices
         self.metrics = metrics
         self.limits = limits or ModelLimits()
         self._client: aiohttp.ClientSession | None = None
@@ -164,9 +167,9 @@ class ModelPath:
             return refused(exc.reason, str(exc))
         if request.rel_url.raw_query_string:
             url += "?" + request.rel_url.raw_query_string
-        return await self._forward(request, claims, api, url, key)
+        return await self._forward(request, claims, provider.name, api, url, key)
 
-    async def _forward(self, request: web.Request, claims: Claims, api: str, url: str,
+    async def _forward(self, request: web.Request, claims: Claims, provider: str, api: str, url: str,
                        key: str) -> web.StreamResponse:
         assert self._client is not None, "ModelPath.start was not called"
         try:
@@ -200,7 +203,7 @@ class ModelPath:
                     return reply  # the job hung up: what the provider reported so far is still counted
                 # Counted before the reply ends, so the job's next request is checked against it.
                 accounting, reader = reader, None
-                await asyncio.shield(self._account(claims, api, status, accounting))
+                await asyncio.shield(self._account(claims, _Reply(provider, api, status, body), accounting))
                 await reply.write_eof()
                 return reply
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -218,9 +221,10 @@ class ModelPath:
             return reply
         finally:
             if reader is not None:
-                await asyncio.shield(self._account(claims, api, status, reader))
+                await asyncio.shield(self._account(claims, _Reply(provider, api, status, body), reader))
 
-    async def _account(self, claims: Claims, api: str, status: int, reader: UsageReader) -> None:
+    async def _account(self, claims: Claims, reply: _Reply, reader: UsageReader) -> None:
+        api, status = reply.api, reply.status
         self.metrics.requests.labels(api=api, status=f"{status // 100}xx").inc()
         usage = reader.finish()
         emit("gateway_model_reply", uid=claims.uid, namespace=claims.namespace, job=claims.job, api=api,
@@ -228,7 +232,7 @@ class ModelPath:
                                                              "cacheRead": usage.cache_read,
                                                              "cacheWrite": usage.cache_write})
         if usage is None:
-            await self.ledger.record_usage(claims, input=0, output=0, cache_read=0, cache_write=0)
+            await self.ledger.record_usage(claims, input=0, output=0, cache_read=0, cache_write=0, cost=0.0)
             if 200 <= status < 300:
                 self.metrics.refusals.labels(reason=NO_USAGE).inc()
                 await self.ledger.record_refusal(claims, NO_USAGE)
@@ -236,8 +240,27 @@ class ModelPath:
         for kind, value in (("input", usage.input), ("output", usage.output), ("cacheRead", usage.cache_read),
                             ("cacheWrite", usage.cache_write)):
             self.metrics.tokens.labels(kind=kind).inc(value)
-        await self.ledger.record_usage(claims, input=usage.input, output=usage.output, cache_read=usage.cache_read,
-                                       cache_write=usage.cache_write)
+        # The model the job asked for, as pi names it: what pi priced the reply by. A large body is parsed off the
+        # event loop, so other jobs' streams do not wait for it.
+        model = (await asyncio.to_thread(requested_model, reply.body) if len(reply.body) > _INLINE_PARSE
+                 else requested_model(reply.body))
+        price = price_of(self.prices, reply.provider, model)
+        figures = {"input": usage.input, "output": usage.output, "cache_read": usage.cache_read,
+                   "cache_write": usage.cache_write}
+        await self.ledger.record_usage(claims, **figures, cost=None if price is None else price.of(**figures))
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What a reply is counted by: the provider and model it was asked of, its API and its status."""
+
+    provider: str
+    api: str
+    status: int
+    body: bytes  # the request's, for the model it names
+
+
+_INLINE_PARSE = 64 * 1024
 
 
 def add_routes(app: web.Application, model: ModelPath) -> None:

@@ -26,15 +26,9 @@ def summed(data: Mapping[str, str] | None) -> Figures | None:
     total = Figures()
     for raw in data.values():
         try:
-            part = Figures.from_json(json.loads(raw))
+            total.add(Figures.from_json(json.loads(raw)))
         except ValueError:
             continue
-        total.input += part.input
-        total.output += part.output
-        total.cache_read += part.cache_read
-        total.cache_write += part.cache_write
-        total.requests += part.requests
-        total.refusals.update(part.refusals)
     return total
 
 
@@ -47,12 +41,14 @@ def read_ledger(cluster: Cluster, uid: str) -> Figures | None:
 
 
 def as_tokens(figures: Figures) -> dict[str, float]:
-    """``status.tokens`` from the gateway's figures: no cost (the gateway counts tokens, it does not price them),
-    every reply counted as unpriced so nothing reads the absent cost as zero."""
-    total = figures.input + figures.output + figures.cache_read + figures.cache_write
-    return {"input": figures.input, "output": figures.output, "cacheRead": figures.cache_read,
-            "cacheWrite": figures.cache_write, "total": total, "calls": figures.requests,
-            "unpriced": figures.requests}
+    """``status.tokens`` from the gateway's figures, as the runner's report shapes them: ``cost`` only when every
+    billed reply was priced (a partial sum would read as the job's whole cost), ``unpriced`` the replies whose
+    model had no price."""
+    tokens: dict[str, float] = {"input": figures.input, "output": figures.output, "cacheRead": figures.cache_read,
+                                "cacheWrite": figures.cache_write, "total": figures.tokens}
+    if figures.unpriced == 0:
+        tokens["cost"] = round(figures.cost, 10)
+    return {**tokens, "calls": figures.requests, "unpriced": figures.unpriced}
 
 
 def over_budget(figures: Figures | None) -> bool:
