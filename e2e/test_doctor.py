@@ -1,5 +1,6 @@
 """``pidispatch doctor`` against the real apiserver: CRDs established, Triggers counted, RBAC asked of the
-apiserver as the identity that runs it, the staging PVC Bound, and the in-cluster run that ``helm test`` does."""
+apiserver as the identity that runs it, the staging PVC Bound, the gateway reached over TLS verified with the CA
+job Pods mount, and the in-cluster run that ``helm test`` does."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from e2e.kube import Kube
 from e2e.pods import pod_path, wait_pod_phase
 from pidispatch.api import crds
 from pidispatch.doctor_cluster import CRD_NAMES, REQUIRED_ACCESS
+from pidispatch.gateway.secrets import StaticSecrets
+from testkit.gatewaykit import GatewayServer
+from testkit.transferkit import make_pki
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -131,7 +135,9 @@ def test_operator_role_store_and_bound_staging_pvc_pass(cluster: Cluster, kube: 
            f"{namespace}" in lines
     assert f"ok    store      {store} exists (0700)" in lines
     assert "ok    staging    PVC staging Bound" in lines
-    assert not [line for line in lines if not line.startswith("ok")], "every check passes"
+    assert [line for line in lines if not line.startswith("ok")][:1] == [
+        "warn  gateway    jobs go out without a gateway: each job Pod holds the model keys and the forge token it "
+        "uses, and reaches what the NetworkPolicy allows"], "every check passes; this deployment has no gateway"
 
     missing = doctor(sa.kubeconfig, namespace, **{**env, "PI_DISPATCH_STAGING_CLAIM": "no-such-claim"})
     assert missing.returncode == 1
@@ -168,3 +174,55 @@ def test_in_cluster_run_as_helm_test_does_it(cluster: Cluster, kube: Kube, names
     store = lines.index("warn  store      /var/lib/pi-dispatch/sessions exists (0777): others can list its keys; "
                         "keep it 0700")
     assert lines[store + 1] == "                 fix: chmod 0700 /var/lib/pi-dispatch/sessions"
+
+
+def test_the_gateway_line_says_whether_a_job_could_use_the_gateway(cluster: Cluster, kube: Kube, namespace: str,
+                                                                  service_account, crds_installed: None,
+                                                                  tmp_path: Path) -> None:
+    """The gateway's line against a real gateway (the model path's TLS listener, testkit/gatewaykit.py) and the
+    CA ConfigMap on the apiserver, as the operator's identity (the chart's Role: get on ConfigMaps with the
+    gateway): it answers, then each thing a job would fail on is named."""
+    sa = service_account("operator")
+    grant_operator_role(cluster, kube, namespace, "operator")
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube.create(f"{rbac}/roles", {"metadata": {"name": "ledgers"},
+                                  "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]})
+    kube.create(f"{rbac}/rolebindings", {
+        "metadata": {"name": "ledgers"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "ledgers"},
+        "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]})
+    pki, other = make_pki(tmp_path / "pki", "gateway"), make_pki(tmp_path / "other", "other")
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    kube.create(configmaps, {"metadata": {"name": "gw-ca"}, "data": {"ca.crt": pki.ca.read_text()}})
+    key = tmp_path / "gateway.key"
+    key.write_bytes(b"k" * 48)
+    with GatewayServer(pki, {}, StaticSecrets({})) as gateway:
+        env = {"GITHUB_AUTH_SOURCE": "app", "PI_DISPATCH_GATEWAY_URL": gateway.url,
+               "PI_DISPATCH_GATEWAY_PROXY": "http://127.0.0.1:3128", "PI_DISPATCH_GATEWAY_CA_CONFIGMAP": "gw-ca",
+               "PI_DISPATCH_GATEWAY_KEY_FILE": str(key)}
+
+        def line() -> list[str]:
+            done = doctor(sa.kubeconfig, namespace, **env)
+            return [row for row in done.stdout.splitlines() if row[6:17].strip() == "gateway"]
+
+        wait_until("the gateway line passes (the Role in force)", lambda: line()[:1] == [
+            f"ok    gateway    jobs go out through {gateway.url}: it answered over TLS verified with ConfigMap gw-ca"],
+            timeout=30)
+        kube.patch(f"{configmaps}/gw-ca", {"data": {"ca.crt": other.ca.read_text()}})
+        [wrong] = line()
+        assert wrong.startswith(f"FAIL  gateway    the gateway at {gateway.url} did not answer (its certificate "
+                                "does not verify with the CA job Pods mount"), wrong
+        key.write_bytes(b"short")
+        kube.delete(f"{configmaps}/gw-ca")
+        failed = line()
+        assert failed[0] == (f"FAIL  gateway    the gateway key in {key} has 5 bytes; it needs at least 32 random "
+                             "bytes (the chart makes one in its gateway Secret): the operator cannot sign "
+                             "capabilities, so every job fails before its Pod starts"), failed
+        assert failed[1] == ("FAIL  gateway    ConfigMap gw-ca is missing: job Pods mount it to verify the gateway, "
+                             "so none can start"), failed
+        key.write_bytes(b"k" * 48)
+        kube.create(configmaps, {"metadata": {"name": "gw-ca"}, "data": {"ca.crt": pki.ca.read_text()}})
+        url = gateway.url
+    [down] = line()
+    assert down.startswith(f"FAIL  gateway    the gateway at {url} did not answer ("), down
+    assert down.endswith("every job's model, forge and proxy requests would fail"), down

@@ -466,6 +466,9 @@ def test_offline_private_store_passes(tmp_path: Path) -> None:
         "ok    bounds     PI_SESSION_MAX_CONTEXT_PCT=off (default)",
         "ok    scan       gate 12 reads transcripts with the C search (pidispatch.transcript._needles)",
         "ok    auth       GITHUB_AUTH_SOURCE=app",
+        "warn  gateway    jobs go out without a gateway: each job Pod holds the model keys and the forge token it "
+        "uses, and reaches what the NetworkPolicy allows",
+        "                 fix: helm upgrade <release> pi-dispatch --reuse-values --set gateway.enabled=true",
     ]
 
 

@@ -31,6 +31,7 @@ from pidispatch.doctor_cluster import (
     terminating_claims,
     trigger_checks,
 )
+from pidispatch.doctor_gateway import gateway_checks
 from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
 
@@ -210,6 +211,7 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
                                                                         cluster.namespace)
     checks += colocation_check(settings)
     checks += auth_checks(settings.store, triggers, namespace)
+    checks += gateway_checks(settings.gateway, cluster.gateway if cluster is not None else None, namespace)
     if triggers is not None:
         checks += model_checks(settings, triggers, namespace)
     return checks

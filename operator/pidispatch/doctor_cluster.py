@@ -15,6 +15,7 @@ from pidispatch.api.crds import GROUP
 from pidispatch.api.placement import PLACEMENT_CONFLICT
 from pidispatch.api.trigger import first_refusal, resume_armed
 from pidispatch.doctor_check import Check, Status, helm_fix, plural
+from pidispatch.doctor_gateway import GatewayFacts
 from pidispatch.settings import OperatorSettings
 
 CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in CRD_PLURALS)
@@ -90,6 +91,8 @@ class ClusterFacts:
     claims: Sequence[Mapping[str, Any]] = ()
     #: the namespace's Pods, read only when a claim is being deleted (to name the ones holding it)
     claim_pods: Sequence[Mapping[str, Any]] = ()
+    #: the gateway's key, CA and answer, when the deployment has one
+    gateway: GatewayFacts | None = None
 
 
 # -- the Kubernetes checks ---------------------------------------------------------------------------

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import stat
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +35,9 @@ from pidispatch.doctor_cluster import (
     Access,
     ClusterFacts,
 )
+from pidispatch.doctor_gateway import GatewayFacts
 from pidispatch.settings import OperatorSettings
+from pidispatch.settings.gateway import Gateway
 
 
 def explicit_bounds(env: Mapping[str, str]) -> frozenset[str]:
@@ -140,6 +145,58 @@ def gather_claims(api: Any, settings: OperatorSettings, namespace: str
     return pvcs, list(api.list(f"/api/v1/namespaces/{namespace}/pods")) if terminating else []
 
 
+GATEWAY_CA_KEY = "ca.crt"
+PROBE_SECONDS = 5
+
+
+def gather_gateway(api: Any, gateway: Gateway, namespace: str) -> GatewayFacts:
+    """Read the key, the CA ConfigMap and the gateway's answer. ``api`` is the project's client; an apiserver
+    failure other than 403/404 propagates (doctor's cluster line reports it)."""
+    from pidispatch.gateway.capability import CapabilityError, load_key
+    from pidispatch.kubeapi import ApiError
+
+    key_error = None
+    try:
+        load_key(gateway.key_file)
+    except CapabilityError as exc:
+        key_error = str(exc)
+    try:
+        found = api.get_or_none(f"/api/v1/namespaces/{namespace}/configmaps/{gateway.ca_configmap}")
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        return GatewayFacts(key_error, f"ConfigMap {gateway.ca_configmap} cannot be read (forbidden)")
+    ca = ((found or {}).get("data") or {}).get(GATEWAY_CA_KEY)
+    if not ca:
+        what = "has no ca.crt" if found else "is missing"
+        return GatewayFacts(key_error, f"ConfigMap {gateway.ca_configmap} {what}")
+    status, error = probe(gateway.url, ca)
+    return GatewayFacts(key_error, None, status, error)
+
+
+def probe(url: str, ca_pem: str) -> tuple[int | None, str | None]:
+    """``GET <url>/`` verified with ``ca_pem`` only: (its status, None) when it answered, else (None, why)."""
+    try:
+        context = ssl.create_default_context(cadata=ca_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        return None, f"its CA is not a PEM certificate ({type(exc).__name__})"
+    request = urllib.request.Request(url + "/", method="GET")
+    # No proxy from doctor's own environment: the gateway is reached as job Pods reach it.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(request, timeout=PROBE_SECONDS) as response:
+            return int(response.status), None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None  # an answer: the gateway refuses a request without a capability
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return None, f"its certificate does not verify with the CA job Pods mount: {reason.verify_message}"
+        return None, str(reason)[:160]
+    except (TimeoutError, OSError) as exc:
+        return None, f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
 def gather_cluster(settings: OperatorSettings, env: Mapping[str, str]) -> ClusterFacts:
     """Everything the Kubernetes checks read; raises :class:`ClusterUnreachable` when nothing answers."""
     from pidispatch.kubeapi import ApiError
@@ -177,6 +234,8 @@ def gather_cluster(settings: OperatorSettings, env: Mapping[str, str]) -> Cluste
         except ApiError as exc:
             if exc.status in (0, 401):
                 raise  # 403: the staging line already says what cannot be read
+        if settings.gateway is not None:
+            facts["gateway"] = gather_gateway(api, settings.gateway, ns)
         try:
             facts["access"] = [(a, read.allowed(a, ns)) for a in REQUIRED_ACCESS]
         except ApiError as exc:
