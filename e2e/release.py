@@ -117,8 +117,8 @@ def base_values(**env: str) -> dict[str, Any]:
         "metrics": {"port": free_port()},
         "health": {"port": free_port()},
         "github": {"authSource": "app"},
-        # The test kubelet runs Pods as host processes on one network: two gateways would bind the same ports,
-        # and the operator does not route jobs through one yet (issue 40's wiring). Off until the harness runs it.
+        # The test kubelet runs Pods as host processes on one network: two gateways would bind the same ports. Off
+        # for the suites that do not test it; e2e/test_gateway_job.py turns it on with the gateway as a host process.
         "gateway": {"enabled": False},
         "extraEnv": [{"name": k, "value": v} for k, v in
                      {"PI_DISPATCH_RESUMABLE_REFRESH_SECONDS": "5", **env}.items()],

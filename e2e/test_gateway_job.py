@@ -13,7 +13,9 @@ scripted model, whose key only the gateway holds (``job.credentials``: a Secret 
    spec and the agent's environment hold neither the PAT nor the model key, only the Job's capability;
 2. its ``status.tokens`` are the gateway ledger ConfigMap's sum, which is the scripted model's usage;
 3. a Trigger with a small ``run.maxTokens``: the second model request is refused and the Job ends Failed,
-   ``TokenBudget``.
+   ``TokenBudget``;
+4. a fork's pull request's job (``run.forks``): its ``git push`` is refused by the gateway (``fork-read-only``), its
+   comment on the pull request goes through.
 """
 
 from __future__ import annotations
@@ -312,3 +314,28 @@ def test_a_job_over_its_token_budget_is_refused_its_next_request_and_ends_token_
     assert job["status"]["tokens"] == tokens_of([Usage(1000, 10)])
     figures = ledger(r, job["metadata"]["uid"])["gateway-host"]
     assert (figures["requests"], figures["refusals"]) == (1, refused)
+
+
+def test_a_fork_pull_requests_job_is_refused_its_push_and_allowed_its_comment(world: World) -> None:
+    r, forge, model = world.release, world.forge, world.model
+    r.trigger("forks", resume=False, forks=True)
+    number = next_issue(forge)
+    head = forge.repos.commit(REPO, f"fork-head-{number}", {"patch.txt": "a fork's change\n"}, "A fork's change")
+    forge.repos.set_ref(REPO, f"refs/pull/{number}/head", head)
+    forge.set_pull(REPO, number, head_ref="patch", head_repo="mallory/widgets", title="A fork's change")
+    name = f"fork-{uuid.uuid4().hex[:5]}"
+    pushed = env_file(world, f"{name}.push")
+    # The runner leaves a fork's checkout no push URL; an agent that pushes anyway names the fetch URL (the gateway).
+    work = (f"if git push \"$(git remote get-url origin)\" HEAD:refs/heads/from-fork-{number} > {pushed} 2>&1; "
+            f"then echo pushed >> {pushed}; "
+            f"fi; gh pr comment {number} --repo \"$GH_HOST/{REPO}\" --body 'Reviewed the fork.'")
+    model.tool_call("bash", {"command": work}, usage=Usage(500, 5)).reply("Reviewed.", usage=Usage(600, 5))
+    job = r.run(name, trigger="forks", pullRequest=number, comment="@pi review this", timeout=180)
+    assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
+    assert job["status"]["checkout"] == {"ref": f"refs/pull/{number}/head", "sha": head}
+    said = pushed.read_text()
+    assert "fork-read-only" in said and "pushed" not in said.split(), said
+    assert forge.repos.tip(REPO, f"from-fork-{number}") is None, "the fork's job pushed nothing"
+    assert [c["body"] for c in forge.comments(REPO, number)] == ["Reviewed the fork."]
+    refused = job["status"]["gateway"]["refusals"]
+    assert refused.get("fork-read-only", 0) >= 1 and "token-budget" not in refused, refused
