@@ -10,6 +10,10 @@
 # Job Pods run `pidispatch runner` with the real pi 0.73.1 (in the job image on a real node, `make pi`
 # otherwise), talking to a scripted OpenAI-compatible model on this machine (no LLM provider is reachable from here); everything else (CRDs,
 # operator, RBAC, PVCs, staging, promotion) is the real thing.
+# On the test kubelet the job goes through the gateway (docs/gateway.md): `pidispatch gateway` runs here as a process
+# beside the forge and the model (the test kubelet's Pods are processes on this machine's network, so the chart's
+# gateway Deployment is scaled to 0 and gateway.url points at this one), holding the forge token and the model key;
+# the job Pod holds only its capability. The demo shows the Pod's env, the gateway's ledger and the Job's tokens.
 # The cluster stays up afterwards so you can look around; `make cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +58,7 @@ run kubectl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted
 
 say "0b. A local forge on $HOST (HTTPS with a throwaway CA; git smart HTTP + GitHub Enterprise's API layout)"
 DEMO_DIR="$STATE/demo"
-for pidfile in "$STATE/demo-model.pid" "$STATE/demo-forge.pid"; do
+for pidfile in "$STATE/demo-model.pid" "$STATE/demo-forge.pid" "$STATE/demo-gateway.pid"; do
     if [ -f "$pidfile" ]; then kill "$(cat "$pidfile")" 2>/dev/null || true; fi
 done
 rm -rf "$DEMO_DIR" && mkdir -p "$DEMO_DIR/home"
@@ -82,6 +86,15 @@ nohup .venv/bin/python -m testkit.scripted_model --host "$HOST" --port-file "$DE
 echo $! > "$STATE/demo-model.pid"
 for _ in $(seq 50); do [ -s "$DEMO_DIR/port" ] && break; sleep 0.1; done
 echo "scripted model on $HOST:$(cat "$DEMO_DIR/port"), pi's agent dir $DEMO_DIR/agent"
+# The deployment's models.json (job.modelsConfigMap; the gateway's PI_GATEWAY_MODELS_FILE): the scripted model's
+# provider with its key by environment name, FAKE_API_KEY, which only the gateway resolves (job.credentials: a Secret).
+.venv/bin/python - "$DEMO_DIR/agent/models.json" "$DEMO_DIR/models.json" <<'PY'
+import json, sys
+models = json.load(open(sys.argv[1]))
+models["providers"]["fake"]["apiKey"] = "FAKE_API_KEY"
+json.dump(models, open(sys.argv[2], "w"), indent=2)
+PY
+MODEL_KEY="sk-demo-$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(12))')"
 PI_BIN="$ROOT/e2e/pi/node_modules/.bin/pi"
 
 say "1. helm install the chart: the session store, the forge's URLs, its CA, a token Secret"
@@ -98,9 +111,27 @@ if [ "$NODE" = real ]; then
     echo "    --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models"
     images=(--set image.repository=localhost/pi-dispatch/operator --set image.tag=dev --set image.pullPolicy=Never
             --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models)
+    # No gateway on a real node yet: its Pods would reach a gateway on this machine at $HOST as they reach the forge,
+    # but that was not tried; the chart's own gateway Pods would need cluster DNS for its Service, which this local
+    # cluster does not run. The job gets the forge token and the model key as without the gateway.
+    echo "    --set gateway.enabled=false"
+    images+=(--set gateway.enabled=false)
 else
+    # The gateway: this machine's process (started below, once the chart made its key and certificate); the chart's
+    # Deployment at 0 replicas. Job Pods get the model's provider from pi-models and no key: the gateway reads it
+    # from model-keys, as it reads the forge token from forge-token.
+    GW_PORT="$(port)"; GW_PROXY="$(port)"; GW_METRICS="$(port)"
+    kubectl create secret generic model-keys -n "$NS" --from-literal=fake="$MODEL_KEY" >/dev/null
+    kubectl create configmap pi-models -n "$NS" --from-file=models.json="$DEMO_DIR/models.json" >/dev/null
+    echo "    --set job.modelsConfigMap=pi-models --set-json 'job.credentials={\"FAKE_API_KEY\":{\"secretName\":\"model-keys\",\"key\":\"fake\"}}' \\"
+    echo "    --set gateway.replicas=0 --set gateway.url=https://$HOST:$GW_PORT --set gateway.proxyUrl=http://$HOST:$GW_PROXY \\"
+    echo "    --set-json 'gateway.extraDNSNames=[\"$HOST\"]'"
     images=(--set metrics.port="$(port)" --set health.port="$(port)" --set job.image=local/job
-            --set-json "job.env={\"PI_BIN\":\"$PI_BIN\",\"PI_CODING_AGENT_DIR\":\"$DEMO_DIR/agent\",\"HOME\":\"$DEMO_DIR/home\"}")
+            --set-json "job.env={\"PI_BIN\":\"$PI_BIN\",\"PI_CODING_AGENT_DIR\":\"$DEMO_DIR/agent\",\"HOME\":\"$DEMO_DIR/home\"}"
+            --set job.modelsConfigMap=pi-models
+            --set-json 'job.credentials={"FAKE_API_KEY":{"secretName":"model-keys","key":"fake"}}'
+            --set gateway.replicas=0 --set gateway.url="https://$HOST:$GW_PORT"
+            --set gateway.proxyUrl="http://$HOST:$GW_PROXY" --set-json "gateway.extraDNSNames=[\"$HOST\"]")
 fi
 helm install pi-dispatch charts/pi-dispatch -n "$NS" --set sessions.enabled=true \
     --set github.authSource=pat --set github.token.secretName=forge-token \
@@ -111,6 +142,27 @@ echo "(installed; waiting for the operator Pod)"
 kubectl wait -n "$NS" --for=create pod -l app.kubernetes.io/component=operator --timeout=120s >/dev/null
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null
+
+if [ "$NODE" != real ]; then
+    say "1b. The gateway, as a process on this machine: the chart's key and certificate (Secret pi-dispatch-gateway), the forge token and the model key read from their Secrets"
+    mkdir -p "$DEMO_DIR/gateway" && chmod 700 "$DEMO_DIR/gateway"
+    for key in key tls.crt tls.key; do
+        kubectl get secret pi-dispatch-gateway -n "$NS" -o jsonpath="{.data.${key//./\\.}}" | base64 -d \
+            > "$DEMO_DIR/gateway/$key"
+    done
+    env PI_DISPATCH_NAMESPACE="$NS" POD_NAME=demo-gateway PI_GATEWAY_KEY="$DEMO_DIR/gateway/key" \
+        PI_GATEWAY_CERT_FILE="$DEMO_DIR/gateway/tls.crt" PI_GATEWAY_KEY_FILE="$DEMO_DIR/gateway/tls.key" \
+        PI_GATEWAY_MODELS_FILE="$DEMO_DIR/models.json" PI_GATEWAY_FORGE_CA_FILE="$CA" PI_GATEWAY_PORT="$GW_PORT" \
+        PI_GATEWAY_PROXY_PORT="$GW_PROXY" PI_GATEWAY_METRICS_PORT="$GW_METRICS" \
+        nohup .venv/bin/pidispatch gateway >"$DEMO_DIR/gateway.log" 2>&1 &
+    echo $! > "$STATE/demo-gateway.pid"
+    for _ in $(seq 100); do
+        .venv/bin/python -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$GW_METRICS/readyz', timeout=1)" \
+            2>/dev/null && break
+        sleep 0.2
+    done
+    echo "gateway on https://$HOST:$GW_PORT (proxy $HOST:$GW_PROXY), log $DEMO_DIR/gateway.log"
+fi
 
 say "2. Two Triggers that resume on the repositories they name: a label on an issue, and @pi in a comment (note the quoted \"on\": YAML 1.1 reads a bare on: as true)"
 show_apply <<YAML
@@ -150,6 +202,18 @@ wait_job issue-7-labeled
 run kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{"checkout:  "}{.status.checkout}{"\nworkspace: "}{.status.workspace}{"\n"}'
 commits
 run kubectl get pijobs,sessionkeys -n "$NS"
+if [ "$NODE" != real ]; then
+    say "3b. Through the gateway: the job Pod's env holds no token (its only Secret is its own capability), the gateway's ledger, the Job's tokens"
+    POD="$(kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{.status.podName}')"
+    UID_="$(kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{.metadata.uid}')"
+    echo "\$ kubectl get pod $POD -n $NS -o jsonpath='{range .spec.containers[0].env[*]}{.name}{\" \"}{.valueFrom.secretKeyRef.name}{\"\\n\"}{end}'"
+    kubectl get pod "$POD" -n "$NS" \
+        -o jsonpath='{range .spec.containers[0].env[*]}{"  "}{.name}{" "}{.valueFrom.secretKeyRef.name}{"\n"}{end}'
+    spec="$(kubectl get pod "$POD" -n "$NS" -o json)"
+    echo "the forge token appears $({ grep -o -F -- "$PAT" <<<"$spec" || true; } | wc -l) times in the Pod, the model key $({ grep -o -F -- "$MODEL_KEY" <<<"$spec" || true; } | wc -l) times"
+    run kubectl get configmap "pi-job-ledger-$UID_" -n "$NS" -o jsonpath='{.data}{"\n"}'
+    run kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{"tokens:  "}{.status.tokens}{"\ngateway: "}{.status.gateway}{"\n"}'
+fi
 
 say "4. A review comment on pull request 8 (the agent's, from pi/issue-7): the head comes from the API, same key, so the job resumes"
 show_apply <<YAML >/dev/null
@@ -192,4 +256,4 @@ from e2e.cluster import Cluster; print(Cluster.load('$STATE').pvc_host_path('$NS
 PI_SESSIONS_DIR="$STORE" run .venv/bin/pidispatch store inspect 2>/dev/null
 
 say "Done. Look around with: export KUBECONFIG=$KUBECONFIG; kubectl get pijobs,sessionkeys -n $NS -w"
-echo "Stop the control plane with: make cluster-down (the scripted model and the forge: kill \$(cat $STATE/demo-model.pid) \$(cat $STATE/demo-forge.pid))"
+echo "Stop the control plane with: make cluster-down (the scripted model, the forge and the gateway: kill \$(cat $STATE/demo-model.pid) \$(cat $STATE/demo-forge.pid) \$(cat $STATE/demo-gateway.pid 2>/dev/null))"

@@ -5,13 +5,14 @@ agent's claim, and a job the gateway stopped at its budget fails ``TokenBudget``
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pidispatch.contract.report import RunnerReport
 from pidispatch.gateway import protocol
 from pidispatch.gateway.capability import verify
 from pidispatch.jobflow.dispatcher import Dispatcher
-from pidispatch.jobflow.usage import disagreement, summed
+from pidispatch.jobflow.usage import LEDGER_SETTLE_SECONDS, disagreement, finished_at, settled_ledger, summed
 from pidispatch.manifests.pod import gateway_secret_name
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.settings.gateway import Gateway
@@ -132,3 +133,33 @@ def test_summing_ignores_damaged_entries_and_disagreement_names_each_figure() ->
     assert disagreement(counted, {"input": 5, "output": 0}) is None
     assert disagreement(counted, {"input": 4, "output": 0}) == "input 4 (gateway 5)"
 
+
+
+def test_the_ledger_is_read_only_once_the_gateway_had_time_to_write_the_last_reply() -> None:
+    """The gateway writes its figures up to a flush after the reply (and ``finishedAt`` is whole seconds): the
+    operator waits out the rest of ``LEDGER_SETTLE_SECONDS`` after the Pod finished, never longer, before it reads
+    (e2e/test_gateway_job.py saw a job's last reply missing from its tokens without it)."""
+    now = 1_800_000_000.0
+    slept: list[float] = []
+
+    class Cluster:
+        ns = NS
+        api = MemoryApi()
+
+    def pod(finished: float | None) -> dict:
+        state = {"terminated": {"exitCode": 0}}
+        if finished is not None:
+            state["terminated"]["finishedAt"] = datetime.fromtimestamp(finished, UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+        return {"status": {"containerStatuses": [{"name": "pi", "state": state}]}}
+
+    def read(p: dict | None) -> None:
+        settled_ledger(Cluster(), "uid-1", p, now=lambda: now, sleep=slept.append)  # type: ignore[arg-type]
+
+    read(pod(now - 1))
+    read(pod(now - LEDGER_SETTLE_SECONDS - 5))
+    read(pod(None))
+    read(None)
+    read(pod(now + 3600))  # a node clock far ahead: waits no more than the settle time
+    assert slept == [LEDGER_SETTLE_SECONDS - 1, LEDGER_SETTLE_SECONDS]
+    assert finished_at(pod(now - 1)) == now - 1

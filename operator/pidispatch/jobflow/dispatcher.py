@@ -249,8 +249,8 @@ class Dispatcher:
     def complete(self, name: str, pod: dict[str, Any] | None) -> None:
         """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed."""
         with self._locks.hold(name):
-            self._end(name, pod, lambda end: completion.finished(
-                self.s, end, pod, (lambda: usage.read_ledger(self.cluster, end.job.uid)) if self.s.gateway else None))
+            self._end(name, pod, lambda end: completion.finished(self.s, end, pod, (
+                lambda: usage.settled_ledger(self.cluster, end.job.uid, pod)) if self.s.gateway else None))
 
     def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""

@@ -9,14 +9,22 @@ request for its budget ends ``TokenBudget`` and nothing it wrote is promoted.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
 
 from pidispatch.gateway import protocol as gateway_protocol
 from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow.cluster import Cluster
 
 MAX_SHOWN_REFUSALS = 20  # on the Job: the most frequent, the rest summed under "other"
+# How long after the Pod's last container finished the ledger is read: the gateway counts a reply before its last
+# byte, but writes its figures in batches, at most PI_GATEWAY_LEDGER_FLUSH_SECONDS (1 s) later; finishedAt is
+# truncated to the second; and the write itself takes a moment. Read sooner, the job's last reply (or the refusal
+# that makes it TokenBudget) is missing (e2e/test_gateway_job.py saw it).
+LEDGER_SETTLE_SECONDS = 3.0
 
 
 def summed(data: Mapping[str, str] | None) -> Figures | None:
@@ -38,6 +46,31 @@ def read_ledger(cluster: Cluster, uid: str) -> Figures | None:
     found = cluster.api.get_or_none(f"/api/v1/namespaces/{cluster.ns}/configmaps/"
                                     f"{gateway_protocol.ledger_name(uid)}")
     return summed((found or {}).get("data"))
+
+
+def finished_at(pod: Mapping[str, Any] | None) -> float | None:
+    """When the Pod's last container finished (``None``: not known, e.g. the Pod vanished)."""
+    stamps = []
+    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        stamp = ((status.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        try:
+            stamps.append(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp())
+        except ValueError:
+            continue
+    return max(stamps) if stamps else None
+
+
+def settled_ledger(cluster: Cluster, uid: str, pod: Mapping[str, Any] | None, *,
+                   settle: float = LEDGER_SETTLE_SECONDS, now: Callable[[], float] = time.time,
+                   sleep: Callable[[float], None] = time.sleep) -> Figures | None:
+    """:func:`read_ledger` once the gateway has had time to write the job's last figures: at least ``settle``
+    seconds after the Pod finished (waiting at most ``settle``; at once when its end is not known)."""
+    ended = finished_at(pod)
+    if ended is not None:
+        wait = ended + settle - now()
+        if wait > 0:
+            sleep(min(wait, settle))
+    return read_ledger(cluster, uid)
 
 
 def as_tokens(figures: Figures) -> dict[str, float]:
