@@ -28,9 +28,11 @@ certificate (``gateway.extraDNSNames``), and ``RealNode.route_service`` adds the
 (443 → the Pod's 8443, 3128 → 3128) to the node's chain. So a job Pod addresses the Service, as on a cluster, and
 the gateway loads its certificate once, with the address in it. The DNAT happens in ``PREROUTING``, before the
 filter table where kube-router enforces: the policy sees the gateway Pod's address and port 8443, which is what
-the chart's policy admits (a policy matches Pod ports, not Service ports); (c) and the working jobs show both
-halves of that. The gateway Pod itself is not selected by the job policy: it reaches the apiserver (through the
-node's ``kubernetes`` DNAT), the forge and the model at the node's address.
+the chart's policy admits (a policy matches Pod ports, not Service ports). (c) checks it from the job: the Service's
+443 works, the gateway Pod's 8443 connects and its 9090 (not admitted) does not, and kube-router's counters show its
+rules for 8443 and 3128 took the job's packets; were the policy judging the Service's address and port, 443 would
+be refused. The gateway Pod is not selected by the job policy: it reaches the apiserver (through the node's
+``kubernetes`` DNAT), the forge and the model at the node's address.
 
 Run with ``pytest -m realnode e2e/test_gateway_realnode.py`` (root, ``make node images``). Where a real node or
 kube-router cannot run, the tests are skipped with the reason, unless ``PIDISPATCH_REQUIRE_REAL_NODE=1`` (CI).
@@ -55,6 +57,7 @@ from e2e import netpolicy
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.realnode import RealNode, images_env, unavailable
+from e2e.realnodekit import run
 from e2e.release import RELEASE, Release, create_secret, fresh_namespace, issue_key_of
 from pidispatch.gateway.protocol import PROXY_PORT, ledger_name
 from pidispatch.manifests.pod import gateway_secret_name
@@ -106,11 +109,11 @@ sys.stdout.write("".join(out))
 """
 
 #: run inside the job container: each way out, straight and through the gateway (argv: node address, forge port,
-#: model port, gateway address, proxy port)
+#: model port, gateway address, proxy port, the gateway Pod's address)
 PROBE = r"""
 import base64, json, os, socket, ssl, sys, urllib.request
-node, forge_port, model_port, gateway, proxy_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
-    int(sys.argv[5])
+node, forge_port, model_port, gateway, proxy_port, pod = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), \
+    sys.argv[4], int(sys.argv[5]), sys.argv[6]
 opener = urllib.request.build_opener(urllib.request.ProxyHandler({}),
                                      urllib.request.HTTPSHandler(context=ssl._create_unverified_context()))
 out = {}
@@ -124,6 +127,8 @@ def connect(host, port):
     return "connected"
 attempt("forge tcp", lambda: connect(node, forge_port))
 attempt("model tcp", lambda: connect(node, model_port))
+attempt("gateway pod 8443 tcp", lambda: connect(pod, 8443))
+attempt("gateway pod 9090 tcp", lambda: connect(pod, 9090))
 attempt("forge https", lambda: opener.open("https://%s:%d/api/v3/repos/acme/widgets" % (node, forge_port),
                                            timeout=5).status)
 attempt("model http", lambda: opener.open("http://%s:%d/v1/models" % (node, model_port), timeout=5).status)
@@ -324,6 +329,7 @@ class IssueRun:
     capability: str
     tokens: list[str]
     usages: list[Usage]
+    policy_rules: list[str]  # kube-router's rules of the policies with their counters, while the job ran
 
 
 @pytest.fixture(scope="module")
@@ -364,13 +370,15 @@ def issue_run(world: World) -> IssueRun:
     backend: RealNode = world.node.backend  # type: ignore[assignment]
     forge_port = forge.host.rsplit(":", 1)[1]
     probes = json.loads(exec_in(world, pod_name, "python3", "-c", PROBE, backend.ip, forge_port, str(model.port),
-                                world.cluster_ip, str(PROXY_PORT)).strip().splitlines()[-1])
+                                world.cluster_ip, str(PROXY_PORT), world.routed[-1]).strip().splitlines()[-1])
+    policy_rules = [line for line in run("iptables-save", "-c", "-t", "filter").stdout.splitlines()
+                    if " KUBE-NWPLCY-" in line]
     log(f"from inside the job container: scanned {len(scan)} characters; probes {probes}")
     tokens = [t for t, _ in forge.tokens.items()]
     exec_in(world, pod_name, "touch", GO)
     job = r.wait_job(name, timeout=180)
     log(f"the job ended {job['status']['phase']} after {time.monotonic() - started:.0f}s")
-    return IssueRun(job, model.log[before:], scan, probes, capability, tokens, usages)
+    return IssueRun(job, model.log[before:], scan, probes, capability, tokens, usages, policy_rules)
 
 
 def test_a_an_issue_job_works_through_the_gateway_and_its_tokens_are_the_ledgers(
@@ -412,6 +420,7 @@ def test_b_the_job_container_holds_no_forge_token_and_no_model_key(world: World,
     # the scan sees what the job sees: its own capability, in the environment of pi's processes
     assert issue_run.capability.startswith("pdg1.") and issue_run.capability in scan
     procs = [line for line in scan.splitlines() if line.startswith("==== environ ")]
+    log(f"the processes whose environment the scan read: {procs}")
     assert any(" pi" in line or "node" in line for line in procs if "unreadable" not in line), procs
     assert int(scan.rsplit("==== files\n", 1)[1].strip()) > 20, "the files under the roots were read"
     secrets = {"the model key": MODEL_KEY,
@@ -433,6 +442,19 @@ def test_c_the_job_reaches_the_forge_and_the_model_only_through_the_gateway(issu
         assert "Error" in p[way] or "timed out" in p[way], f"{way} straight from the job: {p[way]}"
     assert p["forge via gateway"] == f"200 {REPO}", p
     assert p["proxy via gateway"].startswith("HTTP/1.1 403") and "host-not-allowed" in p["proxy via gateway"], p
+    # The policy judges the job's packets after the DNAT (PREROUTING's nat, before the filter table where kube-router
+    # enforces): it admits the gateway Pods' 8443, not the Service's 443, and the Service's 443 works; the gateway
+    # Pod's own 8443 connects and its 9090 (metrics, which the policy does not admit) does not.
+    assert p["gateway pod 8443 tcp"] == "connected", p
+    assert "Error" in p["gateway pod 9090 tcp"] or "timed out" in p["gateway pod 9090 tcp"], p
+    # And kube-router's own counters, read right after the probes: the job policy's rules for the gateway Pods' ports
+    # (never 443) counted the job's packets to the Service's address. (A resync of kube-router resets them: they are
+    # read within a second of the probes, and its periodic sync is minutes apart.)
+    rules = [line for line in issue_run.policy_rules if "--dport" in line]
+    log("kube-router's rules of the job policy (counters since its last sync):\n" + "\n".join(rules))
+    assert not [line for line in rules if "--dport 443 " in line], rules
+    assert sum(int(line[1:].split(":", 1)[0]) for line in rules if line.startswith("[") and (
+        "--dport 8443 " in line or f"--dport {PROXY_PORT} " in line)) > 0, rules
 
 
 def test_d_a_fork_pull_requests_push_is_refused_and_its_comment_made(world: World) -> None:
@@ -440,7 +462,10 @@ def test_d_a_fork_pull_requests_push_is_refused_and_its_comment_made(world: Worl
     head = forge.repos.commit(REPO, "contributor", {"fork.txt": "from a fork\n"}, "fork work")
     forge.repos.set_ref(REPO, f"refs/pull/{FORK_PR}/head", head)
     forge.set_pull(REPO, FORK_PR, head_ref="contributor", head_repo="mallory/widgets")
-    work = ("echo more >> fork.txt; git commit -qam 'more'; git push origin HEAD:refs/heads/pi-from-fork 2>&1; "
+    # The runner leaves a fork's origin with no push URL (runner/checkout.py); an agent that means to push names the
+    # fetch URL (the gateway's) itself, and the gateway is what refuses it.
+    work = ("echo more >> fork.txt; git commit -qam 'more'; "
+            "git push \"$(git remote get-url origin)\" HEAD:refs/heads/pi-from-fork 2>&1; "
             f"echo push-exit=$?; gh pr comment {FORK_PR} --repo \"$GH_HOST/{REPO}\" --body 'Reviewed the fork.' 2>&1; "
             "echo comment-exit=$?")
     model.tool_call("bash", {"command": work}).reply("Reviewed.")
