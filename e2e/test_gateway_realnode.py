@@ -11,14 +11,18 @@ in the real job image:
     capability, the forge sees the installation token and never a capability; ``status.tokens`` is the gateway's
     ledger ConfigMap;
 (b) from inside the running job container (``kubectl exec``, as the job's own user, while pi's bash tool waits),
-    neither the App's installation tokens, its private key nor the model key appear in the environment, any
-    process's ``/proc/<pid>/environ``, or the files under ``/etc``, ``/tmp``, the workspace, ``$HOME``, pi's agent
-    directory and ``/var/run/secrets``; the Job's capability does (the scan sees what the job sees);
+    neither the App's installation tokens, its private key nor the model key appear in the environment, the
+    ``/proc/<pid>/environ`` of every process the job can read (pi, its shell: the runner, PID 1, is not dumpable), or
+    the files under ``/etc``, ``/tmp``, the workspace, ``$HOME``, pi's agent directory and ``/var/run/secrets``; the
+    Job's capability does (the scan sees what the job sees);
 (c) from the same container, a connection straight to the forge's and the model's address fails (the policy),
     while the forge through the gateway answers and the proxy port answers;
 (d) a fork pull request's job: ``git push`` through the gateway is refused ``fork-read-only``, its comment is made;
 (e) a Trigger with a tiny ``run.maxTokens``: the Job ends Failed, ``TokenBudget``, and the stored conversation of
     its issue is unchanged.
+
+And the gateway's log holds no key, token or capability; a gateway Pod deleted comes back at a new address, is routed
+again, and serves the next job.
 
 **How job Pods reach the gateway here.** This node has no kube-proxy (only the ``kubernetes`` Service is DNAT-ed,
 by the node's own nat chain) and no cluster DNS, so the Service's name means nothing to a job Pod. The chart is
@@ -350,16 +354,17 @@ def issue_run(world: World) -> IssueRun:
     started = time.monotonic()
     r.job(name, issue=ISSUE, comment="@pi the cache test is flaky, fix it")
 
-    def waiting() -> bool | None:
+    def waiting() -> str | None:
         if forge.comments(REPO, ISSUE):
-            return True
+            return "commented"
         phase = (r.get("jobs", name).get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed", "Refused"):
-            raise AssertionError(f"the job ended before its work was seen: {json.dumps(r.get('jobs', name)['status'])}"
-                                 f"\ngateway log:\n{world.gateway_log()[-3000:]}")
-        return None
+        return "ended" if phase in ("Succeeded", "Failed", "Refused") else None
 
-    wait_until("the job's comment on the forge (pi's bash pushed and commented)", waiting, timeout=240, interval=1)
+    outcome = wait_until("the job's comment on the forge (pi's bash pushed and commented)", waiting, timeout=240,
+                         interval=1)
+    if outcome == "ended":
+        pytest.fail(f"the job ended before its work was seen: {json.dumps(r.get('jobs', name)['status'])}"
+                    f"\ngateway log:\n{world.gateway_log()[-3000:]}")
     log(f"the job pushed and commented after {time.monotonic() - started:.0f}s")
     [pod] = r.pods_of(name)
     pod_name = pod["metadata"]["name"]
@@ -504,3 +509,25 @@ def test_the_gateways_log_holds_no_key_and_no_capability(world: World, issue_run
     assert text.strip(), "the gateway logged"
     for secret in (MODEL_KEY, issue_run.capability, *issue_run.tokens):
         assert secret not in text
+
+
+def test_a_restarted_gateway_at_a_new_address_is_routed_again_and_serves_the_next_job(
+        world: World, issue_run: IssueRun) -> None:
+    """The Service's address stays, the Pod's changes: ``route_service`` replaces the two rules (as kube-proxy follows
+    the endpoints), and the next job's model requests reach the model with the real key through the new Pod."""
+    r, forge, model = world.release, world.forge, world.model
+    old = world.gateway_pod()
+    r.kube.delete(f"/api/v1/namespaces/{r.ns}/pods/{old['metadata']['name']}")
+    pod = wait_until("a new gateway Pod Ready", lambda: (p := gateway_ready(r)) is not None and p["metadata"][
+        "uid"] != old["metadata"]["uid"] and p, timeout=120)
+    route(world, pod)
+    assert pod["status"]["podIP"] != old["status"]["podIP"]
+    rules = run("iptables", "-w", "-t", "nat", "-S", world.node.backend.chain).stdout  # type: ignore[attr-defined]
+    assert rules.count(f"-d {world.cluster_ip}/32") == 2 and old["status"]["podIP"] not in rules, rules
+    issue = ISSUE + 1
+    forge.set_issue(REPO, issue, "Another", "")
+    model.reply("Looked again.")
+    before = len(model.log)
+    job = r.run(f"after-restart-{uuid.uuid4().hex[:5]}", issue=issue, comment="@pi look", timeout=240)
+    assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
+    assert [s["headers"].get("authorization") for s in model.log[before:]] == [f"Bearer {MODEL_KEY}"]
