@@ -315,6 +315,13 @@ def ledger_sum(r: Release, uid: str) -> dict[str, int]:
     return out
 
 
+def model_key_sent(request: dict[str, Any]) -> str:
+    """What a model request's key was, named, never shown (a failing assertion prints it)."""
+    auth = request["headers"].get("authorization") or ""
+    return "the model key" if auth == f"Bearer {MODEL_KEY}" else "a capability" if "pdg1." in auth else \
+        f"another ({len(auth)} characters)"
+
+
 def tool_output(request: dict[str, Any]) -> str:
     return "\n".join(text_of(m.get("content")) for m in request["body"]["messages"] if m.get("role") == "tool")
 
@@ -403,7 +410,7 @@ def test_a_an_issue_job_works_through_the_gateway_and_its_tokens_are_the_ledgers
     assert env["PI_GATEWAY_URL"] == f"https://{world.cluster_ip}", env
 
     # the credentials: the model saw the real key, never a capability; the forge an installation token, never one
-    assert [s["headers"].get("authorization") for s in seen] == [f"Bearer {MODEL_KEY}"] * 2
+    assert [model_key_sent(s) for s in seen] == ["the model key"] * 2
     assert not [s for s in seen if "pdg1." in json.dumps(s["headers"])], "a capability reached the model"
     assert not [h for h in forge.headers_seen if "pdg1." in json.dumps(h)], "a capability reached the forge"
     pushes = [q for q in forge.requests if q.path.endswith("/git-receive-pack") and q.method == "POST"]
@@ -423,7 +430,8 @@ def test_a_an_issue_job_works_through_the_gateway_and_its_tokens_are_the_ledgers
 def test_b_the_job_container_holds_no_forge_token_and_no_model_key(world: World, issue_run: IssueRun) -> None:
     scan, forge = issue_run.scan, world.forge
     # the scan sees what the job sees: its own capability, in the environment of pi's processes
-    assert issue_run.capability.startswith("pdg1.") and issue_run.capability in scan
+    capability_seen = issue_run.capability.startswith("pdg1.") and issue_run.capability in scan
+    assert capability_seen, "the Job's capability is in what the scan read"  # (a bool: a failure never prints it)
     procs = [line for line in scan.splitlines() if line.startswith("==== environ ")]
     log(f"the processes whose environment the scan read: {procs}")
     assert any(" pi" in line or "node" in line for line in procs if "unreadable" not in line), procs
@@ -507,8 +515,9 @@ def test_e_a_job_past_its_token_budget_fails_and_promotes_nothing(world: World, 
 def test_the_gateways_log_holds_no_key_and_no_capability(world: World, issue_run: IssueRun) -> None:
     text = world.gateway_log()
     assert text.strip(), "the gateway logged"
-    for secret in (MODEL_KEY, issue_run.capability, *issue_run.tokens):
-        assert secret not in text
+    secrets = {"the model key": MODEL_KEY, "the capability": issue_run.capability,
+               **{f"installation token #{i}": t for i, t in enumerate(issue_run.tokens)}}
+    assert not [what for what, secret in secrets.items() if secret in text], "secrets in the gateway's log"
 
 
 def test_a_restarted_gateway_at_a_new_address_is_routed_again_and_serves_the_next_job(
@@ -530,4 +539,4 @@ def test_a_restarted_gateway_at_a_new_address_is_routed_again_and_serves_the_nex
     before = len(model.log)
     job = r.run(f"after-restart-{uuid.uuid4().hex[:5]}", issue=issue, comment="@pi look", timeout=240)
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
-    assert [s["headers"].get("authorization") for s in model.log[before:]] == [f"Bearer {MODEL_KEY}"]
+    assert [model_key_sent(s) for s in model.log[before:]] == ["the model key"]
