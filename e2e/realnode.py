@@ -103,6 +103,11 @@ def images_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
+def _arg(words: list[str], flag: str) -> str | None:
+    """The word after ``flag`` in an ``iptables -S`` rule, or None."""
+    return words[words.index(flag) + 1] if flag in words[:-1] else None
+
+
 # -- the node backend ---------------------------------------------------------------------------------------
 @dataclass
 class RealNode:
@@ -263,6 +268,20 @@ class RealNode:
         run("iptables", "-w", "-t", "nat", "-A", chain, "-d", f"{API_SERVICE_IP}/32", "-p", "tcp", "--dport", "443",
             "-j", "DNAT", "--to-destination", f"{self.ip}:{host.apiserver_port}")
         run("iptables", "-w", "-t", "nat", "-I", "PREROUTING", "-i", bridge, "-j", chain)
+
+    def route_service(self, cluster_ip: str, port: int, pod_ip: str, target_port: int) -> None:
+        """Send ``cluster_ip:port`` (a Service's address and port) to ``pod_ip:target_port``, as kube-proxy would for
+        one endpoint: a DNAT rule in the node's own chain (beside the ``kubernetes`` Service's), so it goes with the
+        node at stop. A rule already there for ``cluster_ip:port`` is replaced (a Pod restarted with a new address).
+        Pods only: the chain is jumped to from ``PREROUTING`` for packets coming in from the bridge."""
+        match = ["-d", f"{cluster_ip}/32", "-p", "tcp", "--dport", str(port)]
+        for line in run("iptables", "-w", "-t", "nat", "-S", self.chain).stdout.splitlines():
+            words = line.split()
+            if words[:2] == ["-A", self.chain] and "DNAT" in words and _arg(words, "-d") == f"{cluster_ip}/32" \
+                    and _arg(words, "--dport") == str(port):
+                run("iptables", "-w", "-t", "nat", "-D", *words[1:])
+        run("iptables", "-w", "-t", "nat", "-A", self.chain, *match, "-j", "DNAT", "--to-destination",
+            f"{pod_ip}:{target_port}")
 
     def _cgroup_root(self) -> None:
         """``/<cgroup_root>`` in every hierarchy (the kubelet checks it exists); a new cpuset gets its parent's
