@@ -81,7 +81,7 @@ def test_the_job_network_policy_is_installed_by_default(release: Release, kube: 
     spec = np["spec"]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and not spec.get("ingress")
     ports = [sorted(p["port"] for p in rule["ports"]) for rule in spec["egress"]]
-    assert ports == [[53, 53], [3128, 8080]], ports
+    assert ports == [[53, 53], [3128, 8443]], ports  # the gateway Pods' ports (the Service's 443 is 8443)
     assert spec["egress"][1]["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
 
 

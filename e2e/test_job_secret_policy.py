@@ -22,7 +22,9 @@ import pytest
 from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
 from e2e.cluster import Cluster
 from e2e.kube import ApiError, Kube
+from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.manifests.pod import job_token_secret, job_transfer_secret, token_secret_name
+from pidispatch.receiver.delivery import job_body
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -173,8 +175,14 @@ def test_a_secret_outside_the_per_job_shape_is_refused_with_the_policys_message(
 
 def test_the_operator_deletes_its_own_per_job_secret_and_no_other(cluster: Cluster, kube: Kube, namespace: str) -> None:
     """Retention deletes a per-job Secret by name (jobflow/retention.py); the chart's Secrets are not the
-    operator's to delete (it would be the first step of replacing one)."""
-    own = token_secret(namespace, str(uuid.uuid4()))
+    operator's to delete (it would be the first step of replacing one). The Secret is owned by a Job that exists:
+    the garbage collector deletes one whose owner does not, sometimes before the test could ask."""
+    name = f"job-{uuid.uuid4().hex[:8]}"
+    job = kube.create(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/jobs",
+                      job_body(name, {"trigger": "t", "forge": "github", "repository": "acme/widgets"}))
+    uid = job["metadata"]["uid"]
+    own = job_token_secret(name, uid, namespace, token_secret_name(name, uid), "ghs_" + "x" * 36,
+                           "2030-01-01T00:00:00Z")
     kube.create(f"/api/v1/namespaces/{namespace}/secrets", own)
     operator = operator_client(cluster, namespace)
     operator.delete(f"/api/v1/namespaces/{namespace}/secrets/{own['metadata']['name']}", dryRun="All")

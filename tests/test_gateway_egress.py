@@ -18,6 +18,7 @@ import pytest
 from pidispatch.gateway.egress import EgressServer
 from pidispatch.gateway.protocol import REFUSAL_HEADER
 from testkit.egresskit import PAGE, UID, Pki, Rig, basic, capability, connect, echo_upstream, make_pki
+from testkit.wait import wait_until
 
 WAIT = 10.0
 
@@ -57,6 +58,9 @@ def test_curl_reaches_an_allowed_host_by_name_and_the_bytes_are_counted(rig: Rig
     assert result.returncode == 0, result.stderr
     assert result.stdout == PAGE.decode() + "\n200"
     assert rig.metrics.value("pidispatch_gateway_egress_tunnels_total") == 1
+    # A tunnel's bytes are counted when it ends, which the proxy sees just after curl has exited.
+    wait_until("the tunnel's end counted", lambda: rig.metrics.value(
+        "pidispatch_gateway_egress_bytes_total", direction="down") > 0, timeout=10)
     up = rig.metrics.value("pidispatch_gateway_egress_bytes_total", direction="up")
     down = rig.metrics.value("pidispatch_gateway_egress_bytes_total", direction="down")
     assert up > 200 and down > len(PAGE)  # a TLS handshake and a request each way, the page in the reply

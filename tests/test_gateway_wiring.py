@@ -90,14 +90,14 @@ def job_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_without_a_gateway_the_runner_changes_nothing(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin", "GH_TOKEN": "t"}
-    assert through_gateway(env, str(tmp_path)) == env
+    assert through_gateway(env, lambda: str(tmp_path)) == env
     assert os.listdir(tmp_path) == []
 
 
 def test_the_runner_sends_every_client_to_the_gateway(tmp_path: Path) -> None:
     private = tmp_path / "private"
     private.mkdir()
-    out = through_gateway(job_env(tmp_path), str(private))
+    out = through_gateway(job_env(tmp_path), lambda: str(private))
     bundle = Path(out["SSL_CERT_FILE"]).read_text()
     assert bundle.endswith("GATEWAY\n-----END CERTIFICATE-----\n"), "the gateway's CA after the image's roots"
     if Path("/etc/ssl/certs/ca-certificates.crt").exists():
@@ -119,7 +119,7 @@ def test_the_deployments_providers_keep_their_models_and_lose_their_headers(tmp_
         "baseUrl": "http://10.0.0.5:8080/v1", "api": "openai-completions", "apiKey": "FAKE_KEY",
         "headers": {"x-secret": "SECRET_HEADER"}, "authHeader": True,
         "models": [{"id": "fake-model", "contextWindow": 32000, "cost": {"input": 1}}]}}}))
-    through_gateway(job_env(tmp_path, **{protocol.ENV_MODELS_FILE: str(given)}), str(tmp_path))
+    through_gateway(job_env(tmp_path, **{protocol.ENV_MODELS_FILE: str(given)}), lambda: str(tmp_path))
     fake = json.loads((tmp_path / "agent" / "models.json").read_text())["providers"]["fake"]
     assert fake == {"baseUrl": "https://pd-gateway.pi.svc/model/fake", "api": "openai-completions",
                     "apiKey": protocol.ENV_TOKEN,

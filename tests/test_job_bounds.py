@@ -157,8 +157,9 @@ def test_the_policy_allows_the_charts_secrets_and_configmaps_by_name(helm: Any) 
     policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     assert variables["secrets"] == (
-        "[object.metadata.name + '-token-' + variables.job] + [\"gh-token\",\"model-keys\",\"trigger-keys\"]")
-    assert variables["configMaps"] == '["models"]'
+        "[object.metadata.name + '-token-' + variables.job, object.metadata.name + '-gateway-' + variables.job] + "
+        "[\"gh-token\",\"model-keys\",\"trigger-keys\"]")
+    assert variables["configMaps"] == f'["models","{FULLNAME}-gateway-ca"]'
     assert any(f"claimName == '{FULLNAME}-staging'" in v["expression"] for v in policy["spec"]["validations"])
 
 

@@ -251,6 +251,7 @@ def test_behind_the_gateway_the_capability_says_fork_when_the_forge_does(tmp_pat
     revealed, not the payload's word (the claims are minted after the head lookup)."""
     from pidispatch.gateway import protocol
     from pidispatch.gateway.capability import verify
+    from pidispatch.manifests.pod import gateway_secret_name
     from pidispatch.settings.gateway import Gateway
 
     key = tmp_path / "gateway.key"
@@ -261,7 +262,8 @@ def test_behind_the_gateway_the_capability_says_fork_when_the_forge_does(tmp_pat
         url="https://gw.ns.svc", proxy="http://gw.ns.svc:3128", ca_configmap="gw-ca", key_file=str(key)))
     ran = dispatch(api, settings, "pr", {**PR_SPEC, "pullRequest": pull, **flag}, Forge(settings.github, "pat"))
     assert ran["status"]["phase"] == "Running", ran["status"]
-    secret = api.get(f"/api/v1/namespaces/{NS}/secrets/{protocol.secret_name(ran['metadata']['uid'])}")
+    name = gateway_secret_name(ran["metadata"]["name"], ran["metadata"]["uid"])
+    secret = api.get(f"/api/v1/namespaces/{NS}/secrets/{name}")
     claims = verify(key.read_bytes(), secret["stringData"][protocol.SECRET_KEY])
     assert (claims.fork, claims.subject) == (fork, pull)
     assert claims.token is not None and claims.token.secret == "gh-token", "the gateway reads the deployment's pat"

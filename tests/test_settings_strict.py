@@ -73,11 +73,20 @@ def _spelled(path: Path) -> set[str]:
 
 
 def test_every_operator_variable_the_code_spells_is_in_the_list() -> None:
-    # Every module of the settings package but __init__.py, whose __all__ names Python names, not variables.
-    modules = [path for path in (PACKAGE / "settings").glob("*.py") if path.name != "__init__.py"]
+    # Every module of the settings package but __init__.py, whose __all__ names Python names, not variables, and
+    # gatewayserver.py, the gateway process's own (the next test).
+    modules = [path for path in (PACKAGE / "settings").glob("*.py")
+               if path.name not in ("__init__.py", "gatewayserver.py")]
     assert len(modules) > 1, "the settings package moved: point this test at it"
     spelled = set().union(*(_spelled(path) for path in modules)) - NOT_SETTINGS
     assert sorted(spelled - set(OPERATOR_VARIABLES)) == [], "add it to settings.OPERATOR_VARIABLES"
+
+
+def test_every_gateway_variable_the_code_spells_is_in_its_list() -> None:
+    from pidispatch.settings import gatewayserver
+
+    spelled = _spelled(PACKAGE / "settings" / "gatewayserver.py")
+    assert sorted(spelled - set(gatewayserver.ENV_NAMES)) == [], "add it to settings.gatewayserver.ENV_NAMES"
 
 
 def test_every_receiver_variable_the_code_spells_is_in_the_list() -> None:

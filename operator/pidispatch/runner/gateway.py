@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -143,17 +143,18 @@ def read_models(path: str | None) -> Any:
                                  f"{error}") from None
 
 
-def through_gateway(env: Mapping[str, str], private_dir: str) -> dict[str, str]:
+def through_gateway(env: Mapping[str, str], private_dir: Callable[[], str]) -> dict[str, str]:
     """``env`` with every way out set to the gateway (unchanged when the Pod names none).
 
-    Writes the CA bundle into ``private_dir`` and pi's routed ``models.json`` into pi's agent directory
-    (``PI_CODING_AGENT_DIR``, which the Pod makes writable). Raises ``GatewayConfigError``.
+    Writes the CA bundle into the directory ``private_dir()`` makes (only behind a gateway: a run without one
+    leaves nothing behind) and pi's routed ``models.json`` into pi's agent directory (``PI_CODING_AGENT_DIR``,
+    which the Pod makes writable). Raises ``GatewayConfigError``.
     """
     gateway = gateway_of(env)
     if gateway is None:
         return dict(env)
     out = dict(env)
-    bundle = ca_bundle(gateway, private_dir)
+    bundle = ca_bundle(gateway, private_dir())
     out.update({"SSL_CERT_FILE": bundle, "GIT_SSL_CAINFO": bundle, "CURL_CA_BUNDLE": bundle,
                 "REQUESTS_CA_BUNDLE": bundle, "NODE_EXTRA_CA_CERTS": gateway.ca_file})
     out.update(proxy_env(gateway, env[protocol.ENV_TOKEN]))

@@ -342,7 +342,7 @@ def run(env: Mapping[str, str]) -> int:
     except ConfigError as error:
         return refuse(str(error), env.get(Env.TERMINATION_LOG.value) or TERMINATION_LOG, None)
     try:  # the job's processes reach out through the gateway only (docs/gateway.md#inside-the-job)
-        env = through_gateway(env, tempfile.mkdtemp(prefix="pidispatch-gateway-"))
+        env = through_gateway(env, lambda: tempfile.mkdtemp(prefix="pidispatch-gateway-"))
     except (GatewayConfigError, OSError) as error:
         return refuse(str(error), config.termination_log, None)
     pienv = pi_env(env)
