@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -69,7 +68,7 @@ class _Skip(Exception):
 
 def temp_name() -> str:
     """``current.jsonl.<pid>.<seq>.<12hex>.incoming``: random, because pids repeat across containers."""
-    return f"{sidecars.TRANSCRIPT}.{os.getpid()}.{next(_sequence)}.{secrets.token_hex(6)}.incoming"
+    return f"{sidecars.TRANSCRIPT}.{os.getpid()}.{next(_sequence)}.{os.urandom(6).hex()}.incoming"
 
 
 def promote(
