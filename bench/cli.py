@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
     parser.add_argument("--before", type=Path, default=None, metavar="DIR",
                         help="also run each command from the package in DIR (another tree's operator/), same pairs")
+    parser.add_argument("--label", default=None, help="what --before's tree is, for the table (default: DIR)")
     parser.add_argument("--source", action="store_true",
                         help="compile the package on every start (its __pycache__ directories are removed first)")
     args = parser.parse_args(argv)
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         + (f" {statistics.median(before_ratios):.2f}× |" if before_ratios else ""))
             progress(f"  {name}: {fmt_seconds(median)}")
         info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
-        extra = f" `{args.before}`: median ratio |" if args.before is not None else ""
+        extra = f" {args.label or f'`{args.before}`'}: median ratio |" if args.before is not None else ""
         table = "\n".join([
             f"Run: {info['date']} — `.venv/bin/python bench/cli.py" + (" --source`" if args.source else "`")
             + (" (every start compiles the package)" if args.source else " (cached bytecode, as installed)"),
