@@ -8,6 +8,18 @@ transcript from ``tests/data/transcripts`` (``make transcripts``).
 
     .venv/bin/python bench/cli.py            # 21 pairs per command; rewrites its block in docs/benchmarks.md
     .venv/bin/python bench/cli.py --quick --no-doc
+    .venv/bin/python bench/cli.py --no-doc --before /tmp/main/operator   # another tree's commands in the same pairs
+
+``--before DIR`` runs each command a third time in every pair, from the package in ``DIR`` (an ``operator/``
+directory of another checkout, put first on ``PYTHONPATH``), so a change's before and after are measured side by
+side against the same baseline.
+
+Bytecode is part of what is measured, so the run decides it rather than the caller's environment (a checkout where
+``PYTHONDONTWRITEBYTECODE`` is set, as here, has none or only some of the package's ``.pyc`` files, and a start
+compiles the rest). By default every process writes and reads its bytecode in a temp directory
+(``PYTHONPYCACHEPREFIX``; the warm-up pairs fill it): what an installed package costs, since pip compiles it at
+install (the job image too). ``--source`` is the other end: ``PYTHONDONTWRITEBYTECODE=1`` and the packages'
+``__pycache__`` directories removed first, so every start compiles every module of the package it imports.
 """
 
 from __future__ import annotations
@@ -73,45 +85,76 @@ def staged(job: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="5 pairs per command")
+    parser.add_argument("--pairs", type=int, default=21, help="pairs per command (default 21)")
     parser.add_argument("--no-doc", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument("--before", type=Path, default=None, metavar="DIR",
+                        help="also run each command from the package in DIR (another tree's operator/), same pairs")
+    parser.add_argument("--label", default=None, help="what --before's tree is, for the table (default: DIR)")
+    parser.add_argument("--source", action="store_true",
+                        help="compile the package on every start (its __pycache__ directories are removed first)")
     args = parser.parse_args(argv)
-    pairs = 5 if args.quick else 21
+    pairs = 5 if args.quick else args.pairs
     scratch = Path(tempfile.mkdtemp(prefix="pidispatch-cli-bench-"))
     try:
         store = scratch / "store"
         store.mkdir(mode=0o700)
         env = {k: v for k, v in os.environ.items() if not k.startswith("PI_SESSION")}
         env["PI_SESSIONS_DIR"] = str(store)
+        env.pop("PYTHONPYCACHEPREFIX", None)
+        if args.source:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+            for package in [REPO / "operator", *([args.before] if args.before is not None else [])]:
+                for cache in Path(package).rglob("__pycache__"):
+                    shutil.rmtree(cache)
+        else:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
+        before_env = None
+        if args.before is not None:
+            before_env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(args.before.resolve()),
+                                                                               env.get("PYTHONPATH")]))}
+            if not args.source:
+                before_env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache-before")
+            (scratch / "before").mkdir()
         subprocess.run(commands(scratch)["store promote"](-1), env=env, check=True, capture_output=True)
         info = machine(scratch)
         baseline = [sys.executable, "-c", "pass"]
         rows = []
+        before_commands = commands(scratch / "before")
         for name, command in commands(scratch).items():
-            ratios, ours, bare = [], [], []
+            ratios, ours, bare, before_ratios = [], [], [], []
             for i in range(pairs + 2):  # two unmeasured warm-up pairs
-                first, second = (command(i), baseline) if i % 2 == 0 else (baseline, command(i))
-                a, b = timed_run(first, env), timed_run(second, env)
-                mine, base = (a, b) if first is not baseline else (b, a)
+                runs: list[tuple[str, list[str], dict[str, str]]] = [("ours", command(i), env),
+                                                                      ("bare", baseline, env)]
+                if before_env is not None:
+                    runs.append(("before", before_commands[name](i), before_env))
+                shift = i % len(runs)  # each takes each place in turn
+                times = {who: timed_run(argv_, env_) for who, argv_, env_ in runs[shift:] + runs[:shift]}
                 if i >= 2:
-                    ours.append(mine)
-                    bare.append(base)
-                    ratios.append(mine / base)
+                    ours.append(times["ours"])
+                    bare.append(times["bare"])
+                    ratios.append(times["ours"] / times["bare"])
+                    if "before" in times:
+                        before_ratios.append(times["before"] / times["bare"])
             low, mid, high = spread(ratios)
             median = statistics.median(ours)
             verdict = "met" if median < BUDGET_S else "**missed**"
             rows.append(f"| `pidispatch {name}` | {fmt_seconds(median)} | {fmt_seconds(max(ours))} | "
                         f"{fmt_seconds(statistics.median(bare))} | {low:.2f}× | **{mid:.2f}×** | {high:.2f}× | "
-                        f"{pairs} | {verdict} |")
+                        f"{pairs} | {verdict} |"
+                        + (f" {statistics.median(before_ratios):.2f}× |" if before_ratios else ""))
             progress(f"  {name}: {fmt_seconds(median)}")
         info["load_end"] = "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+        extra = f" {args.label or f'`{args.before}`'}: median ratio |" if args.before is not None else ""
         table = "\n".join([
-            f"Run: {info['date']} — `.venv/bin/python bench/cli.py`",
+            f"Run: {info['date']} — `.venv/bin/python bench/cli.py" + (" --source`" if args.source else "`")
+            + (" (every start compiles the package)" if args.source else " (cached bytecode, as installed)"),
             "",
             machine_line(info) + f" At the end: {info['load_end']}.",
             "",
             "| Command | median | max | `python -c pass` median | min | median ratio | max | pairs "
-            "| under 200 ms (median) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| under 200 ms (median) |" + extra,
+            "|---|---|---|---|---|---|---|---|---|" + ("---|" if extra else ""),
             *rows,
         ])
         print(table)

@@ -151,31 +151,6 @@ def test_transcript_check(tmp_path: Path) -> None:
     assert run("transcript", "check", str(tmp_path / "missing.jsonl")).returncode == 2
 
 
-def test_store_commands_import_no_kubernetes_stack(store: Store, tmp_path: Path) -> None:
-    """The store path stays cheap: no kopf, Kubernetes client, HTTP stack or pydantic is imported."""
-    store.put()
-    code = ("import sys, pidispatch.cli as c; c.main(['store','reap']);"
-            f"c.main(['store','resolve','--key','{KEY}','--stage','{tmp_path}/s','--pi-version','{PI}']);"
-            f"c.main(['store','promote','--key','{KEY}','--stage','{tmp_path}/s','--host-resume','true']);"
-            f"c.main(['key','--forge','github','--repo','o/r','--issue','1']);"
-            "print(sorted(m for m in ('kopf','kubernetes','aiohttp','pydantic','pydantic_settings') "
-            "if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "PI_SESSIONS_DIR": str(store.root)})
-    assert result.stdout.strip().splitlines()[-1] == "[]", result.stderr
-
-
-def test_transcript_check_imports_no_pydantic(tmp_path: Path) -> None:
-    """`transcript check` stays cheap too: its strict models are plain dataclasses, not pydantic ones."""
-    session = tmp_path / "session.jsonl"
-    session.write_bytes(sample("s5_auto_compaction_then_resume.jsonl"))
-    code = ("import sys, pidispatch.cli as c; status = c.main(['transcript','check',sys.argv[1]]);"
-            "print(status, sorted(m for m in ('pydantic','pydantic_core','kopf','kubernetes','aiohttp') "
-            "if m in sys.modules))")
-    result = subprocess.run([sys.executable, "-c", code, str(session)], capture_output=True, text=True, timeout=60)
-    assert result.stdout.strip().splitlines()[-1] == "0 []", (result.stdout, result.stderr)
-
-
 def test_ledger_prints_the_key_s_ledger_and_inspect_shows_the_letter(store: Store) -> None:
     from pidispatch.store import handoff
 

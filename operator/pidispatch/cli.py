@@ -302,20 +302,98 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     return gateway_main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with ``command``, only that command's arguments are added.
+
+    Every command is listed either way (its name and help, so a typo or ``--help`` reads the same), but a
+    command's start builds its own parser only, not the dozen others (docs/cli.md#start-up-cost). Each
+    ``add_subparsers`` is given the ``prog`` argparse would work out with a help formatter (which imports
+    ``shutil`` for the terminal's width).
+    """
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     parser = argparse.ArgumentParser(prog="pidispatch", description="pi-dispatch session store and operator.")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", prog=parser.prog)
 
     key = commands.add_parser("key", help="print the session key of a repository branch or issue")
-    key.add_argument("--forge", required=True, choices=("github", "gitlab", "forgejo", "azure"))
-    key.add_argument("--repo", required=True, metavar="OWNER/NAME")
-    which = key.add_mutually_exclusive_group(required=True)
-    which.add_argument("--issue", metavar="N", help="issue number: the branch is pi/issue-N")
-    which.add_argument("--branch", metavar="REF")
-    key.set_defaults(run=cmd_key)
+    if wanted("key"):
+        key.add_argument("--forge", required=True, choices=("github", "gitlab", "forgejo", "azure"))
+        key.add_argument("--repo", required=True, metavar="OWNER/NAME")
+        which = key.add_mutually_exclusive_group(required=True)
+        which.add_argument("--issue", metavar="N", help="issue number: the branch is pi/issue-N")
+        which.add_argument("--branch", metavar="REF")
+        key.set_defaults(run=cmd_key)
 
     store = commands.add_parser("store", help="act on the session store at PI_SESSIONS_DIR")
-    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="ACTION")
+    if wanted("store"):
+        _store_parsers(store)
+
+    ledger = commands.add_parser("ledger", help="print a key's ledger: the durable facts its handoffs carried")
+    if wanted("ledger"):
+        ledger.add_argument("key", type=_key_arg)
+        ledger.set_defaults(run=cmd_ledger)
+
+    transcript = commands.add_parser("transcript", help="pi session files")
+    if wanted("transcript"):
+        transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True, metavar="ACTION",
+                                                        prog=transcript.prog)
+        check = transcript_commands.add_parser("check", help="strict validation of a pi v3 session file")
+        check.add_argument("file", metavar="FILE")
+        check.set_defaults(run=cmd_check)
+
+    doctor = commands.add_parser("doctor", help="check this deployment: store, bounds, CRDs, PVCs, RBAC")
+    if wanted("doctor"):
+        doctor.add_argument("--json", action="store_true", help="one JSON object per check")
+        doctor.add_argument("--offline", action="store_true", help="skip the checks that need the cluster")
+        doctor.set_defaults(run=cmd_doctor)
+
+    op = commands.add_parser("operator", help="run the kopf operator (the container's entrypoint)")
+    if wanted("operator"):
+        op.add_argument("--verbose", action="store_true")
+        op.set_defaults(run=cmd_operator)
+
+    cost = commands.add_parser("report", help="per key: jobs and tokens per job, resumed, rethreaded or cold "
+                                              "(the SessionKeys' status.usage)")
+    if wanted("report"):
+        cost.add_argument("--namespace", "-n", default=None,
+                          help="the operator's namespace (default: PI_DISPATCH_NAMESPACE, else the kubeconfig's)")
+        cost.add_argument("--output", "-o", choices=("table", "json"), default="table")
+        cost.set_defaults(run=cmd_report)
+
+    runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
+    runner.set_defaults(run=cmd_runner)
+
+    stop = commands.add_parser("stop-jobs", help="the chart's pre-delete hook: scale the operator to 0, delete "
+                                                 "every job Pod of the release (none then holds the staging claim)")
+    if wanted("stop-jobs"):
+        stop.add_argument("--deployment", default=None, metavar="NAME", help="the operator's Deployment")
+        stop.add_argument("--timeout", type=float, default=120, metavar="SECONDS", help="for each wait")
+        stop.add_argument("--release", default=None, metavar="NAME",
+                          help="delete only this Helm release's job Pods (unset: every job Pod of the namespace)")
+        stop.add_argument("--staging-claim", default=None, metavar="NAME",
+                          help="with --release: also the unlabelled job Pods (from before the label) mounting it")
+        stop.set_defaults(run=cmd_stop_jobs)
+
+    receiver = commands.add_parser("receiver", help="run the GitHub webhook receiver (creates Job CRs)")
+    if wanted("receiver"):
+        receiver.set_defaults(run=cmd_receiver)
+        receiver_commands = receiver.add_subparsers(dest="receiver_command", metavar="check", prog=receiver.prog)
+        receiver_check = receiver_commands.add_parser(
+            "check", help="exit 0 when the webhook at URL refuses an unsigned delivery (401), as `helm test` checks")
+        receiver_check.add_argument("url", metavar="URL", help="e.g. http://pi-dispatch-receiver.pi.svc/webhook")
+        receiver_check.set_defaults(run=cmd_receiver_check)
+
+    gateway = commands.add_parser("gateway", help="run the jobs' gateway: model keys added, usage counted, budget "
+                                  "held (TLS; settings from PI_GATEWAY_*)")
+    gateway.set_defaults(run=cmd_gateway)
+    return parser
+
+
+def _store_parsers(store: argparse.ArgumentParser) -> None:
+    """``pidispatch store ACTION``'s four actions."""
+    store_commands = store.add_subparsers(dest="store_command", required=True, metavar="ACTION", prog=store.prog)
 
     def job_options(p: argparse.ArgumentParser) -> None:
         p.add_argument("--venue", default=VENUE)
@@ -345,61 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     job_options(inspect)
     inspect.set_defaults(run=cmd_inspect)
 
-    ledger = commands.add_parser("ledger", help="print a key's ledger: the durable facts its handoffs carried")
-    ledger.add_argument("key", type=_key_arg)
-    ledger.set_defaults(run=cmd_ledger)
-
-    transcript = commands.add_parser("transcript", help="pi session files")
-    transcript_commands = transcript.add_subparsers(dest="transcript_command", required=True, metavar="ACTION")
-    check = transcript_commands.add_parser("check", help="strict validation of a pi v3 session file")
-    check.add_argument("file", metavar="FILE")
-    check.set_defaults(run=cmd_check)
-
-    doctor = commands.add_parser("doctor", help="check this deployment: store, bounds, CRDs, PVCs, RBAC")
-    doctor.add_argument("--json", action="store_true", help="one JSON object per check")
-    doctor.add_argument("--offline", action="store_true", help="skip the checks that need the cluster")
-    doctor.set_defaults(run=cmd_doctor)
-
-    op = commands.add_parser("operator", help="run the kopf operator (the container's entrypoint)")
-    op.add_argument("--verbose", action="store_true")
-    op.set_defaults(run=cmd_operator)
-
-    cost = commands.add_parser("report", help="per key: jobs and tokens per job, resumed, rethreaded or cold "
-                                              "(the SessionKeys' status.usage)")
-    cost.add_argument("--namespace", "-n", default=None,
-                      help="the operator's namespace (default: PI_DISPATCH_NAMESPACE, else the kubeconfig's)")
-    cost.add_argument("--output", "-o", choices=("table", "json"), default="table")
-    cost.set_defaults(run=cmd_report)
-
-    runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
-    runner.set_defaults(run=cmd_runner)
-
-    stop = commands.add_parser("stop-jobs", help="the chart's pre-delete hook: scale the operator to 0, delete "
-                                                 "every job Pod of the release (none then holds the staging claim)")
-    stop.add_argument("--deployment", default=None, metavar="NAME", help="the operator's Deployment")
-    stop.add_argument("--timeout", type=float, default=120, metavar="SECONDS", help="for each wait")
-    stop.add_argument("--release", default=None, metavar="NAME",
-                      help="delete only this Helm release's job Pods (unset: every job Pod of the namespace)")
-    stop.add_argument("--staging-claim", default=None, metavar="NAME",
-                      help="with --release: also the unlabelled job Pods (from before the label) mounting it")
-    stop.set_defaults(run=cmd_stop_jobs)
-
-    receiver = commands.add_parser("receiver", help="run the GitHub webhook receiver (creates Job CRs)")
-    receiver.set_defaults(run=cmd_receiver)
-    receiver_commands = receiver.add_subparsers(dest="receiver_command", metavar="check")
-    receiver_check = receiver_commands.add_parser(
-        "check", help="exit 0 when the webhook at URL refuses an unsigned delivery (401), as `helm test` checks")
-    receiver_check.add_argument("url", metavar="URL", help="e.g. http://pi-dispatch-receiver.pi.svc/webhook")
-    receiver_check.set_defaults(run=cmd_receiver_check)
-
-    gateway = commands.add_parser("gateway", help="run the jobs' gateway: model keys added, usage counted, budget "
-                                  "held (TLS; settings from PI_GATEWAY_*)")
-    gateway.set_defaults(run=cmd_gateway)
-    return parser
-
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The top level takes no option with a value, so the first word that is not an option names the command.
+    parser = build_parser(next((word for word in argv if not word.startswith("-")), None))
     args = parser.parse_args(argv)
     from pidispatch.events import log_to_stderr
 

@@ -6,7 +6,6 @@ The first 32 hex of SHA-256 over ``forge NUL repository NUL branch``; an issue's
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Sequence
 
@@ -18,6 +17,8 @@ _ISSUE_BRANCH = re.compile(r"pi/issue-([1-9][0-9]{0,18})")
 
 def key_from_parts(parts: Sequence[str]) -> str:
     """Hash the parts; the NUL separator keeps ``a/b␀c`` and ``a␀b/c`` apart."""
+    import hashlib  # here: loading OpenSSL's hashes is most of a key check's import cost (docs/cli.md#start-up-cost)
+
     return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:32]
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import secrets
 from collections.abc import Callable
 
 from pidispatch.events import emit
@@ -33,7 +32,7 @@ _sequence = itertools.count(1)
 def candidate_name() -> str:
     """``lock.<pid>.<seq>.<12hex>.incoming``: unique per writer, as the transcript temps are
     (docs/store-contract.md#promotion-steps)."""
-    return f"{LOCK}.{os.getpid()}.{next(_sequence)}.{secrets.token_hex(6)}.incoming"
+    return f"{LOCK}.{os.getpid()}.{next(_sequence)}.{os.urandom(6).hex()}.incoming"
 
 
 def take_lock(dir_fd: int, key: str, clock: Callable[[], float], candidate: str) -> int | None:

@@ -11,21 +11,24 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pidispatch.contract import VENUE
 from pidispatch.events import emit
 from pidispatch.record import NO_KEY, PROMOTED, PromotionResult
 from pidispatch.record import SessionReason as R
 from pidispatch.settings import Settings
-from pidispatch.store import fsio, handoff, handoffdir, sidecars
+from pidispatch.store import fsio, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.gates import Delivery, make_delivery
 from pidispatch.store.lock import candidate_name, release_lock, take_lock
 from pidispatch.store.population import POPULATION, Population, read_population, render, within
 from pidispatch.store.seams import NO_SEAMS, Seams
+
+if TYPE_CHECKING:
+    from pidispatch.store import handoffdir
 
 _sequence = itertools.count(1)
 COPY_CHUNK = 1 << 20
@@ -65,7 +68,7 @@ class _Skip(Exception):
 
 def temp_name() -> str:
     """``current.jsonl.<pid>.<seq>.<12hex>.incoming``: random, because pids repeat across containers."""
-    return f"{sidecars.TRANSCRIPT}.{os.getpid()}.{next(_sequence)}.{secrets.token_hex(6)}.incoming"
+    return f"{sidecars.TRANSCRIPT}.{os.getpid()}.{next(_sequence)}.{os.urandom(6).hex()}.incoming"
 
 
 def promote(
@@ -202,6 +205,8 @@ def _drop_handoff(dir_fd: int, key: str) -> None:
     new ledger: a later lineage refusal stages both for the next job, which may be one of this wider population's
     (docs/sessions.md#who-may-resume-a-conversation). Never fatal: the transcript has landed; a failure is logged
     and the next narrower job's promotion tries again."""
+    from pidispatch.store import handoff  # here, as in write_handoff: a promotion without a handoff never loads it
+
     for name in (handoff.LETTER, handoff.LEDGER):
         try:
             os.unlink(name, dir_fd=dir_fd)
@@ -216,6 +221,8 @@ def write_handoff(dir_fd: int, key: str, stage_dir: str, handoff_of: HandoffOf |
     """The handoff step after the swap (``handoffdir.finish_handoff``). Never fatal: the transcript has landed."""
     if handoff_of is None:
         return None
+    from pidispatch.store import handoff, handoffdir  # not every start's cost (docs/cli.md#start-up-cost)
+
     try:
         written = handoffdir.finish_handoff(dir_fd, stage_dir, job=handoff_of.job, sha256=handoff_of.sha256, size=size)
     except Exception as exc:

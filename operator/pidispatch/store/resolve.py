@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pidispatch.contract import VENUE
 from pidispatch.events import emit
@@ -26,6 +25,9 @@ from pidispatch.store.population import Population
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.transcript import compaction
 from pidispatch.transcript.compaction import EmptyCompactionScanner
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 # pi-dispatch reads in 64 KiB chunks (its stream size; docs/store-divergences.md); 1 MiB makes 16 times fewer reads,
 # writes and scanner calls on a multi-MiB transcript (docs/benchmarks.md). Nothing else changes: the same descriptor,
@@ -73,7 +75,7 @@ def resolve(
         verdict = _resolve(settings, key, stage_dir, delivery, now_ms() if clock is None else clock, seams)
     except Exception as exc:  # the store never fails a job
         emit("session_store_failed", phase="resolve", reason=f"{type(exc).__name__}: {exc}")
-        shutil.rmtree(stage_dir, ignore_errors=True)
+        _remove(stage_dir)
         return None
     emit("session_resolved", key=key, resume=verdict.resume, reason=verdict.reason)
     return Resolution(verdict, key, stage_dir, delivery)
@@ -89,7 +91,7 @@ def hold(settings: Settings, key: str | None, stage_dir: str, reason: str) -> Re
         os.close(_create_staged_file(stage_dir))
     except Exception as exc:  # the store never fails a job
         emit("session_store_failed", phase="resolve", reason=f"{type(exc).__name__}: {exc}")
-        shutil.rmtree(stage_dir, ignore_errors=True)
+        _remove(stage_dir)
         return None
     emit("session_resolved", key=key, resume=False, reason=reason)
     return Resolution(HostVerdict(False, reason, None), key, stage_dir, make_delivery(VENUE, None, None))
@@ -309,6 +311,12 @@ def _remember(o: Observation, version: scanmemo.Version, found: bool, st: os.sta
         scanmemo.MEMO.put(version, found)
 
 
+def _remove(stage_dir: str) -> None:
+    import shutil
+
+    shutil.rmtree(stage_dir, ignore_errors=True)
+
+
 _SCAN_WORKER: ThreadPoolExecutor | None = None
 _SCAN_WORKER_LOCK = threading.Lock()
 
@@ -317,6 +325,10 @@ def _scan_worker() -> ThreadPoolExecutor:
     global _SCAN_WORKER
     with _SCAN_WORKER_LOCK:
         if _SCAN_WORKER is None:
+            # Imported here, as shutil in _remove: a big transcript's scan and a fault are not every start's
+            # cost (docs/cli.md#start-up-cost); concurrent.futures also loads logging.
+            from concurrent.futures import ThreadPoolExecutor
+
             _SCAN_WORKER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pidispatch-scan")
         return _SCAN_WORKER
 

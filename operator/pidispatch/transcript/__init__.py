@@ -1,30 +1,49 @@
 """pi's v3 session JSONL: header check, strict parser, entry tree, usage sums, context measurement.
 
-Everything here is stdlib only. `header`, `compaction` and `context` are imported eagerly; the typed
-models (two dozen frozen dataclasses, some milliseconds to define) and the strict parser are loaded
-on first use, so the gate ladder and `pidispatch key` / `store` stay cheap to import
-(docs/cli.md#start-up-cost).
+Everything here is stdlib only, and every name below is loaded on first use (PEP 562): the typed models
+(two dozen frozen dataclasses, some milliseconds to define) and the strict parser, and also `header`,
+`compaction` and `context`, so the gate ladder importing `header` alone, and `pidispatch key` / `store`, stay
+cheap to import (docs/cli.md#start-up-cost).
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pidispatch.transcript.compaction import (
-    EmptyCompactionScanner,
-    compaction_summary_is_empty,
-    transcript_has_empty_compaction,
-)
-from pidispatch.transcript.context import ContextUsage, context_usage
-from pidispatch.transcript.header import (
-    HEADER_READ_LIMIT,
-    header_timestamp_ms,
-    is_session_header,
-    read_first_line,
-)
+if TYPE_CHECKING:
+    from pidispatch.transcript.compaction import (
+        EmptyCompactionScanner,
+        compaction_summary_is_empty,
+        transcript_has_empty_compaction,
+    )
+    from pidispatch.transcript.context import ContextUsage, context_usage
+    from pidispatch.transcript.header import (
+        HEADER_READ_LIMIT,
+        header_timestamp_ms,
+        is_session_header,
+        read_first_line,
+    )
+    from pidispatch.transcript.parser import (
+        Problem,
+        Transcript,
+        TranscriptError,
+        UsageTotals,
+        check_transcript,
+        parse_transcript,
+        torn_tail,
+    )
 
 _LAZY = {
+    "EmptyCompactionScanner": "compaction",
+    "compaction_summary_is_empty": "compaction",
+    "transcript_has_empty_compaction": "compaction",
+    "ContextUsage": "context",
+    "context_usage": "context",
+    "HEADER_READ_LIMIT": "header",
+    "header_timestamp_ms": "header",
+    "is_session_header": "header",
+    "read_first_line": "header",
     "Problem": "parser",
     "Transcript": "parser",
     "TranscriptError": "parser",
