@@ -68,6 +68,14 @@ async def one(session: aiohttp.ClientSession, url: str, headers: dict[str, str])
     return first, time.perf_counter() - started
 
 
+def memory_kib(pid: int, field: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (the most it was resident) of process ``pid``, in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} for process {pid}")
+
+
 def cpu_seconds(pid: int) -> float:
     """User and system CPU of process ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -76,14 +84,18 @@ def cpu_seconds(pid: int) -> float:
 
 async def measure(args: argparse.Namespace, model_url: str, gateway_port: int, cap: str, ca: Path, gateway_pid: int,
                   ) -> dict[int, dict[str, list[float]]]:
+    """Timings by concurrency (1, 50), and under 0 the gateway's memory: idle, and per concurrent job."""
     context = ssl.create_default_context(cafile=str(ca))
     direct = (f"{model_url}/chat/completions", {"Content-Type": "application/json", "Authorization": "Bearer k"})
     through = (f"https://127.0.0.1:{gateway_port}/model/fake/chat/completions",
                {"Content-Type": "application/json", "Authorization": f"Bearer {cap}"})
     results: dict[int, dict[str, list[float]]] = {}
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ssl=context)) as session:
+        idle = memory_kib(gateway_pid, "VmRSS")  # started, no job connected yet
         for url, headers in (direct, through):  # warm: 50 connections open (pi's SDK keeps its own alive)
             await asyncio.gather(*(one(session, url, headers) for _ in range(50)))
+        # Fifty jobs each holding a TLS connection and streaming a reply at once: what each one costs the gateway.
+        results[0] = {"idle_kib": [idle], "per_job_kib": [(memory_kib(gateway_pid, "VmHWM") - idle) / 50]}
         for concurrency in (1, 50):
             got = results[concurrency] = {"direct_first": [], "direct_total": [], "gateway_first": [],
                                           "gateway_total": []}
@@ -146,6 +158,7 @@ def main() -> int:
     print(f"reply: 7 SSE chunks {args.interval * 1000:g} ms apart; medians; ratio = gateway / direct")
     print(f"{'at once':>8} {'direct TTFT':>12} {'gateway TTFT':>13} {'ratio':>6} {'direct total':>13} "
           f"{'gateway total':>14} {'ratio':>6} {'gateway CPU/request':>20}")
+    memory = results.pop(0)
     for concurrency, got in results.items():
         m = {k: statistics.median(v) for k, v in got.items()}
         if args.verbose:
@@ -156,6 +169,8 @@ def main() -> int:
               f"{m['gateway_first'] / m['direct_first']:>6.2f} {m['direct_total'] * 1000:>11.2f}ms "
               f"{m['gateway_total'] * 1000:>12.2f}ms {m['gateway_total'] / m['direct_total']:>6.2f} "
               f"{m['cpu_per_request'] * 1000:>18.2f}ms")
+    print(f"gateway memory: {memory['idle_kib'][0] / 1024:.1f} MiB resident with no job, "
+          f"{memory['per_job_kib'][0]:.0f} KiB more per concurrent job (its TLS connection and a streamed reply)")
     return 0
 
 
