@@ -10,10 +10,12 @@
 # Job Pods run `pidispatch runner` with the real pi 0.73.1 (in the job image on a real node, `make pi`
 # otherwise), talking to a scripted OpenAI-compatible model on this machine (no LLM provider is reachable from here); everything else (CRDs,
 # operator, RBAC, PVCs, staging, promotion) is the real thing.
-# On the test kubelet the job goes through the gateway (docs/gateway.md): `pidispatch gateway` runs here as a process
-# beside the forge and the model (the test kubelet's Pods are processes on this machine's network, so the chart's
-# gateway Deployment is scaled to 0 and gateway.url points at this one), holding the forge token and the model key;
-# the job Pod holds only its capability. The demo shows the Pod's env, the gateway's ledger and the Job's tokens.
+# The job goes through the gateway (docs/gateway.md), which holds the forge token and the model key; the job Pod holds
+# only its capability. On a real node it is the chart's gateway Pod, behind its Service's address (this cluster has no
+# kube-proxy: the demo adds the two DNAT rules kube-proxy would). On the test kubelet, whose Pods are processes on this
+# machine's network, `pidispatch gateway` runs here as a process beside the forge and the model (the chart's gateway
+# Deployment is scaled to 0 and gateway.url points at this one). The demo shows the Pod's env, the gateway's ledger
+# and the Job's tokens.
 # The cluster stays up afterwards so you can look around; `make cluster-down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -104,25 +106,25 @@ kubectl create configmap forge-ca -n "$NS" --from-file=ca.crt="$CA" >/dev/null
 echo "\$ helm install pi-dispatch charts/pi-dispatch -n $NS --set sessions.enabled=true --set github.authSource=pat \\"
 echo "    --set github.token.secretName=forge-token --set github.apiUrl=$API --set github.webUrl=$WEB \\"
 echo "    --set github.caBundle.configMap=forge-ca ..."
+kubectl create secret generic model-keys -n "$NS" --from-literal=fake="$MODEL_KEY" >/dev/null
+kubectl create configmap pi-models -n "$NS" --from-file=models.json="$DEMO_DIR/models.json" >/dev/null
 if [ "$NODE" = real ]; then
-    # the images `make images` built, imported into the node's containerd; pi's models.json from a ConfigMap
-    kubectl create configmap pi-models -n "$NS" --from-file=models.json="$DEMO_DIR/agent/models.json" >/dev/null
+    # The images `make images` built, imported into the node's containerd. The gateway is the chart's own Pod (the
+    # operator's image): installed at 0 replicas first, to learn its Service's address (step 1b starts it there).
+    # Job Pods get the model's provider from pi-models and no key: the gateway reads it from model-keys, as it
+    # reads the forge token from forge-token.
     echo "    --set image.repository=localhost/pi-dispatch/operator --set image.tag=dev --set image.pullPolicy=Never \\"
-    echo "    --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models"
+    echo "    --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models \\"
+    echo "    --set-json 'job.credentials={\"FAKE_API_KEY\":{\"secretName\":\"model-keys\",\"key\":\"fake\"}}' --set gateway.replicas=0"
     images=(--set image.repository=localhost/pi-dispatch/operator --set image.tag=dev --set image.pullPolicy=Never
-            --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models)
-    # No gateway on a real node yet: its Pods would reach a gateway on this machine at $HOST as they reach the forge,
-    # but that was not tried; the chart's own gateway Pods would need cluster DNS for its Service, which this local
-    # cluster does not run. The job gets the forge token and the model key as without the gateway.
-    echo "    --set gateway.enabled=false"
-    images+=(--set gateway.enabled=false)
+            --set job.image=localhost/pi-dispatch/job:dev --set job.modelsConfigMap=pi-models
+            --set-json 'job.credentials={"FAKE_API_KEY":{"secretName":"model-keys","key":"fake"}}'
+            --set gateway.replicas=0)
 else
     # The gateway: this machine's process (started below, once the chart made its key and certificate); the chart's
     # Deployment at 0 replicas. Job Pods get the model's provider from pi-models and no key: the gateway reads it
     # from model-keys, as it reads the forge token from forge-token.
     GW_PORT="$(port)"; GW_PROXY="$(port)"; GW_METRICS="$(port)"
-    kubectl create secret generic model-keys -n "$NS" --from-literal=fake="$MODEL_KEY" >/dev/null
-    kubectl create configmap pi-models -n "$NS" --from-file=models.json="$DEMO_DIR/models.json" >/dev/null
     echo "    --set job.modelsConfigMap=pi-models --set-json 'job.credentials={\"FAKE_API_KEY\":{\"secretName\":\"model-keys\",\"key\":\"fake\"}}' \\"
     echo "    --set gateway.replicas=0 --set gateway.url=https://$HOST:$GW_PORT --set gateway.proxyUrl=http://$HOST:$GW_PROXY \\"
     echo "    --set-json 'gateway.extraDNSNames=[\"$HOST\"]'"
@@ -143,7 +145,25 @@ kubectl wait -n "$NS" --for=create pod -l app.kubernetes.io/component=operator -
 kubectl wait -n "$NS" --for=jsonpath='{.status.phase}'=Running pod -l app.kubernetes.io/component=operator \
     --timeout=120s >/dev/null
 
-if [ "$NODE" != real ]; then
+if [ "$NODE" = real ]; then
+    say "1b. The gateway: the chart's Deployment at one replica, at its Service's address (this cluster has no kube-proxy and no DNS: the demo routes the address to the Pod as kube-proxy would)"
+    GW_IP="$(kubectl get service pi-dispatch-gateway -n "$NS" -o jsonpath='{.spec.clusterIP}')"
+    run helm upgrade pi-dispatch charts/pi-dispatch -n "$NS" --reuse-values --set gateway.replicas=1 \
+        --set gateway.url="https://$GW_IP" --set gateway.proxyUrl="http://$GW_IP:3128" \
+        --set-json "gateway.extraDNSNames=[\"$GW_IP\"]" >/dev/null
+    kubectl rollout status deployment/pi-dispatch-gateway -n "$NS" --timeout=180s >/dev/null
+    kubectl rollout status deployment/pi-dispatch -n "$NS" --timeout=180s >/dev/null  # the operator, told where it is
+    GW_POD_IP="$(kubectl get pod -n "$NS" -l app.kubernetes.io/component=gateway -o jsonpath='{.items[0].status.podIP}')"
+    .venv/bin/python - "$STATE" "$GW_IP" "$GW_POD_IP" <<'PY'
+import sys
+from e2e.cluster import Cluster
+from pidispatch.gateway.protocol import HTTPS_PORT, PROXY_PORT
+backend = Cluster.load(sys.argv[1]).backend
+backend.route_service(sys.argv[2], 443, sys.argv[3], HTTPS_PORT)
+backend.route_service(sys.argv[2], PROXY_PORT, sys.argv[3], PROXY_PORT)
+PY
+    echo "gateway Pod $GW_POD_IP behind its Service's https://$GW_IP (443 -> 8443) and $GW_IP:3128"
+else
     say "1b. The gateway, as a process on this machine: the chart's key and certificate (Secret pi-dispatch-gateway), the forge token and the model key read from their Secrets"
     mkdir -p "$DEMO_DIR/gateway" && chmod 700 "$DEMO_DIR/gateway"
     for key in key tls.crt tls.key; do
@@ -202,18 +222,16 @@ wait_job issue-7-labeled
 run kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{"checkout:  "}{.status.checkout}{"\nworkspace: "}{.status.workspace}{"\n"}'
 commits
 run kubectl get pijobs,sessionkeys -n "$NS"
-if [ "$NODE" != real ]; then
-    say "3b. Through the gateway: the job Pod's env holds no token (its only Secret is its own capability), the gateway's ledger, the Job's tokens"
-    POD="$(kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{.status.podName}')"
-    UID_="$(kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{.metadata.uid}')"
-    echo "\$ kubectl get pod $POD -n $NS -o jsonpath='{range .spec.containers[0].env[*]}{.name}{\" \"}{.valueFrom.secretKeyRef.name}{\"\\n\"}{end}'"
-    kubectl get pod "$POD" -n "$NS" \
-        -o jsonpath='{range .spec.containers[0].env[*]}{"  "}{.name}{" "}{.valueFrom.secretKeyRef.name}{"\n"}{end}'
-    spec="$(kubectl get pod "$POD" -n "$NS" -o json)"
-    echo "the forge token appears $({ grep -o -F -- "$PAT" <<<"$spec" || true; } | wc -l) times in the Pod, the model key $({ grep -o -F -- "$MODEL_KEY" <<<"$spec" || true; } | wc -l) times"
-    run kubectl get configmap "pi-job-ledger-$UID_" -n "$NS" -o jsonpath='{.data}{"\n"}'
-    run kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{"tokens:  "}{.status.tokens}{"\ngateway: "}{.status.gateway}{"\n"}'
-fi
+say "3b. Through the gateway: the job Pod's env holds no token (its only Secret is its own capability), the gateway's ledger, the Job's tokens"
+POD="$(kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{.status.podName}')"
+UID_="$(kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{.metadata.uid}')"
+echo "\$ kubectl get pod $POD -n $NS -o jsonpath='{range .spec.containers[0].env[*]}{.name}{\" \"}{.valueFrom.secretKeyRef.name}{\"\\n\"}{end}'"
+kubectl get pod "$POD" -n "$NS" \
+    -o jsonpath='{range .spec.containers[0].env[*]}{"  "}{.name}{" "}{.valueFrom.secretKeyRef.name}{"\n"}{end}'
+spec="$(kubectl get pod "$POD" -n "$NS" -o json)"
+echo "the forge token appears $({ grep -o -F -- "$PAT" <<<"$spec" || true; } | wc -l) times in the Pod, the model key $({ grep -o -F -- "$MODEL_KEY" <<<"$spec" || true; } | wc -l) times"
+run kubectl get configmap "pi-job-ledger-$UID_" -n "$NS" -o jsonpath='{.data}{"\n"}'
+run kubectl get pijob issue-7-labeled -n "$NS" -o jsonpath='{"tokens:  "}{.status.tokens}{"\ngateway: "}{.status.gateway}{"\n"}'
 
 say "4. A review comment on pull request 8 (the agent's, from pi/issue-7): the head comes from the API, same key, so the job resumes"
 show_apply <<YAML >/dev/null
