@@ -89,11 +89,15 @@ echo $! > "$STATE/demo-model.pid"
 for _ in $(seq 50); do [ -s "$DEMO_DIR/port" ] && break; sleep 0.1; done
 echo "scripted model on $HOST:$(cat "$DEMO_DIR/port"), pi's agent dir $DEMO_DIR/agent"
 # The deployment's models.json (job.modelsConfigMap; the gateway's PI_GATEWAY_MODELS_FILE): the scripted model's
-# provider with its key by environment name, FAKE_API_KEY, which only the gateway resolves (job.credentials: a Secret).
+# provider with its key by environment name, FAKE_API_KEY, which only the gateway resolves (job.credentials: a Secret),
+# and its prices.
 .venv/bin/python - "$DEMO_DIR/agent/models.json" "$DEMO_DIR/models.json" <<'PY'
 import json, sys
 models = json.load(open(sys.argv[1]))
 models["providers"]["fake"]["apiKey"] = "FAKE_API_KEY"
+# Its price per million tokens (US dollars): the gateway prices each reply with it, as pi does (docs/gateway.md#cost).
+for model in models["providers"]["fake"]["models"]:
+    model["cost"] = {"input": 3, "output": 15, "cacheRead": 0.3, "cacheWrite": 3.75}
 json.dump(models, open(sys.argv[2], "w"), indent=2)
 PY
 MODEL_KEY="sk-demo-$(.venv/bin/python -c 'import secrets; print(secrets.token_hex(12))')"
