@@ -188,8 +188,9 @@ def test_the_gateway_process_reads_the_key_and_keeps_the_ledger_on_the_apiserver
             out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     figures = data(kube, job)["gateway-e2e"]
+    # The scripted model's models.json gives no price: both replies are counted, unpriced.
     assert figures == {"input": 1900, "output": 20, "cacheRead": 100, "cacheWrite": 0, "requests": 2,
-                       "refusals": {"token-budget": 1, "other-repository": 1}}
+                       "refusals": {"token-budget": 1, "other-repository": 1}, "cost": 0, "unpriced": 2}
     assert "gateway_model_reply" in err
     for secret in (capability, capability.split(".")[2], model_key):
         assert secret not in out + err
