@@ -43,7 +43,7 @@ def test_a_refusal_logs_the_spec_s_event(tmp_path: Path, events, store: str | No
     settings = OperatorSettings(store=Settings(sessions_dir=store, github_auth_source=source),
                                 staging_dir=str(tmp_path), max_concurrent_jobs=1)
     from pidispatch.jobflow.dispatcher import Dispatcher
-    from pidispatch.slots import Slots
+    from pidispatch.jobflow.slots import Slots
 
     c = Dispatcher(settings, api, NS)  # type: ignore[arg-type]
     c.slots = Slots(1, clock=Clock())
@@ -103,7 +103,7 @@ def pat_settings(tmp_path: Path, api_url: str = "http://127.0.0.1:9") -> Operato
 
 def dispatch(api: MemoryApi, settings: OperatorSettings, name: str, spec: dict, forge: Forge | None = None) -> dict:
     from pidispatch.jobflow.dispatcher import Dispatcher
-    from pidispatch.slots import Slots
+    from pidispatch.jobflow.slots import Slots
 
     c = Dispatcher(settings, api, NS, forge)  # type: ignore[arg-type]
     c.slots = Slots(1, clock=Clock())
