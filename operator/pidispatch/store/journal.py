@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.events import emit
 from pidispatch.record import PromotionResult
 from pidispatch.record import SessionReason as R
@@ -48,7 +49,6 @@ from pidispatch.settings import Settings
 from pidispatch.store import fsio, handoff, handoffdir, keyguard, lock, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.promote import HandoffOf, Names, promote, staged_refusal, write_handoff
-from pidispatch.store.redact import SecretDigest
 from pidispatch.store.scanned import Refused, Scan, make_scanned_copy, scanned_dir
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.store.staging import PROMOTION, HostRecord, JobDir, file_digest, staged_uids
