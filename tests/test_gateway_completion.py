@@ -8,8 +8,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pidispatch.contract import gateway_wire as protocol
 from pidispatch.contract.report import RunnerReport
-from pidispatch.gateway import protocol
 from pidispatch.gateway.capability import verify
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.slots import Slots

@@ -249,7 +249,7 @@ def test_behind_the_gateway_the_capability_says_fork_when_the_forge_does(tmp_pat
                                                                          pull: int, flag: dict, fork: bool) -> None:
     """The gateway keeps a fork's job read-only by its capability's claims: they must follow what the forge
     revealed, not the payload's word (the claims are minted after the head lookup)."""
-    from pidispatch.gateway import protocol
+    from pidispatch.contract import gateway_wire as protocol
     from pidispatch.gateway.capability import verify
     from pidispatch.manifests.pod import gateway_secret_name
     from pidispatch.settings.gateway import Gateway
