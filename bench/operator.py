@@ -360,7 +360,7 @@ else:
             return "operator (kopf's peering keep-alive, background)"
         if resource == "leases":
             # Not the kubelet's: the test kubelet keeps no node Lease. The renewals of the operator's leader
-            # Lease (every 2 s, pidispatch/leader.py) and of the controller-manager's own leader Lease.
+            # Lease (every 2 s, pidispatch/election/leader.py) and of the controller-manager's own leader Lease.
             return "operator's and controller-manager's leader Leases (background renewals)"
         if resource == "nodes":
             return "kubelet / controller-manager (background)"

@@ -38,10 +38,11 @@ sys.path.insert(0, str(REPO / "bench"))
 from _common import machine, machine_line  # noqa: E402
 from store import make_transcript  # noqa: E402
 
+from pidispatch.contract.digests import digest_of  # noqa: E402
 from pidispatch.settings import Settings  # noqa: E402
 from pidispatch.store.journal import promote_once  # noqa: E402
 from pidispatch.store.promote import promote  # noqa: E402
-from pidispatch.store.redact import digest_of, redact  # noqa: E402
+from pidispatch.store.redact import redact  # noqa: E402
 from pidispatch.store.staging import HOST, HostRecord, JobDir  # noqa: E402
 
 try:  # the decoding scan; a checkout before it has only the scan of bytes, so the same bench runs on both

@@ -2,7 +2,7 @@
 """Leader takeover on a real kube-apiserver: how long the operator's replicas are without a leader.
 
 Not a test: timings are never assertions. Starts a local control plane (etcd, kube-apiserver; no kubelet)
-in a temp directory and runs two replicas' electors (``pidispatch/leader.py``, the operator's own
+in a temp directory and runs two replicas' electors (``pidispatch/election/leader.py``, the operator's own
 durations: 15 s lease, 10 s renew deadline, 2 s retry) against one Lease:
 
 a. **Planned stop** (a rollout, a drain): the leader releases the Lease on its way out; from the release
@@ -34,8 +34,8 @@ sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO))
 
 from e2e.cluster import Cluster  # noqa: E402
+from pidispatch.election.leader import LeaderElector, LeaseConfig  # noqa: E402
 from pidispatch.kubeapi import Api  # noqa: E402
-from pidispatch.leader import LeaderElector, LeaseConfig  # noqa: E402
 
 NS = "default"
 

@@ -161,7 +161,7 @@ if [ "$NODE" = real ]; then
     .venv/bin/python - "$STATE" "$GW_IP" "$GW_POD_IP" <<'PY'
 import sys
 from e2e.cluster import Cluster
-from pidispatch.gateway.protocol import HTTPS_PORT, PROXY_PORT
+from pidispatch.contract.gateway_wire import HTTPS_PORT, PROXY_PORT
 backend = Cluster.load(sys.argv[1]).backend
 backend.route_service(sys.argv[2], 443, sys.argv[3], HTTPS_PORT)
 backend.route_service(sys.argv[2], PROXY_PORT, sys.argv[3], PROXY_PORT)

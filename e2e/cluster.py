@@ -52,11 +52,11 @@ from e2e.kube import ApiError, Kube, wait_for
 from e2e.multinode import MultiNode
 from e2e.realnode import RealNode, unavailable
 from e2e.testnode import NODE_NAME, TestKubeletNode
+from testkit.pinned import bin_dir
 
 __all__ = ["Cluster", "ClusterError", "DEFAULT_STATE_DIR", "NODE_NAME", "REPO_ROOT", "bin_dir", "free_port",
            "node_ready", "pvc_host_path", "write_kubeconfig"]
 
-BUILD_SCRIPT = REPO_ROOT / "e2e" / "controlplane" / "build.sh"
 DEFAULT_STATE_DIR = Path(
     os.environ.get("PIDISPATCH_CLUSTER_DIR")
     or Path(os.environ.get("PIDISPATCH_CACHE") or Path.home() / ".cache" / "pidispatch") / "cluster"
@@ -68,15 +68,6 @@ MARKERS = {"kubelet": "e2e.kubelet", "pv-provisioner": "--provision-only", "node
 SERVICE_CIDR = "10.0.0.0/24"
 #: what ``start`` wipes: everything a previous run of either node backend left in the state directory
 STATE_SUBDIRS = ("pki", "etcd", "logs", "kubelet", "node", "sa-kubeconfigs")
-
-
-def bin_dir(build: bool = True) -> Path:
-    """Directory holding the pinned binaries; builds them (cached) when ``build`` is true."""
-    if os.environ.get("PIDISPATCH_BIN_DIR"):
-        return Path(os.environ["PIDISPATCH_BIN_DIR"])
-    args = [str(BUILD_SCRIPT)] + ([] if build else ["--print-bin-dir"])
-    out = subprocess.run(args, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return Path(out.strip().splitlines()[-1])
 
 
 # -- the cluster ------------------------------------------------------------------------------------

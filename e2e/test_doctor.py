@@ -16,7 +16,7 @@ from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.pods import pod_path, wait_pod_phase
 from pidispatch.api import crds
-from pidispatch.doctor_cluster import CRD_NAMES, REQUIRED_ACCESS
+from pidispatch.doctor.cluster import CRD_NAMES, REQUIRED_ACCESS
 from pidispatch.gateway.secrets import StaticSecrets
 from testkit.gatewaykit import GatewayServer
 from testkit.transferkit import make_pki

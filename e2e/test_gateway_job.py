@@ -39,7 +39,7 @@ from e2e.cluster import Cluster, free_port
 from e2e.hosttools import require
 from e2e.kube import Kube
 from e2e.release import RELEASE, Release, base_values, create_secret, installed, merge
-from pidispatch.gateway.protocol import ledger_name
+from pidispatch.contract.gateway_wire import ledger_name
 from pidispatch.manifests.pod import gateway_secret_name
 from testkit.fakegithub_api import FakeGitHubAPI
 from testkit.gitforge import Repos, make_tls

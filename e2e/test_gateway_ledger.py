@@ -27,9 +27,9 @@ import yaml
 from e2e.cluster import Cluster
 from e2e.kube import Kube
 from pidispatch.api import crds
+from pidispatch.contract.gateway_wire import LEDGER_LABEL, ledger_name
 from pidispatch.gateway.capability import Claims, SecretRef, mint
 from pidispatch.gateway.kubeledger import KubeLedger
-from pidispatch.gateway.protocol import LEDGER_LABEL, ledger_name
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.delivery import job_body
 from testkit.scripted_model import ScriptedModel, Usage

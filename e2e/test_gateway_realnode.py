@@ -63,7 +63,7 @@ from e2e.kube import Kube
 from e2e.realnode import RealNode, images_env, unavailable
 from e2e.realnodekit import run
 from e2e.release import RELEASE, Release, create_secret, fresh_namespace, issue_key_of
-from pidispatch.gateway.protocol import PROXY_PORT, ledger_name
+from pidispatch.contract.gateway_wire import PROXY_PORT, ledger_name
 from pidispatch.manifests.pod import gateway_secret_name
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls

@@ -1,4 +1,4 @@
-"""Leader election (``pidispatch/leader.py``) against the real apiserver's Lease: one holder, a standby that
+"""Leader election (``pidispatch/election/leader.py``) against the real apiserver's Lease: one holder, a standby that
 takes over when the holder stops renewing (judged by its own clock) or releases, and no two holders when
 replicas race. Each replica's clock is a counter the test moves: what is judged is the algorithm and the
 apiserver's optimistic concurrency, not the speed of this machine."""
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from pidispatch.election.leader import LeaderElector, LeaseConfig
 from pidispatch.kubeapi import Api
-from pidispatch.leader import LeaderElector, LeaseConfig
 
 LEASE = "pi-dispatch-leader"
 

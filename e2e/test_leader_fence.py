@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from e2e.test_leader import LEASE, admin, lease
-from pidispatch import fence
+from pidispatch.election import fence
+from pidispatch.election.leader import LeaderElector, LeaseConfig
 from pidispatch.kubeapi import Api
-from pidispatch.leader import LeaderElector, LeaseConfig
 from testkit.store import SPAWN
 from testkit.wait import wait_until
 

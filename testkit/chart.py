@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from e2e.cluster import bin_dir
+from testkit.pinned import bin_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -52,6 +52,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from testkit import github_objects as objects
 from testkit.contracts import ContractError, record, take
 from testkit.fakegithub_graphql import GraphQLAnswers
+from testkit.fakegithub_records import Issued, Pull
 from testkit.gitforge import git, git_path, read_body, serve_git
 from testkit.github_contract import check_request, check_response, description
 
@@ -116,28 +117,6 @@ def _error(status: int, message: str, doc: str = "") -> dict[str, str]:
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class Pull:
-    base_repo: str
-    number: int
-    head_ref: str
-    head_repo: str | None
-    status: int = 200
-    delay: float = 0.0
-    title: str = ""
-    body: str = ""
-    base_ref: str = "main"
-
-
-@dataclass
-class Issued:
-    installation_id: int
-    repositories: tuple[str, ...]  # full names
-    expires_at: float
-    permissions: dict[str, str]
-    revoked: bool = False
 
 
 @dataclass

@@ -7,12 +7,10 @@ judge it (docs/github-contracts.md, "Not checked").
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from testkit import github_objects as objects
-
-if TYPE_CHECKING:
-    from testkit.fakegithub_api import Issued, Pull
+from testkit.fakegithub_records import Issued, Pull
 
 
 class GraphQLAnswers:

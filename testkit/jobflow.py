@@ -16,8 +16,8 @@ import pytest
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.slots import Slots
 from pidispatch.settings import OperatorSettings, Settings
-from pidispatch.slots import Slots
 from testkit.memoryapi import JOBS, NS, TRIGGERS, MemoryApi
 
 PUMP_DEADLINE = 10.0  # seconds the pump may take to return; before the fixes it never did

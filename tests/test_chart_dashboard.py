@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import bin_dir
 from pidispatch import metrics
 from testkit.chart import CHART, NAMESPACE, kinds, render
+from testkit.pinned import bin_dir
 
 DASHBOARD = CHART / "dashboards" / "pi-dispatch.json"
 _SUFFIXES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}

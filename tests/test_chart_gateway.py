@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import pytest
 from cryptography import x509
 
-from pidispatch.gateway import protocol
+from pidispatch.contract import gateway_wire as protocol
 from pidispatch.settings import gatewayserver
 from testkit.chart import (
     FULLNAME,

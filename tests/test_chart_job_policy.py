@@ -11,7 +11,7 @@ from typing import Any
 
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
-from pidispatch.gateway import protocol as gateway_protocol
+from pidispatch.contract import gateway_wire as gateway_protocol
 from pidispatch.jobflow.pod import pod_env
 from pidispatch.manifests.pod import (
     GatewayInputs,

@@ -1,4 +1,4 @@
-"""What values.yaml promises of a standby operator is what the leader election does (``pidispatch/leader.py``).
+"""What values.yaml promises of a standby operator is what the leader election does (``pidispatch/election/leader.py``).
 
 A lost leader is replaced once the standby, polling every ``retry_seconds``, has seen the Lease unchanged for
 ``lease_seconds`` by its own clock: it notices the last renewal up to one poll late and the expiry up to one poll
@@ -12,7 +12,7 @@ import ast
 import re
 from pathlib import Path
 
-from pidispatch.leader import LeaseConfig
+from pidispatch.election.leader import LeaseConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,24 +15,24 @@ import pytest
 import yaml
 
 from pidispatch.api.crds import TRIGGER_RULES
-from pidispatch.doctor import (
-    StoreFacts,
-    diagnose,
-)
-from pidispatch.doctor_check import (
+from pidispatch.doctor.check import (
     Check,
     Status,
     exit_code,
     render_json,
     render_text,
 )
-from pidispatch.doctor_cluster import (
+from pidispatch.doctor.cluster import (
     CRD_NAMES,
     REQUIRED_ACCESS,
     Access,
     ClusterFacts,
 )
-from pidispatch.doctor_edge import explicit_bounds, inspect_store
+from pidispatch.doctor.diagnose import (
+    StoreFacts,
+    diagnose,
+)
+from pidispatch.doctor.edge import explicit_bounds, inspect_store
 from pidispatch.settings import OperatorSettings
 
 NS = "pi"
@@ -473,8 +473,8 @@ def test_offline_private_store_passes(tmp_path: Path) -> None:
 
 
 def test_a_missing_c_search_is_a_warning_with_the_fix() -> None:
-    from pidispatch.doctor import search_check
-    from pidispatch.doctor_check import Status
+    from pidispatch.doctor.check import Status
+    from pidispatch.doctor.diagnose import search_check
 
     check = search_check(native=False)
     assert check.status is Status.WARN and "not built" in check.message and "gcc" in (check.fix or "")

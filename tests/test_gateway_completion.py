@@ -8,15 +8,15 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pidispatch.contract import gateway_wire as protocol
 from pidispatch.contract.report import RunnerReport
-from pidispatch.gateway import protocol
 from pidispatch.gateway.capability import verify
 from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.usage import LEDGER_SETTLE_SECONDS, disagreement, finished_at, settled_ledger, summed
 from pidispatch.manifests.pod import gateway_secret_name
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.settings.gateway import Gateway
-from pidispatch.slots import Slots
 from testkit.jobflow import Clock, condition, new_job, phase, pump
 from testkit.memoryapi import NS, PODS, TRIGGERS, MemoryApi
 

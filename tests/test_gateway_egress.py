@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from pidispatch.contract.gateway_wire import REFUSAL_HEADER
 from pidispatch.gateway.egress import EgressServer
-from pidispatch.gateway.protocol import REFUSAL_HEADER
 from testkit.egresskit import PAGE, UID, Pki, Rig, basic, capability, connect, echo_upstream, make_pki
 from testkit.wait import wait_until
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from pidispatch.contract.gateway_wire import REFUSAL_HEADER
 from pidispatch.gateway.egress import EgressLimits
-from pidispatch.gateway.protocol import REFUSAL_HEADER
 from testkit.egresskit import KEY, UID, Pki, Rig, basic, capability, connect, make_pki
 
 WAIT = 10.0

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from pidispatch.contract.gateway_wire import REFUSAL_HEADER
 from pidispatch.gateway.ledger import MemoryLedger
 from pidispatch.gateway.model import NO_USAGE
-from pidispatch.gateway.protocol import REFUSAL_HEADER
 from pidispatch.gateway.providers import ANTHROPIC_MESSAGES, OPENAI_COMPLETIONS, Provider
 from testkit.fake_anthropic import AnthropicUsage, FakeAnthropic
 from testkit.gatewaykit import GatewayServer, capability, claims, secrets

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from pidispatch.contract.gateway_wire import ENV_TOKEN
 from pidispatch.gateway.ledger import MemoryLedger
 from pidispatch.gateway.prices import price_table
-from pidispatch.gateway.protocol import ENV_TOKEN
 from pidispatch.gateway.providers import OPENAI_COMPLETIONS, Provider
 from testkit.gatewaykit import GatewayServer, capability, claims, secrets
 from testkit.pitool import pi_binary, run_pi

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pidispatch.gateway import protocol
+from pidispatch.contract import gateway_wire as protocol
 from pidispatch.gateway.capability import verify
 from pidispatch.manifests.pod import GatewayInputs, PodInputs, WorkspaceInputs, gateway_secret_name, job_pod
 from pidispatch.providers import KEY_VARIABLES

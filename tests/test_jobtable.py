@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pidispatch.api.views import JobView
+from pidispatch.jobflow.queuepolicy import QUEUED_AFTER_SECONDS, marks_later, next_mark_in, writes_retrying
 from pidispatch.jobflow.table import JobTable
-from pidispatch.queuepolicy import QUEUED_AFTER_SECONDS, marks_later, next_mark_in, writes_retrying
 
 
 def job(name: str, uid: str) -> JobView:

@@ -1,4 +1,4 @@
-"""The fence (``pidispatch/fence.py``): a leader paused past its lease writes nothing once the standby leads.
+"""The fence (``pidispatch/election/fence.py``): a leader paused past its lease writes nothing once the standby leads.
 
 Two real processes on a real filesystem. Leader A promotes a Job on a key and is SIGSTOP'd holding the
 key's lock (a frozen node). Its lease runs out; B takes it, runs a starting leader's journal recovery
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from pidispatch import fence
+from pidispatch.election import fence
 from pidispatch.kubeapi import Api
 from pidispatch.record import PromotionResult
 from pidispatch.settings import Settings

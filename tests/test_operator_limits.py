@@ -16,8 +16,8 @@ import pytest
 
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.pod import never_started
+from pidispatch.jobflow.slots import Slots
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
-from pidispatch.slots import Slots
 from testkit.jobflow import Clock, condition, new_job, phase, pump
 from testkit.memoryapi import PODS, TRIGGERS, MemoryApi
 

@@ -43,7 +43,7 @@ def test_a_refusal_logs_the_spec_s_event(tmp_path: Path, events, store: str | No
     settings = OperatorSettings(store=Settings(sessions_dir=store, github_auth_source=source),
                                 staging_dir=str(tmp_path), max_concurrent_jobs=1)
     from pidispatch.jobflow.dispatcher import Dispatcher
-    from pidispatch.slots import Slots
+    from pidispatch.jobflow.slots import Slots
 
     c = Dispatcher(settings, api, NS)  # type: ignore[arg-type]
     c.slots = Slots(1, clock=Clock())
@@ -103,7 +103,7 @@ def pat_settings(tmp_path: Path, api_url: str = "http://127.0.0.1:9") -> Operato
 
 def dispatch(api: MemoryApi, settings: OperatorSettings, name: str, spec: dict, forge: Forge | None = None) -> dict:
     from pidispatch.jobflow.dispatcher import Dispatcher
-    from pidispatch.slots import Slots
+    from pidispatch.jobflow.slots import Slots
 
     c = Dispatcher(settings, api, NS, forge)  # type: ignore[arg-type]
     c.slots = Slots(1, clock=Clock())
@@ -249,7 +249,7 @@ def test_behind_the_gateway_the_capability_says_fork_when_the_forge_does(tmp_pat
                                                                          pull: int, flag: dict, fork: bool) -> None:
     """The gateway keeps a fork's job read-only by its capability's claims: they must follow what the forge
     revealed, not the payload's word (the claims are minted after the head lookup)."""
-    from pidispatch.gateway import protocol
+    from pidispatch.contract import gateway_wire as protocol
     from pidispatch.gateway.capability import verify
     from pidispatch.manifests.pod import gateway_secret_name
     from pidispatch.settings.gateway import Gateway

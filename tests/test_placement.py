@@ -13,10 +13,10 @@ from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.models import TriggerSpec
 from pidispatch.api.placement import OperatorNode, placement_conflict, tolerates
 from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.slots import Slots
 from pidispatch.kubeapi import ApiError
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.settings.scheduling import Scheduling
-from pidispatch.slots import Slots
 from testkit.jobflow import Clock, pump
 from testkit.memoryapi import JOBS, NS, TRIGGERS, MemoryApi
 

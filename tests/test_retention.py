@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pidispatch.api.views import JobView
-from pidispatch.doctor_check import Status
-from pidispatch.doctor_cluster import terminating_claims
+from pidispatch.doctor.check import Status
+from pidispatch.doctor.cluster import terminating_claims
 from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at
 from pidispatch.jobflow.table import NameLocks
 from pidispatch.manifests.pod import token_secret_name

@@ -24,19 +24,19 @@ from pidispatch.api.trigger import first_refusal
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.api.vocabulary import JOB_FORGES, TRIGGER_RULES
 from pidispatch.contract import ENV_RUN_SECRETS, ENV_RUN_SECRETS_DIR, RUN_SECRETS_DIR, command_problem
+from pidispatch.contract.digests import digest_of
 from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import create_pod, pod_env
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.runner.main import own_secrets
 from pidispatch.settings import OperatorSettings, Settings
-from pidispatch.store.redact import digest_of
 from testkit.chart import POD_POLICY, one, render
 from testkit.memoryapi import MemoryApi
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = PodInputs(job_name="delivery-1", job_uid="u-1", namespace="ns", image="job:1", command=["pidispatch", "runner"])
-VALUE = "deploy_" + "k" * 33  # a value the scan can look for (store/redact.py digest_of)
+VALUE = "deploy_" + "k" * 33  # a value the scan can look for (contract/digests.py digest_of)
 OTHER = "stripe_" + "s" * 33
 
 

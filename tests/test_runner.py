@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from pidispatch.contract import TERMINATION_MESSAGE_LIMIT
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.contract.report import Rethread, RunnerReport, Workspace
 from pidispatch.record import SESSION_REASONS, RunnerSession
 from pidispatch.runner.checkout import CheckoutSpec
@@ -36,7 +37,6 @@ from pidispatch.runner.session import (
     read_final,
 )
 from pidispatch.runner.version import parse_version_output, version_problem
-from pidispatch.store.redact import SecretDigest
 from pidispatch.transcript.parser import parse_transcript
 from testkit.transcripts import pi_context, sample
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from pidispatch.queuepolicy import BACKOFF_CAP_SECONDS, backoff_seconds, waited_longer_than
-from pidispatch.slots import Slots
+from pidispatch.jobflow.queuepolicy import BACKOFF_CAP_SECONDS, backoff_seconds, waited_longer_than
+from pidispatch.jobflow.slots import Slots
 
 
 def drain(slots: Slots) -> list[str]:

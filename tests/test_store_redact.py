@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from pidispatch.contract.digests import SecretDigest, as_json, digest_of
 from pidispatch.contract.report import RunnerReport
 from pidispatch.record import merge_session
 from pidispatch.runner.main import own_secrets
 from pidispatch.settings import Settings
 from pidispatch.store import handoff
 from pidispatch.store.journal import promote_once
-from pidispatch.store.redact import SecretDigest, as_json, digest_of, marker, redact
+from pidispatch.store.redact import marker, redact
 from pidispatch.store.staging import HOST, PROMOTION, HostRecord, JobDir
 from pidispatch.store.transcriptscan import redact_lines
 from testkit.store import KEY, MODEL, PI, KillAt, Store, run_to_death, sample

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pidispatch.store.redact import SecretDigest, digest_of
+from pidispatch.contract.digests import SecretDigest, digest_of
 from pidispatch.store.scanned import make_scanned_copy
 from testkit.store import sample
 

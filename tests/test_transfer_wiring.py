@@ -18,11 +18,11 @@ import pytest
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import SESSION_FILE, SESSION_MOUNT
 from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.slots import Slots
 from pidispatch.manifests.pod import PodInputs, TransferInputs, job_pod, transfer_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.settings.scheduling import Scheduling
 from pidispatch.settings.staging import Staging, Transfer, TransferLimits
-from pidispatch.slots import Slots
 from pidispatch.transfer import protocol
 from pidispatch.transfer.token import job_token
 from testkit.jobflow import Clock, condition, phase, pump

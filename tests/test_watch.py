@@ -1,4 +1,4 @@
-"""The operator's own list+watch (``pidispatch/watch.py``) against an HTTP server that answers as the
+"""The operator's own list+watch (``pidispatch/election/watch.py``) against an HTTP server that answers as the
 apiserver does: a list with its resourceVersion, then a chunked watch of one JSON event per line.
 
 Each case scripts the server's answers in order and checks what was delivered and what was asked: the
@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
+from pidispatch.election.watch import ListWatch
 from pidispatch.kubeapi import Api
-from pidispatch.watch import ListWatch
 from testkit.wait import wait_until
 
 PATH = "/apis/pi-dispatch.dev/v1alpha1/namespaces/ns/jobs"

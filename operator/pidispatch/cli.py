@@ -214,7 +214,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from pidispatch.doctor_edge import main as doctor_main
+    from pidispatch.doctor.edge import main as doctor_main
     from pidispatch.settings import ConfigError
 
     try:

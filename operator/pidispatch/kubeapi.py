@@ -68,7 +68,7 @@ class Api:
                  retries: int = 3) -> None:
         self.server = server.rstrip("/")
         # Called with (method, path) before every request that is not a GET: the leader's fence
-        # (``pidispatch/fence.py``), which ends a process that may have lost the Lease before it writes.
+        # (``pidispatch/election/fence.py``), which ends a process that may have lost the Lease before it writes.
         self.write_guard: Callable[[str, str], None] | None = None
         # The namespace the configuration names (the Pod's own, or the kubeconfig context's), if any.
         self.namespace = namespace
@@ -195,7 +195,7 @@ class Api:
             query["continue"] = token
 
     def stream(self, path: str, *, params: dict[str, Any], read_timeout: float) -> Iterator[dict[str, Any]]:
-        """A watch's events as they arrive: one JSON object per line of the chunked answer (``watch.py``).
+        """A watch's events as they arrive: one JSON object per line of the chunked answer (``election/watch.py``).
 
         ``read_timeout`` bounds the silence between two chunks, not the whole answer: a watch stays open
         for minutes. A non-2xx answer is :class:`ApiError`; a line that is not a JSON object ends the stream

@@ -1,5 +1,5 @@
 {{/* The gateway (gateway.enabled, docs/gateway.md): names shared by the gateway-*.yaml templates and the operator's
-env. Its ports are the wire's constants (operator/pidispatch/gateway/protocol.py): HTTPS 8443 (the Service's 443),
+env. Its ports are the wire's constants (operator/pidispatch/contract/gateway_wire.py): HTTPS 8443 (the Service's 443),
 the CONNECT proxy 3128, health/readiness/metrics 9090 (never on the Service job Pods reach). */}}
 
 {{/* The gateway's values with the chart's defaults under them. `helm upgrade --reuse-values` (docs/upgrading.md) from a

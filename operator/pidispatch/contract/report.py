@@ -11,7 +11,7 @@ One JSON object in the job container's termination message (and the runner's las
                 # the job's own replies, with or without a session; "cost" only when every reply was priced
      "piVersion": "<what pi --version said>",
      "outcome": "completed" | "failed" | "aborted" | "refused",
-     "secrets": [{"length": int, "sha256": hex}]}  # the job's own secrets, by digest (store/redact.py)
+     "secrets": [{"length": int, "sha256": hex}]}  # the job's own secrets, by digest (contract/digests.py)
 
 Optional parts are left out rather than sent as null. The runner writes it with
 :meth:`RunnerReport.to_message`; the operator reads it with :meth:`RunnerReport.from_message`. The message
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pidispatch.contract import TERMINATION_MESSAGE_LIMIT, TOKEN_FIELDS, is_commit
+from pidispatch.contract.digests import SecretDigest, as_json, parse_digests
 from pidispatch.record import MAX_SAFE_INTEGER, RunnerSession, parse_context, parse_runner_session
-from pidispatch.store.redact import SecretDigest, as_json, parse_digests
 
 OUTCOMES = ("completed", "failed", "refused", "aborted")
 # Why the runner could not check the workspace out (closed: the Job's condition reason is derived from it).

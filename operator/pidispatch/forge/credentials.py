@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.settings import GitHubSettings, permission_levels
-from pidispatch.store.redact import SecretDigest
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class JobToken:
     secret: str
     key: str
     expires_at: float | None = None
-    # The minted token's digest (``store/redact.py``): the operator keeps no value, yet can find it in a transcript.
+    # The minted token's digest (``contract/digests.py``): the operator keeps no value, yet can find it in a transcript.
     digest: SecretDigest | None = None
 
 

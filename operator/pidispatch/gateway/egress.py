@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from pidispatch.contract import gateway_wire as protocol
 from pidispatch.events import emit
-from pidispatch.gateway import auth, protocol
+from pidispatch.gateway import auth
 from pidispatch.gateway.capability import CapabilityError, Claims, verify
 from pidispatch.gateway.egress_head import BadHead, answer, read_head
 from pidispatch.gateway.egress_hosts import AllowList, BadHost, Host, normalise, split_port

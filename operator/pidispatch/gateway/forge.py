@@ -23,13 +23,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from pidispatch.gateway import forge_graphql, forge_rest, refusal
-from pidispatch.gateway.auth import presented
-from pidispatch.gateway.capability import CapabilityError, Claims, verify
-from pidispatch.gateway.forge_graphql import Refusal, graphql_url
-from pidispatch.gateway.forge_headers import to_job, to_upstream
-from pidispatch.gateway.ledger import Ledger
-from pidispatch.gateway.protocol import (
+from pidispatch.contract.gateway_wire import (
     API_PREFIX,
     GRAPHQL_PATH,
     REFUSED_BAD_CAPABILITY,
@@ -38,6 +32,12 @@ from pidispatch.gateway.protocol import (
     REFUSED_REDIRECT,
     REFUSED_UNCHECKED,
 )
+from pidispatch.gateway import forge_graphql, forge_rest, refusal
+from pidispatch.gateway.auth import presented
+from pidispatch.gateway.capability import CapabilityError, Claims, verify
+from pidispatch.gateway.forge_graphql import Refusal, graphql_url
+from pidispatch.gateway.forge_headers import to_job, to_upstream
+from pidispatch.gateway.ledger import Ledger
 from pidispatch.gateway.secrets import SecretMissing, SecretSource
 
 log = logging.getLogger("pidispatch.gateway.forge")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pidispatch.contract.gateway_wire import REFUSED_FORK_WRITE, REFUSED_REPOSITORY, REFUSED_UNCHECKED
 from pidispatch.gateway.capability import Claims
 from pidispatch.gateway.forge_graphql_parse import (
     Document,
@@ -26,7 +27,6 @@ from pidispatch.gateway.forge_graphql_parse import (
     resolve,
     root_fields,
 )
-from pidispatch.gateway.protocol import REFUSED_FORK_WRITE, REFUSED_REPOSITORY, REFUSED_UNCHECKED
 
 MAX_BODY_BYTES = 256 * 1024  # gh's largest request (pr view with every field) is a few KiB
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 from yarl import URL
 
+from pidispatch.contract.gateway_wire import API_PREFIX, GRAPHQL_PATH
 from pidispatch.gateway.capability import Claims
 from pidispatch.gateway.forge_graphql import graphql_url
-from pidispatch.gateway.protocol import API_PREFIX, GRAPHQL_PATH
 
 TO_UPSTREAM = frozenset({
     "accept", "accept-encoding", "accept-language", "content-type", "content-encoding", "content-length",

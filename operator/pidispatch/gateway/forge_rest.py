@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 
+from pidispatch.contract.gateway_wire import REFUSED_FORK_WRITE, REFUSED_REPOSITORY, REFUSED_UNCHECKED
 from pidispatch.gateway.capability import Claims
 from pidispatch.gateway.forge_graphql import Refusal
-from pidispatch.gateway.protocol import REFUSED_FORK_WRITE, REFUSED_REPOSITORY, REFUSED_UNCHECKED
 
 READS = frozenset({"GET", "HEAD"})
 METHODS = frozenset({"GET", "HEAD", "POST", "PATCH", "PUT", "DELETE"})

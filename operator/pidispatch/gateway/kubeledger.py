@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pidispatch.api.vocabulary import GROUP, VERSION
+from pidispatch.contract.gateway_wire import LEDGER_LABEL, ledger_name
 from pidispatch.gateway.capability import Claims
 from pidispatch.gateway.ledger import Figures
-from pidispatch.gateway.protocol import LEDGER_LABEL, ledger_name
 from pidispatch.kubeapi import ApiError, KubeApi, name_segment
 
 log = logging.getLogger("pidispatch.gateway.kubeledger")

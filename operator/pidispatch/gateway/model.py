@@ -33,13 +33,7 @@ from urllib.parse import unquote
 import aiohttp
 from aiohttp import web
 
-from pidispatch.events import emit
-from pidispatch.gateway import auth, refusal
-from pidispatch.gateway.capability import CapabilityError, Claims, verify
-from pidispatch.gateway.ledger import Ledger
-from pidispatch.gateway.metrics import GatewayMetrics
-from pidispatch.gateway.prices import PriceTable, price_of, price_table, requested_model
-from pidispatch.gateway.protocol import (
+from pidispatch.contract.gateway_wire import (
     MODEL_PREFIX,
     REFUSED_BAD_CAPABILITY,
     REFUSED_BUDGET,
@@ -47,6 +41,12 @@ from pidispatch.gateway.protocol import (
     REFUSED_NO_KEY,
     REFUSED_PROVIDER,
 )
+from pidispatch.events import emit
+from pidispatch.gateway import auth, refusal
+from pidispatch.gateway.capability import CapabilityError, Claims, verify
+from pidispatch.gateway.ledger import Ledger
+from pidispatch.gateway.metrics import GatewayMetrics
+from pidispatch.gateway.prices import PriceTable, price_of, price_table, requested_model
 from pidispatch.gateway.providers import Provider, key_header, wire_api
 from pidispatch.gateway.secrets import SecretMissing, SecretSource
 from pidispatch.gateway.usage import UsageReader

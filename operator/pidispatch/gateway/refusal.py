@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pidispatch.gateway.protocol import REFUSAL_HEADER
+from pidispatch.contract.gateway_wire import REFUSAL_HEADER
 
 
 def status_of(reason: str) -> int:

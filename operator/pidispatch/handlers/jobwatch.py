@@ -8,7 +8,7 @@ kopf's peering is no longer a reason to keep the Jobs in kopf: a standby watches
 Each Job's events are handled in order, and different Jobs in parallel: an event goes to one of
 ``workers`` threads chosen by the Job's name, as kopf gives each object its own worker. A slow step (a
 checkout resolution, staging, a Pod create that retries) holds up only the Jobs that share its worker.
-The list+watch itself (resourceVersion, bookmarks, 410 → relist, back-off) is ``pidispatch/watch.py``.
+The list+watch itself (resourceVersion, bookmarks, 410 → relist, back-off) is ``pidispatch/election/watch.py``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from pidispatch.election.watch import ListWatch
 from pidispatch.kubeapi import Api
-from pidispatch.watch import ListWatch
 
 log = logging.getLogger("pidispatch.operator")
 

@@ -14,7 +14,7 @@ standby takes over at once.
 
 A replica paused past its lease (SIGSTOP, a frozen node) learns that it lost the Lease only at its next
 renewal; until then its threads would go on where they stood. So while leading, the fence
-(``pidispatch/fence.py``) is installed: each write first asks :meth:`LeaderElector.holds`, and events are
+(``pidispatch/election/fence.py``) is installed: each write first asks :meth:`LeaderElector.holds`, and events are
 dropped as soon as it says no.
 """
 
@@ -24,8 +24,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from pidispatch import fence
-from pidispatch.leader import LeaderElector
+from pidispatch.election import fence
+from pidispatch.election.leader import LeaderElector
 
 log = logging.getLogger("pidispatch.operator")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from pidispatch.settings import OperatorSettings
 
 if TYPE_CHECKING:
-    from pidispatch.doctor_check import Check
+    from pidispatch.doctor.check import Check
     from pidispatch.handlers.leadership import Leadership
     from pidispatch.kubeapi import Api
 
@@ -38,7 +38,7 @@ def run_operator(settings: OperatorSettings, verbose: bool = False) -> int:
     api = Api.from_environment()
     # Every write to the API server passes the fence first (a no-op until this replica leads): a replica
     # woken from a pause past its lease stops before it creates a Pod the new leader created already.
-    from pidispatch import fence
+    from pidispatch.election import fence
 
     api.write_guard = fence.write_guard
     namespace = settings.namespace or api.namespace_default()
@@ -72,9 +72,9 @@ def leadership(settings: OperatorSettings, namespace: str) -> Leadership:
     import os
     import socket
 
+    from pidispatch.election.leader import LeaderElector, LeaseConfig
     from pidispatch.handlers.leadership import Leadership
     from pidispatch.kubeapi import Api
-    from pidispatch.leader import LeaderElector, LeaseConfig
 
     identity = settings.pod_name or f"{socket.gethostname()}-{os.getpid()}"
 
@@ -96,8 +96,8 @@ def leadership(settings: OperatorSettings, namespace: str) -> Leadership:
 def claims_being_deleted(settings: OperatorSettings, api: Api, namespace: str) -> list[Check]:
     """The refusals (doctor's ``claims`` failures) for a staging or store claim that is being deleted:
     a Job staged into one would lose its copy with the claim, and its Pod could not mount it."""
-    from pidispatch.doctor_cluster import terminating_claims
-    from pidispatch.doctor_edge import gather_claims
+    from pidispatch.doctor.cluster import terminating_claims
+    from pidispatch.doctor.edge import gather_claims
     from pidispatch.kubeapi import ApiError
 
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pidispatch.api.models import TriggerSpec
 from pidispatch.api.views import JobView
+from pidispatch.contract.digests import SecretDigest, digest_of
 from pidispatch.forge.credentials import JobToken
 from pidispatch.gateway import capability as gateway_capability
 from pidispatch.jobflow.cluster import Cluster
@@ -20,7 +21,6 @@ from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import GatewayInputs, gateway_secret_name, job_gateway_secret
 from pidispatch.settings import OperatorSettings
 from pidispatch.settings.gateway import EXPIRY_MARGIN_SECONDS, NO_TIMEOUT_SECONDS
-from pidispatch.store.redact import SecretDigest, digest_of
 
 
 def job_claims(settings: OperatorSettings, namespace: str, job: JobView, trigger: TriggerSpec,

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pidispatch import failpoints, fence, metrics
+from pidispatch import failpoints, metrics
 from pidispatch.api.models import JobGateway, JobHandoff, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
+from pidispatch.election import fence
 from pidispatch.events import emit
 from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow import cost, lifecycle, quarantine, sessionkey, usage

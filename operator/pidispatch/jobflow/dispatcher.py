@@ -38,13 +38,13 @@ from pidispatch.jobflow.loops import Loops, guarded
 from pidispatch.jobflow.pod import never_started, owner_name, pod_phase
 from pidispatch.jobflow.queue import JobQueue
 from pidispatch.jobflow.refused import record_refusal
+from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused
 from pidispatch.jobflow.table import JobTable, NameLocks
 from pidispatch.jobflow.trigger import Triggers
 from pidispatch.kubeapi import Api
 from pidispatch.manifests.pod import pod_name
 from pidispatch.settings import OperatorSettings
-from pidispatch.slots import Slots
 from pidispatch.store.journal import release_interrupted
 from pidispatch.store.staging import JobDir
 

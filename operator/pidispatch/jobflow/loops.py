@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pidispatch import fence
+from pidispatch.election import fence
 
 log = logging.getLogger("pidispatch.operator")
 

@@ -21,6 +21,7 @@ from typing import Any
 from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
 from pidispatch.api.views import JobView
 from pidispatch.contract import CONTAINER, ENV_COMMAND, ENV_FLOW
+from pidispatch.contract.digests import digest_of
 from pidispatch.events import emit
 from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
@@ -42,7 +43,6 @@ from pidispatch.manifests.pod import (
     transfer_secret_name,
 )
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
-from pidispatch.store.redact import digest_of
 from pidispatch.store.staging import HostRecord, session_subpath
 from pidispatch.transfer import protocol as transfer_protocol
 from pidispatch.transfer import token as transfer_token

@@ -13,13 +13,14 @@ import logging
 import threading
 from collections.abc import Callable
 
-from pidispatch import metrics, queuepolicy
+from pidispatch import metrics
 from pidispatch.api.views import JobView
 from pidispatch.events import emit
+from pidispatch.jobflow import queuepolicy
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Retrying
 from pidispatch.jobflow.table import JobTable, NameLocks
-from pidispatch.slots import Slots
 
 log = logging.getLogger("pidispatch.operator")
 

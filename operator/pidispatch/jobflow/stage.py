@@ -14,9 +14,9 @@ import time
 from pidispatch import metrics
 from pidispatch.api.models import JobSession, TriggerRun
 from pidispatch.contract import VENUE
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.jobflow.key import KeyRef
 from pidispatch.settings import OperatorSettings
-from pidispatch.store.redact import SecretDigest
 from pidispatch.store.staging import HostRecord, JobDir, stage
 
 log = logging.getLogger("pidispatch.operator")

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from pidispatch.gateway import protocol as gateway_protocol
+from pidispatch.contract import gateway_wire as gateway_protocol
 from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow.cluster import Cluster
 

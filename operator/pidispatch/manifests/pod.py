@@ -49,7 +49,7 @@ from pidispatch.contract import (
     credential_name_problem,
     run_secret_problem,
 )
-from pidispatch.gateway import protocol as gateway_protocol
+from pidispatch.contract import gateway_wire as gateway_protocol
 from pidispatch.manifests.scheduling import scheduling_fields
 from pidispatch.settings.scheduling import Scheduling
 from pidispatch.transfer import protocol as transfer_protocol
@@ -116,7 +116,7 @@ class GatewayInputs:
     url: str  # https://<service>.<namespace>.svc
     proxy: str  # http://<service>.<namespace>.svc:3128
     ca_configmap: str  # key ca.crt
-    secret: str  # the Job's own Secret holding its capability (gateway/protocol.py secret_name)
+    secret: str  # the Job's own Secret holding its capability (contract/gateway_wire.py secret_name)
 
 
 @dataclass(frozen=True)

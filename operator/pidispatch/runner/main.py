@@ -42,6 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 from pidispatch.contract import ENV_SECRET_NAMES, FORGE_TOKEN_NAMES, TERMINATION_LOG
+from pidispatch.contract.digests import MAX_SECRETS, SecretDigest, digest_of
 from pidispatch.contract.report import Rethread, RunnerReport, Workspace
 from pidispatch.events import emit, log_to_stderr
 from pidispatch.record import RunnerSession
@@ -60,7 +61,6 @@ from pidispatch.runner.session import OpenedSession, disabled_session, open_sess
 from pidispatch.runner.transfer import TransferFailed, fetch_staged, hand_back
 from pidispatch.runner.undumpable import protect
 from pidispatch.runner.version import VersionError, version_problem
-from pidispatch.store.redact import MAX_SECRETS, SecretDigest, digest_of
 from pidispatch.transfer.protocol import ENV_TOKEN as TRANSFER_TOKEN
 
 MODELS_JSON = "models.json"

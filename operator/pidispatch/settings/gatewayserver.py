@@ -14,8 +14,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pidispatch.gateway.protocol import HTTPS_PORT, METRICS_PORT
-from pidispatch.gateway.protocol import PROXY_PORT as PROXY_PORT_DEFAULT
+from pidispatch.contract.gateway_wire import HTTPS_PORT, METRICS_PORT
+from pidispatch.contract.gateway_wire import PROXY_PORT as PROXY_PORT_DEFAULT
 from pidispatch.settings.errors import ConfigError
 from pidispatch.settings.readers import absolute_path, integer, json_setting, refuse_empty, text
 

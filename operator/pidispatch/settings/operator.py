@@ -116,7 +116,7 @@ class OperatorSettings:
     job_checkout: bool = True
     metrics_port: int = 9090
     health_port: int = 8080
-    # The coordination.k8s.io Lease the replicas elect their leader on (leader.py): only its holder acts.
+    # The coordination.k8s.io Lease the replicas elect their leader on (election/leader.py): only its holder acts.
     lease: str = "pi-dispatch"
     # The Pod's name, the operator's identity on the Lease: a container restarted in the same Pod
     # recognises its own lease instead of waiting for it to expire.

@@ -19,7 +19,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Iterable
 
-from pidispatch.store.redact import Hit, Redacted, SecretDigest, Wanted, apply, format_hits, trimmed
+from pidispatch.contract.digests import SecretDigest
+from pidispatch.store.redact import Hit, Redacted, Wanted, apply, format_hits, trimmed
 from pidispatch.store.secretforms import joined_runs, run_hits, wrapped_hits, wrapped_runs
 
 _PCT = re.compile(rb"%[0-9A-Fa-f]{2}")

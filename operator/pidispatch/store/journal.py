@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.events import emit
 from pidispatch.record import PromotionResult
 from pidispatch.record import SessionReason as R
@@ -48,7 +49,6 @@ from pidispatch.settings import Settings
 from pidispatch.store import fsio, handoff, handoffdir, keyguard, lock, sidecars
 from pidispatch.store.fsio import now_ms
 from pidispatch.store.promote import HandoffOf, Names, promote, staged_refusal, write_handoff
-from pidispatch.store.redact import SecretDigest
 from pidispatch.store.scanned import Refused, Scan, make_scanned_copy, scanned_dir
 from pidispatch.store.seams import NO_SEAMS, Seams
 from pidispatch.store.staging import PROMOTION, HostRecord, JobDir, file_digest, staged_uids
@@ -76,7 +76,7 @@ def promote_once(
     The copy is durable before the journal names it, so no path promotes an unscanned transcript, and the
     count of hits is journaled with it (``PromotionResult.redacted``).
 
-    Seams (for the kill tests, and the fence of ``pidispatch/fence.py``): ``begin`` before anything is
+    Seams (for the kill tests, and the fence of ``pidispatch/election/fence.py``): ``begin`` before anything is
     written (a recovery, the scan, the journal), ``scanned`` once the scanned copy is durable, ``journaled``
     once the intent is durable, the store's own promotion steps, then ``promoted`` before the result is
     journaled. Never raises for a store fault (those are ``promote-failed``); a journal that cannot be
@@ -240,10 +240,10 @@ def release_interrupted(settings: Settings, staging_root: str) -> int:
     runs again (and judges whether its swap landed), its lock would otherwise refuse every other
     promotion on the key as ``locked`` and lose those transcripts. Only a lock proven to be the
     attempt's own (the inode of its journaled candidate) is removed, with the attempt's temp. This
-    relies on one operator process acting at a time (the Lease of ``leader.py``: it runs only when this
+    relies on one operator process acting at a time (the Lease of ``election/leader.py``: it runs only when this
     replica has taken it): a journal that says ``started`` is then a dead or deposed process's. A deposed
     one that is only paused (a frozen node) and wakes mid-promotion does not go on without its lock: the
-    fence (``pidispatch/fence.py``) stops it before its next step's write, since its lease deadline passed
+    fence (``pidispatch/election/fence.py``) stops it before its next step's write, since its lease deadline passed
     before this replica could take the Lease.
     """
     released = 0

@@ -5,9 +5,9 @@ Two kinds of hit:
 * **common formats**: GitHub tokens of every prefix, AWS access key ids, Google API keys, OpenAI and
   Anthropic keys, Slack tokens, private-key PEM blocks, and the value of an ``Authorization:`` header;
 * **the job's own secrets**: its forge token and model keys. The operator never reads those values (it
-  may not read the job's Secrets); it knows each one only as a :class:`SecretDigest` (the length and a
-  SHA-256 the runner reported, or the operator computed for the App token it minted), and looks for them
-  by hashing each run of token characters of one of those lengths.
+  may not read the job's Secrets); it knows each one only as a :class:`SecretDigest` (``contract/digests.py``:
+  the length and a SHA-256 the runner reported, or the operator computed for the App token it minted), and
+  looks for them by hashing each run of token characters of one of those lengths.
 
 The scan is one pass per format, each a compiled pattern that begins with a literal (``re`` skips through
 such a pattern at memchr speed; one alternation of them all was 20x slower, ``bench/redact.py``), plus one
@@ -17,7 +17,7 @@ transcript line that was valid JSON stays valid JSON with the same structure: no
 or a backslash that is not part of an escape, so a hit never leaves the string it sits in (an
 ``Authorization`` header written as a JSON key keeps its key; only the value is replaced).
 
-Here are the formats, the digests and the settling of hits (:func:`format_hits`, :class:`Wanted`,
+Here are the formats and the settling of hits (:func:`format_hits`, :class:`Wanted`,
 :func:`apply`); a transcript is read through its decoded view (``store/transcriptscan.py``) and decoded text
 is scanned with every form of a secret (``store/decoded.py``). :func:`redact` is the scan of bytes as they
 stand, JSON escapes understood only as neighbours: a token right after an escape (``\\n``, ``\\u0020``) is
@@ -33,57 +33,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-# The SHA-256 is over this prefix and the value: a digest of a secret that is only ever used here, never
-# one that matches a digest published elsewhere for the same value.
-DIGEST_DOMAIN = b"pi-dispatch secret v1\x00"
-# A secret shorter than this is not reported by digest (a short value's digest could be brute-forced
-# from the Pod's termination message, which namespace readers see) and not searched for.
-SECRET_MIN_LENGTH = 20
-SECRET_MAX_LENGTH = 512
-# The characters of a token as the job's secrets are searched for: a value with others is not reported.
-SECRET_CHARS = re.compile(rb"[A-Za-z0-9_-]+")
+from pidispatch.contract.digests import DIGEST_DOMAIN, SECRET_MAX_LENGTH, SECRET_MIN_LENGTH, SecretDigest
 
 KINDS = ("github-token", "aws-access-key-id", "google-api-key", "anthropic-key", "openai-key", "slack-token",
          "private-key", "authorization-header", "job-secret")
-
-
-@dataclass(frozen=True)
-class SecretDigest:
-    """One of the job's own secret values, as the operator may know it: its length and its digest (hex)."""
-
-    length: int
-    sha256: str
-
-
-def digest_of(value: str | bytes) -> SecretDigest | None:
-    """The :class:`SecretDigest` of ``value``; ``None`` for a value the scan cannot look for (too short,
-    too long, or with characters outside ``[A-Za-z0-9_-]``), which is then not reported at all."""
-    raw = value.encode() if isinstance(value, str) else value
-    if not SECRET_MIN_LENGTH <= len(raw) <= SECRET_MAX_LENGTH or not SECRET_CHARS.fullmatch(raw):
-        return None
-    return SecretDigest(len(raw), hashlib.sha256(DIGEST_DOMAIN + raw).hexdigest())
-
-
-MAX_SECRETS = 16
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-def parse_digests(value: object) -> tuple[SecretDigest, ...]:
-    """Digests as the runner's report or a host record carries them (``[{"length", "sha256"}]``), each
-    accepted only in that exact shape; at most :data:`MAX_SECRETS`."""
-    found: list[SecretDigest] = []
-    for item in value[:MAX_SECRETS] if isinstance(value, list) else []:
-        length = item.get("length") if isinstance(item, dict) else None
-        digest = item.get("sha256") if isinstance(item, dict) else None
-        if (isinstance(length, int) and not isinstance(length, bool)
-                and SECRET_MIN_LENGTH <= length <= SECRET_MAX_LENGTH
-                and isinstance(digest, str) and _HEX64.fullmatch(digest)):
-            found.append(SecretDigest(length, digest))
-    return tuple(dict.fromkeys(found))
-
-
-def as_json(digests: tuple[SecretDigest, ...]) -> list[dict[str, object]]:
-    return [{"length": d.length, "sha256": d.sha256} for d in digests]
 
 
 @dataclass

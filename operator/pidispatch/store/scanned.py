@@ -26,10 +26,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.record import SessionReason as R
 from pidispatch.store import agenttext, fsio, handoff, handoffdir, sidecars
 from pidispatch.store.decoded import redact_text
-from pidispatch.store.redact import SecretDigest
 from pidispatch.store.transcriptscan import redact_lines
 
 SCANNED = "scanned"

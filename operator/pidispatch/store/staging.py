@@ -26,11 +26,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from pidispatch.contract.digests import SecretDigest, as_json, parse_digests
 from pidispatch.events import emit
 from pidispatch.record import HostVerdict
 from pidispatch.settings import Settings
 from pidispatch.store import fsio, handoff, handoffdir, keyguard
-from pidispatch.store.redact import SecretDigest, as_json, parse_digests
 from pidispatch.store.resolve import hold, resolve
 from pidispatch.store.seams import NO_SEAMS, Seams
 

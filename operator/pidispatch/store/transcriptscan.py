@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from pidispatch.contract.digests import SecretDigest
 from pidispatch.store.decoded import scan
 from pidispatch.store.jsonview import View
-from pidispatch.store.redact import SECRET_ORDER, Hit, Redacted, SecretDigest, Wanted, apply
+from pidispatch.store.redact import SECRET_ORDER, Hit, Redacted, Wanted, apply
 from pidispatch.store.secretforms import head_pieces, split_match, tail_pieces
 
 # A value of a text key: the key, then the string token (in the view, ``\"`` and ``\\`` stand as in JSON).

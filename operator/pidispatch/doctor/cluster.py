@@ -1,6 +1,6 @@
 """``pidispatch doctor``'s Kubernetes checks: the CRDs, the operator's access (RBAC), the Triggers, the staging
 claim and its co-location, claims being deleted. Pure functions over what the apiserver said (:class:`ClusterFacts`,
-gathered by ``doctor_edge``)."""
+gathered by ``edge``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pidispatch.api.crds import ALL as CRD_PLURALS
 from pidispatch.api.crds import GROUP
 from pidispatch.api.placement import PLACEMENT_CONFLICT
 from pidispatch.api.trigger import first_refusal, resume_armed
-from pidispatch.doctor_check import Check, Status, helm_fix, plural
-from pidispatch.doctor_gateway import GatewayFacts
+from pidispatch.doctor.check import Check, Status, helm_fix, plural
+from pidispatch.doctor.gateway import GatewayFacts
 from pidispatch.settings import OperatorSettings
 
 CRD_NAMES = tuple(f"{plural}.{GROUP}" for plural in CRD_PLURALS)

@@ -1,6 +1,6 @@
 """``pidispatch doctor`` at the edge: what the filesystem and the cluster say, gathered for the checks.
 
-The checks themselves are pure (``doctor.py``); this module reads the store's directory and asks the
+The checks themselves are pure (``diagnose.py``); this module reads the store's directory and asks the
 apiserver through the project's one API client (``kubeapi.Api``), then runs and prints the checks.
 """
 
@@ -17,25 +17,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.doctor import (
-    BOUND_VARIABLES,
-    StoreFacts,
-    diagnose,
-)
-from pidispatch.doctor_check import (
+from pidispatch.doctor.check import (
     Check,
     Status,
     exit_code,
     render_json,
     render_text,
 )
-from pidispatch.doctor_cluster import (
+from pidispatch.doctor.cluster import (
     CRD_NAMES,
     REQUIRED_ACCESS,
     Access,
     ClusterFacts,
 )
-from pidispatch.doctor_gateway import GatewayFacts
+from pidispatch.doctor.diagnose import (
+    BOUND_VARIABLES,
+    StoreFacts,
+    diagnose,
+)
+from pidispatch.doctor.gateway import GatewayFacts
 from pidispatch.settings import OperatorSettings
 from pidispatch.settings.gateway import Gateway
 

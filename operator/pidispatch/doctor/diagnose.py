@@ -1,12 +1,12 @@
 """``pidispatch doctor``: the session checks (docs/store-contract.md#doctor), and the whole report (:func:`diagnose`).
 
 The checks are pure functions over plain data (settings, what the filesystem says about the store,
-Trigger/CRD/PVC objects as dicts, access-review answers); ``doctor_edge.main`` gathers that data
+Trigger/CRD/PVC objects as dicts, access-review answers); ``edge.main`` gathers that data
 and prints one short line per check, each failure followed by a fix that is a literal command. A
 failure makes the exit code 1; a malformed setting is a configuration error (exit 2, as for every
 command). ``helm test`` runs this inside the cluster with the operator's ServiceAccount and env.
 
-The Kubernetes checks are in ``doctor_cluster``, a report line and its printing in ``doctor_check``.
+The Kubernetes checks are in ``cluster``, a report line and its printing in ``check``.
 
 The session checks are shown only when at least one Trigger arms resume; when the Triggers
 cannot be listed (``--offline``, no access) they are shown with the count unknown, and the missing
@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.doctor_check import Check, Status, helm_fix, plural
-from pidispatch.doctor_cluster import (
+from pidispatch.doctor.check import Check, Status, helm_fix, plural
+from pidispatch.doctor.cluster import (
     ClusterFacts,
     armed_triggers,
     colocation_check,
@@ -31,7 +31,7 @@ from pidispatch.doctor_cluster import (
     terminating_claims,
     trigger_checks,
 )
-from pidispatch.doctor_gateway import gateway_checks
+from pidispatch.doctor.gateway import gateway_checks
 from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
 

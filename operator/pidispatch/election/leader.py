@@ -93,7 +93,7 @@ class LeaderElector:
     def holds(self) -> bool:
         """True while this replica may act: it leads and its last renewal is younger than the renew deadline.
 
-        Judged by the clock alone, never by asking the apiserver: this is the fence (``pidispatch/fence.py``)
+        Judged by the clock alone, never by asking the apiserver: this is the fence (``pidispatch/election/fence.py``)
         each write passes, and it must say no at once to a replica that wakes from a pause past its lease,
         before its elector has run again. A standby waits a whole lease after our last renewal, so a yes
         leaves ``lease - renew deadline`` seconds (5 by default) for the write it guards.

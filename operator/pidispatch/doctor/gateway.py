@@ -1,7 +1,7 @@
 """``pidispatch doctor``'s gateway lines (docs/gateway.md#deploying): whether jobs go out through a gateway, and
 whether the one they would use can be used (its key, the CA job Pods mount, an answer over verified TLS).
 
-The check is pure over :class:`GatewayFacts`; ``doctor_edge.gather_gateway`` reads them: the key file the operator
+The check is pure over :class:`GatewayFacts`; ``edge.gather_gateway`` reads them: the key file the operator
 signs capabilities with, the CA ConfigMap through the apiserver, and one HTTPS request to the gateway's URL
 verified with that CA, from where doctor runs (``helm test`` runs it in a Pod of the release, beside the
 operator). Any HTTP answer means the gateway is up and its certificate is the one job Pods will verify; nothing
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pidispatch.doctor_check import Check, Status, helm_fix
+from pidispatch.doctor.check import Check, Status, helm_fix
 from pidispatch.settings.gateway import Gateway
 
 
