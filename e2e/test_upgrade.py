@@ -35,6 +35,7 @@ from e2e.cluster import Cluster
 from e2e.kube import Kube
 from e2e.release import CHART, FAKEPI, RELEASE, ROOT, Release, base_values, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
+from testkit.chart import git, last_release
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -44,15 +45,6 @@ CRD_STEP = ("apply", "--server-side", "--force-conflicts", "-f", "charts/pi-disp
 ISSUE = 4242
 
 
-def git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
-
-
-# The commit v0.1.0 tags: a clone that did not bring the tags along (a clone of the branch alone, a mirror
-# without tags) still has it in main's history, so the upgrade is tested from it all the same.
-V0_1_0 = "23968ee1b39576d1ac461b1038d5574cd3f09952"
-
-
 def named_repositories(r: Release) -> bool:
     """Name the Trigger's repositories and say whether the apiserver kept them (see the upgrade step)."""
     r.kube.patch(r.path("triggers", "fix"), {"spec": {"on": {"repositories": ["acme/*"]}}})
@@ -60,16 +52,13 @@ def named_repositories(r: Release) -> bool:
 
 
 def last_tag() -> str:
-    """The newest ``v*`` tag reachable from HEAD that is not HEAD itself (a release upgrades from the one before);
-    without tags, v0.1.0's commit when the history has it."""
-    head = git("rev-parse", "HEAD")
-    for tag in git("tag", "--merged", "HEAD", "--list", "v*", "--sort=-v:refname").splitlines():
-        if git("rev-parse", f"{tag}^{{commit}}") != head:
-            return tag
-    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{V0_1_0}^{{commit}}"]).returncode == 0:
-        return V0_1_0
+    """The newest release before HEAD (``testkit.chart.last_release``: its tag, or its commit in a clone without
+    tags)."""
+    release = last_release()
+    if release is not None:
+        return release
     shallow = git("rev-parse", "--is-shallow-repository") == "true"
-    pytest.fail("no v* tag before HEAD: the upgrade test installs the last tagged chart. "
+    pytest.fail("no release before HEAD: the upgrade test installs the last released chart. "
                 + ("This clone is shallow: run `git fetch --unshallow --tags`." if shallow else
                    "Fetch the tags (`git fetch --tags`), or tag the last release (`git tag -a vX.Y.Z <commit>`)."))
 

@@ -27,6 +27,41 @@ SECRET_POLICY = f"{POD_POLICY}-secrets"  # the per-job Secret one
 STORE_DIR, STAGING_DIR = "/var/lib/pi-dispatch/sessions", "/var/lib/pi-dispatch/jobs"
 SERVICE_MONITOR_API = "monitoring.coreos.com/v1/ServiceMonitor"
 APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+# The commits the releases tag, oldest first: a clone that did not bring the tags along (a clone of the branch
+# alone, as CI makes; a mirror without tags) still has them in main's history, so an upgrade is tested from them all
+# the same. A release adds its line here when it is tagged (docs/releasing.md).
+RELEASES = {
+    "v0.1.0": "23968ee1b39576d1ac461b1038d5574cd3f09952",
+    "v0.2.0": "f0e2b4521a375119615b2e773c80bc71bf99a2eb",
+}
+
+
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def _in_history(commit: str) -> bool:
+    return subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor", commit, "HEAD"],
+                          capture_output=True).returncode == 0
+
+
+def released() -> list[str]:
+    """Every release in HEAD's history, newest first, as the refs ``git show`` takes: its ``v*`` tag, or the commit
+    :data:`RELEASES` names when the clone has no tag for it."""
+    tags = git("tag", "--merged", "HEAD", "--list", "v*", "--sort=-v:refname").split()
+    tagged = {git("rev-parse", f"{tag}^{{commit}}") for tag in tags}
+    untagged = [c for c in reversed(RELEASES.values()) if c not in tagged and _in_history(c)]
+    return tags + untagged
+
+
+def last_release() -> str | None:
+    """The newest release before HEAD (a release upgrades from the one before): its tag, else its commit."""
+    head = git("rev-parse", "HEAD")
+    tags = git("tag", "--merged", "HEAD", "--list", "v*", "--sort=-v:refname").split()
+    for tag in tags:
+        if git("rev-parse", f"{tag}^{{commit}}") != head:
+            return tag
+    return next((c for c in reversed(RELEASES.values()) if c != head and _in_history(c)), None)
 
 
 def _versions() -> dict[str, str]:
