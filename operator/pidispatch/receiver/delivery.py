@@ -56,6 +56,7 @@ from pydantic import ValidationError
 
 from pidispatch.api import serves
 from pidispatch.api.models import JobSpec
+from pidispatch.api.views import TriggerView
 from pidispatch.api.vocabulary import (
     COMMENT_MAX,
     DELIVERY_MAX,
@@ -273,7 +274,7 @@ def unserved(triggers: list[dict[str, Any]], event: Event) -> Ignored | None:
     name) serves the delivery's repository (``api/serves.py``). A pull request's is its base repository, the
     payload's ``repository``, whoever owns its head."""
     for trigger in triggers:
-        if serves.serves(serves.entries_of((trigger.get("spec") or {}).get("on")), event.repository):
+        if TriggerView.of(trigger).serves(event.repository):
             return None
     return Ignored(NOT_SERVED)
 
