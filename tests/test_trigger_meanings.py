@@ -14,8 +14,10 @@ import pytest
 
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.doctor.cluster import ClusterFacts, trigger_checks
+from pidispatch.doctor.diagnose import auth_checks
 from pidispatch.jobflow import admit
 from pidispatch.jobflow.trigger import trigger_status
+from pidispatch.receiver.delivery import Event, job_spec, unserved
 from pidispatch.settings import Settings
 
 STORE = Settings(sessions_dir="/var/lib/pi-dispatch/sessions", github_auth_source="app")
@@ -70,3 +72,59 @@ def test_a_job_is_keyed_only_where_the_operator_says_armed(trigger: dict[str, An
     refused = admit.refusal(job, TriggerView.of(trigger), Settings(sessions_dir=None, github_auth_source="app"))
     # Without a store, a Job of an armed Trigger is refused sessions-dir-unset; of any other, not for that reason.
     assert (refused is not None and refused.condition_reason == "SessionsDirUnset") is operator_says_armed(trigger)
+
+
+# ---- serves: the receiver ignores a delivery from a repository no Trigger serves; the admission refuses a Job
+# for one its Trigger does not serve. One rule (TriggerView.serves) for both.
+
+SERVES = [({**COMMENT, "repositories": ["acme/*"]}, "acme/api"),
+          ({**COMMENT, "repositories": ["acme/*"]}, "acme-labs/x"),
+          ({**COMMENT, "repository": "acme/api"}, "ACME/Api"), ({**COMMENT, "repository": "acme/api"}, "acme/web"),
+          (COMMENT, "anyone/anything"), ({**COMMENT, "repositories": ["*/api", "acme/[!w]*"]}, "acme/web")]
+
+
+@pytest.mark.parametrize(("on", "repository"), SERVES)
+def test_the_receiver_and_the_admission_agree_on_what_a_trigger_serves(on: dict[str, Any], repository: str) -> None:
+    trigger = body(on, {})
+    event = Event(trigger_event="issue_comment.created", repository=repository, sender="alice", sender_is_bot=False,
+                  issue=7, text="@pi fix", author_association="OWNER")
+    job = JobView.of({"metadata": {"name": "j"}, "spec": {"trigger": "t", "forge": "github", "repository": repository,
+                                                          "issue": 7}})
+    refused = admit.refusal(job, TriggerView.of(trigger), STORE)
+    beyond = refused is not None and refused.condition_reason == "BeyondTrigger"
+    assert (unserved([trigger], event) is not None) is beyond
+
+
+# ---- the auth source: the receiver writes spec.authSource, the admission checks it against the Trigger's; doctor
+# counts the Triggers whose jobs get the gh login, the admission refuses them (config-refused). One rule for all
+# (forge/authsource.py: source_of, is_gh_login).
+
+SOURCES = ["app", "pat", "gh"]
+
+
+@pytest.mark.parametrize("deployment", SOURCES)
+@pytest.mark.parametrize("run_auth", [None, *SOURCES])
+def test_a_job_the_receiver_made_is_never_beyond_its_trigger_s_auth(deployment: str, run_auth: str | None) -> None:
+    trigger = body({**COMMENT, "repositories": ["acme/*"]}, {"auth": run_auth} if run_auth else {})
+    event = Event(trigger_event="issue_comment.created", repository="acme/api", sender="alice", sender_is_bot=False,
+                  issue=7, text="@pi fix", author_association="OWNER")
+    spec = job_spec(trigger, event, "d-1", deployment)
+    assert not isinstance(spec, str), spec
+    job = JobView.of({"metadata": {"name": "j"}, "spec": spec.model_dump(exclude_none=True)})
+    settings = Settings(sessions_dir="/s", github_auth_source=deployment)
+    refused = admit.refusal(job, TriggerView.of(trigger), settings)
+    assert refused is None or refused.condition_reason != "BeyondTrigger", refused
+
+
+@pytest.mark.parametrize("deployment", SOURCES)
+@pytest.mark.parametrize("run_auth", [None, *SOURCES])
+def test_doctor_fails_a_gh_trigger_exactly_where_the_admission_refuses_it(deployment: str,
+                                                                         run_auth: str | None) -> None:
+    run = {"resume": True, **({"auth": run_auth} if run_auth else {})}
+    trigger = body({**COMMENT, "repositories": ["acme/*"]}, run)
+    settings = Settings(sessions_dir="/s", github_auth_source=deployment)
+    doctor_fails = any(c.status.name == "FAIL" for c in auth_checks(settings, [trigger], NS))
+    job = JobView.of({"metadata": {"name": "j"}, "spec": {"trigger": "t", "forge": "github", "repository": "acme/api",
+                                                          "issue": 7}})
+    refused = admit.refusal(job, TriggerView.of(trigger), settings)
+    assert doctor_fails is (refused is not None and refused.condition_reason == "ConfigRefused"), refused

@@ -32,6 +32,7 @@ from pidispatch.doctor.cluster import (
     trigger_checks,
 )
 from pidispatch.doctor.gateway import gateway_checks
+from pidispatch.forge.authsource import is_gh_login, source_of
 from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
 
@@ -144,11 +145,11 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
     gh login, and Triggers that arm resume with it are refused per delivery unless the hatch is open."""
     default = settings.github_auth_source
 
-    def source(t: Mapping[str, Any]) -> str:
-        return ((t.get("spec") or {}).get("run") or {}).get("auth") or default
+    def source(t: Mapping[str, Any]) -> str | None:
+        return source_of(((t.get("spec") or {}).get("run") or {}).get("auth"), default)
 
     # pat and gh read the same Secret; on a gh deployment it holds the gh login whatever run.auth says.
-    gh_triggers = [t for t in triggers or () if source(t) == "gh" or (source(t) == "pat" and default == "gh")]
+    gh_triggers = [t for t in triggers or () if is_gh_login(source(t), default)]
     if default != "gh" and not gh_triggers:
         return [Check("auth", Status.OK, f"GITHUB_AUTH_SOURCE={default}")]
     who = "GITHUB_AUTH_SOURCE=gh" if default == "gh" else f"run.auth gh on {plural(len(gh_triggers), 'Trigger')}"
