@@ -128,3 +128,16 @@ def test_doctor_fails_a_gh_trigger_exactly_where_the_admission_refuses_it(deploy
                                                           "issue": 7}})
     refused = admit.refusal(job, TriggerView.of(trigger), settings)
     assert doctor_fails is (refused is not None and refused.condition_reason == "ConfigRefused"), refused
+
+
+def test_doctor_reports_a_trigger_whose_schedule_cannot_fire_as_the_operator_does() -> None:
+    """Refused (the operator's Ready=False, InvalidSchedule, in the same words), and no push-access disclosure: its
+    jobs never resume."""
+    trigger = body({"event": "cron", "schedule": "every day", "repository": "acme/api"}, {"resume": True})
+    checks = trigger_checks(ClusterFacts(namespace=NS, triggers=[trigger]))
+    [ready] = [c for c in trigger_status(TriggerView.of(trigger), STORE, 1, None)["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSchedule")
+    [fail] = [c for c in checks if c.status.name == "FAIL"]
+    assert fail.message.startswith("Trigger t is refused: on.schedule 'every day' is not valid cron"), fail
+    assert ready["message"].startswith("on.schedule 'every day' is not valid cron")
+    assert not [c for c in checks if c.name == "push-access"]

@@ -18,6 +18,7 @@ so nothing works a reason back out of a message's wording (docs/architecture.md#
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +77,13 @@ class Refusal:
     message: str
 
 
+def resume_requested(spec: Mapping[str, Any]) -> bool:
+    """``run.resume`` is exactly boolean ``true`` (``false``, absence, anything else: not asked for). What the CRD's
+    CEL rules read, and ``TriggerView.requested``; whether resume is *armed* is ``TriggerView.armed``'s alone."""
+    run = spec.get("run")
+    return isinstance(run, Mapping) and run.get("resume") is True
+
+
 def first_refusal(spec: dict[str, Any]) -> Refusal | None:
     """The first conflict in the documented order (docs/store-contract.md#trigger-admission), or ``None`` when
     loadable. Load-time only: a schedule that cannot fire is :func:`schedule_refusal`'s."""
@@ -90,7 +98,7 @@ def refusal_of(spec: dict[str, Any], invalid: str | None) -> Refusal | None:
         return Refusal(RESUME_CONFLICT_REASON, RESUME_NOT_BOOLEAN)
     if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
         return Refusal(INVALID_SPEC_REASON, f"{INVALID_SPEC_PREFIX}{invalid}.")
-    if run.get("resume") is True:  # asked for, whatever it names: the CRD's CEL rules read run.resume alone
+    if resume_requested(spec):  # asked for, whatever it names: the CRD's CEL rules read run.resume alone
         if "command" in run:
             return Refusal(RESUME_CONFLICT_REASON, TRIGGER_RULES[0]["message"])
         if run.get("kind") == "local":  # a cron Trigger's forge jobs resume (jobflow/cron.py)

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from pidispatch.api import serves
 from pidispatch.api.models import JobSpec, JobStatus, SessionKeySpec, SessionKeyStatus, TriggerSpec, parsed
-from pidispatch.api.trigger import Refusal, refusal_of, schedule_problem, schedule_refusal
+from pidispatch.api.trigger import Refusal, refusal_of, resume_requested, schedule_problem, schedule_refusal
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -137,9 +137,8 @@ class TriggerView:
     def of(cls, body: Mapping[str, Any]) -> TriggerView:
         raw = _mapping(body.get("spec"))
         spec, invalid = parsed(TriggerSpec, raw)
-        run = _mapping(raw.get("run"))
         refusal = refusal_of(raw, invalid) or schedule_refusal(raw)
-        return cls(ObjectMeta.of(body), spec, refusal, dict(body), requested=run.get("resume") is True,
+        return cls(ObjectMeta.of(body), spec, refusal, dict(body), requested=resume_requested(raw),
                    named=serves.entries_of(raw.get("on")))
 
     @property
