@@ -217,10 +217,6 @@ def push_access_check(trigger: TriggerView) -> Check:
     return Check("push-access", Status.OK, PUSH_ACCESS.format(name=name, served=served))
 
 
-def armed_triggers(triggers: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The Triggers whose jobs would use the store: ``TriggerView.resumes``, the operator's own answer."""
-    return [t for t in triggers if TriggerView.of(t).resumes]
-
 
 def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check]:
     """With the store on, the staging PVC the job Pods mount must exist and be Bound."""

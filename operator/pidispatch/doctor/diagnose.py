@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pidispatch.api.views import TriggerView
 from pidispatch.doctor.check import Check, Status, helm_fix, plural
 from pidispatch.doctor.cluster import (
     ClusterFacts,
-    armed_triggers,
     colocation_check,
     crd_checks,
     rbac_checks,
@@ -104,6 +104,11 @@ def search_check(native: bool | None = None) -> Check:
                  "install gcc, then pip install --force-reinstall --no-deps pidispatch")
 
 
+def resuming(triggers: Sequence[Mapping[str, Any]]) -> int:
+    """How many of ``triggers`` have jobs that would use the store: ``TriggerView.resumes``, the operator's answer."""
+    return sum(TriggerView.of(t).resumes for t in triggers)
+
+
 def session_checks(settings: Settings, armed: int | None, store: StoreFacts | None,
                    explicit: frozenset[str], namespace: str | None = None) -> list[Check]:
     """Checks 1-5 of docs/store-contract.md#doctor. ``armed`` is the number of Triggers arming resume, ``None`` when
@@ -157,7 +162,7 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
     fix = helm_fix(namespace, "github.authSource=app")
     checks = [Check("auth", Status.WARN, f"{who}: every job Pod given a token gets the whole gh login with all its "
                                          f"scopes{hatch}", fix)]
-    armed_gh = len(armed_triggers(gh_triggers))
+    armed_gh = resuming(gh_triggers)
     if armed_gh and not settings.allow_gh_source:
         checks.append(Check("auth", Status.FAIL, f"{plural(armed_gh, 'Trigger', 'arm')} resume with auth source gh: "
                                                  f"their jobs are refused (config-refused), as a transcript could "
@@ -205,7 +210,7 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
         namespace = cluster.namespace
         triggers = cluster.triggers
         checks += crd_checks(cluster) + rbac_checks(cluster) + trigger_checks(cluster)
-    armed = None if triggers is None else len(armed_triggers(triggers))
+    armed = None if triggers is None else resuming(triggers)
     checks += session_checks(settings.store, armed, store, explicit, namespace)
     if cluster is not None:
         checks += staging_check(settings, cluster) + terminating_claims(cluster.claims, cluster.claim_pods,

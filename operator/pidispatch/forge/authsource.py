@@ -28,7 +28,7 @@ def trigger_auth_source(trigger_spec: TriggerSpec, settings: Settings) -> str:
     """The job's GitHub credential source: the Trigger's ``run.auth``, else the deployment's.
 
     Never the Job's own ``spec.authSource``: a Job that names another source is refused
-    (``jobflow.admit.beyond_trigger``), and one that names the same changes nothing.
+    (``jobflow.admit.auth_beyond_trigger``), and one that names the same changes nothing.
     """
     return str(source_of(trigger_spec.run.auth, settings.github_auth_source))
 
