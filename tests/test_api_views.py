@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pidispatch.api.models import JobSpec, TriggerSpec, problem
-from pidispatch.api.trigger import RESUME_NOT_BOOLEAN, first_refusal
+from pidispatch.api.trigger import RESUME_NOT_BOOLEAN, Refusal, first_refusal
 from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.jobflow.pod import pod_env
 
@@ -70,7 +70,7 @@ TRIGGERS = [
 def test_a_trigger_carries_its_first_refusal_as_the_operator_always_judged_it(spec: dict[str, Any],
                                                                               armed: bool) -> None:
     trigger = TriggerView.of({"metadata": {"name": "fix-it"}, "spec": spec})
-    assert trigger.refusal == first_refusal(spec)
+    assert trigger.refusal == first_refusal(spec)  # no schedule here: the load-time refusal is the whole
     assert trigger.armed is armed
     assert trigger.requested is (spec["run"].get("resume") is True)
     assert (trigger.spec is None) is (problem(TriggerSpec, spec) is not None)
@@ -79,7 +79,7 @@ def test_a_trigger_carries_its_first_refusal_as_the_operator_always_judged_it(sp
 def test_resume_as_a_string_is_refused_in_the_operator_s_words() -> None:
     trigger = TriggerView.of({"metadata": {"name": "t"},
                               "spec": {"on": {"event": "issue_comment.created"}, "run": {"resume": "true"}}})
-    assert trigger.refusal == RESUME_NOT_BOOLEAN and trigger.spec is None
+    assert trigger.refusal == Refusal("ResumeConflict", RESUME_NOT_BOOLEAN) and trigger.spec is None
 
 
 def test_a_sessionkey_being_deleted_shows_its_finalizers_and_its_last_commit() -> None:

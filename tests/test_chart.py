@@ -917,11 +917,12 @@ def test_the_quickstart_values_without_the_set_values_fail_naming_what_is_missin
 
 def test_the_quickstart_trigger_is_valid_and_arms_resume() -> None:
     from pidispatch.api.models import TriggerSpec, problem
-    from pidispatch.api.trigger import first_refusal, resume_armed
+    from pidispatch.api.views import TriggerView
 
     trigger = yaml.safe_load((EXAMPLES / "trigger.yaml").read_text())
     assert problem(TriggerSpec, trigger["spec"]) is None
-    assert first_refusal(trigger["spec"]) is None and resume_armed(trigger["spec"])
+    view = TriggerView.of(trigger)
+    assert view.refusal is None and view.resumes
 
 
 def test_two_receivers_by_default_spread_over_nodes_and_drained_one_at_a_time(helm: Any) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from pidispatch.api.crds import TRIGGER_RULES
 from pidispatch.api.models import JobSession, JobSpec, Resolved, SessionKeyStatus, TriggerSpec, TriggerStatus, problem
-from pidispatch.api.trigger import LOCAL_KIND, RESUME_NOT_BOOLEAN, resume_armed
+from pidispatch.api.trigger import LOCAL_KIND, RESUME_NOT_BOOLEAN
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.jobflow import admit
 from pidispatch.jobflow import key as key_step
@@ -42,7 +42,9 @@ PR_JOB: dict[str, Any] = {
 
 # What a Trigger of each event needs to fire (api/trigger.py refuses a label or comment Trigger without it).
 FIRES: dict[str, dict[str, str]] = {"issue_comment.created": {"phrase": "@pi"}, "issues.labeled": {"label": "pi"},
-                                    "pull_request_review_comment.created": {"phrase": "@pi"}}
+                                    "pull_request_review_comment.created": {"phrase": "@pi"},
+                                    # a cron Trigger that can fire (api/trigger.py: schedule_refusal)
+                                    "cron": {"schedule": "0 6 * * *", "repository": "octo/repo"}}
 
 
 def trigger(run: dict[str, Any] | None = None, event: str = "issue_comment.created") -> dict[str, Any]:
@@ -66,7 +68,7 @@ def job_key(spec: dict[str, Any], trigger_spec: dict[str, Any]) -> KeyRef | None
     fields = {"repository": "", **spec}
     if isinstance(spec.get("resolved"), dict):
         fields["resolved"] = Resolved.model_construct(**spec["resolved"])
-    return key_step.job_key(JobSpec.model_construct(**fields), resume_armed(trigger_spec))
+    return key_step.job_key(JobSpec.model_construct(**fields), TriggerView.of({"spec": trigger_spec}).requested)
 
 
 def pod_env(name: str, spec: dict[str, Any], trigger_spec: dict[str, Any]) -> dict[str, str]:

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from pidispatch.api.models import JobSpec
-from pidispatch.api.trigger import resume_armed
-from pidispatch.api.views import JobView
+from pidispatch.api.views import JobView, TriggerView
 from pidispatch.forge.appauth import AppKeyError, InstallationToken, app_jwt, load_private_key
 from pidispatch.forge.comments import has_marker, marker, posts_comment, refusal_comment
 from pidispatch.forge.github import Forge, GitHubError, NoCredentials, _next_link
@@ -247,16 +246,20 @@ PR = {"trigger": "t", "forge": "github", "repository": REPO, "pullRequest": 9}
 
 
 # The steps take typed specs, and whether the Trigger arms resume (api/views.py builds both at the edge).
+def requested(trigger: dict[str, Any]) -> bool:
+    return TriggerView.of({"spec": trigger}).requested
+
+
 def key_and_reason(job: dict[str, Any], trigger: dict[str, Any], head: Head | None) -> tuple[KeyRef | None, Any]:
-    return key_step.key_and_reason(JobSpec.model_validate(job, strict=True), resume_armed(trigger), head)
+    return key_step.key_and_reason(JobSpec.model_validate(job, strict=True), requested(trigger), head)
 
 
 def job_key(job: dict[str, Any], trigger: dict[str, Any], head: Head | None) -> KeyRef | None:
-    return key_step.job_key(JobSpec.model_validate(job, strict=True), resume_armed(trigger), head)
+    return key_step.job_key(JobSpec.model_validate(job, strict=True), requested(trigger), head)
 
 
 def needs_head_lookup(job: dict[str, Any], trigger: dict[str, Any]) -> bool:
-    return key_step.needs_head_lookup(JobSpec.model_validate(job, strict=True), resume_armed(trigger))
+    return key_step.needs_head_lookup(JobSpec.model_validate(job, strict=True), requested(trigger))
 
 
 def comment_pending(job: dict[str, Any]) -> bool:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.api.models import TriggerSpec
 from pidispatch.api.placement import OperatorNode, placement_conflict, tolerates
+from pidispatch.api.views import TriggerView
 from pidispatch.jobflow.dispatcher import Dispatcher
 from pidispatch.jobflow.slots import Slots
 from pidispatch.kubeapi import ApiError
@@ -28,9 +28,10 @@ AGENTS_TAINT = {"key": "dedicated", "value": "agents", "effect": "NoSchedule"}
 TOLERATE_AGENTS = {"key": "dedicated", "operator": "Equal", "value": "agents", "effect": "NoSchedule"}
 
 
-def spec(**run: Any) -> TriggerSpec:
-    return TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "repositories": ["acme/*"]},
-                                       "run": {"model": "fake/fake-model", "resume": True, **run}})
+def spec(**run: Any) -> TriggerView:
+    return TriggerView.of({"metadata": {"name": "t"}, "spec": {
+        "on": {"event": "issue_comment.created", "repositories": ["acme/*"]},
+        "run": {"model": "fake/fake-model", "resume": True, **run}}})
 
 
 def tainted(*taints: dict[str, Any]) -> OperatorNode:
@@ -63,7 +64,7 @@ CONFLICTS = [
 @pytest.mark.parametrize(("trigger", "rules", "node", "said"), [c[1:] for c in CONFLICTS],
                          ids=[c[0] for c in CONFLICTS])
 def test_a_rule_that_excludes_the_operator_s_node_is_a_conflict_naming_it_and_every_way_out(
-        trigger: TriggerSpec, rules: Scheduling, node: OperatorNode, said: list[str]) -> None:
+        trigger: TriggerView, rules: Scheduling, node: OperatorNode, said: list[str]) -> None:
     message = placement_conflict(trigger, rules, node)
     assert message is not None
     assert f"the operator's node {node.name}" in message
@@ -99,7 +100,7 @@ NO_CONFLICT = [
 
 
 @pytest.mark.parametrize(("trigger", "rules", "node"), [c[1:] for c in NO_CONFLICT], ids=[c[0] for c in NO_CONFLICT])
-def test_no_conflict(trigger: TriggerSpec, rules: Scheduling, node: OperatorNode | None) -> None:
+def test_no_conflict(trigger: TriggerView, rules: Scheduling, node: OperatorNode | None) -> None:
     assert placement_conflict(trigger, rules, node) is None
 
 

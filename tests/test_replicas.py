@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pidispatch.api.models import JobSpec, TriggerSpec, problem
-from pidispatch.api.trigger import REPLICAS_ON_CRON, first_refusal, refusal_reason
+from pidispatch.api.trigger import REPLICAS_ON_CRON, Refusal, first_refusal
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.api.vocabulary import TRIGGER_RULES
 from pidispatch.forge.github import Forge
@@ -155,11 +155,10 @@ def test_replicas_act_and_keep_the_specs_resume_refusal() -> None:
     on = {"event": "issue_comment.created", "phrase": "@pi"}
     assert first_refusal({"on": on, "run": {"replicas": 2}}) is None
     assert first_refusal({"on": {**on, "repositories": ["acme/*"]}, "run": {"replicas": 3, "resume": True}}) == \
-        TRIGGER_RULES[2]["message"]
+        Refusal("ResumeConflict", TRIGGER_RULES[2]["message"])
     assert problem(TriggerSpec, {"on": on, "run": {"replicas": 4}}) is not None
 
 
 def test_replicas_on_a_cron_trigger_are_refused_at_load() -> None:
     spec = {"on": {"event": "cron", "schedule": "0 6 * * *", "repository": REPO}, "run": {"replicas": 2}}
-    assert first_refusal(spec) == REPLICAS_ON_CRON
-    assert refusal_reason(REPLICAS_ON_CRON) == "ReplicasOnSchedule"
+    assert first_refusal(spec) == Refusal("ReplicasOnSchedule", REPLICAS_ON_CRON)

@@ -137,7 +137,7 @@ def test_the_digests_go_with_the_forge_token_and_model_keys(tmp_path: Path) -> N
 ], ids=["acts", "still refused with resume", "a name that cannot be a Secret's"])
 def test_run_secrets_at_load(run: dict[str, Any], message: str | None) -> None:
     refusal = first_refusal(spec(run))
-    assert refusal == message if message is None else refusal is not None and refusal.startswith(message)
+    assert refusal == message if message is None else refusal is not None and refusal.message.startswith(message)
 
 
 # ---- the chart's job Pod policy admits exactly the listed Secrets as volumes --------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pidispatch.api.trigger import EVENT_FIELDS, NEVER_FIRES, first_refusal, refusal_reason
+from pidispatch.api.trigger import EVENT_FIELDS, NEVER_FIRES, first_refusal
 from pidispatch.api.vocabulary import TRIGGER_EVENTS
 from pidispatch.receiver.delivery import Event, mismatch
 
@@ -53,20 +53,21 @@ def test_a_field_is_read_on_exactly_the_events_the_table_names(event: str, field
     on = {**firing_on(event), field: SPOILED[field]}
     read = mismatch(trigger(on), event_of(event)) is not None
     assert read == (event in EVENT_FIELDS[field]), (field, event)
-    message = first_refusal({"on": on, "run": {}})
+    refusal = first_refusal({"on": on, "run": {}})
     if read:
-        assert message is None
+        assert refusal is None
     else:
-        assert message is not None and refusal_reason(message) == "FieldNotForEvent"
+        assert refusal is not None and refusal.reason == "FieldNotForEvent"
+        message = refusal.message
         assert message.startswith(f"on.{field} is set but on.event is {event!r}"), message
 
 
 @pytest.mark.parametrize("field", list(EVENT_FIELDS))
 def test_no_event_specific_field_on_a_cron_trigger(field: str) -> None:
-    message = first_refusal({"on": {"event": "cron", "schedule": "0 6 * * *", "repository": "acme/widgets",
+    refusal = first_refusal({"on": {"event": "cron", "schedule": "0 6 * * *", "repository": "acme/widgets",
                                     field: SPOILED[field]}, "run": {}})
-    assert message is not None and refusal_reason(message) == "FieldNotForEvent"
-    assert f"on.{field}" in message and "'cron'" in message
+    assert refusal is not None and refusal.reason == "FieldNotForEvent"
+    assert f"on.{field}" in refusal.message and "'cron'" in refusal.message
 
 
 @pytest.mark.parametrize("event", DELIVERED)
@@ -80,9 +81,9 @@ def test_a_trigger_that_can_never_fire_is_refused_naming_what_is_missing(event: 
     on = {**{k: v for k, v in fires.items() if k != needed}, **({needed: missing} if missing is not None else {})}
     never = mismatch(trigger(on), event_of(event)) is not None
     assert never == (event in NEVER_FIRES), event
-    message = first_refusal({"on": on, "run": {}})
+    refusal = first_refusal({"on": on, "run": {}})
     if never:
-        assert message is not None and message.startswith(f"on.{needed} is not set"), message
-        assert refusal_reason(message) == {"label": "LabelMissing", "phrase": "PhraseMissing"}[needed]
+        assert refusal is not None and refusal.message.startswith(f"on.{needed} is not set"), refusal
+        assert refusal.reason == {"label": "LabelMissing", "phrase": "PhraseMissing"}[needed]
     else:
-        assert message is None
+        assert refusal is None

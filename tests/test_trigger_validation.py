@@ -10,9 +10,8 @@ from pidispatch.api.trigger import (
     LOCAL_KIND,
     RESUME_NOT_BOOLEAN,
     first_refusal,
-    refusal_reason,
-    resume_armed,
 )
+from pidispatch.api.views import TriggerView
 
 # The least each event's Trigger needs to fire (api/trigger.py refuses a label or comment Trigger without it).
 FIRES = {"issue_comment.created": {"phrase": "@pi"}, "issues.labeled": {"label": "pi"}, "cron": {}}
@@ -67,13 +66,14 @@ CASES = [
 
 @pytest.mark.parametrize(("run", "event", "message"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_first_refusal(run: dict, event: str, message: str | None) -> None:
-    assert first_refusal(spec_of(event, run)) == message
+    refusal = first_refusal(spec_of(event, run))
+    assert (refusal.message if refusal is not None else None) == message
 
 
 @pytest.mark.parametrize(("run", "armed"), [({"resume": True}, True), ({"resume": False}, False), ({}, False),
                                             ({"resume": "true"}, False), ({"resume": 1}, False)])
 def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
-    assert resume_armed({"run": run}) is armed
+    assert TriggerView.of({"spec": {"run": run}}).requested is armed
 
 
 @pytest.mark.parametrize(("run", "reason"), [
@@ -83,8 +83,8 @@ def test_resume_armed_only_by_boolean_true(run: dict, armed: bool) -> None:
     ({"resume": True, "command": "/x"}, "ResumeConflict"),
 ], ids=["an ill-formed command", "flow and command", "resume with replicas", "resume with command"])
 def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, reason: str) -> None:
-    message = first_refusal(spec_of("issue_comment.created", run))
-    assert message is not None and refusal_reason(message) == reason
+    refusal = first_refusal(spec_of("issue_comment.created", run))
+    assert refusal is not None and refusal.reason == reason
 
 
 @pytest.mark.parametrize(("spec", "reason"), [
@@ -99,5 +99,5 @@ def test_the_ready_reason_says_not_implemented_or_resume_conflict(run: dict, rea
 ], ids=["a Secret's name", "what the schema refuses", "a flow's name", "resume not a boolean", "a local job",
         "a field of another event", "no label", "no phrase"])
 def test_a_refusal_that_is_no_resume_conflict_is_not_called_one(spec: dict, reason: str) -> None:
-    message = first_refusal(spec)
-    assert message is not None and refusal_reason(message) == reason, message
+    refusal = first_refusal(spec)
+    assert refusal is not None and refusal.reason == reason, refusal

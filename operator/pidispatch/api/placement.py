@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pidispatch.api.models import TriggerSpec
-from pidispatch.api.views import armed
+from pidispatch.api.views import TriggerView
 from pidispatch.settings.scheduling import Scheduling
 
 PLACEMENT_CONFLICT = "PlacementConflict"  # the Trigger's Ready reason when its resumed jobs cannot be placed
@@ -111,12 +110,12 @@ def _taint_text(taint: Mapping[str, Any]) -> str:
     return f"{taint.get('key')}{'=' + value if value else ''}:{taint.get('effect')}"
 
 
-def placement_conflict(spec: TriggerSpec, rules: Scheduling, node: OperatorNode | None) -> str | None:
+def placement_conflict(trigger: TriggerView, rules: Scheduling, node: OperatorNode | None) -> str | None:
     """Why this Trigger's resumed jobs cannot run on the operator's node, or ``None`` (no co-location, resume
     off, the node unknown, or nothing in the way). Each conflict names where its rule comes from."""
-    if node is None or rules.colocate_with is None or not armed(spec):
+    if node is None or rules.colocate_with is None or trigger.spec is None or not trigger.armed:
         return None
-    run = spec.run
+    run = trigger.spec.run
     conflicts: list[str] = []
     trigger_selector = dict(run.nodeSelector or {})
     for key, wanted in {**rules.node_selector, **trigger_selector}.items():

@@ -6,15 +6,20 @@ object stored before the rules existed, still reaches the operator, which refuse
 same messages (taken from :data:`pidispatch.api.vocabulary.TRIGGER_RULES`, the one source) and sets
 ``Ready=False``. So is a spec the CRD's schema would refuse (``models.TriggerSpec``).
 
-The others are the operator's alone, each with a ``Ready`` reason of its own (:func:`refusal_reason`): a field
+The others are the operator's alone, each with a ``Ready`` reason of its own: a field
 the Trigger's event never reads, a label or comment Trigger without the label or phrase it fires on, ``run.kind:
 local`` (not implemented), and the ``run`` fields' own forms. They are not CEL rules: within ``v1alpha1`` a new
 rule would leave a Trigger stored before it, which breaks it, unwritable, its status included
 (``docs/crd-policy.md``). Such a Trigger stays stored, ``Ready=False``, saying why it runs nothing.
+
+Each refusal is a :class:`Refusal`: the ``Ready`` reason and the message together, from the branch that decides it,
+so nothing works a reason back out of a message's wording (docs/architecture.md#reasons-are-data).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.api import cron
@@ -58,95 +63,89 @@ LOCAL_KIND = ("run.kind: local is not implemented: every job pi-dispatch runs is
               "repository, so this Trigger's jobs would run as forge jobs while it says local. Remove run.kind "
               "(forge is what runs).")
 LOCAL_KIND_REASON = "FieldNotImplemented"
+RESUME_CONFLICT_REASON = "ResumeConflict"  # the store contract's resume refusals (docs/store-contract.md#refusals)
+INVALID_SPEC_REASON = "InvalidSpec"
+INVALID_SECRET_REASON = "InvalidSecretName"
+INVALID_SCHEDULE_REASON = "InvalidSchedule"
 
 
-def resume_armed(spec: dict[str, Any]) -> bool:
-    """Resume is armed only by exactly boolean ``true``; ``false`` and absence both mean off."""
-    return (spec.get("run") or {}).get("resume") is True
+@dataclass(frozen=True)
+class Refusal:
+    """Why a Trigger runs nothing: its ``Ready`` condition's ``reason`` and ``message``, decided together."""
+
+    reason: str
+    message: str
 
 
-def first_refusal(spec: dict[str, Any]) -> str | None:
-    """The message of the first conflict in the documented order (docs/store-contract.md#trigger-admission), or ``None``
-    when loadable."""
+def resume_requested(spec: Mapping[str, Any]) -> bool:
+    """``run.resume`` is exactly boolean ``true`` (``false``, absence, anything else: not asked for). What the CRD's
+    CEL rules read, and ``TriggerView.requested``; whether resume is *armed* is ``TriggerView.armed``'s alone."""
+    run = spec.get("run")
+    return isinstance(run, Mapping) and run.get("resume") is True
+
+
+def first_refusal(spec: dict[str, Any]) -> Refusal | None:
+    """The first conflict in the documented order (docs/store-contract.md#trigger-admission), or ``None`` when
+    loadable. Load-time only: a schedule that cannot fire is :func:`schedule_refusal`'s."""
     return refusal_of(spec, problem(TriggerSpec, spec))
 
 
-def refusal_of(spec: dict[str, Any], invalid: str | None) -> str | None:
+def refusal_of(spec: dict[str, Any], invalid: str | None) -> Refusal | None:
     """:func:`first_refusal` of a spec already validated against ``TriggerSpec`` (``invalid``: the first way it
     breaks it, ``None`` when it does not), so that a view parses its Trigger once (``api/views.py``)."""
     run = spec.get("run") or {}
     if "resume" in run and run["resume"] is not None and not isinstance(run["resume"], bool):
-        return RESUME_NOT_BOOLEAN
+        return Refusal(RESUME_CONFLICT_REASON, RESUME_NOT_BOOLEAN)
     if invalid is not None:  # what the CRD's schema refuses, for a Trigger stored without it
-        return f"{INVALID_SPEC_PREFIX}{invalid}."
-    if resume_armed(spec):
+        return Refusal(INVALID_SPEC_REASON, f"{INVALID_SPEC_PREFIX}{invalid}.")
+    if resume_requested(spec):  # asked for, whatever it names: the CRD's CEL rules read run.resume alone
         if "command" in run:
-            return TRIGGER_RULES[0]["message"]
+            return Refusal(RESUME_CONFLICT_REASON, TRIGGER_RULES[0]["message"])
         if run.get("kind") == "local":  # a cron Trigger's forge jobs resume (jobflow/cron.py)
-            return TRIGGER_RULES[1]["message"]
+            return Refusal(RESUME_CONFLICT_REASON, TRIGGER_RULES[1]["message"])
         if "replicas" in run:
-            return TRIGGER_RULES[2]["message"]
+            return Refusal(RESUME_CONFLICT_REASON, TRIGGER_RULES[2]["message"])
         if run.get("secrets"):
-            return TRIGGER_RULES[3]["message"]
+            return Refusal(RESUME_CONFLICT_REASON, TRIGGER_RULES[3]["message"])
     on = spec.get("on") or {}
     why = on_problem(on)
     if why is not None:
         return why
     if run.get("kind") == "local":
-        return LOCAL_KIND
+        return Refusal(LOCAL_KIND_REASON, LOCAL_KIND)
     if run.get("replicas") is not None and on.get("event") == "cron":
-        return REPLICAS_ON_CRON
+        return Refusal(REPLICAS_ON_CRON_REASON, REPLICAS_ON_CRON)
     if run.get("flow") is not None and run.get("command") is not None:
-        return FLOW_AND_COMMAND
+        return Refusal(INVALID_COMMAND_REASON, FLOW_AND_COMMAND)
     command = run.get("command")
     if isinstance(command, str) and command_problem(command) is not None:
-        return (f"{COMMAND_REFUSAL_PREFIX}{command_problem(command)}. It is the job's whole prompt, a command a pi "
-                "extension of the job image registers.")
+        return Refusal(INVALID_COMMAND_REASON, f"{COMMAND_REFUSAL_PREFIX}{command_problem(command)}. It is the job's "
+                                               "whole prompt, a command a pi extension of the job image registers.")
     flow = run.get("flow")
     if isinstance(flow, str) and flow_problem(flow) is not None:
-        return f"{FLOW_REFUSAL_PREFIX}{flow_problem(flow)}. It names the repository's .pi/skills/<flow> the job runs."
+        return Refusal(INVALID_FLOW_REASON, f"{FLOW_REFUSAL_PREFIX}{flow_problem(flow)}. It names the repository's "
+                                            ".pi/skills/<flow> the job runs.")
     for secret in run.get("secrets") or ():
-        why = run_secret_problem(secret)
-        if why is not None:
-            return f"{SECRETS_REFUSAL_PREFIX}{why}. It names a Secret of the Trigger's namespace, mounted into the job."
+        why_not = run_secret_problem(secret)
+        if why_not is not None:
+            return Refusal(INVALID_SECRET_REASON, f"{SECRETS_REFUSAL_PREFIX}{why_not}. It names a Secret of the "
+                                                  "Trigger's namespace, mounted into the job.")
     return None
 
 
-def on_problem(on: dict[str, Any]) -> str | None:
+def on_problem(on: dict[str, Any]) -> Refusal | None:
     """Why ``on`` cannot be what the Trigger says: a field its event never reads (the receiver would ignore it), or
     the field without which the receiver matches no delivery of its event (the Trigger would never fire)."""
     event = on.get("event")
     for name, events in EVENT_FIELDS.items():
         if on.get(name) is not None and event not in events:
-            return (f"on.{name}{NOT_FOR_EVENT}{event!r}: only a Trigger of {', '.join(events)} reads it, so here it "
-                    f"would be ignored. Remove on.{name}, or set on.event to one of those.")
+            return Refusal(NOT_FOR_EVENT_REASON, f"on.{name}{NOT_FOR_EVENT}{event!r}: only a Trigger of "
+                                                 f"{', '.join(events)} reads it, so here it would be ignored. Remove "
+                                                 f"on.{name}, or set on.event to one of those.")
     required = NEVER_FIRES.get(str(event))
     if required is not None and not on.get(required[0]):
-        return required[2]
+        return Refusal(required[1], required[2])
     return None
-
-
-def refusal_reason(message: str) -> str:
-    """The ``Ready`` condition's reason for a Trigger refused with ``message``: ``ResumeConflict`` for the store
-    contract's resume refusals only, and a reason of its own for each other kind."""
-    if message == REPLICAS_ON_CRON:
-        return REPLICAS_ON_CRON_REASON
-    if message == LOCAL_KIND:
-        return LOCAL_KIND_REASON
-    if message.startswith("on.") and NOT_FOR_EVENT in message.split(":", 1)[0]:
-        return NOT_FOR_EVENT_REASON
-    for _, reason, text in NEVER_FIRES.values():
-        if message == text:
-            return reason
-    if message.startswith(COMMAND_REFUSAL_PREFIX):
-        return INVALID_COMMAND_REASON
-    if message.startswith(FLOW_REFUSAL_PREFIX):
-        return INVALID_FLOW_REASON
-    if message.startswith(SECRETS_REFUSAL_PREFIX):
-        return "InvalidSecretName"
-    if message.startswith(INVALID_SPEC_PREFIX):
-        return "InvalidSpec"
-    return "ResumeConflict"
 
 
 CRON_EXAMPLE = "five fields in UTC: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5'"
@@ -174,3 +173,10 @@ def schedule_problem(spec: dict[str, Any]) -> str | None:
         return ("a cron Trigger's jobs run on one repository, and on.repository is not set: name it "
                 "(owner/name).")
     return None
+
+
+def schedule_refusal(spec: dict[str, Any]) -> Refusal | None:
+    """:func:`schedule_problem` as the refusal it is (``InvalidSchedule``): a Trigger whose schedule cannot fire is
+    not Ready, and its Jobs are refused as those of any Trigger that is not."""
+    why = schedule_problem(spec)
+    return Refusal(INVALID_SCHEDULE_REASON, why) if why is not None else None

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from pidispatch.api import serves
 from pidispatch.api.models import JobSpec, JobStatus, SessionKeySpec, SessionKeyStatus, TriggerSpec, parsed
-from pidispatch.api.trigger import refusal_of, resume_armed, schedule_problem
+from pidispatch.api.trigger import Refusal, refusal_of, resume_requested, schedule_problem, schedule_refusal
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -118,30 +118,49 @@ class JobView:
 
 @dataclass(frozen=True)
 class TriggerView:
-    """A Trigger: ``refusal`` is its first load-time conflict (``api/trigger.py``), ``None`` when it can run jobs;
-    then ``spec`` is never ``None``. ``requested``: ``run.resume`` is exactly ``true`` (refused or not);
-    ``armed``: requested, and the Trigger names the repositories it serves (``api/serves.py``): only then do its
-    jobs get a key."""
+    """A Trigger, and the one place its derived meanings are decided (docs/architecture.md#reasons-are-data): the
+    operator, the receiver and doctor ask these, never the raw spec.
+
+    ``refusal``: why it runs nothing (``api/trigger.py``: its first load-time conflict, else a schedule that cannot
+    fire; ``jobflow/trigger.py`` adds a placement conflict), ``None`` when it can run jobs; then ``spec`` is never
+    ``None``. ``requested``: ``run.resume`` is exactly ``true`` (refused or not); ``named``: the Trigger names the
+    repositories it serves (``api/serves.py``)."""
 
     meta: ObjectMeta
     spec: TriggerSpec | None
-    refusal: str | None
-    armed: bool
+    refusal: Refusal | None
     body: dict[str, Any] = field(repr=False, compare=False)
     requested: bool = False
+    named: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> TriggerView:
         raw = _mapping(body.get("spec"))
         spec, invalid = parsed(TriggerSpec, raw)
-        requested = resume_armed(raw)
-        named = serves.names_repositories(serves.entries_of(raw.get("on")))
-        return cls(ObjectMeta.of(body), spec, refusal_of(raw, invalid), requested and named, dict(body),
-                   requested=requested)
+        refusal = refusal_of(raw, invalid) or schedule_refusal(raw)
+        return cls(ObjectMeta.of(body), spec, refusal, dict(body), requested=resume_requested(raw),
+                   named=serves.entries_of(raw.get("on")))
 
     @property
     def name(self) -> str:
         return self.meta.name
+
+    @property
+    def armed(self) -> bool:
+        """Resume armed, the one definition: ``run.resume`` exactly ``true`` on a Trigger that names the repositories
+        it serves; ``false``, absence, or no repository named all mean off. Refused or not: :attr:`resumes` is
+        whether its jobs do resume."""
+        return self.requested and serves.names_repositories(self.named)
+
+    @property
+    def resumes(self) -> bool:
+        """Armed and not refused: its jobs get a key. What ``ResumeArmed=True`` says, what the admission keys on
+        and what doctor counts."""
+        return self.armed and self.refusal is None
+
+    def serves(self, repository: str) -> bool:
+        """Whether this Trigger serves ``repository`` (OWNER/NAME; ``api/serves.py``): nothing named serves all."""
+        return serves.serves(self.named, repository)
 
     @property
     def stored_status(self) -> dict[str, Any]:
@@ -175,9 +194,3 @@ class SessionKeyView:
     def stored_status(self) -> dict[str, Any]:
         """The status as stored: what the refresh compares its judgement with."""
         return _mapping(self.body.get("status"))
-
-
-def armed(spec: TriggerSpec) -> bool:
-    """Resume is armed only by exactly boolean ``true`` on a Trigger that names the repositories it serves
-    (``api/serves.py``); ``false``, absence, or no repository named all mean off."""
-    return spec.run.resume is True and serves.names_repositories(spec.on.served())

@@ -13,7 +13,7 @@ from pidispatch.api import serves
 from pidispatch.api.crds import ALL as CRD_PLURALS
 from pidispatch.api.crds import GROUP
 from pidispatch.api.placement import PLACEMENT_CONFLICT
-from pidispatch.api.trigger import first_refusal, resume_armed
+from pidispatch.api.views import TriggerView
 from pidispatch.doctor.check import Check, Status, helm_fix, plural
 from pidispatch.doctor.gateway import GatewayFacts
 from pidispatch.settings import OperatorSettings
@@ -158,20 +158,19 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
         fix = Access("list", "triggers").can_i(ns, facts.user)
         return [Check("triggers", Status.WARN, f"cannot list Triggers in {ns} ({facts.triggers_error}); the "
                                                f"session checks assume some arm resume", fix)]
-    armed_ids = {id(t) for t in armed_triggers(facts.triggers)}  # one Trigger object each, names may repeat in a list
-    armed = len(armed_ids)
+    views = [TriggerView.of(t) for t in facts.triggers]  # the operator's reading of each: one answer for both
+    armed = sum(view.resumes for view in views)
     checks = [Check("triggers", Status.OK, f"{plural(len(facts.triggers), 'Trigger')} in {ns}, "
                                            f"{armed} arm{'s' if armed == 1 else ''} resume")]
-    for t in facts.triggers:
-        refusal = first_refusal(t.get("spec") or {})
+    for t, view in zip(facts.triggers, views, strict=True):
         name = (t.get("metadata") or {}).get("name", "?")
-        if refusal is not None:
-            checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is refused: {_short(refusal)}",
+        if view.refusal is not None:
+            checks.append(Check("triggers", Status.FAIL, f"Trigger {name} is refused: {_short(view.refusal.message)}",
                                 f"kubectl edit pitrigger {name} -n {ns}"))
             continue
-        checks.append(serving_check(t, ns))
-        if id(t) in armed_ids:
-            checks.append(push_access_check(t))
+        checks.append(serving_check(view, ns))
+        if view.resumes:
+            checks.append(push_access_check(view))
         replicas = ((t.get("spec") or {}).get("run") or {}).get("replicas")
         if replicas:
             # pi-dispatch's doctor states the multiplier too: n attempts are n slots, n tokens, n bills.
@@ -186,17 +185,15 @@ def trigger_checks(facts: ClusterFacts) -> list[Check]:
     return checks
 
 
-def serving_check(trigger: Mapping[str, Any], namespace: str) -> Check:
+def serving_check(trigger: TriggerView, namespace: str) -> Check:
     """What ``trigger`` serves (``api/serves.py``). A warning for a resume Trigger that serves every repository
     (``*/*``: conversations kept for whoever installs the App), or that names none (its resume is off)."""
-    spec = trigger.get("spec") or {}
-    name = (trigger.get("metadata") or {}).get("name", "?")
-    named = serves.entries_of(spec.get("on"))
+    name, named = trigger.name or "?", trigger.named
     fix = f"kubectl edit pitrigger {name} -n {namespace}"
     served = f"Trigger {name} serves {serves.described(named)}"
-    if not resume_armed(spec):
+    if not trigger.requested:
         return Check("serves", Status.OK, served)
-    if not serves.names_repositories(named):
+    if not trigger.armed:
         return Check("serves", Status.WARN, f"{served}, so its run.resume is off: name the repositories whose "
                                             "conversations are kept in on.repositories", fix)
     if serves.serves_everything(named):
@@ -211,20 +208,14 @@ PUSH_ACCESS = ("Trigger {name} resumes conversations by branch in {served}: anyo
                "reasoning, what commands echoed). Arm resume only where you control push access")
 
 
-def push_access_check(trigger: Mapping[str, Any]) -> Check:
+def push_access_check(trigger: TriggerView) -> Check:
     """The disclosure for a Trigger with resume armed. A key is (forge, repository, branch), and a branch name is
     whoever-can-push's choice: nothing ties ``pi/issue-7`` to issue 7's work, so the people a stored transcript can
     reach are the repository's push-access population. No check can tell that apart from the intended case, so
     doctor says it for every armed Trigger (docs/sessions.md#who-can-read-a-stored-conversation)."""
-    name = (trigger.get("metadata") or {}).get("name", "?")
-    served = serves.described(serves.entries_of((trigger.get("spec") or {}).get("on")))
+    name, served = trigger.name or "?", serves.described(trigger.named)
     return Check("push-access", Status.OK, PUSH_ACCESS.format(name=name, served=served))
 
-
-def armed_triggers(triggers: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The Triggers whose jobs would use the store: resume armed on named repositories, and not refused at load."""
-    return [t for t in triggers if resume_armed(t.get("spec") or {}) and first_refusal(t.get("spec") or {}) is None
-            and serves.names_repositories(serves.entries_of((t.get("spec") or {}).get("on")))]
 
 
 def staging_check(settings: OperatorSettings, facts: ClusterFacts) -> list[Check]:

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pidispatch.api.views import TriggerView
 from pidispatch.doctor.check import Check, Status, helm_fix, plural
 from pidispatch.doctor.cluster import (
     ClusterFacts,
-    armed_triggers,
     colocation_check,
     crd_checks,
     rbac_checks,
@@ -32,6 +32,7 @@ from pidispatch.doctor.cluster import (
     trigger_checks,
 )
 from pidispatch.doctor.gateway import gateway_checks
+from pidispatch.forge.authsource import is_gh_login, source_of
 from pidispatch.providers import key_variables
 from pidispatch.settings import OperatorSettings, Settings
 
@@ -103,6 +104,11 @@ def search_check(native: bool | None = None) -> Check:
                  "install gcc, then pip install --force-reinstall --no-deps pidispatch")
 
 
+def resuming(triggers: Sequence[Mapping[str, Any]]) -> int:
+    """How many of ``triggers`` have jobs that would use the store: ``TriggerView.resumes``, the operator's answer."""
+    return sum(TriggerView.of(t).resumes for t in triggers)
+
+
 def session_checks(settings: Settings, armed: int | None, store: StoreFacts | None,
                    explicit: frozenset[str], namespace: str | None = None) -> list[Check]:
     """Checks 1-5 of docs/store-contract.md#doctor. ``armed`` is the number of Triggers arming resume, ``None`` when
@@ -144,11 +150,11 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
     gh login, and Triggers that arm resume with it are refused per delivery unless the hatch is open."""
     default = settings.github_auth_source
 
-    def source(t: Mapping[str, Any]) -> str:
-        return ((t.get("spec") or {}).get("run") or {}).get("auth") or default
+    def source(t: Mapping[str, Any]) -> str | None:
+        return source_of(((t.get("spec") or {}).get("run") or {}).get("auth"), default)
 
     # pat and gh read the same Secret; on a gh deployment it holds the gh login whatever run.auth says.
-    gh_triggers = [t for t in triggers or () if source(t) == "gh" or (source(t) == "pat" and default == "gh")]
+    gh_triggers = [t for t in triggers or () if is_gh_login(source(t), default)]
     if default != "gh" and not gh_triggers:
         return [Check("auth", Status.OK, f"GITHUB_AUTH_SOURCE={default}")]
     who = "GITHUB_AUTH_SOURCE=gh" if default == "gh" else f"run.auth gh on {plural(len(gh_triggers), 'Trigger')}"
@@ -156,7 +162,7 @@ def auth_checks(settings: Settings, triggers: Sequence[Mapping[str, Any]] | None
     fix = helm_fix(namespace, "github.authSource=app")
     checks = [Check("auth", Status.WARN, f"{who}: every job Pod given a token gets the whole gh login with all its "
                                          f"scopes{hatch}", fix)]
-    armed_gh = len(armed_triggers(gh_triggers))
+    armed_gh = resuming(gh_triggers)
     if armed_gh and not settings.allow_gh_source:
         checks.append(Check("auth", Status.FAIL, f"{plural(armed_gh, 'Trigger', 'arm')} resume with auth source gh: "
                                                  f"their jobs are refused (config-refused), as a transcript could "
@@ -204,7 +210,7 @@ def diagnose(settings: OperatorSettings, store: StoreFacts | None, cluster: Clus
         namespace = cluster.namespace
         triggers = cluster.triggers
         checks += crd_checks(cluster) + rbac_checks(cluster) + trigger_checks(cluster)
-    armed = None if triggers is None else len(armed_triggers(triggers))
+    armed = None if triggers is None else resuming(triggers)
     checks += session_checks(settings.store, armed, store, explicit, namespace)
     if cluster is not None:
         checks += staging_check(settings, cluster) + terminating_claims(cluster.claims, cluster.claim_pods,

@@ -21,15 +21,13 @@ from pidispatch.api import cron
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
 from pidispatch.api.serves import NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
-from pidispatch.api.trigger import refusal_reason
+from pidispatch.api.trigger import Refusal
 from pidispatch.api.views import JobView, TriggerView
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.kubeapi import ApiError
 from pidispatch.settings import Settings
 from pidispatch.settings.scheduling import Scheduling
-
-INVALID_SCHEDULE = "InvalidSchedule"
 
 
 def firing(trigger: TriggerView) -> cron.Schedule | None:
@@ -61,12 +59,12 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
 
     ``placement``: why its resumed jobs cannot run on the operator's node (``api/placement.py``), if so;
     ``upcoming``: a cron Trigger's next slot (:func:`next_fire`), said in the Ready message."""
-    schedule = trigger.schedule_problem if trigger.refusal is None else None
-    problem = trigger.refusal or schedule or placement
+    # The view's refusal carries its reason (a schedule that cannot fire included): nothing parses a message.
+    problem = trigger.refusal.message if trigger.refusal is not None else placement
     armed = trigger.armed
     store = settings.sessions_dir is not None
-    reason = ("Loaded" if problem is None else refusal_reason(trigger.refusal) if trigger.refusal
-              else INVALID_SCHEDULE if schedule else PLACEMENT_CONFLICT)
+    reason = ("Loaded" if problem is None else trigger.refusal.reason if trigger.refusal is not None
+              else PLACEMENT_CONFLICT)
     conditions = set_condition(conditions, "Ready", problem is None, reason,
                                ready_message(trigger, upcoming) if problem is None else problem, generation)
     if armed and problem is None:
@@ -135,7 +133,7 @@ class Triggers:
         """Why ``trigger``'s resumed jobs cannot run on the operator's node, or ``None``."""
         if trigger.spec is None or trigger.refusal is not None:
             return None
-        return placement_conflict(trigger.spec, self.rules, self.node)
+        return placement_conflict(trigger, self.rules, self.node)
 
     def on_trigger(self, trigger: TriggerView) -> None:
         """Remember ``trigger`` and write its status if that changed."""
@@ -164,5 +162,5 @@ class Triggers:
                 known = self._known[name] = TriggerView.of(found)
         if known is None:
             return None
-        conflict = (known.schedule_problem or self.placement(known)) if known.refusal is None else None
-        return known if conflict is None else dataclasses.replace(known, refusal=conflict)
+        conflict = self.placement(known)  # None for a refused Trigger: its own refusal (a schedule's too) stands
+        return known if conflict is None else dataclasses.replace(known, refusal=Refusal(PLACEMENT_CONFLICT, conflict))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.api import serves
+from pidispatch.api.views import TriggerView
 from pidispatch.contract.keys import CRON_BRANCH_PREFIX, issue_branch, key_from_parts
 from pidispatch.receiver.payload import Ignored, Malformed, full_name_at, number_at, object_at, string_at
 from pidispatch.receiver.trust import association_refused
@@ -108,10 +108,9 @@ def retirement_problem(triggers: list[dict[str, Any]], close: Closed) -> Ignored
     ``on.authorAssociations`` (``receiver/trust.py``, the rule a job's start follows) holds the author's
     association when the author closed it; a close by anyone else took triage rights (:class:`Closed`).
     """
-    serving = [trigger for trigger in triggers
-               if not (trigger.get("metadata") or {}).get("deletionTimestamp")
-               and ((trigger.get("spec") or {}).get("run") or {}).get("resume") is True
-               and serves.serves(serves.entries_of((trigger.get("spec") or {}).get("on")), close.repository)]
+    views = [TriggerView.of(trigger) for trigger in triggers]
+    serving = [trigger for trigger, view in zip(triggers, views, strict=True)
+               if not view.meta.deletion and view.requested and view.serves(close.repository)]
     if not serving:
         return Ignored("no Trigger that arms resume serves this repository: there is no conversation to retire")
     if not close.by_author:

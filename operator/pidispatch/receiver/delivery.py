@@ -56,6 +56,7 @@ from pydantic import ValidationError
 
 from pidispatch.api import serves
 from pidispatch.api.models import JobSpec
+from pidispatch.api.views import TriggerView
 from pidispatch.api.vocabulary import (
     COMMENT_MAX,
     DELIVERY_MAX,
@@ -63,6 +64,7 @@ from pidispatch.api.vocabulary import (
     SENDER_MAX,
     VERSION,
 )
+from pidispatch.forge.authsource import source_of
 from pidispatch.receiver.closed import CLOSING, Closed, closed
 from pidispatch.receiver.mention import mentions
 from pidispatch.receiver.payload import (
@@ -273,7 +275,7 @@ def unserved(triggers: list[dict[str, Any]], event: Event) -> Ignored | None:
     name) serves the delivery's repository (``api/serves.py``). A pull request's is its base repository, the
     payload's ``repository``, whoever owns its head."""
     for trigger in triggers:
-        if serves.serves(serves.entries_of((trigger.get("spec") or {}).get("on")), event.repository):
+        if TriggerView.of(trigger).serves(event.repository):
             return None
     return Ignored(NOT_SERVED)
 
@@ -323,7 +325,7 @@ def job_spec(trigger: dict[str, Any], event: Event, delivery: str, auth_source: 
              replica: tuple[int, int] | None = None) -> JobSpec | str:
     """The Job's spec (the event facts, the comment cut to the CRD's length), or why the API server would
     refuse it for good (:func:`spec_problem`). ``replica``: (i, n), the i-th of the Trigger's n replicas."""
-    auth = ((trigger.get("spec") or {}).get("run") or {}).get("auth") or auth_source
+    auth = source_of(((trigger.get("spec") or {}).get("run") or {}).get("auth"), auth_source)
     return parse_spec({"trigger": trigger["metadata"]["name"], "forge": "github", "repository": event.repository,
                        "issue": event.issue, "pullRequest": event.pull_request,
                        "comment": event.text[:COMMENT_MAX] if event.text is not None else None,
