@@ -11,6 +11,14 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pidispatch.api.views import TriggerView
+from pidispatch.jobflow.status_patch import changes, merged, write_status
+from pidispatch.kubeapi import ApiError
+from testkit.memoryapi import TRIGGERS, MemoryApi
 
 ROOT = Path(__file__).resolve().parent.parent / "operator" / "pidispatch"
 HELPER = ROOT / "jobflow" / "status_patch.py"
@@ -39,14 +47,15 @@ def test_every_status_write_goes_through_the_one_patch_helper() -> None:
 def written_fields(path: Path, fields: tuple[str, ...]) -> set[str]:
     """The ``fields`` that ``path`` writes: as a key of a dict literal (``{"failedResumes": None}``) or by an
     assignment to a subscript (``status["failedResumes"] = None``)."""
-    hits = set()
+    hits: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         keys: list[ast.expr | None] = []
         if isinstance(node, ast.Dict):
             keys = list(node.keys)
         elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
             keys = [node.slice]
-        hits |= {key.value for key in keys if isinstance(key, ast.Constant) and key.value in fields}
+        hits |= {key.value for key in keys if isinstance(key, ast.Constant) and isinstance(key.value, str)
+                 and key.value in fields}
     return hits
 
 
@@ -68,3 +77,46 @@ def test_a_triggers_schedule_and_conditions_have_one_summarize() -> None:
                for p in sorted((ROOT / "jobflow").glob("*.py"))}
     writers = {name: found for name, found in writers.items() if found}
     assert writers == {"jobflow/summarize_trigger.py": sorted(fields)}, writers
+
+
+# -- the helper's rules, on MemoryApi --------------------------------------------------------------------------
+CHANGES = [
+    ("a null for a field that is absent is no change", {}, {"reason": None}, {}),
+    ("a null for a field that is there deletes it", {"reason": "x"}, {"reason": None}, {"reason": None}),
+    ("an object whose nulls the apiserver dropped already", {"session": {"resumed": True}},
+     {"session": {"resumed": True, "bytes": None}}, {}),
+    ("an object merges: members it does not name stay", {"session": {"resumed": True, "bytes": 3}},
+     {"session": {"resumed": True}}, {}),
+    ("a member that differs", {"session": {"resumed": True}}, {"session": {"resumed": False}},
+     {"session": {"resumed": False}}),
+    ("a list replaces", {"jobs": ["a", "b"]}, {"jobs": ["a"]}, {"jobs": ["a"]}),
+    ("only the fields that change", {"a": 1, "b": 2}, {"a": 1, "b": 3}, {"b": 3}),
+]
+
+
+@pytest.mark.parametrize(("stored", "wanted", "sent"), [c[1:] for c in CHANGES], ids=[c[0] for c in CHANGES])
+def test_one_changed_rule(stored: dict[str, Any], wanted: dict[str, Any], sent: dict[str, Any]) -> None:
+    assert changes(stored, wanted) == sent
+    assert merged(stored, sent) == merged(stored, wanted), "what is not sent would not have changed anything"
+
+
+def test_a_conflict_reads_again_and_judges_again() -> None:
+    api = MemoryApi()
+    path = f"{TRIGGERS}/t"
+    api.create(TRIGGERS, {"metadata": {"name": "t"}, "status": {"count": 1}})
+    stale = TriggerView.of(api.get(path))
+    api.patch(f"{path}/status", {"status": {"count": 2}})  # another writer, after ``stale`` was read
+    seen: list[int] = []
+
+    def judge(view: TriggerView) -> dict[str, int]:
+        seen.append(view.stored_status["count"])
+        return {"count": view.stored_status["count"] + 1}
+
+    written = write_status(api, f"{path}/status", stale, judge,  # type: ignore[arg-type]
+                           reread=lambda: TriggerView.of(api.get(path)))
+    assert seen == [1, 2] and written is not None and api.get(path)["status"]["count"] == 3
+    with pytest.raises(ApiError) as refused:  # no re-read: the conflict is the caller's
+        write_status(api, f"{path}/status", stale, judge)  # type: ignore[arg-type]
+    assert refused.value.status == 409
+    assert write_status(api, f"{path}/status", TriggerView.of(api.get(path)),  # type: ignore[arg-type]
+                        lambda view: {"count": 3}) is None, "nothing changes: nothing is written"
