@@ -159,8 +159,8 @@ def retired_message(retired: Mapping[str, Any]) -> str:
 
 def overlay(status: dict[str, Any], stored: Mapping[str, Any], name: str,
             generation: int | None = None) -> dict[str, Any]:
-    """``status`` (the store's judgement, ``sessionkey.sessionkey_status``) with the lifecycle on top: a retired
-    or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a ``Retired``
+    """``status`` (the store's judgement, ``summarize_sessionkey.sessionkey_status``) with the lifecycle on top:
+    a retired or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a ``Retired``
     condition. ``stored``: the status as stored, which holds ``retired`` and ``failedResumes``."""
     conditions = status.get("conditions")
     retired = stored.get("retired")
