@@ -9,7 +9,7 @@ Not a test: timings are never assertions. What it lays out (untimed, but timed a
   gate passes and the key is ``Resumable``) and the four sidecars; one key in ten also has a waiting
   ``letter.md`` (it names its transcript's sha256, so judging it hashes the transcript);
 * N SessionKeys (created by a thread pool), and their first statuses (written by a thread pool through
-  ``sessionkey.update``, as an earlier operator would have left them).
+  ``sessionkey.write``, as an earlier operator would have left them).
 
 Then one fresh Python process (memo empty, as after an operator restart) runs, one after the other:
 
@@ -182,7 +182,8 @@ def seed_sessionkeys(api: Any, n: int, threads: int) -> float:
 
 
 def first_statuses(api: Any, settings: Any, threads: int) -> float:
-    """What an earlier operator left: every status written once (by the refresh's own ``update``, in parallel)."""
+    """What an earlier operator left: every status written once (by the refresh's own ``write``, in parallel)."""
+    from pidispatch.api.views import SessionKeyView
     from pidispatch.jobflow import sessionkey
     from pidispatch.jobflow.cluster import Cluster
 
@@ -191,8 +192,8 @@ def first_statuses(api: Any, settings: Any, threads: int) -> float:
     done = 0
     with ThreadPoolExecutor(threads) as pool:
         for page in api.pages(cluster.crd("sessionkeys")):
-            list(pool.map(lambda sk: sessionkey.update(settings, cluster, sk["metadata"]["name"], None, listed=sk),
-                          page))
+            list(pool.map(lambda sk: sessionkey.write(settings, cluster, sk["metadata"]["name"],
+                                                      listed=SessionKeyView.of(sk)), page))
             done += len(page)
             if done % 10_000 < len(page):
                 progress(f"    first statuses: {done} written ({done / (time.perf_counter() - t0):.0f}/s)")

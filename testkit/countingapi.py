@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.jobflow.sessionkey import without_nulls
+from pidispatch.jobflow.status_patch import without_nulls
 from testkit.memoryapi import NS, MemoryApi
 
 SESSIONKEYS = f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/sessionkeys"

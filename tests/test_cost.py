@@ -1,5 +1,5 @@
 """What a job cost, by how it started: the label of the fleet's metrics, and the SessionKey's counters (written
-through ``sessionkey.update`` on ``MemoryApi``, the store real)."""
+through ``sessionkey.write`` on ``MemoryApi``, the store real)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pidispatch.costreport import report, table
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.cost import RECENT_JOBS, JobUsage, counted, per_job, session_start
+from pidispatch.jobflow.summarize_sessionkey import JudgedWith, LastJob
 from pidispatch.settings import OperatorSettings
 from testkit.memoryapi import NS, MemoryApi
 from testkit.store import KEY, Store
@@ -66,6 +67,11 @@ def test_the_remembered_jobs_are_bounded() -> None:
     assert per_job(usage, "cold") == 1 and per_job(usage, "resumed") is None
 
 
+def ended_as(job: str) -> LastJob:
+    """The last job's facts a job's end tells its key (its pi and model unknown here)."""
+    return LastJob(job, None, JudgedWith(None, None, None))
+
+
 def test_the_sessionkey_status_counts_the_jobs_that_ended_and_a_refresh_keeps_them(store: Store,
                                                                                    tmp_path: Path) -> None:
     store.put(key=KEY)
@@ -79,8 +85,8 @@ def test_the_sessionkey_status_counts_the_jobs_that_ended_and_a_refresh_keeps_th
              JobUsage("resumed-1", "resumed", {"total": 300, "input": 200, "output": 10, "cacheRead": 90}),
              JobUsage("rethreaded-1", "rethreaded", {"total": 500})]
     for job in ended:
-        sessionkey.update(settings, cluster, KEY, {"lastJob": job.job}, ended=job)
-    sessionkey.update(settings, cluster, KEY, None)  # the timer's refresh: no job ended
+        sessionkey.write(settings, cluster, KEY, [ended_as(job.job), job])
+    sessionkey.write(settings, cluster, KEY)  # the timer's refresh: no job ended
     status = api.get(f"{SESSIONKEYS}/{KEY}")["status"]
     assert status["usage"] == {
         "cold": {"jobs": 1, "total": 1000, "input": 990, "output": 10},
@@ -161,8 +167,8 @@ def test_two_jobs_ending_at_once_on_one_key_are_both_counted(store: Store, tmp_p
     settings = OperatorSettings(store=store.settings, staging_dir=str(tmp_path / "staging"))
     cluster = Cluster(api, NS)  # type: ignore[arg-type]
     other = JobUsage("other", "cold", {"total": 100})
-    api.before_patch = lambda: sessionkey.update(settings, cluster, KEY, {"lastJob": "other"}, ended=other)
-    sessionkey.update(settings, cluster, KEY, {"lastJob": "mine"}, ended=JobUsage("mine", "cold", {"total": 50}))
+    api.before_patch = lambda: sessionkey.write(settings, cluster, KEY, [ended_as("other"), other])
+    sessionkey.write(settings, cluster, KEY, [ended_as("mine"), JobUsage("mine", "cold", {"total": 50})])
     usage = api.get(f"{SESSIONKEYS}/{KEY}")["status"]["usage"]
     assert usage["cold"] == {"jobs": 2, "total": 150}, "a count lost to the other job's write"
     assert sorted(usage["recentJobs"]) == ["mine", "other"]

@@ -72,7 +72,7 @@ def test_the_walk_reports_the_sessionkeys_observed_generation_when_its_writer_is
     """The reviewer's find: SessionKey ``status.observedGeneration`` was in the CRD and never written, while the
     Trigger's and the Job's were. Taking its writer out of the real code brings the report back."""
     sources = operator_sources()
-    path = "operator/pidispatch/jobflow/sessionkey.py"
+    path = "operator/pidispatch/jobflow/summarize_sessionkey.py"
     line = '        "observedGeneration": generation,'
     assert line in sources[path]
     sources[path] = sources[path].replace(line, "")

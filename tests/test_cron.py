@@ -19,6 +19,7 @@ from pidispatch.jobflow import cron as firing
 from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.key import KeyRef, cron_branch, cron_of, job_key
+from pidispatch.jobflow.summarize_trigger import trigger_status
 from pidispatch.kubeapi import ApiError
 from pidispatch.settings import Settings
 from pidispatch.store.keys import branch_key, issue_key, key_from_parts
@@ -203,8 +204,8 @@ def test_a_job_made_by_hand_for_an_issue_keeps_the_issues_key_and_other_triggers
 # ---- the Trigger's status --------------------------------------------------------------------------------
 
 def ready(view: TriggerView, now: datetime, kind: str = "Ready") -> dict[str, Any]:
-    status = trigger_step.trigger_status(view, Settings(sessions_dir="/s", github_auth_source="app"), 1, None,
-                                         upcoming=trigger_step.next_fire(view, now))
+    status = trigger_status(view, Settings(sessions_dir="/s", github_auth_source="app"), 1, None,
+                            upcoming=trigger_step.next_fire(view, now))
     return next(c for c in status["conditions"] if c["type"] == kind)
 
 

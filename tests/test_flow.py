@@ -15,13 +15,13 @@ from pidispatch.api.crds import TRIGGER_RULES
 from pidispatch.api.models import JobSession, JobSpec, Resolved, SessionKeyStatus, TriggerSpec, TriggerStatus, problem
 from pidispatch.api.trigger import LOCAL_KIND, RESUME_NOT_BOOLEAN
 from pidispatch.api.views import JobView, TriggerView
-from pidispatch.jobflow import admit
+from pidispatch.jobflow import admit, summarize_trigger
 from pidispatch.jobflow import key as key_step
 from pidispatch.jobflow import pod as pod_step
-from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.key import KeyRef
 from pidispatch.jobflow.pod import pod_phase, termination_message
-from pidispatch.jobflow.sessionkey import last_job_facts, sessionkey_status
+from pidispatch.jobflow.sessionkey import last_job_facts
+from pidispatch.jobflow.summarize_sessionkey import sessionkey_status
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.record import JobReason
 from pidispatch.settings import Settings
@@ -78,7 +78,7 @@ def pod_env(name: str, spec: dict[str, Any], trigger_spec: dict[str, Any]) -> di
 def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | None,
                    conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
     view = TriggerView.of({"metadata": {"name": "fix-it"}, "spec": spec})
-    return trigger_step.trigger_status(view, settings, generation, conditions)
+    return summarize_trigger.trigger_status(view, settings, generation, conditions)
 
 
 def pr(**changes: Any) -> dict[str, Any]:
@@ -537,7 +537,7 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
     assert status["bytes"] == view["bytes"]
     last = last_job_facts("job-1", HostRecord(key=KEY, forge="github", repository="octo/repo", branch="pi/issue-7",
                                               venue="kubernetes", pi_version=PI), JobSession(reason=nxt), None)
-    assert problem(SessionKeyStatus, sessionkey_status(view, None, last, 2)) is None, \
+    assert problem(SessionKeyStatus, sessionkey_status(view, None, last.fields(), 2)) is None, \
         "the operator writes a status its own CRD would refuse"
 
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.models import FailedResumes
 from pidispatch.api.views import SessionKeyView
 from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.sessionkey import sessionkey_status
 from pidispatch.jobflow.summarize import Ended
+from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, LastJob, Promoted, sessionkey_status
 from pidispatch.receiver.closed import Closed
 from pidispatch.settings import ConfigError, OperatorSettings
 from pidispatch.store.inspect import inspect_key
@@ -32,8 +33,10 @@ OLD = sample("s1_after_turn1.jsonl")
 # -- the count ------------------------------------------------------------------------------------------------
 def after(state: dict[str, Any] | None, job: str = "j4", *, resumed: bool = True, outcome: str = "Failed",
           reason: str = "PodFailed", promoted: bool = False, threshold: int = 3) -> dict[str, Any] | None:
-    return lifecycle.after_job(state, job, resumed=resumed, outcome=outcome, condition_reason=reason,
-                               promoted=promoted, threshold=threshold, now=NOW)
+    failed = lifecycle.after_job(None if state is None else FailedResumes.model_validate(state), job,
+                                 resumed=resumed, outcome=outcome, condition_reason=reason, promoted=promoted,
+                                 threshold=threshold, now=NOW)
+    return None if failed is None else failed.model_dump(mode="json")
 
 
 TWO = {"count": 2, "jobs": ["j1", "j2"], "quarantinedAt": None}
@@ -293,45 +296,53 @@ def failed_end(reason: str = "PodFailed") -> Any:
     return Ended("Failed", None, None, reason, "failed")
 
 
+def count(settings: OperatorSettings, cluster: Cluster, job: str, resumed: bool = True) -> None:
+    """A job's end on the key as ``complete.record_end`` writes it: the quarantine step's outcome, if any, and the
+    last job's facts, through the SessionKey's one writer."""
+    found: list[KeyOutcome] = [LastJob(job, None, sessionkey.JudgedWith(PI, MODEL, None))]
+    failed = quarantine.count(settings, job, resumed=resumed, ended=failed_end(), now=cluster.clock())
+    sessionkey.write(settings, cluster, KEY, [*found, *([failed] if failed is not None else [])])
+
+
 def test_failed_resumes_counted_by_two_writers_at_once_lose_none(keyed: Any) -> None:
     settings, cluster, api, path = keyed
     # Another job's count lands between this one's read and its write: the write is refused (409), read again.
-    api.before_patch = lambda _: quarantine.count(settings, cluster, KEY, "j1", resumed=True, ended=failed_end())
-    quarantine.count(settings, cluster, KEY, "j2", resumed=True, ended=failed_end())
+    api.before_patch = lambda _: count(settings, cluster, "j1")
+    count(settings, cluster, "j2")
     assert api.get(path)["status"]["failedResumes"] == {"count": 2, "jobs": ["j1", "j2"]}
-    quarantine.count(settings, cluster, KEY, "j3", resumed=True, ended=failed_end())
-    sessionkey.update(settings, cluster, KEY, None)
+    count(settings, cluster, "j3")
     status = api.get(path)["status"]
     assert status["failedResumes"]["quarantinedAt"] == NOW and status["next"] == "quarantined"
-    calls = dict(api.calls)
-    quarantine.count(settings, cluster, KEY, "j4", resumed=False, ended=failed_end())
-    assert api.calls == calls, "a job that did not resume costs no read and no write"
+    assert quarantine.count(settings, "j4", resumed=False, ended=failed_end(), now=NOW) is None, \
+        "a job that did not resume counts nothing"
+    assert quarantine.count(settings, "j4", resumed=True, ended=failed_end("CheckoutFailed"), now=NOW) is None
 
 
 def test_a_release_annotation_clears_the_count_and_goes(keyed: Any) -> None:
     settings, cluster, api, path = keyed
     for job in ("j1", "j2", "j3"):
-        quarantine.count(settings, cluster, KEY, job, resumed=True, ended=failed_end())
+        count(settings, cluster, job)
     api.patch(path, {"metadata": {"annotations": {lifecycle.RELEASE_ANNOTATION: "true"}}})
-    assert quarantine.release(cluster, SessionKeyView.of(api.get(path)))
+    assert retire.requests(settings, cluster, SessionKeyView.of(api.get(path)))
     body = api.get(path)
     assert "failedResumes" not in body["status"] and lifecycle.RELEASE_ANNOTATION not in body["metadata"]["annotations"]
+    assert body["status"]["next"] == "resumed", "released: the status is judged again in the same write"
 
 
 def test_a_retire_annotation_archives_and_a_promotion_ends_the_retirement(keyed: Any, store: Store) -> None:
     settings, cluster, api, path = keyed
     api.patch(path, {"metadata": {"annotations": {lifecycle.RETIRE_ANNOTATION: "issue-closed"}}})
     seen = SessionKeyView.of(api.get(path))
-    assert retire.retire(settings, cluster, seen)
-    assert not retire.retire(settings, cluster, SessionKeyView.of(api.get(path))), "the annotation is gone"
-    assert retire.retire(settings, cluster, seen), "the same request seen again (a stale watch event)"
-    sessionkey.update(settings, cluster, KEY, None)
+    assert retire.requests(settings, cluster, seen)
+    assert not retire.requests(settings, cluster, SessionKeyView.of(api.get(path))), "the annotation is gone"
+    assert retire.requests(settings, cluster, seen), "the same request seen again (a stale watch event)"
     status = api.get(path)["status"]
     assert status["retired"]["reason"] == "issue-closed"
     assert status["retired"]["archive"] == os.listdir(store.root)[0], "the second look kept the first's archive"
     assert (status["next"], resumable(status)["reason"]) == ("retired", "Retired")
     store.put(OLD)  # a new conversation promoted on the branch
-    sessionkey.update(settings, cluster, KEY, {"lastJob": "j9", **lifecycle.promoted_facts()})
+    sessionkey.write(settings, cluster, KEY, [LastJob("j9", None, sessionkey.JudgedWith(None, None, None)),
+                                              Promoted()])
     status = api.get(path)["status"]
     assert "retired" not in status and status["next"] == "resumed"
     assert next(c for c in status["conditions"] if c["type"] == "Retired")["status"] == "False"

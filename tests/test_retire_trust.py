@@ -156,7 +156,7 @@ def test_a_pull_request_no_job_ran_on_retires_nothing(operator: Any, store: Stor
     settings, cluster, api = operator
     caplog.set_level(logging.INFO)
     sk = asked(api, {RETIRE: "pull-request-closed", RETIRE_PR: "5"})
-    assert not retire.retire(settings, cluster, sk)
+    assert not retire.requests(settings, cluster, sk)
     assert (store.root / KEY / "current.jsonl").exists(), "the conversation is untouched"
     body = api.get(f"{SESSIONKEYS}/{KEY}")
     assert "retired" not in (body.get("status") or {})
@@ -167,7 +167,7 @@ def test_a_pull_request_no_job_ran_on_retires_nothing(operator: Any, store: Stor
 
 def test_the_pull_request_the_conversation_ran_on_retires_it(operator: Any, store: Store) -> None:
     settings, cluster, api = operator
-    assert retire.retire(settings, cluster, asked(api, {RETIRE: "pull-request-merged", RETIRE_PR: "4"}))
+    assert retire.requests(settings, cluster, asked(api, {RETIRE: "pull-request-merged", RETIRE_PR: "4"}))
     assert not (store.root / KEY).exists()
     assert api.get(f"{SESSIONKEYS}/{KEY}")["status"]["retired"]["reason"] == "pull-request-merged"
 
@@ -178,14 +178,14 @@ def test_issue_branches_are_the_job_systems_and_cron_branches_never_retire_by_pu
     """``pi/issue-<n>`` is the branch issue jobs push: its pull request's close ends it whichever job ran last.
     A cron key never ends by a pull request's close, even one its last job ran on."""
     settings, cluster, api = operator
-    assert retire.retire(settings, cluster, asked(api, {RETIRE: "pull-request-merged", RETIRE_PR: "4"},
+    assert retire.requests(settings, cluster, asked(api, {RETIRE: "pull-request-merged", RETIRE_PR: "4"},
                                                   branch)) is retired
     assert (store.root / KEY).exists() is not retired
 
 
 def test_an_issue_close_or_a_persons_request_needs_no_pull_request(operator: Any, store: Store) -> None:
     settings, cluster, api = operator
-    assert retire.retire(settings, cluster, asked(api, {RETIRE: "because"}))
+    assert retire.requests(settings, cluster, asked(api, {RETIRE: "because"}))
     assert not (store.root / KEY).exists()
 
 
@@ -194,7 +194,7 @@ def test_a_pull_request_close_whose_last_job_is_gone_retires_nothing(operator: A
     ownership cannot be shown, and the conversation stays (the reaper or a person ends it)."""
     settings, cluster, api = operator
     api.delete(f"{JOBS}/fix-4")
-    assert not retire.retire(settings, cluster, asked(api, {RETIRE: "pull-request-closed", RETIRE_PR: "4"}))
+    assert not retire.requests(settings, cluster, asked(api, {RETIRE: "pull-request-closed", RETIRE_PR: "4"}))
     assert (store.root / KEY).exists()
 
 
@@ -208,5 +208,5 @@ def test_from_the_receiver_to_the_store_a_member_closing_anothers_pull_request_r
     sent = closed_pr(running, "feature/x", author="mallory", association="NONE", sender="maintainer")
     assert sent.json == {"retired": key, "reason": "pull-request-closed"}
     assert cluster.sessionkeys[key] == {RETIRE: "pull-request-closed", RETIRE_PR: "5"}
-    assert not retire.retire(settings, op_cluster, asked(api, cluster.sessionkeys[key]))
+    assert not retire.requests(settings, op_cluster, asked(api, cluster.sessionkeys[key]))
     assert (store.root / KEY).exists()

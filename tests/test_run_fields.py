@@ -25,9 +25,9 @@ from pidispatch.api.views import JobView, TriggerView
 from pidispatch.api.vocabulary import JOB_FORGES, TRIGGER_RULES
 from pidispatch.contract import ENV_RUN_SECRETS, ENV_RUN_SECRETS_DIR, RUN_SECRETS_DIR, command_problem
 from pidispatch.contract.digests import digest_of
-from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import create_pod, pod_env
+from pidispatch.jobflow.summarize_trigger import trigger_status
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.runner.main import own_secrets
 from pidispatch.settings import OperatorSettings, Settings
@@ -171,7 +171,7 @@ def test_no_field_of_run_says_it_is_not_implemented() -> None:
         "resume with replicas keeps its message"])
 def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], message: str) -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec(run)})
-    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "False" and ready["message"] == message
     assert ready["reason"] == "ResumeConflict"
@@ -182,8 +182,8 @@ def test_a_flow_reaches_the_runner_and_the_trigger_is_ready() -> None:
     trigger = spec({"flow": "triage"})
     assert pod_env("d", job, TriggerSpec.model_validate(trigger))["PI_FLOW"] == "triage"
     assert "PI_FLOW" not in pod_env("d", job, TriggerSpec.model_validate(spec({})))
-    status = trigger_step.trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
-                                         None)
+    status = trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
+                            None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "True", ready
 
@@ -194,7 +194,7 @@ def test_a_flow_that_cannot_name_a_pi_skill_is_refused_at_load_not_by_the_schema
     within a version); the Trigger is not Ready, and says why."""
     assert problem(TriggerSpec, spec({"flow": flow})) is None
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": flow})})
-    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidFlow")
     assert ready["message"].startswith("run.flow: ") and "is not a flow's name" in ready["message"]
@@ -207,8 +207,8 @@ def test_a_command_reaches_the_runner_and_the_trigger_is_ready() -> None:
     env = pod_env("d", job, TriggerSpec.model_validate(trigger))
     assert env["PI_COMMAND"] == "/review focus on tests" and "PI_FLOW" not in env
     assert "PI_COMMAND" not in pod_env("d", job, TriggerSpec.model_validate(spec({})))
-    status = trigger_step.trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
-                                         None)
+    status = trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
+                            None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "True", ready
 
@@ -227,7 +227,7 @@ def test_a_command_reaches_the_runner_and_the_trigger_is_ready() -> None:
 def test_a_command_pi_would_not_run_is_refused_at_load_not_by_the_schema(command: str, says: str) -> None:
     assert problem(TriggerSpec, spec({"command": command})) is None
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"command": command})})
-    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidCommand")
     assert ready["message"].startswith("run.command: ") and says in ready["message"], ready["message"]
@@ -243,7 +243,7 @@ def test_a_command_pi_runs_loads(command: str) -> None:
 
 def test_flow_and_command_together_are_refused_at_load() -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": "triage", "command": "/review"})})
-    status = trigger_step.trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None)
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidCommand")
     assert "sets both run.flow" in ready["message"] and "Keep one of the two" in ready["message"]

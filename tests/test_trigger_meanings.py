@@ -16,7 +16,7 @@ from pidispatch.api.views import JobView, TriggerView
 from pidispatch.doctor.cluster import ClusterFacts, trigger_checks
 from pidispatch.doctor.diagnose import auth_checks
 from pidispatch.jobflow import admit
-from pidispatch.jobflow.trigger import trigger_status
+from pidispatch.jobflow.summarize_trigger import trigger_status
 from pidispatch.receiver.delivery import Event, job_spec, unserved
 from pidispatch.settings import Settings
 

@@ -26,7 +26,15 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from pidispatch.api import serves
-from pidispatch.api.models import JobSpec, JobStatus, SessionKeySpec, SessionKeyStatus, TriggerSpec, parsed
+from pidispatch.api.models import (
+    JobSpec,
+    JobStatus,
+    SessionKeySpec,
+    SessionKeyStatus,
+    TriggerSpec,
+    TriggerStatus,
+    parsed,
+)
 from pidispatch.api.trigger import Refusal, refusal_of, resume_requested, schedule_problem, schedule_refusal
 
 M = TypeVar("M", bound=BaseModel)
@@ -165,6 +173,11 @@ class TriggerView:
     @property
     def stored_status(self) -> dict[str, Any]:
         return _mapping(self.body.get("status"))
+
+    @property
+    def status(self) -> TriggerStatus:
+        """The status, read leniently as a Job's and a SessionKey's are (the cron loop reads its ``schedule``)."""
+        return lenient(TriggerStatus, self.body.get("status"))
 
     @property
     def schedule_problem(self) -> str | None:

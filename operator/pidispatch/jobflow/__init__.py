@@ -14,8 +14,12 @@
 A Job, its Trigger and a SessionKey travel through the steps as the frozen views of ``api/views.py``
 (typed spec and status, parsed once where the dispatcher receives or reads them); a job Pod stays a dict.
 ``summarize.py`` is the one writer of a Job's phase and conditions: every step returns a typed change
-and ``summarize`` turns it into the status patch. ``table.py`` holds one record per Job (its uid, phase,
-place in line, ...); ``queue.py`` the line for a slot; ``refused.py`` what a refusal writes.
+and ``summarize`` turns it into the status patch; a SessionKey's steps (its end, quarantine, retirement, cost)
+return outcomes that ``summarize_sessionkey.py`` folds and ``sessionkey.write`` writes, and a Trigger's
+(its reading, the cron loop) ``summarize_trigger.py`` and ``trigger.write_status``; ``status_patch.py`` is the
+one patch helper under all three (docs/architecture.md#status-writing). ``table.py`` holds one record per
+Job (its uid, phase, place in line, ...); ``queue.py`` the line for a slot; ``refused.py`` what a refusal
+writes.
 ``dispatcher.py`` routes kopf's events to the steps and runs the loops (``loops.py``); ``handlers/``
 only forward kopf's events to it. The steps stand in layers (``.importlinter``): a step may use the
 ones below it, never its siblings. Nothing here builds a path inside the store or touches a store file: ``store/``

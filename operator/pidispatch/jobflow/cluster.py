@@ -1,19 +1,20 @@
 """The job flow's reach into the cluster: resource paths and the few writes every step shares.
 
 One namespace, the project's own API client (``kubeapi.Api``). Status is written through the status
-subresources only, as merge patches, and only when it changed (``summarize`` computes the patch).
+subresources only, as merge patches, and only when it changed: ``summarize`` computes a Job's patch and
+``status_patch.write_status`` (the one patch helper of every kind) writes it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from pidispatch import metrics
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.views import JobView, SessionKeyView
+from pidispatch.jobflow.status_patch import write_status
 from pidispatch.jobflow.summarize import Change, summarize
 from pidispatch.kubeapi import Api, name_segment
 
@@ -60,16 +61,15 @@ class Cluster:
 
         With ``resource_version``, the write happens only if the Job is still that version (409 otherwise).
         """
-        patch = summarize(job.stored_status, change, job.meta.generation, self.clock())
-        if not patch:
+        now = self.clock()
+        written = write_status(self.api, self.crd("jobs", job.name, "status"), job,
+                               lambda current: summarize(current.stored_status, change, current.meta.generation, now),
+                               conditional=resource_version is not None, version=resource_version)
+        if written is None:
             return job
-        body: dict[str, Any] = {"status": patch}
-        if resource_version is not None:
-            body["metadata"] = {"resourceVersion": resource_version}
-        updated = self.api.patch(self.crd("jobs", job.name, "status"), body)
-        if "phase" in patch:
-            metrics.JOB_TRANSITIONS.labels(patch["phase"]).inc()
-        return JobView.of(updated)
+        if "phase" in written.patch:
+            metrics.JOB_TRANSITIONS.labels(written.patch["phase"]).inc()
+        return JobView.of(written.body)
 
     def event(self, job: JobView, type_: str, reason: str, message: str) -> None:
         """A Kubernetes Event on ``job``. Best effort: a failure is not the Job's."""

@@ -25,7 +25,7 @@ from pidispatch.api.views import JobView
 from pidispatch.election import fence
 from pidispatch.events import emit
 from pidispatch.gateway.ledger import Figures
-from pidispatch.jobflow import cost, lifecycle, quarantine, sessionkey, usage
+from pidispatch.jobflow import cost, quarantine, sessionkey, usage
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.pod import (
     deadline_exceeded,
@@ -36,6 +36,7 @@ from pidispatch.jobflow.pod import (
     termination_message,
 )
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Ended
+from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, Promoted, Rethreaded
 from pidispatch.kubeapi import ApiError
 from pidispatch.record import PromotionResult, merge_session
 from pidispatch.report import CHECKOUT_FAILURES, RunnerReport, parse_report
@@ -283,17 +284,18 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
         # Before the Job's terminal status: a Job that reads terminal never comes back here, and
         # writing the same SessionKey facts twice after a kill is harmless.
         promoted_at = cluster.clock() if done.promotion is not None and done.promotion.promoted else None
-        last = sessionkey.last_job_facts(name, host, done.ended.session, promoted_at,
-                                         done.report.workspace if promoted_at is not None else None)
+        found: list[KeyOutcome] = [sessionkey.last_job_facts(name, host, done.ended.session, promoted_at,
+                                                             done.report.workspace if promoted_at is not None
+                                                             else None)]
         if promoted_at is not None and not host.resume:  # a resumed job keeps the lineage it continued
-            last["rethreadedBy"] = rethread_fact(name, host, done)
+            found.append(rethread_fact(name, host, done))
         if promoted_at is not None:
-            last.update(lifecycle.promoted_facts())
+            found.append(Promoted())
+        failed = quarantine.count(settings, name, resumed=host.resume, ended=done.ended, now=cluster.clock())
+        found += [*([failed] if failed is not None else []), cost.JobUsage(name, start, done.report.tokens or None)]
         try:
             sessionkey.ensure(cluster, host)  # gone if a kill came between the Pod's create and the SessionKey's
-            quarantine.count(settings, cluster, host.key, name, resumed=host.resume, ended=done.ended)
-            sessionkey.update(settings, cluster, host.key, last,
-                              ended=cost.JobUsage(name, start, done.report.tokens or None))
+            sessionkey.write(settings, cluster, host.key, found)
         except Exception as exc:  # the SessionKey is a view of the store: the refresh timer mends it
             log.warning("SessionKey %s not written: %s: %s", host.key, type(exc).__name__, exc)
     cluster.record(job, done.ended)
@@ -323,12 +325,12 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
         cluster.event(job, "Warning", done.ended.condition_reason, done.ended.message)
 
 
-def rethread_fact(name: str, host: HostRecord, done: Completion) -> dict[str, Any] | None:
+def rethread_fact(name: str, host: HostRecord, done: Completion) -> Rethreaded:
     """The SessionKey's ``rethreadedBy`` after a job that did not resume: the job and the refusal it carried the
-    work across, or ``None`` for a cold start without a letter (the stored conversation begins afresh)."""
+    work across, or neither for a cold start without a letter (the stored conversation begins afresh)."""
     if done.ended.session is not None and done.ended.session.rethreaded:
-        return {"job": name, "reason": host.reason}
-    return None
+        return Rethreaded(name, host.reason)
+    return Rethreaded()
 
 
 def result_label(promotion: PromotionResult) -> str:

@@ -11,7 +11,9 @@ cron Trigger that may run jobs:
    ``pidispatch_cron_missed``, never run. An operator down for a day on ``*/5 * * * *`` starts one job when it
    comes back, not 288;
 3. claims that slot: a status write conditional on the Trigger's ``resourceVersion`` (a 409: another writer
-   came first, and the next turn reads what it wrote), **before** the Job is created;
+   came first, and the next turn reads what it wrote), **before** the Job is created. This module writes no
+   status itself: each write is an outcome (``summarize_trigger.Claimed``, ``JobNoted``, ``NextSlot``) that
+   the Trigger's one writer, ``trigger.write_status``, summarizes and writes;
 4. creates the Job, named after the Trigger and the slot (:func:`job_name`), so a create retried by a
    restarted operator or a new leader answers 409 and is not a second Job; then notes it in ``lastJob``.
 
@@ -33,10 +35,12 @@ from typing import Any
 from pidispatch import failpoints, metrics
 from pidispatch.api import cron
 from pidispatch.api.crds import GROUP, VERSION
+from pidispatch.api.models import CronStatus
 from pidispatch.api.views import TriggerView
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.trigger import firing
+from pidispatch.jobflow.summarize_trigger import Claimed, JobNoted, NextSlot
+from pidispatch.jobflow.trigger import firing, write_status
 from pidispatch.kubeapi import ApiError
 
 log = logging.getLogger("pidispatch.operator")
@@ -141,10 +145,10 @@ class Cron:
         now = datetime.fromtimestamp(self.wall(), UTC)
         if self.blocked(trigger) is not None:
             return cron.next_slot(schedule, now)
-        record = dict(trigger.stored_status.get("schedule") or {})
+        record = trigger.status.schedule or CronStatus()
         version = trigger.meta.resource_version
-        last = parse_time(record.get("lastSlot"))
-        if last is not None and record.get("lastJob") != job_name(trigger.name, last):
+        last = parse_time(record.lastSlot)
+        if last is not None and record.lastJob != job_name(trigger.name, last):
             version = self._create(trigger, spec.on.repository, last, version)  # step 1
             if version is None:
                 return None
@@ -153,12 +157,10 @@ class Cron:
         upcoming = cron.next_slot(schedule, now)
         nxt = rfc3339(upcoming) if upcoming is not None else None
         if found is None:
-            if record.get("nextSlot") != nxt:
-                self._write(trigger.name, {"nextSlot": nxt}, version, conflict_ok=True)
+            write_status(self.cluster, trigger, NextSlot(nxt), version)
             return upcoming
-        missed = int(record.get("missed") or 0) + found.missed
-        claimed = self._write(trigger.name, {"lastSlot": rfc3339(found.slot), "lastJob": None, "missed": missed,
-                                             "nextSlot": nxt}, version, conflict_ok=True)
+        missed = (record.missed or 0) + found.missed
+        claimed = write_status(self.cluster, trigger, Claimed(rfc3339(found.slot), missed, nxt), version)
         if claimed is None:
             return upcoming  # another writer came first: the next turn reads what it wrote
         if found.missed:
@@ -179,19 +181,4 @@ class Cron:
         except ApiError as exc:
             if exc.status != 409:
                 raise
-        return self._write(trigger.name, {"lastJob": body["metadata"]["name"]}, version, conflict_ok=True)
-
-    def _write(self, name: str, record: dict[str, Any], version: str | None, *, conflict_ok: bool) -> str | None:
-        """Merge ``record`` into ``status.schedule`` if the Trigger is still at ``version``; the new version,
-        or ``None`` on a conflict (``conflict_ok``)."""
-        body: dict[str, Any] = {"status": {"schedule": record}}
-        if version is not None:
-            body["metadata"] = {"resourceVersion": version}
-        try:
-            updated = self.cluster.api.patch(self.cluster.crd("triggers", name, "status"), body)
-        except ApiError as exc:
-            if exc.status == 409 and conflict_ok:
-                return None
-            raise
-        got = (updated.get("metadata") or {}).get("resourceVersion")
-        return str(got) if got is not None else None
+        return write_status(self.cluster, trigger, JobNoted(body["metadata"]["name"]), version)

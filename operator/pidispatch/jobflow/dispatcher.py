@@ -29,7 +29,7 @@ from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import complete as completion
-from pidispatch.jobflow import cron, lifecycle, quarantine, retire, sessionkey, timers, usage
+from pidispatch.jobflow import cron, lifecycle, retire, sessionkey, timers, usage
 from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
@@ -165,9 +165,8 @@ class Dispatcher:
         if event_type != "DELETED" and sk.meta.deletion and sessionkey.FINALIZER in sk.meta.finalizers:
             sessionkey.finalize(self.s, self.cluster, sk)
         elif event_type != "DELETED" and lifecycle.asks(body):
-            # A retire or release annotation (the receiver's, or a person's): acted on, then the status redone.
-            if retire.retire(self.s, self.cluster, sk) | quarantine.release(self.cluster, sk):
-                sessionkey.update(self.s, self.cluster, sk.name, None)
+            # A retire or release annotation (the receiver's, or a person's): acted on, the status written once.
+            retire.requests(self.s, self.cluster, sk)
 
     def on_trigger(self, body: dict[str, Any]) -> None:
         trigger = TriggerView.of(body)

@@ -2,14 +2,14 @@
 
 Both live in the SessionKey's status, never in the store (whose format a pi-dispatch host shares):
 
-* ``status.retired`` (``retire.py`` writes it): the key's pull request or issue closed, or a person asked
-  (the ``pi-dispatch.dev/retire`` annotation). A pull request's close retires only a branch the job system
-  owns (:func:`pull_request_refusal`). Its directory is gone (deleted or archived); the next
-  delivery on the branch starts cold with the reason ``retired``, and a promotion of that new
-  conversation ends the retirement.
-* ``status.failedResumes`` (``quarantine.py`` writes it): the resumed jobs in a row that ended ``Failed``.
-  At the chart's ``sessions.quarantineAfter`` of them the transcript is quarantined: every delivery
-  starts cold with the reason ``quarantined`` until a person releases it (the
+* ``status.retired`` (``retire.py`` asks for it, ``summarize_sessionkey.py`` writes it): the key's pull
+  request or issue closed, or a person asked (the ``pi-dispatch.dev/retire`` annotation). A pull request's
+  close retires only a branch the job system owns (:func:`pull_request_refusal`). Its directory is gone
+  (deleted or archived); the next delivery on the branch starts cold with the reason ``retired``, and a
+  promotion of that new conversation ends the retirement.
+* ``status.failedResumes`` (``quarantine.py`` counts, ``summarize_sessionkey.py`` writes it): the resumed
+  jobs in a row that ended ``Failed``. At the chart's ``sessions.quarantineAfter`` of them the transcript is
+  quarantined: every delivery starts cold with the reason ``quarantined`` until a person releases it (the
   ``pi-dispatch.dev/release-quarantine`` annotation) or a job on the key succeeds and its new
   conversation replaces the poisoned one. A resumed job that succeeds resets the count.
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pidispatch.api.conditions import get_condition, reason_to_camel, set_condition
-from pidispatch.api.models import JobSpec, SessionKeySpec
+from pidispatch.api.models import FailedResumes, JobSpec, SessionKeySpec
 from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_REASONS
 from pidispatch.contract.keys import CRON_BRANCH_PREFIX, issue_of_branch
 from pidispatch.record import SessionReason
@@ -90,31 +90,35 @@ def counts_against(resumed: bool, outcome: str, condition_reason: str) -> bool:
     return resumed and outcome == "Failed" and condition_reason in TRANSCRIPT_FAILURES
 
 
-def after_job(state: Mapping[str, Any] | None, job: str, *, resumed: bool, outcome: str, condition_reason: str,
-              promoted: bool, threshold: int, now: str) -> dict[str, Any] | None:
+def after_job(state: FailedResumes | None, job: str, *, resumed: bool, outcome: str, condition_reason: str,
+              promoted: bool, threshold: int, now: str) -> FailedResumes | None:
     """The key's ``failedResumes`` after ``job`` ended (``None``: no failure counted).
 
-    A resumed job that failed adds one (and at ``threshold`` in a row the transcript is quarantined, stamped
-    ``quarantinedAt``); a promotion (a resumed job that succeeded, or a cold one whose new conversation
-    replaced the transcript) resets it; anything else leaves it. ``threshold`` 0: nothing is counted.
+    A resumed job that failed adds one (:func:`counted`); a promotion (a resumed job that succeeded, or a cold
+    one whose new conversation replaced the transcript) resets it; anything else leaves it. ``threshold`` 0:
+    nothing is counted.
     """
-    current = dict(state) if state else None
     if promoted or threshold <= 0:
         return None
-    if not counts_against(resumed, outcome, condition_reason) or job in ((current or {}).get("jobs") or []):
-        return current  # a job counted already (its end written again after a kill) is not counted twice
-    count = int((current or {}).get("count") or 0) + 1
-    jobs = [*((current or {}).get("jobs") or []), job][-JOBS_KEPT:]
-    since = (current or {}).get("quarantinedAt")
+    if not counts_against(resumed, outcome, condition_reason):
+        return state
+    return counted(state, job, threshold, now)
+
+
+def counted(state: FailedResumes | None, job: str, threshold: int, now: str) -> FailedResumes | None:
+    """``state`` with ``job``'s failed resume counted: one more, and at ``threshold`` in a row the transcript is
+    quarantined (stamped ``quarantinedAt``, the first time only). A job counted already (its end written again
+    after a kill) is not counted twice; ``threshold`` 0 counts nothing."""
+    if threshold <= 0:
+        return None
+    if state is not None and job in state.jobs:
+        return state
+    count = (state.count if state is not None else 0) + 1
+    jobs = [*(state.jobs if state is not None else []), job][-JOBS_KEPT:]
+    since = state.quarantinedAt if state is not None else None
     if since is None and count >= threshold:
         since = now
-    return {"count": count, "jobs": jobs, "quarantinedAt": since}
-
-
-def promoted_facts() -> dict[str, Any]:
-    """What a promotion on a key tells its SessionKey (merged into the last job's facts, so it costs no write
-    of its own): the failure count starts again, and a retirement ends (a new conversation on the branch)."""
-    return {"failedResumes": None, "retired": None}
+    return FailedResumes(count=count, jobs=jobs, quarantinedAt=since)
 
 
 def is_quarantined(status: Mapping[str, Any]) -> bool:
@@ -155,8 +159,8 @@ def retired_message(retired: Mapping[str, Any]) -> str:
 
 def overlay(status: dict[str, Any], stored: Mapping[str, Any], name: str,
             generation: int | None = None) -> dict[str, Any]:
-    """``status`` (the store's judgement, ``sessionkey.sessionkey_status``) with the lifecycle on top: a retired
-    or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a ``Retired``
+    """``status`` (the store's judgement, ``summarize_sessionkey.sessionkey_status``) with the lifecycle on top:
+    a retired or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a ``Retired``
     condition. ``stored``: the status as stored, which holds ``retired`` and ``failedResumes``."""
     conditions = status.get("conditions")
     retired = stored.get("retired")

@@ -9,18 +9,27 @@ also stops any job in flight on it from bringing the conversation back.
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Sequence
 
 from pidispatch import failpoints
-from pidispatch.api.conditions import reason_to_camel, set_condition
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.models import JobSession
 from pidispatch.api.views import SessionKeyView
-from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
 from pidispatch.contract import MANAGED_BY
-from pidispatch.jobflow import cost, lifecycle
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.cost import JobUsage
+from pidispatch.jobflow.status_patch import write_status
+from pidispatch.jobflow.summarize_sessionkey import (
+    FailedResume,
+    JudgedWith,
+    KeyOutcome,
+    LastCommit,
+    LastJob,
+    Released,
+    Retirement,
+    judged_with,
+    summarize_sessionkey,
+)
 from pidispatch.kubeapi import ApiError
 from pidispatch.report import Workspace
 from pidispatch.settings import OperatorSettings
@@ -29,8 +38,10 @@ from pidispatch.store.inspect import inspect_key
 from pidispatch.store.keys import is_key
 from pidispatch.store.staging import HostRecord
 
+log = logging.getLogger("pidispatch.operator")
 FINALIZER = "pi-dispatch.dev/forget-transcript"
-LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith", "rethreadedBy", "usage")
+# The outcomes that need no store to be written (the lifecycle): a key without a store has only these.
+LIFECYCLE = (FailedResume, Released, Retirement)
 
 
 def ensure(cluster: Cluster, host: HostRecord) -> None:
@@ -48,78 +59,51 @@ def ensure(cluster: Cluster, host: HostRecord) -> None:
 
 
 def last_job_facts(job: str, host: HostRecord, session: JobSession | None, promoted_at: str | None,
-                   workspace: Workspace | None = None) -> dict[str, Any]:
+                   workspace: Workspace | None = None) -> LastJob:
     """What a job's end tells its SessionKey: which job, its reason, the pi and model it was judged with,
     and (for a promoted conversation) the commit its workspace ended on."""
-    facts: dict[str, Any] = {"lastJob": job, "lastReason": session.reason if session is not None else None,
-                             "judgedWith": {"piVersion": host.pi_version, "model": host.model,
-                                            "population": None if host.population is None
-                                            else sorted(host.population)}}
-    if promoted_at is not None:
-        facts["lastPromotedAt"] = promoted_at
-        if workspace is not None and workspace.head is not None:
-            facts["lastCommit"] = {"sha": workspace.head, "pushed": workspace.pushed == workspace.head}
-    return facts
+    commit = None
+    if promoted_at is not None and workspace is not None and workspace.head is not None:
+        commit = LastCommit(workspace.head, workspace.pushed == workspace.head)
+    return LastJob(job, session.reason if session is not None else None,
+                   JudgedWith(host.pi_version, host.model,
+                              None if host.population is None else tuple(sorted(host.population))),
+                   promoted_at, commit)
 
 
-def update(settings: OperatorSettings, cluster: Cluster, key: str, last: dict[str, Any] | None,
-           listed: SessionKeyView | None = None, ended: JobUsage | None = None) -> None:
-    """Recompute a SessionKey's status from the store (and the last job's facts); write it if it changed.
+def write(settings: OperatorSettings, cluster: Cluster, key: str, outcomes: Sequence[KeyOutcome] = (),
+          listed: SessionKeyView | None = None) -> None:
+    """The one writer of a SessionKey's status: judge the key from the store (as if the next delivery ran the
+    last job's pi, model and population), fold in what the steps found (``outcomes``:
+    ``summarize_sessionkey``), and write what changed. No outcome: the refresh (time made ``Resumable`` stale).
 
-    ``listed``: the SessionKey as a LIST just returned it (the refresh), read instead of a GET per key.
-    It may be older than the object (a job that ended meanwhile wrote its facts), so the write then
-    carries its ``resourceVersion``: a conflict means the object moved on, and it is read again and judged
-    once more, never overwritten with the older facts.
-
-    ``ended``: the job that ended on the key, counted in ``status.usage`` (once: ``jobflow/cost.py``); that
-    write carries the ``resourceVersion`` it was read at too.
+    ``listed``: the SessionKey as a LIST just returned it (the refresh), read instead of a GET per key. Every
+    write carries the ``resourceVersion`` the status was judged from (``status_patch``): a job that ended
+    meanwhile, or two jobs ending on one key at once (a failure count, the usage counters), make it a
+    conflict, and the key is read again and judged once more, never overwritten with the older facts.
     """
-    if settings.store.sessions_dir is None or not is_key(key):
+    store = settings.store.sessions_dir is not None and is_key(key)
+    if not store and not any(isinstance(found, LIFECYCLE) for found in outcomes):
         return
-    current = listed if listed is not None else cluster.sessionkey(key)
-    if current is None or current.meta.deletion:
-        return
-    old = current.stored_status  # compared as stored: a write only when the judgement changed it
-    facts = {**{k: old[k] for k in LAST_FACTS if k in old}, **(last or {})}
-    if ended is not None:
-        facts["usage"] = cost.counted(old.get("usage"), ended.job, ended.start, ended.tokens)
-    # Judge the next delivery as if it ran the last job's pi, model and population; unknown → the stamped ones.
-    judged = facts.get("judgedWith") or {}
-    admits = judged.get("population")
-    view = inspect_key(settings.store, key, pi_version=judged.get("piVersion"), model=judged.get("model"),
-                       population=frozenset(admits) if isinstance(admits, list) else None)
-    status = sessionkey_status(view, old.get("conditions"), facts, current.meta.generation)
-    # Retired or quarantined (as stored, or as the last job just ended it): say so.
-    status = lifecycle.overlay(status, {**old, **(last or {})}, key, current.meta.generation)
-    # A null inside an object is a deletion in a merge patch: the stored status never holds one.
-    if {k: old.get(k) for k in status} == {k: without_nulls(v) for k, v in status.items()}:
-        return
-    if listed is None and ended is None:
-        cluster.api.patch(cluster.crd("sessionkeys", key, "status"), {"status": status})
-        return
-    # Counters are read, added to and written back: two jobs ending at once on one key must not lose one.
-    try:
-        cluster.api.patch(cluster.crd("sessionkeys", key, "status"),
-                          {"metadata": {"resourceVersion": current.meta.resource_version}, "status": status})
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-        update(settings, cluster, key, last, ended=ended)  # the object moved on since it was read: judge it anew
 
+    def read() -> SessionKeyView | None:
+        found = cluster.sessionkey(key)
+        return None if found is None or found.meta.deletion else found
 
-def _known(population: list[str] | None) -> list[str] | None:
-    """The stamped population as the CRD takes it: a stamp with a token no Trigger can admit shows as unknown."""
-    if population is None or not all(token in AUTHOR_ASSOCIATIONS for token in population):
-        return None
-    return population
+    def judge(sk: SessionKeyView) -> dict[str, object]:
+        if not store:
+            return summarize_sessionkey(sk, None, outcomes)
+        judged = judged_with(sk.stored_status, outcomes)
+        inspected = inspect_key(settings.store, key, pi_version=judged.pi_version, model=judged.model,
+                                population=None if judged.population is None else frozenset(judged.population))
+        return summarize_sessionkey(sk, inspected, outcomes)
 
-
-def without_nulls(value: Any) -> Any:
-    """``value`` as the apiserver keeps it after a merge patch: object members that are null are gone (a list
-    is replaced whole, so it is kept as it is)."""
-    if isinstance(value, dict):
-        return {k: without_nulls(v) for k, v in value.items() if v is not None}
-    return value
+    current = read() if listed is None else None if listed.meta.deletion else listed
+    was = current.status.failedResumes if current is not None else None
+    written = write_status(cluster.api, cluster.crd("sessionkeys", key, "status"), current, judge, reread=read)
+    failed = written.patch.get("failedResumes") if written is not None else None
+    if failed and failed.get("quarantinedAt") and (was is None or not was.quarantinedAt):
+        log.warning("key %s quarantined after %s failed resumed jobs in a row", key, failed["count"])
 
 
 def delete(cluster: Cluster, key: str) -> None:
@@ -137,42 +121,3 @@ def finalize(settings: OperatorSettings, cluster: Cluster, sk: SessionKeyView) -
     finalizers = [f for f in sk.meta.finalizers if f != FINALIZER]
     cluster.api.patch(cluster.crd("sessionkeys", sk.name),
                       {"metadata": {"finalizers": finalizers, "resourceVersion": sk.meta.resource_version}})
-
-
-def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | None,
-                      last: dict[str, Any] | None = None, generation: int | None = None) -> dict[str, Any]:
-    """SessionKey status from ``store.inspect.inspect_key`` output plus the last job's facts."""
-    stored = bool(view.get("directory")) and bool(view.get("bytes"))
-    nxt = view.get("next") or "absent"
-    conditions = set_condition(conditions, "Stored", stored, "TranscriptStored" if stored else "NoTranscript",
-                               f"{view.get('bytes')} bytes stored." if stored else "No transcript is stored.",
-                               generation)
-    assumed = " (judged with the pi version stamped on the key)" if view.get("assumedPiVersion") else ""
-    conditions = set_condition(
-        conditions, "Resumable", nxt == "resumed", "Resumable" if nxt == "resumed" else reason_to_camel(nxt),
-        ("The next delivery would resume" + assumed + ".") if nxt == "resumed" else
-        f"The next delivery would start cold: {nxt}{assumed}.", generation)
-    lock: dict[str, Any] = view.get("lock") or {}
-    live = lock.get("state") == "live"
-    conditions = set_condition(
-        conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if lock else "Unlocked"),
-        f"A promotion holds the lock ({lock.get('ageMs')} ms old)." if live else
-        f"A stale lock ({lock.get('ageMs')} ms old) is left; the next promotion takes it over." if lock else
-        "No promotion is running.", generation)
-    by = (last or {}).get("rethreadedBy")
-    conditions = set_condition(
-        conditions, "Rethreaded", bool(by), reason_to_camel(by["reason"]) if by else "NotRethreaded",
-        f"Job {by['job']} started this conversation from the stored letter and ledger after the resume was "
-        f"refused ({by['reason']})." if by else "The stored conversation did not start from a handoff.",
-        generation)
-    ledger = view.get("ledger") or {}
-    status: dict[str, Any] = {
-        "observedGeneration": generation,  # the spec this status was judged for, as the Trigger's and the Job's say
-        "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
-        "ledger": {"entries": ledger.get("entries") or 0, "letter": ledger.get("letter")},
-        "piVersion": view.get("piVersion"), "population": _known(view.get("population")),
-        "resumeChain": view.get("resumeChain") or 0,
-        "context": view.get("context"), "next": nxt,
-    }
-    status.update(last or {})
-    return status

@@ -6,8 +6,9 @@ owns (``Started``, ``Completed`` or ``Commented``) and the fields that go with i
 operator sets a Job's phase or calls ``set_condition`` for a Job, so a reader finds every status a
 Job can show in this file.
 
-The patch holds only what differs from the current status, so a change that is already recorded
-costs no API write (:func:`summarize` returns ``{}``).
+The patch holds only what differs from the current status (``status_patch.changes``, the one "changed?"
+rule every kind's status shares), so a change that is already recorded costs no API write (:func:`summarize`
+returns ``{}``); ``Cluster.record`` writes it through ``status_patch.write_status``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.models import JobCheckout, JobGateway, JobHandoff, JobSession, JobWorkspace
+from pidispatch.jobflow.status_patch import changes
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Refused"})
 STARTED, COMPLETED, COMMENTED = "Started", "Completed", "Commented"
@@ -132,7 +134,7 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
     else:
         wanted = {"conditions": set_condition(conditions, COMMENTED, change.ok, change.reason, change.message,
                                               generation, now)}
-    patch = {k: v for k, v in wanted.items() if status.get(k) != v}
+    patch = changes(status, wanted)
     if patch and status.get("observedGeneration") != generation:
         patch["observedGeneration"] = generation
     return patch

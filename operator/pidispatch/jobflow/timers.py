@@ -48,7 +48,7 @@ def refresh_sessionkeys(settings: OperatorSettings, cluster: Cluster, busy: set[
             if name in busy:
                 continue
             try:
-                sessionkey.update(settings, cluster, name, None, listed=sk)
+                sessionkey.write(settings, cluster, name, listed=sk)
             except Exception as exc:  # one key's failure must not stop the others; the next cycle retries
                 log.warning("refreshing SessionKey %s failed: %s: %s", name, type(exc).__name__, exc)
 

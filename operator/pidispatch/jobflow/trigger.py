@@ -7,6 +7,9 @@ Trigger whose resumed jobs could never be placed on the operator's node (ReadWri
 mode: ``api/placement.py``) is not Ready either, and its Jobs are refused at admission as any Job of a
 Trigger that is not Ready. So is a cron Trigger whose ``on.schedule`` cannot fire (``InvalidSchedule``); a
 cron Trigger that can says in its Ready message when it fires next (``jobflow/cron.py`` fires it).
+
+``summarize_trigger.py`` judges the status; :func:`write_status` here is its one writer, for this module's
+reading and the cron loop's record alike.
 """
 
 from __future__ import annotations
@@ -15,16 +18,15 @@ import dataclasses
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from pidispatch.api import cron
-from pidispatch.api.conditions import set_condition
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
-from pidispatch.api.serves import NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
 from pidispatch.api.trigger import Refusal
-from pidispatch.api.views import JobView, TriggerView
+from pidispatch.api.views import JobView, ObjectMeta, TriggerView
 from pidispatch.events import emit
+from pidispatch.jobflow import status_patch
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.summarize_trigger import Readiness, TriggerOutcome, summarize_trigger
 from pidispatch.kubeapi import ApiError
 from pidispatch.settings import Settings
 from pidispatch.settings.scheduling import Scheduling
@@ -45,55 +47,28 @@ def next_fire(trigger: TriggerView, now: datetime) -> datetime | None:
     return cron.next_slot(schedule, now) if schedule is not None else None
 
 
-def ready_message(trigger: TriggerView, upcoming: datetime | None) -> str:
-    if upcoming is None or trigger.spec is None:
-        return "The Trigger can run jobs."
-    return (f"The Trigger can run jobs. It fires on its schedule {trigger.spec.on.schedule!r} (UTC, the operator's "
-            f"clock); next at {upcoming.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.")
+def write_status(cluster: Cluster, trigger: TriggerView, found: TriggerOutcome,
+                 version: str | None = None) -> str | None:
+    """The one writer of a Trigger's status: ``found`` summarized (``summarize_trigger``), written if it changes
+    anything; answers the Trigger's ``resourceVersion`` after it.
 
-
-def trigger_status(trigger: TriggerView, settings: Settings, generation: int | None,
-                   conditions: list[dict[str, Any]] | None, placement: str | None = None,
-                   upcoming: datetime | None = None) -> dict[str, Any]:
-    """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger.
-
-    ``placement``: why its resumed jobs cannot run on the operator's node (``api/placement.py``), if so;
-    ``upcoming``: a cron Trigger's next slot (:func:`next_fire`), said in the Ready message."""
-    # The view's refusal carries its reason (a schedule that cannot fire included): nothing parses a message.
-    problem = trigger.refusal.message if trigger.refusal is not None else placement
-    armed = trigger.armed
-    store = settings.sessions_dir is not None
-    reason = ("Loaded" if problem is None else trigger.refusal.reason if trigger.refusal is not None
-              else PLACEMENT_CONFLICT)
-    conditions = set_condition(conditions, "Ready", problem is None, reason,
-                               ready_message(trigger, upcoming) if problem is None else problem, generation)
-    if armed and problem is None:
-        armed_reason = "Armed"
-        armed_message = ("Each job of this cron Trigger continues the Trigger's own conversation."
-                         if upcoming is not None else
-                         "Jobs of this Trigger continue the previous conversation on their branch.")
-    elif trigger.requested and problem is not None:
-        armed_reason, armed_message = "Refused", "run.resume is set but the Trigger is refused (see Ready)."
-    elif trigger.requested:
-        armed_reason, armed_message = NO_REPOSITORIES, NO_REPOSITORIES_MESSAGE
-    else:
-        armed_reason, armed_message = "NotRequested", "run.resume is not set: every job starts a fresh conversation."
-    conditions = set_condition(conditions, "ResumeArmed", armed and problem is None, armed_reason, armed_message,
-                               generation)
-    if store:
-        store_status, store_reason, store_message = True, "Configured", "A session store is configured."
-    elif armed:
-        store_status, store_reason = False, "SessionsDirUnset"
-        store_message = ("No session store is configured, so every delivery of this Trigger is refused "
-                         "(sessions-dir-unset). Enable it with the Helm value sessions.enabled=true, or remove "
-                         "run.resume.")
-    else:
-        store_status, store_reason, store_message = False, "NotConfigured", "No session store (not needed here)."
-    conditions = set_condition(conditions, "SessionStore", store_status, store_reason, store_message, generation)
-    s = settings
-    bounds = {"ttlDays": s.ttl_days, "maxBytes": s.max_bytes, "maxAgeDays": s.max_age_days,
-              "maxResumeChain": s.max_resume_chain, "maxContextPct": s.max_context_pct}
-    return {"observedGeneration": generation, "conditions": conditions, "bounds": bounds}
+    The Trigger's reading (:class:`Readiness`) is written as it is, whoever wrote last. The cron record is a
+    claim: it is written only if the Trigger is still at ``version`` (default: as ``trigger`` was read), and a
+    conflict answers ``None``: another writer came first, and the cron loop's next turn reads what it wrote.
+    """
+    claim = not isinstance(found, Readiness)
+    try:
+        written = status_patch.write_status(cluster.api, cluster.crd("triggers", trigger.name, "status"), trigger,
+                                            lambda current: summarize_trigger(current, found), conditional=claim,
+                                            version=version)
+    except ApiError as exc:
+        if exc.status == 409 and claim:
+            return None
+        raise
+    if written is None:
+        return version if version is not None else trigger.meta.resource_version
+    got = ObjectMeta.of(written.body).resource_version
+    return str(got) if got is not None else None
 
 
 class Triggers:
@@ -138,12 +113,8 @@ class Triggers:
     def on_trigger(self, trigger: TriggerView) -> None:
         """Remember ``trigger`` and write its status if that changed."""
         self._known[trigger.name] = trigger
-        old = trigger.stored_status  # compared as stored: a write only when something changed
         upcoming = next_fire(trigger, datetime.fromtimestamp(self.wall(), UTC))
-        status = trigger_status(trigger, self.settings, trigger.meta.generation, old.get("conditions"),
-                                self.placement(trigger), upcoming)
-        if {k: old.get(k) for k in status} != status:
-            self.cluster.api.patch(self.cluster.crd("triggers", trigger.name, "status"), {"status": status})
+        write_status(self.cluster, trigger, Readiness(self.settings, self.placement(trigger), upcoming))
 
     def forget(self, name: str) -> None:
         self._known.pop(name, None)
