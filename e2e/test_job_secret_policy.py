@@ -58,7 +58,7 @@ def operator_client(cluster: Cluster, namespace: str) -> Kube:
 
 
 def token_secret(namespace: str, uid: str) -> dict[str, Any]:
-    """The operator's own per-job token Secret (jobflow/pod.py job_token)."""
+    """The operator's own per-job token Secret (jobflow/jobtoken.py job_token)."""
     job = f"job-{uid[:8]}"
     return job_token_secret(job, uid, namespace, token_secret_name(job, uid), "ghs_" + "x" * 36, "2030-01-01T00:00:00Z")
 

@@ -19,7 +19,6 @@ from pidispatch.jobflow import admit, summarize_trigger
 from pidispatch.jobflow import key as key_step
 from pidispatch.jobflow import pod as pod_step
 from pidispatch.jobflow.key import KeyRef
-from pidispatch.jobflow.pod import pod_phase, termination_message
 from pidispatch.jobflow.sessionkey import last_job_facts
 from pidispatch.jobflow.summarize_sessionkey import sessionkey_status
 from pidispatch.manifests.pod import PodInputs, job_pod
@@ -354,48 +353,6 @@ def test_the_pod_of_a_keyed_job_never_names_the_key() -> None:
     plain_env = {e["name"]: e["value"] for e in plain["spec"]["containers"][0]["env"]}
     assert env == {**plain_env, "PI_SESSION_FILE": "/session/current.jsonl", "PI_SESSION_HOST_RESUME": "false",
                    "PI_SESSION_RETHREAD_PCT": "70"}
-
-
-# ---- pod_phase and termination_message ----------------------------------------------------------------
-
-def pod(phase: str | None = None, statuses: list[dict] | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {}
-    if phase is not None:
-        status["phase"] = phase
-    if statuses is not None:
-        status["containerStatuses"] = statuses
-    return {"metadata": {"name": "pij-delivery-1"}, "status": status}
-
-
-@pytest.mark.parametrize(("p", "phase"), [
-    (None, "Failed"), (pod("Pending"), None), (pod("Running"), None), (pod("Unknown"), None), (pod(), None),
-    ({"metadata": {}}, None), (pod("Succeeded"), "Succeeded"), (pod("Failed"), "Failed"),
-], ids=["vanished pod counts as failed", "pending", "running", "unknown", "no phase yet", "no status",
-        "succeeded", "failed"])
-def test_pod_phase(p: dict | None, phase: str | None) -> None:
-    assert pod_phase(p) == phase
-
-
-def terminated(name: str, message: str | None) -> dict[str, Any]:
-    term: dict[str, Any] = {"exitCode": 0}
-    if message is not None:
-        term["message"] = message
-    return {"name": name, "state": {"terminated": term}}
-
-
-@pytest.mark.parametrize(("p", "message"), [
-    (pod("Succeeded", [terminated("pi", '{"outcome":"completed"}')]), '{"outcome":"completed"}'),
-    (pod("Succeeded", [terminated("sidecar", '{"outcome":"completed"}')]), None),
-    (pod("Succeeded", [terminated("sidecar", "forged"), terminated("pi", "real")]), "real"),
-    (pod("Running", [{"name": "pi", "state": {"running": {}}}]), None),
-    (pod("Succeeded", [terminated("pi", "")]), None),
-    (pod("Succeeded", [terminated("pi", None)]), None),
-    (pod("Pending"), None),
-    (None, None),
-], ids=["pi's message", "another container's message is ignored", "pi's among several", "still running",
-        "empty message", "no message", "no container statuses", "no pod"])
-def test_termination_message_only_from_the_pi_container(p: dict | None, message: str | None) -> None:
-    assert termination_message(p) == message
 
 
 # ---- trigger_status -----------------------------------------------------------------------------------

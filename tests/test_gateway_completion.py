@@ -12,8 +12,9 @@ from pidispatch.contract import gateway_wire as protocol
 from pidispatch.contract.report import RunnerReport
 from pidispatch.gateway.capability import verify
 from pidispatch.jobflow.dispatcher import Dispatcher
+from pidispatch.jobflow.podview import PodView
 from pidispatch.jobflow.slots import Slots
-from pidispatch.jobflow.usage import LEDGER_SETTLE_SECONDS, disagreement, finished_at, settled_ledger, summed
+from pidispatch.jobflow.usage import LEDGER_SETTLE_SECONDS, disagreement, settled_ledger, summed
 from pidispatch.manifests.pod import gateway_secret_name
 from pidispatch.settings import OperatorSettings, Settings
 from pidispatch.settings.gateway import Gateway
@@ -154,7 +155,8 @@ def test_the_ledger_is_read_only_once_the_gateway_had_time_to_write_the_last_rep
         return {"status": {"containerStatuses": [{"name": "pi", "state": state}]}}
 
     def read(p: dict | None) -> None:
-        settled_ledger(Cluster(), "uid-1", p, now=lambda: now, sleep=slept.append)  # type: ignore[arg-type]
+        settled_ledger(Cluster(), "uid-1", PodView.of(p) if p is not None else None, now=lambda: now,  # type: ignore[arg-type]
+                       sleep=slept.append)
 
     read(pod(now - 1))
     read(pod(now - LEDGER_SETTLE_SECONDS - 5))
@@ -162,4 +164,4 @@ def test_the_ledger_is_read_only_once_the_gateway_had_time_to_write_the_last_rep
     read(None)
     read(pod(now + 3600))  # a node clock far ahead: waits no more than the settle time
     assert slept == [LEDGER_SETTLE_SECONDS - 1, LEDGER_SETTLE_SECONDS]
-    assert finished_at(pod(now - 1)) == now - 1
+    assert PodView.of(pod(now - 1)).finished_at == now - 1

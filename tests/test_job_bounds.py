@@ -18,7 +18,7 @@ import pytest
 
 from pidispatch.api.models import TriggerRun
 from pidispatch.contract import ENV_WORKSPACE_LIMIT, JOB_LABEL, MANAGED_BY, RELEASE_LABEL
-from pidispatch.jobflow.pod import job_resources
+from pidispatch.jobflow.resources import job_resources
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes

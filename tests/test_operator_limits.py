@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from pidispatch.jobflow.dispatcher import Dispatcher
-from pidispatch.jobflow.pod import never_started
+from pidispatch.jobflow.podview import PodView
 from pidispatch.jobflow.slots import Slots
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from testkit.jobflow import Clock, condition, new_job, phase, pump
@@ -30,34 +30,6 @@ def dispatcher(api: MemoryApi, clock: Clock, tmp_path: Path, now: float, **setti
     d = Dispatcher(s, api, "ns", wall=lambda: now)  # type: ignore[arg-type]
     d.slots = Slots(1, clock=clock)
     return d
-
-
-def pending(waiting: dict[str, str] | None = None, scheduled: dict[str, str] | None = None,
-            created: str = CREATED) -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": "Pending"}
-    if waiting is not None:
-        status["containerStatuses"] = [{"name": "pi", "state": {"waiting": waiting}}]
-    if scheduled is not None:
-        status["conditions"] = [{"type": "PodScheduled", "status": "False", **scheduled}]
-    return {"metadata": {"creationTimestamp": created}, "status": status}
-
-
-NEVER_STARTED = [
-    ("image pull", pending({"reason": "ImagePullBackOff", "message": 'Back-off pulling image "x"'}), 601,
-     'ImagePullBackOff: Back-off pulling image "x"'),
-    ("missing secret", pending({"reason": "CreateContainerConfigError", "message": 'secret "s" not found'}), 601,
-     'CreateContainerConfigError: secret "s" not found'),
-    ("unschedulable", pending(scheduled={"reason": "Unschedulable", "message": "0/1 nodes are available"}), 601,
-     "Unschedulable: 0/1 nodes are available"),
-    ("still creating", pending({"reason": "ContainerCreating"}), 601, "ContainerCreating: no message"),
-    ("within the timeout", pending({"reason": "ImagePullBackOff"}), 599, None),
-    ("running", {"metadata": {"creationTimestamp": CREATED}, "status": {"phase": "Running"}}, 9999, None),
-]
-
-
-@pytest.mark.parametrize(("pod", "age", "why"), [c[1:] for c in NEVER_STARTED], ids=[c[0] for c in NEVER_STARTED])
-def test_a_pod_that_never_started_is_named_by_its_own_reason(pod: dict, age: float, why: str | None) -> None:
-    assert never_started(pod, EPOCH + age, 600) == why
 
 
 def test_the_run_timeout_and_resources_reach_the_pod(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
@@ -213,7 +185,7 @@ def test_a_pod_that_started_meanwhile_is_not_given_up(api: MemoryApi, clock: Clo
     [pod] = api.pods()
     stale = {**pod, "status": {"phase": "Pending"}}
     api.patch(f"{PODS}/{pod['metadata']['name']}/status", {"status": {"phase": "Running"}})
-    d.give_up("late-start", stale, "ImagePullBackOff: seen a moment ago")
+    d.give_up("late-start", PodView.of(stale), "ImagePullBackOff: seen a moment ago")
     assert phase(api, "late-start") == "Running"
     assert api.pods(), "a running Pod was deleted"
 

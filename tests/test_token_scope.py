@@ -27,9 +27,10 @@ from pidispatch.api.views import JobView
 from pidispatch.forge.appauth import broader_than
 from pidispatch.forge.credentials import JobToken, fork_permissions
 from pidispatch.forge.github import OPERATOR_TOKEN_PERMISSIONS, Forge, GitHubError
+from pidispatch.jobflow import jobtoken
 from pidispatch.jobflow import pod as pod_step
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import TOKEN_MARGIN_SECONDS, token_capped_deadline
+from pidispatch.jobflow.jobtoken import TOKEN_MARGIN_SECONDS, token_capped_deadline
 from pidispatch.settings import (
     DEFAULT_JOB_TOKEN_PERMISSIONS,
     GITHUB_REPOSITORY_PERMISSIONS,
@@ -231,7 +232,7 @@ def _trigger(trigger: dict[str, Any]) -> TriggerSpec:
 
 def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: dict[str, Any],
               trigger: dict[str, Any], fork: bool = False) -> JobToken | None:
-    return pod_step.job_token(settings, cluster, forge, JobView.of(job), _trigger(trigger), fork)
+    return jobtoken.job_token(settings, cluster, forge, JobView.of(job), _trigger(trigger), fork)
 
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],

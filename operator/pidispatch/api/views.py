@@ -14,7 +14,7 @@ like); every step after that reads typed fields (``job.name``, ``job.spec.reposi
 * ``body`` is the object as it was read: what a write needs beyond the typed fields (the stored status a
   merge patch is computed against, the ``resourceVersion`` of a conditional write).
 
-A Pod stays a plain dict: the operator reads a handful of its fields, all in ``jobflow/pod.py``.
+A Pod is read where it arrives into ``jobflow/podview.PodView`` (the handful of its fields the operator reads).
 """
 
 from __future__ import annotations

@@ -349,7 +349,7 @@ class Forge:
         """An installation token for a job Pod: ``repository`` only, the configured permissions only
         (``PI_DISPATCH_JOB_TOKEN_PERMISSIONS``), and for a fork's pull request (``fork``) those capped at
         read but for commenting (``credentials.fork_permissions``). It lives an hour and is not refreshed:
-        the job's run timeout is capped below its life instead (``jobflow/pod.py``, ``token_capped_deadline``)."""
+        the job's run timeout is capped below its life instead (``jobflow/jobtoken.py``, ``token_capped_deadline``)."""
         if self.app is None:
             raise NoCredentials("the GitHub App is not configured")
         permissions = fork_permissions(self.job_token_permissions) if fork else self.job_token_permissions

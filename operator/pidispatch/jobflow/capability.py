@@ -16,7 +16,8 @@ from pidispatch.contract.digests import SecretDigest, digest_of
 from pidispatch.forge.credentials import JobToken
 from pidispatch.gateway import capability as gateway_capability
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import job_credentials, token_capped_deadline
+from pidispatch.jobflow.jobtoken import token_capped_deadline
+from pidispatch.jobflow.pod import job_credentials
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import GatewayInputs, gateway_secret_name, job_gateway_secret
 from pidispatch.settings import OperatorSettings

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from pidispatch.api.models import JobCheckout, JobSpec
-from pidispatch.contract import CONTAINER, ENV_CHECKOUT, is_commit
+from pidispatch.contract import is_commit
 from pidispatch.forge.checkout import Checkout, Moved
 from pidispatch.forge.github import Forge, GitHubError
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.podview import PodView
 from pidispatch.settings import OperatorSettings
 from pidispatch.store.keys import issue_branch
 from pidispatch.store.staging import HostRecord
@@ -62,17 +62,13 @@ def previous_commit(cluster: Cluster, forge: Forge, host: HostRecord | None, che
         return Moved(last, None, None, "unknown")
 
 
-def checkout_of(pod: dict[str, Any] | None) -> JobCheckout | None:
+def checkout_of(pod: PodView | None) -> JobCheckout | None:
     """``status.checkout`` read back from a Pod's ``PI_CHECKOUT`` (a restarted operator finds its Pod)."""
-    for container in ((pod or {}).get("spec") or {}).get("containers") or []:
-        if container.get("name") != CONTAINER:
-            continue
-        for env in container.get("env") or []:
-            if env.get("name") == ENV_CHECKOUT and isinstance(env.get("value"), str):
-                try:
-                    data = json.loads(env["value"])
-                except ValueError:
-                    return None
-                if isinstance(data, dict) and isinstance(data.get("ref"), str) and is_commit(data.get("sha")):
-                    return JobCheckout(ref=data["ref"], sha=data["sha"])
+    for value in pod.checkout if pod is not None else ():
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return None
+        if isinstance(data, dict) and isinstance(data.get("ref"), str) and is_commit(data.get("sha")):
+            return JobCheckout(ref=data["ref"], sha=data["sha"])
     return None

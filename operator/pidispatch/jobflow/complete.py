@@ -27,14 +27,7 @@ from pidispatch.events import emit
 from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow import cost, quarantine, sessionkey, usage
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.pod import (
-    deadline_exceeded,
-    never_started,
-    oom_killed,
-    owner_uid,
-    pod_phase,
-    termination_message,
-)
+from pidispatch.jobflow.podview import PodView, pod_phase
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Ended
 from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, Promoted, Rethreaded
 from pidispatch.kubeapi import ApiError
@@ -81,7 +74,7 @@ class Finished:
     done: Completion
 
 
-def ending(settings: OperatorSettings, cluster: Cluster, name: str, pod: dict[str, Any] | None) -> Ending | Over | None:
+def ending(settings: OperatorSettings, cluster: Cluster, name: str, pod: PodView | None) -> Ending | Over | None:
     """The Job ``pod`` belongs to (read afresh), if it has not ended; ``None`` when it is gone or ``pod`` is a
     Pod of an earlier Job with the same name."""
     job = cluster.job(name)
@@ -91,12 +84,12 @@ def ending(settings: OperatorSettings, cluster: Cluster, name: str, pod: dict[st
     jd = JobDir(settings.staging_dir, uid)
     if job.phase in TERMINAL_PHASES:
         return Over(jd)
-    if pod is not None and owner_uid(pod) != uid:
+    if pod is not None and pod.owner_uid != uid:
         return None
     return Ending(job, jd)
 
 
-def finished(settings: OperatorSettings, end: Ending, pod: dict[str, Any] | None,
+def finished(settings: OperatorSettings, end: Ending, pod: PodView | None,
              ledger: Callable[[], Figures | None] | None = None) -> Finished | None:
     """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs.
     ``ledger`` reads the gateway's figures of the Job (behind the gateway only)."""
@@ -105,7 +98,7 @@ def finished(settings: OperatorSettings, end: Ending, pod: dict[str, Any] | None
     return Finished(host, done) if done is not None else None
 
 
-def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: dict[str, Any],
+def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: PodView,
             wall: float) -> Finished | None:
     """A Pod not started within the start timeout: delete it, and the Job ends ``Failed`` (``PodNeverStarted``).
 
@@ -114,12 +107,13 @@ def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: dict
     another reason than gone: the Pod might still start, so the Job stays Running and the resync tries again.
     """
     name = end.job.name
-    pod = cluster.api.get_or_none(cluster.pods(pod["metadata"]["name"])) or {}
-    why = never_started(pod, wall, settings.job_start_timeout_seconds) if pod else None
-    if why is None or owner_uid(pod) != end.job.uid:
+    found = cluster.api.get_or_none(cluster.pods(pod.name))
+    fresh = PodView.of(found) if found else None
+    why = fresh.never_started(wall, settings.job_start_timeout_seconds) if fresh is not None else None
+    if why is None or fresh is None or fresh.owner_uid != end.job.uid:
         return None
     try:
-        cluster.api.delete(cluster.pods(pod["metadata"]["name"]))
+        cluster.api.delete(cluster.pods(fresh.name))
     except ApiError as exc:
         if exc.status != 404:
             raise
@@ -128,7 +122,7 @@ def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: dict
     return Finished(host, unstarted(end.jd, host, why, settings.job_start_timeout_seconds))
 
 
-def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, pod: dict[str, Any] | None,
+def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, pod: PodView | None,
              job: str, ledger: Callable[[], Figures | None] | None = None) -> Completion | None:
     """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs."""
     outcome = pod_phase(pod)
@@ -142,7 +136,7 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
         outcome = "Failed"
     # A process killed for memory (pi, or a build pi ran) disturbed the run even when pi carried on and
     # the container exited 0: the job failed, and what it wrote is not promoted.
-    limit = oom_killed(pod)
+    limit = pod.oom_limit if pod is not None else None
     if limit is not None:
         outcome = "Failed"
     # Transfer mode: the operator's staging holds the job's result only once an upload committed (the marker).
@@ -151,7 +145,7 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
     incomplete = outcome == "Succeeded" and transfer_incomplete(settings, jd, host)
     if incomplete:
         outcome = "Failed"
-    report = parse_report(termination_message(pod)) or RunnerReport()
+    report = parse_report(pod.message if pod is not None else None) or RunnerReport()
     if figures is not None:
         counted = usage.as_tokens(figures)
         seen_by_gateway = JobGateway(requests=figures.requests, refusals=usage.shown_refusals(figures) or None,
@@ -184,8 +178,8 @@ def complete(settings: OperatorSettings, jd: JobDir, host: HostRecord | None, po
                                 "gateway refused its next model request; nothing was promoted, the stored "
                                 "conversation is unchanged. Raise the budget or split the work, then re-create the "
                                 "Job.", gateway=seen_by_gateway), None, report, forgotten)
-    if deadline_exceeded(pod):
-        deadline = (pod or {}).get("spec", {}).get("activeDeadlineSeconds")
+    if pod is not None and pod.deadline_exceeded:
+        deadline = pod.active_deadline_seconds
         return Completion(Ended(outcome, session, report.tokens or None, "DeadlineExceeded",
                                 f"The job ran past its timeout ({deadline} s: run.timeoutSeconds, or the deployment's "
                                 "job.timeoutSeconds, capped below a GitHub App token's life) and was stopped; "
@@ -337,7 +331,7 @@ def result_label(promotion: PromotionResult) -> str:
     return "forgotten" if promotion.forgotten else promotion.reason
 
 
-def end_message(outcome: str, pod: dict[str, Any] | None, promotion: PromotionResult | None,
+def end_message(outcome: str, pod: PodView | None, promotion: PromotionResult | None,
                 forgotten: bool = False) -> str:
     if pod is None:
         return "The job Pod disappeared before it finished; nothing was promoted."

@@ -26,7 +26,6 @@ from typing import Any
 
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.api.views import JobView, SessionKeyView, TriggerView
-from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow import complete as completion
 from pidispatch.jobflow import cron, lifecycle, retire, sessionkey, timers, usage
@@ -35,7 +34,7 @@ from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
 from pidispatch.jobflow.loops import Loops, guarded
-from pidispatch.jobflow.pod import never_started, owner_name, pod_phase
+from pidispatch.jobflow.podview import PodView, pod_phase
 from pidispatch.jobflow.queue import JobQueue
 from pidispatch.jobflow.refused import record_refusal
 from pidispatch.jobflow.slots import Slots
@@ -144,19 +143,19 @@ class Dispatcher:
             else:
                 self.queue.wake.set()
 
-    def on_pod(self, pod: dict[str, Any]) -> None:
-        # The Job's name from the owner reference: the label holds a short form when the name is long.
-        job = owner_name(pod) or (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
-        if job:
-            self._pod_seen(job, pod)
+    def on_pod(self, body: dict[str, Any]) -> None:
+        """A Pod's watch event: the Pod enters the job flow here, read once into its view."""
+        pod = PodView.of(body)
+        if pod.job:
+            self._pod_seen(pod.job, pod)
 
-    def _pod_seen(self, name: str, pod: dict[str, Any] | None) -> None:
+    def _pod_seen(self, name: str, pod: PodView | None) -> None:
         """An ended Pod (or a vanished one, ``None``) completes its Job; one still not started after the start
         timeout ends it."""
         if pod_phase(pod) is not None:
             self.complete(name, pod)
         elif pod is not None:
-            why = never_started(pod, self._wall(), self.s.job_start_timeout_seconds)
+            why = pod.never_started(self._wall(), self.s.job_start_timeout_seconds)
             if why is not None:
                 self.give_up(name, pod, why)
 
@@ -245,18 +244,18 @@ class Dispatcher:
 
     # ---- 3. complete -------------------------------------------------------------------------------
 
-    def complete(self, name: str, pod: dict[str, Any] | None) -> None:
+    def complete(self, name: str, pod: PodView | None) -> None:
         """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed."""
         with self._locks.hold(name):
             self._end(name, pod, lambda end: completion.finished(self.s, end, pod, (
                 lambda: usage.settled_ledger(self.cluster, end.job.uid, pod)) if self.s.gateway else None))
 
-    def give_up(self, name: str, pod: dict[str, Any], why: str) -> None:
+    def give_up(self, name: str, pod: PodView, why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""
         with self._locks.hold(name):
             self._end(name, pod, lambda end: completion.abandon(self.s, self.cluster, end, pod, self._wall()))
 
-    def _end(self, name: str, pod: dict[str, Any] | None,
+    def _end(self, name: str, pod: PodView | None,
              decide: Callable[[completion.Ending], completion.Finished | None]) -> None:
         found = completion.ending(self.s, self.cluster, name, pod)
         if isinstance(found, completion.Ending):
@@ -302,7 +301,8 @@ class Dispatcher:
             self._take_in(job)
         elif self.table.claim(name, job.uid or None):  # else listed before the watch saw it replaced
             self.slots.hold(name)
-            self._pod_seen(name, self.api.get_or_none(self.cluster.pods(pod_name(name))))
+            found = self.api.get_or_none(self.cluster.pods(pod_name(name)))
+            self._pod_seen(name, PodView.of(found) if found is not None else None)
 
     def _triggers_as_listed(self) -> None:
         """Every Trigger as the apiserver has it now (a status write only where it changed), judged against the

@@ -1,18 +1,14 @@
-"""Step 4, pod: the job's forge token and its Pod (docs/architecture.md#pod).
+"""Step 4, pod: the job's Pod, created (docs/architecture.md#pod).
 
 The Pod's name is deterministic (``pij-<job>``), so a second create after a restart is a 409 and finds
-the Pod, never a second one. The token reaches the Pod only by ``secretKeyRef``: an App installation
-token minted into a per-job Secret owned by the Job, or the deployment's pat/gh Secret by reference.
-
-An App installation token lives an hour and is not refreshed inside the Pod (git and gh read
-``GH_TOKEN`` once, from the environment). So the run of an App-token job is capped below the token's
-life (:func:`token_capped_deadline`): the kubelet stops it before git or gh would meet a 401, and an
-Event on the Job says the timeout was cut and why.
+the Pod, never a second one. The token reaches the Pod only by ``secretKeyRef`` (``jobtoken.py``: an App
+installation token minted into a per-job Secret owned by the Job, or the deployment's pat/gh Secret by
+reference), and an App-token job's run is capped below the token's life (``jobtoken.token_capped_deadline``).
+The Pod is read back through ``podview.py``; its resources come from ``resources.py``.
 """
 
 from __future__ import annotations
 
-import calendar
 import json
 import os
 import time
@@ -20,34 +16,29 @@ from typing import Any
 
 from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
 from pidispatch.api.views import JobView
-from pidispatch.contract import CONTAINER, ENV_COMMAND, ENV_FLOW
-from pidispatch.contract.digests import digest_of
+from pidispatch.contract import ENV_COMMAND, ENV_FLOW
 from pidispatch.events import emit
-from pidispatch.forge.authsource import trigger_auth_source
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
-from pidispatch.forge.credentials import JobToken, Mint, SecretRef, job_credential
-from pidispatch.forge.github import Forge, GitHubError
+from pidispatch.forge.credentials import JobToken
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.jobtoken import token_capped_deadline
+from pidispatch.jobflow.podview import PodView
+from pidispatch.jobflow.resources import job_resources
 from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import (
-    TOKEN_SECRET_KEY,
     GatewayInputs,
     PodInputs,
     TransferInputs,
     WorkspaceInputs,
     gh_host,
     job_pod,
-    job_token_secret,
     job_transfer_secret,
-    token_secret_name,
     transfer_secret_name,
 )
-from pidispatch.settings import ConfigError, OperatorSettings, parse_bytes
+from pidispatch.settings import OperatorSettings
 from pidispatch.store.staging import HostRecord, session_subpath
 from pidispatch.transfer import protocol as transfer_protocol
 from pidispatch.transfer import token as transfer_token
-
-EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
 class PodOfEarlierJob(RuntimeError):
@@ -56,34 +47,6 @@ class PodOfEarlierJob(RuntimeError):
     def __init__(self, pod: str) -> None:
         super().__init__(f"Pod {pod} belongs to an earlier Job of that name; waiting for the garbage collector "
                          "to remove it")
-
-
-TOKEN_MARGIN_SECONDS = 300  # the run ends this long before its App token expires (a push in flight, clock skew)
-
-
-def token_capped_deadline(requested: int | None, token_expires_at: float | None, now: float,
-                          start_allowance: int = 0, margin: int = TOKEN_MARGIN_SECONDS
-                          ) -> tuple[int | None, str | None]:
-    """The Pod's ``activeDeadlineSeconds`` and, when the run timeout had to be cut, the reason in our words.
-
-    ``requested``: ``run.timeoutSeconds`` or the deployment's ``job.timeoutSeconds`` (``None``: no
-    timeout). A job with an App token (``token_expires_at``) gets at most the token's remaining life
-    less ``margin`` and less ``start_allowance`` (``job.startTimeoutSeconds``: the kubelet counts the
-    deadline from the Pod's start, which may come that long after its creation, or the Pod is failed as
-    never started), in whole minutes, so the Pods of one deployment get the same deadline whatever the
-    second they were created in. Any other job keeps ``requested``.
-    """
-    if token_expires_at is None:
-        return requested, None
-    life = max(60, int(token_expires_at - now - margin - start_allowance) // 60 * 60)
-    if requested is not None and 0 < requested <= life:
-        return requested, None
-    asked = f"{requested} s" if requested else "no timeout"
-    return life, (f"The run timeout was capped at {life} s (asked for: {asked}): the job's GitHub App installation "
-                  f"token expires in {int(token_expires_at - now)} s and is not refreshed, so the run must end "
-                  f"{margin} s before it, counting up to {start_allowance} s for the Pod to start "
-                  "(job.startTimeoutSeconds). With the App source a run timeout above about 45 minutes (the "
-                  "default startTimeoutSeconds) is cut like this; use a pat or gh token for longer runs.")
 
 
 def job_pod_uid() -> int:
@@ -115,78 +78,6 @@ def pod_env(job_name: str, job_spec: JobSpec, trigger_spec: TriggerSpec) -> dict
     return env
 
 
-def pod_phase(pod: dict[str, Any] | None) -> str | None:
-    """``Succeeded`` / ``Failed`` once the Pod has ended, else ``None``. A vanished Pod counts as failed."""
-    if pod is None:
-        return "Failed"
-    phase = (pod.get("status") or {}).get("phase")
-    return phase if phase in ("Succeeded", "Failed") else None
-
-
-def termination_message(pod: dict[str, Any] | None) -> str | None:
-    """The job container's termination message (the runner's report), if the Pod recorded one."""
-    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated") or {}
-        if status.get("name") == CONTAINER and terminated.get("message"):
-            return str(terminated["message"])
-    return None
-
-
-def oom_killed(pod: dict[str, Any] | None) -> str | None:
-    """The job container's memory limit when the kernel killed it for going past it (``OOMKilled``), else None.
-
-    Any process of the container counts (pi, or a command pi ran): containerd marks the container
-    ``OOMKilled`` once its cgroup hits the limit, whichever process the kernel chose, even if the
-    container then exits 0.
-    """
-    spec = {c.get("name"): c for c in ((pod or {}).get("spec") or {}).get("containers") or []}
-    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated") or {}
-        if status.get("name") == CONTAINER and terminated.get("reason") == "OOMKilled":
-            limits = ((spec.get(CONTAINER) or {}).get("resources") or {}).get("limits") or {}
-            return str(limits.get("memory") or "the node's memory")
-    return None
-
-
-def deadline_exceeded(pod: dict[str, Any] | None) -> bool:
-    """The kubelet stopped the Pod at its ``activeDeadlineSeconds`` (the job's run timeout)."""
-    return ((pod or {}).get("status") or {}).get("reason") == "DeadlineExceeded"
-
-
-def never_started(pod: dict[str, Any], now: float, timeout_seconds: int) -> str | None:
-    """Why a Pod that is still not running ``timeout_seconds`` after its creation has not started, or ``None``.
-
-    The Pod's own words: a container's waiting reason and message (``ImagePullBackOff``,
-    ``CreateContainerConfigError`` for a missing Secret or ConfigMap, ...), else why it is not
-    scheduled, else its phase. A Pod whose container ran, or that ended, has started.
-    """
-    status = pod.get("status") or {}
-    if status.get("phase") not in (None, "Pending"):
-        return None
-    created = _epoch(pod["metadata"].get("creationTimestamp"))
-    if created is None or now - created < timeout_seconds:
-        return None
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") and waiting.get("reason") != "ContainerCreating":
-            return f"{waiting['reason']}: {waiting.get('message') or 'no message'}"
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return f"{condition.get('reason') or 'Unschedulable'}: {condition.get('message') or 'no message'}"
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting:
-            return f"{waiting.get('reason')}: {waiting.get('message') or 'no message'}"
-    return "Pending: the Pod was not scheduled or started"
-
-
-def _epoch(stamp: Any) -> float | None:
-    try:
-        return float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
-
-
 def pod_create_refused_for_good(status: int) -> bool:
     """A Pod create the apiserver answered with a 4xx other than 409 (conflict) or 429 (throttled) is final.
 
@@ -194,55 +85,6 @@ def pod_create_refused_for_good(status: int) -> bool:
     back the same however often the create is repeated; retrying them would only hold a slot forever.
     """
     return 400 <= status < 500 and status not in (409, 429)
-
-
-def owner_uid(pod: dict[str, Any]) -> str | None:
-    return next((ref.get("uid") for ref in pod["metadata"].get("ownerReferences") or [] if ref.get("controller")),
-                None)
-
-
-def owner_name(pod: dict[str, Any]) -> str | None:
-    return next((ref.get("name") for ref in pod["metadata"].get("ownerReferences") or []
-                 if ref.get("controller") and ref.get("kind") == "Job"), None)
-
-
-def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, job: JobView,
-              trigger: TriggerSpec, fork: bool = False) -> JobToken | None:
-    """The Secret key the job Pod's ``GH_TOKEN`` comes from; mints and stores one for ``app`` (for a fork's
-    pull request, ``fork``, read-only on contents: ``forge/credentials.fork_permissions``).
-
-    The minted token goes only into the per-job Secret (owned by the Job). The operator may create and
-    delete Secrets but not read them, so a Secret already there (a restart after creating it, before any
-    Pod: ``start.launch`` looks for the Pod first) is replaced by the token just minted: its own token's
-    age is unknown, and the run is capped by the expiry of the token the Pod will hold. Raises
-    ``GitHubError`` when GitHub refuses or cannot be reached (the caller tells a 4xx, final, from an
-    outage, retried).
-    """
-    source = trigger_auth_source(trigger, settings.store)
-    credential = job_credential(source, job.spec.repository if job.spec is not None else "", settings.github, fork)
-    if isinstance(credential, SecretRef):
-        return JobToken(credential.name, credential.key)
-    if not isinstance(credential, Mint):
-        return None
-    if forge is None:  # unreachable: a Mint needs the App, and the App makes a Forge
-        raise GitHubError("POST", "/app/installations/{id}/access_tokens", 400, "no GitHub App client")
-    token = forge.mint_job_token(credential.repository, credential.fork)
-    name = token_secret_name(job.name, job.uid)
-    expires = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(token.expires_at))
-    secret = job_token_secret(job.name, job.uid, cluster.ns, name, token.value, expires)
-    try:
-        try:
-            cluster.api.create(cluster.secrets(), secret)
-        except ApiError as exc:
-            if exc.status != 409:
-                raise
-            cluster.api.delete(f"{cluster.secrets()}/{name}")
-            cluster.api.create(cluster.secrets(), secret)
-    except ApiError:
-        forge.revoke(token)  # not stored
-        raise
-    emit("job_token_minted", job=job.name, expiresAt=expires, fork=credential.fork)
-    return JobToken(name, TOKEN_SECRET_KEY, token.expires_at, digest_of(token.value))
 
 
 def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Checkout | None,
@@ -255,30 +97,6 @@ def workspace_inputs(settings: OperatorSettings, repository: str, checkout: Chec
         git_name=settings.job_git_name, git_email=settings.job_git_email,
         gh_host=gh_host(settings.github.web_url),
         ca_bundle_configmap=settings.github.ca_bundle_configmap)
-
-
-def job_resources(settings: OperatorSettings, run: TriggerRun) -> dict[str, dict[str, str]]:
-    """The Trigger's ``run.resources``, else the deployment's; with the deployment's ephemeral-storage
-    request and limit wherever they name none, so that no job Pod's disk is unbounded (issue 31)."""
-    given = run.resources.model_dump(exclude_unset=True) if run.resources is not None else {}
-    chosen = given or {part: dict(q) for part, q in settings.job_resources}
-    resources = {part: dict(chosen.get(part) or {}) for part in ("requests", "limits")}
-    resources["limits"].setdefault(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_limit)
-    # Not above a limit a Trigger set lower (the apiserver would refuse the Pod); without a request of its
-    # own, the apiserver makes the limit the request.
-    limit, request = _bytes(resources["limits"][EPHEMERAL_STORAGE]), settings.job_ephemeral_storage_request
-    wanted = _bytes(request)
-    if EPHEMERAL_STORAGE not in resources["requests"] and limit is not None and wanted is not None and wanted <= limit:
-        resources["requests"][EPHEMERAL_STORAGE] = request
-    return resources
-
-
-def _bytes(quantity: object) -> int | None:
-    """A quantity's bytes, or None for one in a form not parsed here (the apiserver judges it)."""
-    try:
-        return parse_bytes(EPHEMERAL_STORAGE, str(quantity), 0)
-    except ConfigError:
-        return None
 
 
 def job_credentials(settings: OperatorSettings, run: TriggerRun) -> dict[str, tuple[str, str]]:
@@ -360,7 +178,7 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         existing = cluster.api.get_or_none(cluster.pods(manifest["metadata"]["name"]))
         if existing is None:
             raise
-        if owner_uid(existing) != job.uid:
+        if PodView.of(existing).owner_uid != job.uid:
             raise PodOfEarlierJob(manifest["metadata"]["name"]) from None
         return existing
     if capped is not None:

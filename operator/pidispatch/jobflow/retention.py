@@ -33,7 +33,7 @@ from pidispatch.contract import JOB_LABEL, MANAGED_BY
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending
-from pidispatch.jobflow.pod import owner_uid
+from pidispatch.jobflow.podview import PodView
 from pidispatch.jobflow.summarize import TERMINAL_PHASES
 from pidispatch.kubeapi import Api, ApiError, name_segment
 from pidispatch.manifests.pod import gateway_secret_name, token_secret_name, transfer_secret_name
@@ -89,7 +89,7 @@ def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: Oper
         return []
     age = now - finished
     uid, name = job.uid, job.name
-    own = [p for p in pods if owner_uid(p) == uid]
+    own = [p for p in pods if PodView.of(p).owner_uid == uid]
     if not all(pod_ended(p) for p in own):
         return []  # its Pod is still running (or yet to start): stopping it is nobody's retention
     ttl = settings.job_ttl_seconds_after_finished

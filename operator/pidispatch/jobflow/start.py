@@ -35,7 +35,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pidispatch import failpoints
 from pidispatch.api.models import JobSpec
@@ -53,8 +52,10 @@ from pidispatch.jobflow.admit import refusal
 from pidispatch.jobflow.capability import mint_capability
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.forks import fork_refusal, is_fork
+from pidispatch.jobflow.jobtoken import job_token
 from pidispatch.jobflow.key import cron_of, key_and_reason, needs_head_lookup
-from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, job_token, owner_uid, pod_create_refused_for_good
+from pidispatch.jobflow.pod import PodOfEarlierJob, create_pod, pod_create_refused_for_good
+from pidispatch.jobflow.podview import PodView
 from pidispatch.jobflow.stage import session_view, stage_session, start_message
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused, Running
 from pidispatch.jobflow.table import JobTable
@@ -68,9 +69,10 @@ log = logging.getLogger("pidispatch.operator")
 
 @dataclass(frozen=True)
 class Launched:
-    """The Job's Pod exists. ``created``: by this call (its key is now in flight, its SessionKey due)."""
+    """The Job's Pod exists (``pod``: as found or created, read). ``created``: by this call (its key is now in
+    flight, its SessionKey due)."""
 
-    pod: dict[str, Any]
+    pod: PodView
     host: HostRecord | None
     created: bool
 
@@ -149,8 +151,9 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     host = jd.read_host()
     pod = None
     if listed_at_start or host is not None:
-        pod = cluster.api.get_or_none(cluster.pods(pod_name(name)))
-    if pod is not None and owner_uid(pod) != uid:
+        found = cluster.api.get_or_none(cluster.pods(pod_name(name)))
+        pod = PodView.of(found) if found is not None else None
+    if pod is not None and pod.owner_uid != uid:
         raise PodOfEarlierJob(pod_name(name))
     if pod is not None:
         if host is not None:
@@ -210,7 +213,7 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     if checkout is not None and forge is not None:
         moved = checkout_step.previous_commit(cluster, forge, host, checkout)
     try:
-        pod = create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway)
+        pod = PodView.of(create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway))
     except ApiError as exc:
         if not pod_create_refused_for_good(exc.status):
             raise  # an outage or a conflict: retried after a back-off
@@ -276,7 +279,7 @@ def record_running(cluster: Cluster, job: JobView, launched: Launched, *, watche
     (edited, or deleted and re-created under its name) the apiserver refuses it, and the start is redone
     from a fresh read, which finds the Pod (host record written) or, for a re-created Job, a Pod of the
     old uid (garbage-collected; the pump retries)."""
-    running = Running(launched.pod["metadata"]["name"], session_view(launched.host), start_message(launched.host),
+    running = Running(launched.pod.name, session_view(launched.host), start_message(launched.host),
                       checkout_step.checkout_of(launched.pod))
     try:
         cluster.record(job, running, resource_version=job.meta.resource_version if watched else None)

@@ -12,12 +12,11 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from datetime import datetime
-from typing import Any
 
 from pidispatch.contract import gateway_wire as gateway_protocol
 from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.podview import PodView
 
 MAX_SHOWN_REFUSALS = 20  # on the Job: the most frequent, the rest summed under "other"
 # How long after the Pod's last container finished the ledger is read: the gateway counts a reply before its last
@@ -48,24 +47,13 @@ def read_ledger(cluster: Cluster, uid: str) -> Figures | None:
     return summed((found or {}).get("data"))
 
 
-def finished_at(pod: Mapping[str, Any] | None) -> float | None:
-    """When the Pod's last container finished (``None``: not known, e.g. the Pod vanished)."""
-    stamps = []
-    for status in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        stamp = ((status.get("state") or {}).get("terminated") or {}).get("finishedAt")
-        try:
-            stamps.append(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp())
-        except ValueError:
-            continue
-    return max(stamps) if stamps else None
-
-
-def settled_ledger(cluster: Cluster, uid: str, pod: Mapping[str, Any] | None, *,
+def settled_ledger(cluster: Cluster, uid: str, pod: PodView | None, *,
                    settle: float = LEDGER_SETTLE_SECONDS, now: Callable[[], float] = time.time,
                    sleep: Callable[[float], None] = time.sleep) -> Figures | None:
     """:func:`read_ledger` once the gateway has had time to write the job's last figures: at least ``settle``
-    seconds after the Pod finished (waiting at most ``settle``; at once when its end is not known)."""
-    ended = finished_at(pod)
+    seconds after the Pod finished (waiting at most ``settle``; at once when its end is not known, e.g. the Pod
+    vanished)."""
+    ended = pod.finished_at if pod is not None else None
     if ended is not None:
         wait = ended + settle - now()
         if wait > 0:
