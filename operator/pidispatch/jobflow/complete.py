@@ -17,7 +17,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from pidispatch import failpoints, metrics
 from pidispatch.api.models import JobGateway, JobHandoff, JobSession, JobWorkspace
