@@ -94,14 +94,14 @@ elif [ "$$(id -u)" = 0 ]; then echo "$(1): installing$$missing"; apt-get update 
 else echo "$(1) missing:$$missing (not root: $(3))"; fi
 endef
 
-# The packages of a real node (e2e/realnode.py; ipset for its NetworkPolicy implementation, e2e/netpolicy.py):
+# The packages of a real node (e2e/framework/realnode.py; ipset for its NetworkPolicy implementation, e2e/framework/netpolicy.py):
 # installed when missing and root; otherwise the real-node tests say what is missing and are skipped
 # (PIDISPATCH_REQUIRE_REAL_NODE=1 makes that a failure, as in CI).
 NODE_PACKAGES := containerd runc containernetworking-plugins iptables ipset gcc libc6-dev
 node:
 	$(call apt_ensure,node packages,$(NODE_PACKAGES),the real-node tests will be skipped)
 
-# The host tools the end-to-end tests run directly (e2e/hosttools.py): job Pods on the test kubelet use this
+# The host tools the end-to-end tests run directly (e2e/framework/hosttools.py): job Pods on the test kubelet use this
 # machine's git and gh, as the job image carries its own. Installed when missing and root; otherwise the tests that
 # need them say what is missing and are skipped (under CI, CI=true, they fail instead).
 HOST_TOOLS := git gh
@@ -109,28 +109,28 @@ HOST_TOOLS := git gh
 tools:
 	$(call apt_ensure,host tools,$(HOST_TOOLS),the tests that run them will be skipped)
 
-# The release rehearsed on this machine (e2e/rehearsal.py, docs/releasing.md): .github/workflows/release.yml's steps
+# The release rehearsed on this machine (e2e/framework/rehearsal.py, docs/releasing.md): .github/workflows/release.yml's steps
 # against a registry on loopback (both images pushed by digest, an SBOM of each, cosign signatures and SPDX
 # attestations with a key pair of the run, the chart pushed as an OCI artifact and signed), every signature
 # verified, then the quickstart (docs/quickstart.md) installed from that registry on a real node given no image, and one job
 # run to Succeeded. Needs root; e2e/test_release_rehearsal.py runs the same.
 .PHONY: release-rehearsal
 release-rehearsal: venv controlplane images node
-	$(VPY) -m e2e.rehearsal
+	$(VPY) -m e2e.framework.rehearsal
 
 # NODE=auto (default): a real node (containerd + runc, the images of `make images`) when this machine can run
 # one (root, the packages of `make node`), else the test kubelet; NODE=real or NODE=test to choose; NODE=multi:
-# three test kubelets and the real kube-scheduler (e2e/multinode.py).
+# three test kubelets and the real kube-scheduler (e2e/framework/multinode.py).
 NODE ?= auto
 cluster-up: venv controlplane
 	@if [ "$(NODE)" != test ] && [ "$(NODE)" != multi ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory images node; fi
-	$(VPY) -m e2e.cluster up --node $(NODE)
+	$(VPY) -m e2e.framework.cluster up --node $(NODE)
 
 cluster-down: venv
-	$(VPY) -m e2e.cluster down
+	$(VPY) -m e2e.framework.cluster down
 
 cluster-status: venv
-	$(VPY) -m e2e.cluster status
+	$(VPY) -m e2e.framework.cluster status
 
 # The layering contracts first (.importlinter: store/ and transcript/ know no Kubernetes, the runner only
 # the container contract, ...), ruff's checks ([tool.ruff] in pyproject.toml) and mypy's (`typecheck`),
@@ -154,7 +154,7 @@ lint-workflows: controlplane
 	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/actionlint" -shellcheck= -pyflakes= .github/workflows/*.yml
 
 # The chart's Grafana dashboard through dashcheck (Grafana's dashboard schema as the foundation SDK's Go types,
-# strict), which `make controlplane` builds; tests/test_chart_dashboard.py runs the same on the rendered ConfigMap.
+# strict), which `make controlplane` builds; tests/chart/test_chart_dashboard.py runs the same on the rendered ConfigMap.
 .PHONY: lint-dashboards
 lint-dashboards: controlplane
 	"$$($(CONTROLPLANE_BUILD) --print-bin-dir)/dashcheck" charts/pi-dispatch/dashboards/*.json
@@ -174,7 +174,7 @@ demo: cluster-up pi github-schemas
 
 # The documentation site: the generated reference pages (docs/reference/, from the API models and the chart's values;
 # tools/docsgen) written afresh, then `mkdocs build --strict` into site/, which fails on a broken link, a missing anchor
-# or a page left out of mkdocs.yml's nav. tests/test_docs_site.py and tests/test_docs_reference.py check the same.
+# or a page left out of mkdocs.yml's nav. tests/docs/test_docs_site.py and tests/docs/test_docs_reference.py check the same.
 docs: venv
 	$(VPY) -m tools.docsgen
 	NO_MKDOCS_2_WARNING=1 $(VPY) -m mkdocs build --strict

@@ -114,7 +114,7 @@ def mib(n: float) -> str:
 class Watcher(threading.Thread):
     """Records, per object name, when a watch first saw it and when it first saw it terminal.
 
-    ``kube`` is an ``e2e.kube.Kube`` (its ``get`` and ``watch``). ``clock`` says what a time is:
+    ``kube`` is an ``e2e.framework.kube.Kube`` (its ``get`` and ``watch``). ``clock`` says what a time is:
     ``time.perf_counter`` (the default) for durations within this process, ``time.time_ns`` to compare
     with another process's wall clock. ``params``: the list's and the watch's query (a label selector).
     A watch that drops is listed and watched again; a listed object counts as seen when listed.

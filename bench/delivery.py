@@ -48,10 +48,10 @@ from _common import REPO, Watcher, machine, machine_line, progress  # noqa: E402
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "operator"))
 
-from e2e.cluster import NODE_NAME, Cluster  # noqa: E402
-from e2e.kube import wait_for  # noqa: E402
-from e2e.receiver_release import Receiver, create_webhook_secret, receiver_values  # noqa: E402
-from e2e.release import TAMPER_BOUNDS, TERMINAL, Release, base_values, fresh_namespace, merge  # noqa: E402
+from e2e.framework.cluster import NODE_NAME, Cluster  # noqa: E402
+from e2e.framework.kube import wait_for  # noqa: E402
+from e2e.framework.receiver_release import Receiver, create_webhook_secret, receiver_values  # noqa: E402
+from e2e.framework.release import TAMPER_BOUNDS, TERMINAL, Release, base_values, fresh_namespace, merge  # noqa: E402
 from pidispatch.manifests.pod import pod_name  # noqa: E402
 from testkit.pitool import pi_binary  # noqa: E402
 from testkit.scripted_model import ScriptedModel, write_agent_dir  # noqa: E402

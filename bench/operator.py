@@ -3,7 +3,7 @@
 
 Not a test: timings are never assertions. Starts a fresh control plane (etcd, kube-apiserver,
 kube-controller-manager with its default flags, the test kubelet) in a temp directory, installs the chart
-with sessions on (``e2e.release.Release``; job Pods run ``testkit/fakepi.py``), and measures our Jobs against
+with sessions on (``e2e.framework.release.Release``; job Pods run ``testkit/fakepi.py``), and measures our Jobs against
 ``batch/v1`` Jobs run by the kube-controller-manager's Job controller on the same apiserver, in the same
 run, their Pods the same fakepi process through the same kubelet (a bare Pod is reported as context). Like
 for like: the ``batch/v1`` Jobs' and the bare Pods' spec is the spec of one of our Job Pods, taken from the
@@ -89,9 +89,9 @@ else:
     sys.path.insert(0, str(REPO))
     sys.path.insert(0, str(REPO / "operator"))
 
-    from e2e.cluster import NODE_NAME, Cluster  # noqa: E402
-    from e2e.kube import Kube, wait_for  # noqa: E402
-    from e2e.release import FAKEPI, TERMINAL, Release, base_values, merge  # noqa: E402
+    from e2e.framework.cluster import NODE_NAME, Cluster  # noqa: E402
+    from e2e.framework.kube import Kube, wait_for  # noqa: E402
+    from e2e.framework.release import FAKEPI, TERMINAL, Release, base_values, merge  # noqa: E402
     from pidispatch.api.crds import GROUP  # noqa: E402
     from pidispatch.manifests.pod import job_label  # noqa: E402
 

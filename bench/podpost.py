@@ -48,8 +48,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from _common import Watcher, load_average, machine, machine_line, progress, spread  # noqa: E402
 
-from e2e.cluster import Cluster  # noqa: E402
-from e2e.kube import Kube, wait_for  # noqa: E402
+from e2e.framework.cluster import Cluster  # noqa: E402
+from e2e.framework.kube import Kube, wait_for  # noqa: E402
 from pidispatch.kubeapi import Api  # noqa: E402
 from pidispatch.manifests.pod import PodInputs, WorkspaceInputs, job_pod  # noqa: E402
 

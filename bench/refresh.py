@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Resumable refresh benchmark: ``jobflow.timers.refresh_sessionkeys`` over N keys on the real disk and N
-SessionKeys on a real apiserver (``e2e.cluster.Cluster``: etcd + kube-apiserver, no kubelet).
+SessionKeys on a real apiserver (``e2e.framework.cluster.Cluster``: etcd + kube-apiserver, no kubelet).
 
 Not a test: timings are never assertions. What it lays out (untimed, but timed and reported as seeding):
 
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         worker(args)
         return 0
 
-    from e2e.cluster import Cluster as ControlPlane
+    from e2e.framework.cluster import Cluster as ControlPlane
     from pidispatch.settings import OperatorSettings, Settings
 
     root = Path(tempfile.mkdtemp(prefix="pidispatch-refresh-", dir=args.dir))

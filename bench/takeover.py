@@ -33,7 +33,7 @@ from _common import REPO, machine, machine_line, progress  # noqa: E402
 sys.path.insert(0, str(REPO / "operator"))
 sys.path.insert(0, str(REPO))
 
-from e2e.cluster import Cluster  # noqa: E402
+from e2e.framework.cluster import Cluster  # noqa: E402
 from pidispatch.election.leader import LeaderElector, LeaseConfig  # noqa: E402
 from pidispatch.kubeapi import Api  # noqa: E402
 

@@ -22,13 +22,13 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 STATE="${PIDISPATCH_CLUSTER_STATE:-$HOME/.cache/pidispatch/cluster}"
 export KUBECONFIG="$STATE/kubeconfig"
-BIN="$(.venv/bin/python -c 'from e2e.cluster import bin_dir; print(bin_dir(build=False))')"
+BIN="$(.venv/bin/python -c 'from e2e.framework.cluster import bin_dir; print(bin_dir(build=False))')"
 export PATH="$BIN:$PATH"
 NS=pi-demo
 # What runs Pods: a real node (containerd + runc, the images of `make images`) or the test kubelet.
 NODE="$(.venv/bin/python -c "import json; print(json.load(open('$STATE/cluster.json')).get('node', 'test'))")"
 if [ "$NODE" = real ]; then
-    HOST="$(.venv/bin/python -c "from e2e.cluster import Cluster; print(Cluster.load('$STATE').backend.ip)")"
+    HOST="$(.venv/bin/python -c "from e2e.framework.cluster import Cluster; print(Cluster.load('$STATE').backend.ip)")"
     echo "Pods run in containers on a real node (kubelet + containerd + runc); Pods reach this machine at $HOST"
 else
     HOST=127.0.0.1
@@ -44,7 +44,7 @@ show_apply() {
     printf '%s\n' "$manifest" >&2
     printf '%s\n' "$manifest" | kubectl apply -n "$NS" -f -
 }
-port() { .venv/bin/python -c 'from e2e.cluster import free_port; print(free_port())'; }
+port() { .venv/bin/python -c 'from e2e.framework.cluster import free_port; print(free_port())'; }
 
 say "0. A fresh namespace on the local control plane"
 if kubectl get namespace "$NS" >/dev/null 2>&1; then
@@ -160,7 +160,7 @@ if [ "$NODE" = real ]; then
     GW_POD_IP="$(kubectl get pod -n "$NS" -l app.kubernetes.io/component=gateway -o jsonpath='{.items[0].status.podIP}')"
     .venv/bin/python - "$STATE" "$GW_IP" "$GW_POD_IP" <<'PY'
 import sys
-from e2e.cluster import Cluster
+from e2e.framework.cluster import Cluster
 from pidispatch.contract.gateway_wire import HTTPS_PORT, PROXY_PORT
 backend = Cluster.load(sys.argv[1]).backend
 backend.route_service(sys.argv[2], 443, sys.argv[3], HTTPS_PORT)
@@ -274,7 +274,7 @@ PY
 
 say "5. The store itself (the PVC's directory on this machine), with the CLI"
 STORE="$(.venv/bin/python -c "
-from e2e.cluster import Cluster; print(Cluster.load('$STATE').pvc_host_path('$NS', 'pi-dispatch-sessions'))")"
+from e2e.framework.cluster import Cluster; print(Cluster.load('$STATE').pvc_host_path('$NS', 'pi-dispatch-sessions'))")"
 PI_SESSIONS_DIR="$STORE" run .venv/bin/pidispatch store inspect 2>/dev/null
 
 say "Done. Look around with: export KUBECONFIG=$KUBECONFIG; kubectl get pijobs,sessionkeys -n $NS -w"

@@ -2,18 +2,18 @@
 
 Fixtures (import nothing; pytest finds them for every test under e2e/):
 
-* ``cluster`` (session) -- ``e2e.cluster.Cluster``: ``.kubeconfig`` (admin), ``.server``, ``.bin_dir``
-  (kubectl, helm, ...), ``.kubectl(...)``, ``.kube()`` (``e2e.kube.Kube`` admin client),
+* ``cluster`` (session) -- ``e2e.framework.cluster.Cluster``: ``.kubeconfig`` (admin), ``.server``, ``.bin_dir``
+  (kubectl, helm, ...), ``.kubectl(...)``, ``.kube()`` (``e2e.framework.kube.Kube`` admin client),
   ``.api_client()`` (official ``kubernetes`` client), ``.env()`` (KUBECONFIG + PATH for
   subprocesses), ``.service_account_kubeconfig(ns, sa)``, ``.pvc_host_path(ns, pvc)``.
   Started fresh in a temporary directory (with the test kubelet) and stopped at the end of the
   session; set ``PIDISPATCH_E2E_CLUSTER=<state dir>`` to reuse one started by ``make cluster-up``,
   or ``PIDISPATCH_E2E_KUBECONFIG=<kubeconfig>`` to run against another cluster (``e2e/kind/run.sh``);
   there Pods run on real kubelets and tests that need the test kubelet are skipped.
-* ``multinode_cluster`` (session) -- a second ``Cluster`` of three nodes (``e2e/multinode.py``: test kubelets
+* ``multinode_cluster`` (session) -- a second ``Cluster`` of three nodes (``e2e/framework/multinode.py``: test kubelets
   ``node-a``, ``node-b``, ``node-c``, the real kube-scheduler, ReadWriteOnce volumes that attach to one node at a
   time, a ReadWriteMany class). Started only for the tests that ask for it, in a temporary directory; set
-  ``PIDISPATCH_E2E_MULTINODE_CLUSTER=<state dir>`` to reuse one started by ``python -m e2e.cluster up --node
+  ``PIDISPATCH_E2E_MULTINODE_CLUSTER=<state dir>`` to reuse one started by ``python -m e2e.framework.cluster up --node
   multi --dir <state dir>``.
 * ``kube`` (session) -- admin ``Kube`` client.
 * ``kubelet`` (session) -- ``KubeletHandle``: node name, data dir, ``pod_log(ns, pod, container)``.
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import NODE_NAME, Cluster
-from e2e.kube import Kube, wait_for
-from e2e.multinode import MultiNode
+from e2e.framework.cluster import NODE_NAME, Cluster
+from e2e.framework.kube import Kube, wait_for
+from e2e.framework.multinode import MultiNode
 from testkit.contract_fixture import github_contracts_kept  # noqa: F401 - autouse: docs/github-contracts.md
 
 
@@ -70,7 +70,7 @@ def multinode_cluster(tmp_path_factory: pytest.TempPathFactory):
         c = Cluster.load(reuse)
         if not c.is_running():
             pytest.fail(f"PIDISPATCH_E2E_MULTINODE_CLUSTER={reuse}: no running cluster there "
-                        "(python -m e2e.cluster up --node multi --dir ...)")
+                        "(python -m e2e.framework.cluster up --node multi --dir ...)")
         yield c
         return
     c = Cluster(state_dir=tmp_path_factory.mktemp("multinode"), backend=MultiNode())

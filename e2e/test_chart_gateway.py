@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from e2e.chartinstall import CHART, FULLNAME, RELEASE, fresh_namespace, helm, install
-from e2e.cluster import Cluster
-from e2e.kube import Kube
+from e2e.framework.chartinstall import CHART, FULLNAME, RELEASE, fresh_namespace, helm, install
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
 from e2e.test_upgrade import ROOT, last_tag
 
 pytestmark = pytest.mark.e2e

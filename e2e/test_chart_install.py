@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.chartinstall import CHART, FULLNAME, RELEASE, fresh_namespace, helm, install
-from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube
+from e2e.framework.chartinstall import CHART, FULLNAME, RELEASE, fresh_namespace, helm, install
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import ApiError, Kube
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import CHART, RELEASE, Release, base_values, fresh_namespace, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import CHART, RELEASE, Release, base_values, fresh_namespace, merge
 from pidispatch.contract import JOB_LABEL, MANAGED_BY, RELEASE_LABEL
 from testkit.wait import wait_until
 

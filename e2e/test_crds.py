@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.kube import ApiError, Kube
+from e2e.framework.kube import ApiError, Kube
 from pidispatch.api import crds
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.cluster import ApiCluster, JobRefused

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import TAMPER_BOUNDS, Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import TAMPER_BOUNDS, Release, base_values, installed, merge
 from pidispatch.jobflow.cron import job_name, parse_time
 from pidispatch.jobflow.key import cron_branch
 from pidispatch.store.keys import branch_key

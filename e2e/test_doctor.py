@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.pods import pod_path, wait_pod_phase
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.pods import pod_path, wait_pod_phase
 from pidispatch.api import crds
 from pidispatch.doctor.cluster import CRD_NAMES, REQUIRED_ACCESS
 from pidispatch.gateway.secrets import StaticSecrets

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import Release, base_values, create_secret, fresh_namespace, merge, received_digest
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import Release, base_values, create_secret, fresh_namespace, merge, received_digest
 from pidispatch.manifests.pod import token_secret_name
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, fingerprint, generate_app_key

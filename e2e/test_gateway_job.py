@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, free_port
-from e2e.hosttools import require
-from e2e.kube import Kube
-from e2e.release import RELEASE, Release, base_values, create_secret, installed, merge
+from e2e.framework.cluster import Cluster, free_port
+from e2e.framework.hosttools import require
+from e2e.framework.kube import Kube
+from e2e.framework.release import RELEASE, Release, base_values, create_secret, installed, merge
 from pidispatch.contract.gateway_wire import ledger_name
 from pidispatch.manifests.pod import gateway_secret_name
 from testkit.fakegithub_api import FakeGitHubAPI

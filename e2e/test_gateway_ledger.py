@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
 from pidispatch.api import crds
 from pidispatch.contract.gateway_wire import LEDGER_LABEL, ledger_name
 from pidispatch.gateway.capability import Claims, SecretRef, mint

@@ -1,8 +1,9 @@
 """The gateway proven enforced on a real node, not only rendered (issue 40, docs/gateway.md#proven-on-a-real-node).
 
-On the real node (``e2e/realnode.py``: containerd, runc, a real kubelet, the images of ``make images``) with a real
-NetworkPolicy implementation (kube-router's firewall, ``e2e/netpolicy.py``), the chart is installed with the gateway
-(one replica, the operator's image) and the job NetworkPolicy (the default), a GitHub App against the fake forge
+On the real node (``e2e/framework/realnode.py``: containerd, runc, a real kubelet, the images of ``make images``) with
+a real
+NetworkPolicy implementation (kube-router's firewall, ``e2e/framework/netpolicy.py``), the chart is installed with the
+gateway (one replica, the operator's image) and the job NetworkPolicy (the default), a GitHub App against the fake forge
 (``testkit/fakegithub_api.py`` over TLS on the node's address) and the scripted model on the node's address, whose
 key only the gateway reads (``job.credentials``; the deployment's ``models.json`` names it, never holds it). Real pi
 in the real job image:
@@ -58,11 +59,11 @@ from typing import Any
 import pytest
 
 from e2e import netpolicy
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.realnode import RealNode, images_env, unavailable
-from e2e.realnodekit import run
-from e2e.release import RELEASE, Release, create_secret, fresh_namespace, issue_key_of
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.realnode import RealNode, images_env, unavailable
+from e2e.framework.realnodekit import run
+from e2e.framework.release import RELEASE, Release, create_secret, fresh_namespace, issue_key_of
 from pidispatch.contract.gateway_wire import PROXY_PORT, ledger_name
 from pidispatch.manifests.pod import gateway_secret_name
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key

@@ -16,10 +16,10 @@ import pytest
 import requests
 import yaml
 
-from e2e.cluster import Cluster, ClusterError
-from e2e.kube import ApiError, Kube
-from e2e.kubelet import PodRunner
-from e2e.pods import container_status, pod_path, restricted_security_context, wait_pod_gone, wait_pod_phase
+from e2e.framework.cluster import Cluster, ClusterError
+from e2e.framework.kube import ApiError, Kube
+from e2e.framework.kubelet import PodRunner
+from e2e.framework.pods import container_status, pod_path, restricted_security_context, wait_pod_gone, wait_pod_phase
 from testkit.wait import wait_until
 
 pytestmark = pytest.mark.e2e

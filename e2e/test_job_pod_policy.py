@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
-from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube
+from e2e.framework.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import ApiError, Kube
 from pidispatch.api.models import JobSpec, TriggerSpec
 from pidispatch.contract import CONTAINER
 from pidispatch.jobflow.pod import pod_env

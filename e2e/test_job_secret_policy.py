@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from e2e.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
-from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube
+from e2e.framework.chartinstall import FULLNAME, RELEASE, fresh_namespace, helm, install
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import ApiError, Kube
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.manifests.pod import job_token_secret, job_transfer_secret, token_secret_name
 from pidispatch.receiver.delivery import job_body

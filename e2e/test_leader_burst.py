@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import TERMINAL, Release, base_values, installed, merge, received_digest
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import TERMINAL, Release, base_values, installed, merge, received_digest
 from pidispatch.contract import JOB_LABEL
 from pidispatch.store.keys import issue_key
 from testkit.wait import wait_until

@@ -1,5 +1,5 @@
-"""On a cluster of several nodes, as a platform team runs (``e2e/multinode.py``): three test kubelets, the real
-kube-scheduler, ReadWriteOnce volumes that attach to one node at a time as cloud block volumes do, and a
+"""On a cluster of several nodes, as a platform team runs (``e2e/framework/multinode.py``): three test kubelets, the
+real kube-scheduler, ReadWriteOnce volumes that attach to one node at a time as cloud block volumes do, and a
 ReadWriteMany class.
 
 First the harness itself (what the operator's tests below rely on: the scheduler places Pods, a ReadWriteOnce
@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.cluster import Cluster, free_port
-from e2e.kube import Kube, wait_for
-from e2e.multinode import BLOCK_CLASS, NODE_NAMES, SHARED_CLASS, ZONE_LABEL
-from e2e.pods import container_status, pod_path, wait_pod_gone, wait_pod_phase
-from e2e.receiver_release import Receiver
-from e2e.release import (
+from e2e.framework.cluster import Cluster, free_port
+from e2e.framework.kube import Kube, wait_for
+from e2e.framework.multinode import BLOCK_CLASS, NODE_NAMES, SHARED_CLASS, ZONE_LABEL
+from e2e.framework.pods import container_status, pod_path, wait_pod_gone, wait_pod_phase
+from e2e.framework.receiver_release import Receiver
+from e2e.framework.release import (
     FAKEPI,
     NO_GATEWAY,
     RELEASE,

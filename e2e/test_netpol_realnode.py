@@ -1,7 +1,8 @@
 """The chart's job NetworkPolicy enforced on the real node (issue 40): a job Pod reaches the gateway and nothing else.
 
-On the real node (``e2e/realnode.py``: containerd, runc, the CNI bridge) with a real NetworkPolicy implementation
-running on the host (kube-router's firewall, ``e2e/netpolicy.py``), in a namespace enforcing ``restricted``:
+On the real node (``e2e/framework/realnode.py``: containerd, runc, the CNI bridge) with a real NetworkPolicy
+implementation
+running on the host (kube-router's firewall, ``e2e/framework/netpolicy.py``), in a namespace enforcing ``restricted``:
 
 * a Pod carrying the labels the operator puts on job Pods (``manifests/pod.py``'s own, taken from a real job Pod
   manifest) and running the job image;
@@ -31,11 +32,11 @@ import pytest
 import yaml
 
 from e2e import netpolicy
-from e2e.chartinstall import CHART
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.realnode import RealNode, images_env, unavailable
-from e2e.release import fresh_namespace
+from e2e.framework.chartinstall import CHART
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.realnode import RealNode, images_env, unavailable
+from e2e.framework.release import fresh_namespace
 from pidispatch.manifests.pod import PodInputs, job_pod
 from testkit.chart import KUBE_VERSION
 from testkit.wait import wait_until

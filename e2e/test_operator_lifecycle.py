@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import Release, base_values, installed, merge
 from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_PULL_REQUEST_ANNOTATION
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.cluster import ApiCluster

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import PI_VERSION, TRUSTED, Release, base_values, installed, merge, received_digest
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import PI_VERSION, TRUSTED, Release, base_values, installed, merge, received_digest
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS, DEFAULT_AUTHOR_ASSOCIATIONS
 from pidispatch.store.keys import issue_key

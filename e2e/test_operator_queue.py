@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import Release, base_values, installed, merge
 from pidispatch.manifests.pod import JOB_LABEL, job_label
 
 pytestmark = pytest.mark.e2e

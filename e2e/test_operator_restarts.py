@@ -3,7 +3,7 @@
 Each step is armed for one Job only (``PIDISPATCH_FAILPOINT=<step>@<job>``) and fires once (a mark on
 the staging volume). The Job is a *resumed* delivery, so a second promotion would show as a second
 resume-chain increment. (That an interrupted promotion never replaces a newer transcript needs a second
-job to promote in between, an order a cluster does not produce on demand: ``tests/test_store_journal.py``
+job to promote in between, an order a cluster does not produce on demand: ``tests/store/test_store_journal.py``
 proves it with real processes killed at each step.) After the restart every Job must end ``Succeeded``
 with exactly one Pod, the store must hold that Job's transcript, promoted once, and no lock may be left
 behind.
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
 from testkit.wait import wait_until
 

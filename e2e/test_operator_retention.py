@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import Release, base_values, fresh_namespace, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import Release, base_values, fresh_namespace, merge
 from pidispatch.manifests.pod import token_secret_name
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key

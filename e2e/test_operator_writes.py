@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import Release, base_values, installed, merge
 from pidispatch.store.keys import issue_key
 from testkit.wait import wait_until
 

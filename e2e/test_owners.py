@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.receiver_release import Receiver, installed_receiver
-from e2e.release import PI_VERSION
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.receiver_release import Receiver, installed_receiver
+from e2e.framework.release import PI_VERSION
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.receiver.delivery import body_digest, job_name
 from testkit.wait import wait_until

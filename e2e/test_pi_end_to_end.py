@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import TAMPER as STORE_TAMPER
-from e2e.release import TAMPER_BOUNDS, Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import TAMPER as STORE_TAMPER
+from e2e.framework.release import TAMPER_BOUNDS, Release, base_values, installed, merge
 from pidispatch.kubeapi import Api
 from pidispatch.receiver.cluster import ApiCluster
 from pidispatch.store.keys import issue_key

@@ -1,9 +1,9 @@
 """Job Pods pull the job image from a private registry with the chart's ``job.imagePullSecrets`` (issue 33, item 3).
 
-On a real node (containerd + runc + a real kubelet, ``e2e/realnode.py``) and a private registry on this machine
-(distribution's, TLS from a CA of the run's own that containerd trusts for that host alone, htpasswd bcrypt auth
-on every pull, ``e2e/registry.py``), the job image ``make images`` built, with one layer more (a file holding a
-word of this run), is committed to the registry by buildah with the registry's credentials; the chart is installed
+On a real node (containerd + runc + a real kubelet, ``e2e/framework/realnode.py``) and a private registry on this
+machine (distribution's, TLS from a CA of the run's own that containerd trusts for that host alone, htpasswd bcrypt auth
+on every pull, ``e2e/framework/registry.py``), the job image ``make images`` built, with one layer more (a file holding
+a word of this run), is committed to the registry by buildah with the registry's credentials; the chart is installed
 with ``job.image`` naming it there and ``job.imagePullSecrets: [{name: registry-creds}]``. The node has the job
 image's own layers (imported at start), not the new one. Through the real operator, each job's Pod then pulls
 (or fails to pull) the image with what that Secret holds:
@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.realnode import RealNode, images_env, unavailable
-from e2e.registry import PrivateRegistry
-from e2e.release import NO_GATEWAY, Release, create_secret, fresh_namespace
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.realnode import RealNode, images_env, unavailable
+from e2e.framework.registry import PrivateRegistry
+from e2e.framework.release import NO_GATEWAY, Release, create_secret, fresh_namespace
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls
 from testkit.scripted_model import ScriptedModel, text_of, write_agent_dir

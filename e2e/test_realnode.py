@@ -1,5 +1,5 @@
 """The user's path on a real node: the chart installed with the images ``make images`` built, Pods run in
-containers by a real kubelet (containerd + runc, ``e2e/realnode.py``), the namespace enforcing the
+containers by a real kubelet (containerd + runc, ``e2e/framework/realnode.py``), the namespace enforcing the
 ``restricted`` Pod Security Standard, so the apiserver itself rejects a Pod that does not comply.
 
 Proven here, with real pi inside the job image against the scripted model and the real workspace (a
@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube
-from e2e.realnode import NODE_NAME, RealNode, images_env, unavailable
-from e2e.release import NO_GATEWAY, Release, create_secret, fresh_namespace
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import ApiError, Kube
+from e2e.framework.realnode import NODE_NAME, RealNode, images_env, unavailable
+from e2e.framework.release import NO_GATEWAY, Release, create_secret, fresh_namespace
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube
-from e2e.receiver_release import RECEIVER, Receiver, installed_receiver
-from e2e.release import PI_VERSION
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import ApiError, Kube
+from e2e.framework.receiver_release import RECEIVER, Receiver, installed_receiver
+from e2e.framework.release import PI_VERSION
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.api.vocabulary import RETIRE_ANNOTATION, RETIRE_PULL_REQUEST_ANNOTATION
 from pidispatch.receiver.delivery import body_digest, job_name

@@ -1,5 +1,5 @@
-"""The release rehearsed end to end (``e2e/rehearsal.py``, the code ``make release-rehearsal`` runs): both images
-pushed by digest to a registry on this machine, each with an SBOM, a signature and a signed SPDX attestation
+"""The release rehearsed end to end (``e2e/framework/rehearsal.py``, the code ``make release-rehearsal`` runs): both
+images pushed by digest to a registry on this machine, each with an SBOM, a signature and a signed SPDX attestation
 (cosign, a key pair of the run), the chart pushed as an OCI artifact and signed, every signature verified, then the
 README's quickstart installed from that registry on a real node that was given no image, and one job run to
 ``Succeeded`` from the pushed job image.
@@ -27,10 +27,10 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.clusterkit import REPO_ROOT
-from e2e.realnode import images_env, unavailable
-from e2e.rehearsal import PULL_SECRET, REPO, Rehearsal, rehearse
-from e2e.releasetools import Published, ReleaseError
+from e2e.framework.clusterkit import REPO_ROOT
+from e2e.framework.realnode import images_env, unavailable
+from e2e.framework.rehearsal import PULL_SECRET, REPO, Rehearsal, rehearse
+from e2e.framework.releasetools import Published, ReleaseError
 from testkit.scripted_model import text_of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]

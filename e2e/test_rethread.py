@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import TAMPER, Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import TAMPER, Release, base_values, installed, merge
 from pidispatch.store.handoff import LETTER_CUT, LETTER_MAX_BYTES
 from pidispatch.store.keys import issue_key
 from testkit.pitool import pi_binary

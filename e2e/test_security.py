@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.kube import ApiError, Kube
-from e2e.receiver_release import RECEIVER, create_webhook_secret, receiver_values
-from e2e.release import Release, base_values, installed, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import ApiError, Kube
+from e2e.framework.receiver_release import RECEIVER, create_webhook_secret, receiver_values
+from e2e.framework.release import Release, base_values, installed, merge
 from pidispatch.api.crds import GROUP
 from pidispatch.store.keys import issue_key
 

@@ -1,7 +1,7 @@
 """Staging by transfer on a cluster of several nodes (issue 33 item 2's proof): ReadWriteOnce staging, job Pods on
 every node, none mounting a claim.
 
-The chart installed with ``sessions.staging.mode: transfer`` on the multi-node harness (``e2e/multinode.py``:
+The chart installed with ``sessions.staging.mode: transfer`` on the multi-node harness (``e2e/framework/multinode.py``:
 three test kubelets, the real kube-scheduler, block volumes that attach to one node at a time). Job Pods are
 spread over the nodes by ``job.topologySpreadConstraints``; they fetch their staged copy from the operator's
 transfer server and hand the result back over TLS verified against the chart's CA (fakepi uses the runner's own
@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster, free_port
-from e2e.kube import Kube
-from e2e.multinode import NODE_NAMES
-from e2e.release import Release, base_values, installed, issue_key_of, merge
+from e2e.framework.cluster import Cluster, free_port
+from e2e.framework.kube import Kube
+from e2e.framework.multinode import NODE_NAMES
+from e2e.framework.release import Release, base_values, installed, issue_key_of, merge
 
 pytestmark = pytest.mark.e2e
 

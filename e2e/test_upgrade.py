@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.cluster import Cluster
-from e2e.kube import Kube
-from e2e.release import CHART, FAKEPI, RELEASE, ROOT, Release, base_values, fresh_namespace, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.kube import Kube
+from e2e.framework.release import CHART, FAKEPI, RELEASE, ROOT, Release, base_values, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
 from testkit.chart import git, last_release
 from testkit.wait import wait_until

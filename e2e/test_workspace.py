@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.hosttools import require
-from e2e.kube import Kube
-from e2e.release import ROOT, Release, base_values, create_secret, fresh_namespace, merge
+from e2e.framework.cluster import Cluster
+from e2e.framework.hosttools import require
+from e2e.framework.kube import Kube
+from e2e.framework.release import ROOT, Release, base_values, create_secret, fresh_namespace, merge
 from pidispatch.store.keys import issue_key
 from testkit.fakegithub_api import FakeGitHubAPI, generate_app_key
 from testkit.gitforge import Repos, make_tls
@@ -46,8 +46,8 @@ APP_ID, INSTALLATION = 5151, 88
 
 @pytest.fixture(scope="module", autouse=True)
 def host_tools() -> None:
-    """The agent's ``bash`` runs this machine's ``git`` and ``gh`` (e2e/hosttools.py): without them no pull request
-    is opened, while the scripted reply still says one was."""
+    """The agent's ``bash`` runs this machine's ``git`` and ``gh`` (e2e/framework/hosttools.py): without them no pull
+    request is opened, while the scripted reply still says one was."""
     require("git", "gh")
 
 
@@ -245,7 +245,7 @@ def test_two_replicas_push_two_branches_and_open_two_pull_requests(release: Rele
                                                                    model: ScriptedModel) -> None:
     """``run.replicas: 2`` (issue 34, item 6): each attempt clones the default branch's tip, works on its own
     ``pi/issue-<n>-r<i>`` and opens its own pull request; neither sees the other's commit. The Jobs are the
-    receiver's two (``tests/test_replicas.py`` proves the receiver plans them), run one after the other so
+    receiver's two (``tests/api/test_replicas.py`` proves the receiver plans them), run one after the other so
     the scripted model's queue meets each in turn."""
     r, repos = release, forge.repos
     forge.set_issue(REPO, 31, "A race in the cache", "Two writers, one key.")
@@ -277,7 +277,7 @@ def test_a_flow_trigger_runs_the_repositorys_skill_through_the_operator(release:
     """``run.flow`` (issue 34, item 6) through the operator: the Trigger is Ready, the Pod gets ``PI_FLOW``, the
     operator names the default branch's tip for the flow, the runner copies ``.pi/skills/triage`` out of that
     commit (not the ``pi/issue-41`` it checked out, whose copy was rewritten), and pi sends the skill's body with
-    the briefing as its arguments. ``tests/test_flow_runner.py`` and ``tests/test_flow_base.py`` have the
+    the briefing as its arguments. ``tests/runner/test_flow_runner.py`` and ``tests/runner/test_flow_base.py`` have the
     refusals."""
     r, repos = release, forge.repos
     forge.set_issue(REPO, 41, "Which area?", "The login page is slow.")

@@ -31,7 +31,7 @@ reads each field as given.
 
 This is evidence, not proof: a scope can name a field and an anchor for other reasons. It does catch a field that
 is only declared (no scope names it about its model), and a field of one resource handled only for another
-(``observedGeneration`` written for Triggers and Jobs, never for SessionKeys): ``tests/test_crd_fields_read.py``
+(``observedGeneration`` written for Triggers and Jobs, never for SessionKeys): ``tests/api/test_crd_fields_read.py``
 shows both on crafted schemas and on the real code with a writer taken out.
 """
 

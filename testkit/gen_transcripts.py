@@ -11,7 +11,8 @@ then handed to pi, to record what pi does with them. ``context.json`` holds pi's
 figures for each file, and ``README.md`` says how each file was made.
 
 The folder is named after the pinned pi version (``e2e/pi/package.json``), so bumping pi and rerunning this
-writes a new folder (the default run removes the folders of other versions); ``tests/test_transcripts_current.py``
+writes a new folder (the default run removes the folders of other versions);
+``tests/transcript/test_transcripts_current.py``
 fails until that is done, and compares a fresh run with the committed files. Ids and timestamps are random and
 the token counts depend on pi's system prompt (it names the clone's path), so a rerun changes values but not
 structure: the tests read the values they assert from these files.

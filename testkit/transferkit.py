@@ -1,9 +1,9 @@
 """A CA, a serving certificate and the operator's transfer server on a loop of its own, for tests.
 
 Real TLS on loopback (certificates for ``localhost`` and ``127.0.0.1``, as the chart's genCA would make
-for the Service's names) and the real ``transfer/server.py``: ``tests/test_transfer.py`` holds the
-protocol to them, ``tests/test_transfer_runner.py`` the runner's fetch and hand-back,
-``tests/test_transfer_limits.py`` its limits (:func:`server_process` runs it in a process of its own, with
+for the Service's names) and the real ``transfer/server.py``: ``tests/transfer/test_transfer.py`` holds the
+protocol to them, ``tests/transfer/test_transfer_runner.py`` the runner's fetch and hand-back,
+``tests/transfer/test_transfer_limits.py`` its limits (:func:`server_process` runs it in a process of its own, with
 a file-descriptor limit, where exhausting it cannot touch the test's).
 """
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-E2E = Path(__file__).resolve().parent.parent / "e2e"
+E2E = Path(__file__).resolve().parent.parent / "e2e" / "framework"
 
 
 def imported(module: Path) -> set[str]:
@@ -25,14 +25,14 @@ def imported(module: Path) -> set[str]:
 @pytest.mark.parametrize("module", ["clusterkit.py", "testnode.py", "realnode.py", "multinode.py",
                                     *(f"kubelet/{p.name}" for p in sorted((E2E / "kubelet").glob("*.py")))])
 def test_no_node_backend_imports_the_cluster(module: str) -> None:
-    assert "e2e.cluster" not in imported(E2E / module)
+    assert "e2e.framework.cluster" not in imported(E2E / module)
 
 
 def test_the_cluster_names_its_backends_through_one_contract() -> None:
-    from e2e.cluster import Cluster
-    from e2e.multinode import MultiNode
-    from e2e.realnode import RealNode
-    from e2e.testnode import TestKubeletNode
+    from e2e.framework.cluster import Cluster
+    from e2e.framework.multinode import MultiNode
+    from e2e.framework.realnode import RealNode
+    from e2e.framework.testnode import TestKubeletNode
 
     for backend in (TestKubeletNode(), RealNode(), MultiNode()):
         cluster = Cluster(state_dir=Path("/nonexistent/state"), backend=backend)
@@ -42,8 +42,8 @@ def test_the_cluster_names_its_backends_through_one_contract() -> None:
 
 def test_the_multi_node_backend_is_found_again_from_its_state(tmp_path: Path) -> None:
     """``cluster.json`` of a multi-node cluster loads as one (``make cluster-down`` stops every kubelet)."""
-    from e2e.cluster import Cluster
-    from e2e.multinode import NODE_NAMES, MultiNode
+    from e2e.framework.cluster import Cluster
+    from e2e.framework.multinode import NODE_NAMES, MultiNode
 
     Cluster(state_dir=tmp_path, backend=MultiNode()).save()
     loaded = Cluster.load(tmp_path)

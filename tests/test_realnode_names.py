@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.cluster import Cluster
-from e2e.realnode import RealNode
-from e2e.realnodekit import NODE_NETWORKS, bridge_name, choose_subnet, node_tag
+from e2e.framework.cluster import Cluster
+from e2e.framework.realnode import RealNode
+from e2e.framework.realnodekit import NODE_NETWORKS, bridge_name, choose_subnet, node_tag
 
 Net = ipaddress.IPv4Network
 

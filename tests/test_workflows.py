@@ -172,7 +172,7 @@ def test_release_signs_each_image_by_digest_and_attests_its_sbom_with_the_rehear
     by_digest = "${{ matrix.image }}@${{ steps.build.outputs.digest }}"
     build = step_using(steps, "docker/build-push-action")
     assert build["id"] == "build" and build["with"]["push"] is True
-    # the cosign and syft e2e/rehearsal.py runs (built from e2e/controlplane's wrapper modules)
+    # the cosign and syft e2e/framework/rehearsal.py runs (built from e2e/controlplane's wrapper modules)
     assert step_using(steps, "sigstore/cosign-installer")["with"]["cosign-release"] == f"v{pinned['COSIGN_VERSION']}"
     sbom = step_using(steps, "anchore/sbom-action")["with"]
     assert sbom["syft-version"] == f"v{pinned['SYFT_VERSION']}"

@@ -3,7 +3,7 @@
 The gateway prices a reply as pi does (``calculateCost`` in ``@mariozechner/pi-ai``: each kind of token at its
 price per million), so its cost of a job equals the transcript's. The prices are pi's own, read from its
 ``models.generated.js`` for the providers the gateway serves (``gateway/providers.py BUILTIN``); re-run this
-after pinning another pi (``make pi``) and commit the file. ``tests/test_gateway_prices.py`` holds the file to
+after pinning another pi (``make pi``) and commit the file. ``tests/gateway/test_gateway_prices.py`` holds the file to
 the installed pi.
 """
 

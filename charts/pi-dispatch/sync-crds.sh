@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Refresh the chart's copies of the pi-dispatch CRDs from the repository's top-level crds/ (the one
-# source of truth; tests/test_chart.py fails while the copies differ). The operator runs kopf standalone
+# source of truth; tests/chart/test_chart.py fails while the copies differ). The operator runs kopf standalone
 # (its replicas elect a leader on a Lease), so kopf's peering CRD is no longer shipped.
 set -euo pipefail
 chart_dir="$(cd "$(dirname "$0")" && pwd)"

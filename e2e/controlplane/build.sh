@@ -6,9 +6,9 @@
 #   helm                                             (wrapper module helm/)
 #   actionlint                                       (wrapper module actionlint/: tests/test_workflows.py)
 #   registry                                         (wrapper module registry/: e2e/test_pull_secret.py)
-#   dashcheck                                        (module dashcheck/: tests/test_chart_dashboard.py)
-#   cosign syft                                      (wrapper modules cosign/, syft/: e2e/rehearsal.py)
-#   kube-router                                      (wrapper module kuberouter/: e2e/netpolicy.py)
+#   dashcheck                                        (module dashcheck/: tests/chart/test_chart_dashboard.py)
+#   cosign syft                                      (wrapper modules cosign/, syft/: e2e/framework/rehearsal.py)
+#   kube-router                                      (wrapper module kuberouter/: e2e/framework/netpolicy.py)
 # into  ${PIDISPATCH_CACHE:-~/.cache/pidispatch}/k8s-v<K>_etcd-v<E>_helm-v<H>/bin
 # A binary is rebuilt only when missing or when its wrapper module's go.mod/go.sum (and its own .go
 # files, for dashcheck/, the one module with source of ours) changed (a stamp file next to it records
@@ -67,7 +67,7 @@ build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kube-apiserver k8s k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
 build kube-controller-manager k8s k8s.io/kubernetes/cmd/kube-controller-manager "$k8s_ldflags"
 build kubectl k8s k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
-# the real node (e2e/realnode.py): the kubelet that runs Pods in containerd, and the scheduler
+# the real node (e2e/framework/realnode.py): the kubelet that runs Pods in containerd, and the scheduler
 build kubelet k8s k8s.io/kubernetes/cmd/kubelet "$k8s_ldflags"
 build kube-scheduler k8s k8s.io/kubernetes/cmd/kube-scheduler "$k8s_ldflags"
 build helm helm helm.sh/helm/v3/cmd/helm "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
@@ -79,7 +79,7 @@ build actionlint actionlint github.com/rhysd/actionlint/cmd/actionlint \
 build registry registry github.com/distribution/distribution/v3/cmd/registry \
     "-s -w -X github.com/distribution/distribution/v3/version.version=v$REGISTRY_VERSION"
 
-# the Grafana dashboard's schema check (tests/test_chart_dashboard.py): Grafana's dashboard schema as the
+# the Grafana dashboard's schema check (tests/chart/test_chart_dashboard.py): Grafana's dashboard schema as the
 # foundation SDK's Go types, strictly decoded; main.go is ours
 build dashcheck dashcheck . "-s -w"
 
@@ -88,7 +88,7 @@ build cosign cosign github.com/sigstore/cosign/v3/cmd/cosign \
     "-s -w -X sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION"
 build syft syft github.com/anchore/syft/cmd/syft "-s -w -X main.version=$SYFT_VERSION"
 
-# the real node's NetworkPolicy implementation: kube-router's firewall (e2e/netpolicy.py)
+# the real node's NetworkPolicy implementation: kube-router's firewall (e2e/framework/netpolicy.py)
 build kube-router kuberouter github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
     "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=v$KUBE_ROUTER_VERSION"
 

@@ -13,12 +13,12 @@
 #   registry/  requires github.com/distribution/distribution/v3 v$REGISTRY_VERSION (the private registry of
 #          e2e/test_pull_secret.py).
 #   dashcheck/  requires github.com/grafana/grafana-foundation-sdk/go v$GRAFANA_SDK_VERSION (the dashboard
-#          schema check of tests/test_chart_dashboard.py); its main.go is ours and is kept.
+#          schema check of tests/chart/test_chart_dashboard.py); its main.go is ours and is kept.
 #   cosign/  requires github.com/sigstore/cosign/v3 v$COSIGN_VERSION (signs and verifies the rehearsed release,
-#          e2e/rehearsal.py).
-#   syft/  requires github.com/anchore/syft v$SYFT_VERSION (the images' SBOMs, e2e/rehearsal.py).
+#          e2e/framework/rehearsal.py).
+#   syft/  requires github.com/anchore/syft v$SYFT_VERSION (the images' SBOMs, e2e/framework/rehearsal.py).
 #   kuberouter/  requires github.com/cloudnativelabs/kube-router/v2 v$KUBE_ROUTER_VERSION (the real node's
-#          NetworkPolicy implementation, e2e/netpolicy.py).
+#          NetworkPolicy implementation, e2e/framework/netpolicy.py).
 #
 # Re-runnable: edit versions.env, run this script, commit */go.mod */go.sum.
 set -euo pipefail

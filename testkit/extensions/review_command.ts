@@ -1,4 +1,4 @@
-// A pi extension for the runner's run.command tests (tests/test_command_runner.py): it registers the command
+// A pi extension for the runner's run.command tests (tests/runner/test_command_runner.py): it registers the command
 // /review, whose handler reads the event file the runner names in PI_EVENT_FILE and sends the model one message
 // built from its arguments and the event's comment (as quoted data). pi's print mode exits when a command's
 // handler returns, so the handler waits for the end of the turn it started (agent_end) before it returns.

@@ -2,7 +2,7 @@
 (``crdref``) and the chart values from ``values.schema.json`` and ``values.yaml`` (``valuesref``).
 
 ``python -m tools.docsgen`` writes them into ``docs/reference/``; ``python -m tools.docsgen --check`` writes
-nothing and fails naming each page that differs from a fresh generation (``tests/test_docs_reference.py`` runs
+nothing and fails naming each page that differs from a fresh generation (``tests/docs/test_docs_reference.py`` runs
 the same comparison, and ``make docs`` regenerates them before it builds the site).
 """
 

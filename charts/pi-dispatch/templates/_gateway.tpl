@@ -4,7 +4,7 @@ the CONNECT proxy 3128, health/readiness/metrics 9090 (never on the Service job 
 
 {{/* The gateway's values with the chart's defaults under them. `helm upgrade --reuse-values` (docs/upgrading.md) from a
 release made before the gateway reuses that release's values, which have no `gateway` at all: these defaults are
-values.yaml's (tests/test_chart_gateway.py renders with gateway=null and holds the two equal). */}}
+values.yaml's (tests/chart/test_chart_gateway.py renders with gateway=null and holds the two equal). */}}
 {{- define "pi-dispatch.gatewayValues" -}}
 {{- $defaults := dict "enabled" true "replicas" 2 "defaultMaxTokens" nil "egress" (dict "hosts" list "deniedNetworks" list) "url" nil "proxyUrl" nil "extraDNSNames" list "podDisruptionBudget" (dict "enabled" true) "serviceMonitor" (dict "enabled" true) "resources" (dict "requests" (dict "cpu" "50m" "memory" "128Mi") "limits" (dict "memory" "512Mi")) "affinity" dict "podAnnotations" dict "podLabels" dict }}
 {{- /* Not mergeOverwrite: it takes no false or 0 over a default (enabled=false would stay true). Helm has already

@@ -5,7 +5,7 @@ token at its price per million, in US dollars). The gateway does the same from t
 records equals the transcript's, and no longer comes from a file the agent can write:
 
 * pi's built-in models: ``prices.json``, pi's own table for the providers the gateway serves, written from the
-  installed pi by ``python -m tools.piprices`` (``tests/test_gateway_prices.py`` holds it to that pi);
+  installed pi by ``python -m tools.piprices`` (``tests/gateway/test_gateway_prices.py`` holds it to that pi);
 * a deployment's ``models.json`` (the chart's ``job.modelsConfigMap``): each listed model's ``cost``, as pi reads
   it; such a price counts even when it is 0 (a free model), as the runner's report counts it.
 

@@ -13,7 +13,7 @@ Each kind has one ``summarize`` that turns what its steps found into the status 
   never overwritten with what was judged from the older one. Without ``reread`` the 409 is the caller's (a
   cron claim that lost to another writer stands down: the next turn reads what that one wrote).
 
-Nothing else in the operator patches a ``.../status`` path (``tests/test_status_writers.py`` holds it).
+Nothing else in the operator patches a ``.../status`` path (``tests/jobflow/test_status_writers.py`` holds it).
 """
 
 from __future__ import annotations

@@ -92,7 +92,7 @@ ACTIONS = {
 TEXT_EVENTS = (ISSUE_COMMENT_CREATED, REVIEW_SUBMITTED, REVIEW_COMMENT_CREATED)
 # Every X-GitHub-Event the receiver acts on, with its actions: a Trigger's (ACTIONS) and a closing one's (CLOSING,
 # the retirement of a conversation). Any other event is ignored (:func:`event_problem`), so the GitHub App must
-# subscribe to each of these and needs no other (examples/github-app.json, tests/test_app_manifest.py).
+# subscribe to each of these and needs no other (examples/github-app.json, tests/receiver/test_app_manifest.py).
 HANDLED: dict[str, tuple[str, ...]] = {
     event: tuple(action for action in (ACTIONS.get(event), CLOSING.get(event)) if action)
     for event in (*ACTIONS, *(e for e in CLOSING if e not in ACTIONS))}

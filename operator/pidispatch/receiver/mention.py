@@ -27,7 +27,7 @@ length but for long quoted attribute values (it is fed whatever a webhook sender
 Where the reading is uncertain it errs toward *not* matching (a bracket hides its text whether or not a
 definition makes it a link; text after ``-->`` on a line that began a comment; an unclosed ``<!--``
 hides the rest of its paragraph): a missed ``@pi`` can be written again, a job started by text nobody
-saw cannot be taken back. ``tests/test_receiver_mention_oracle.py`` holds it to GitHub's renderer over
+saw cannot be taken back. ``tests/receiver/test_receiver_mention_oracle.py`` holds it to GitHub's renderer over
 generated bodies: whatever it matches, cmark-gfm shows as a mention. Quotes are dropped by choice (GitHub
 shows a quoted ``@pi``, but it is someone else's request). Case is kept: ``@PI`` is not ``@pi``.
 """

@@ -10,7 +10,7 @@ extensions (``PI_COMMAND_EXTENSIONS_DIR``, the "commands capability"), and the r
 to pi with ``-e`` (explicit paths load beside ``--no-extensions``). An image without the declaration is
 refused by ``load_config`` before anything runs.
 
-What pi 0.73.1 does with it (measured, see ``tests/test_command_runner.py``): in print mode a prompt that
+What pi 0.73.1 does with it (measured, see ``tests/runner/test_command_runner.py``): in print mode a prompt that
 starts with ``/`` is first offered to the extensions' commands (``AgentSession.prompt``); a registered one
 runs its handler with the text after the first space as ``args`` and pi exits when the handler returns,
 with status 0 even when the handler threw (it prints ``Extension error (command:<name>): ...``, which the

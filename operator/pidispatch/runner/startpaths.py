@@ -2,7 +2,7 @@
 
 Established from pi 0.73.1's own source (``dist/core/resource-loader.js``, ``settings-manager.js``,
 ``package-manager.js``, ``skills.js``, ``prompt-templates.js``, ``extensions/loader.js``, ``migrations.js``)
-and held by experiment with real pi (``tests/test_workspace_startpaths.py``). At start pi reads, relative to
+and held by experiment with real pi (``tests/runner/test_workspace_startpaths.py``). At start pi reads, relative to
 its working directory:
 
 * ``.pi/`` — ``settings.json`` (``shellPath`` and ``shellCommandPrefix``: a shell of the repository's choosing

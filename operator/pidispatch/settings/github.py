@@ -24,7 +24,7 @@ DEFAULT_GITHUB_API_URL = "https://api.github.com"
 DEFAULT_GITHUB_WEB_URL = "https://github.com"
 
 # Every variable GitHubSettings reads, named once: an empty value of any of them is refused
-# (tests/test_settings_strict.py holds the lists to the names the code reads).
+# (tests/settings/test_settings_strict.py holds the lists to the names the code reads).
 GITHUB_VARIABLES = (
     "GITHUB_API_URL",
     "GITHUB_API_TIMEOUT_SECONDS",

@@ -35,7 +35,7 @@ RETIRE_MODES = ("delete", "archive")  # store.retire.RetireMode's values (settin
 MAX_SECONDS = 2147483647  # an int32, as Kubernetes' own ttlSecondsAfterFinished
 
 # Every variable the operator reads, named once: an empty value of any of them is refused
-# (tests/test_settings_strict.py holds the lists to the names the code reads).
+# (tests/settings/test_settings_strict.py holds the lists to the names the code reads).
 OPERATOR_VARIABLES = (
     "PI_DISPATCH_NAMESPACE",
     "PI_DISPATCH_NODE_NAME",

@@ -16,7 +16,7 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_RETHREAD_PCT = 70  # PI_SESSION_RETHREAD_PCT; the runner parses it alike (runner/config.py)
 
 # Every variable the store reads, named once: an empty value of any of them is refused
-# (tests/test_settings_strict.py holds the lists to the names the code reads).
+# (tests/settings/test_settings_strict.py holds the lists to the names the code reads).
 STORE_VARIABLES = (
     "PI_SESSIONS_DIR",
     "PI_SESSIONS_TTL_DAYS",
