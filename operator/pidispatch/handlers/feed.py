@@ -26,6 +26,9 @@ log = logging.getLogger("pidispatch.operator")
 
 Kind = Literal["Job", "Pod", "SessionKey", "Trigger"]
 Key = tuple[Kind, str]
+# An object as the API sent it: this is the edge, where nothing reads it; each entry point reads it once into
+# its typed view (``api/views.py``).
+Body = dict[str, Any]
 
 WORKERS = 8  # as many as the Job watch had; a slow step holds up only its own key, and a worker
 # Replays every live key's last body this often. The dispatcher's own resync (30 s) reads the Jobs and Triggers
@@ -41,7 +44,7 @@ class Event:
     body's key waited."""
 
     type: str | None
-    body: dict[str, Any]
+    body: Body
     gone: tuple[str, ...] = ()
 
     @property
@@ -52,10 +55,10 @@ class Event:
 class Reconcilers(Protocol):
     """The dispatcher's entry points, one per kind (``jobflow/dispatcher.py``)."""
 
-    def on_job(self, event_type: str | None, body: dict[str, Any]) -> None: ...
-    def on_pod(self, pod: dict[str, Any]) -> None: ...
-    def on_sessionkey(self, event_type: str | None, body: dict[str, Any]) -> None: ...
-    def on_trigger(self, body: dict[str, Any]) -> None: ...
+    def on_job(self, event_type: str | None, body: Body) -> None: ...
+    def on_pod(self, pod: Body) -> None: ...
+    def on_sessionkey(self, event_type: str | None, body: Body) -> None: ...
+    def on_trigger(self, body: Body) -> None: ...
     def on_trigger_deleted(self, name: str) -> None: ...
 
 
@@ -84,7 +87,7 @@ class Feed:
     def stop(self) -> None:
         self.queue.stop()
 
-    def event(self, kind: Kind, event_type: str | None, body: dict[str, Any]) -> None:
+    def event(self, kind: Kind, event_type: str | None, body: Body) -> None:
         """Queue one watch event of ``kind``; nothing is done here (the caller is a watch's thread)."""
         key: Key = (kind, str((body.get("metadata") or {}).get("name") or ""))
         if event_type != "DELETED":

@@ -13,12 +13,12 @@ in two workers at once (docs/architecture.md#event-path). The list+watch itself 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from pidispatch.election.watch import ListWatch
+from pidispatch.handlers.feed import Body
 from pidispatch.kubeapi import Api
 
-Deliver = Callable[[str | None, dict[str, Any]], None]
+Deliver = Callable[[str | None, Body], None]
 
 
 class JobWatch:

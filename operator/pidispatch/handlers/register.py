@@ -28,7 +28,7 @@ import kopf
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import JOB_LABEL
-from pidispatch.handlers.feed import Feed
+from pidispatch.handlers.feed import Body, Feed
 from pidispatch.handlers.jobwatch import JobWatch
 from pidispatch.handlers.leadership import Leadership
 from pidispatch.jobflow.dispatcher import Dispatcher
@@ -129,6 +129,6 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
             events.event("Trigger", event.get("type"), _plain(body))
 
 
-def _plain(body: kopf.Body) -> dict[str, Any]:
+def _plain(body: kopf.Body) -> Body:
     return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body.metadata),
             "spec": dict(body.spec), "status": dict(body.status)}
