@@ -98,7 +98,8 @@ class WorkQueue(Generic[K, V]):
             self._known.pop(key, None)
 
     def resync(self) -> None:
-        """Queue every known key again with its last item (a key waiting or being processed keeps its turn)."""
+        """Queue every known key again with its last item: a key already waiting keeps its one turn, one being
+        processed is processed once more after."""
         with self._cond:
             self._resync_locked()
 
