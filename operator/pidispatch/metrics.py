@@ -41,6 +41,14 @@ CRON_FIRES = Counter("pidispatch_cron_fires", "Jobs created by cron Triggers, on
 CRON_MISSED = Counter("pidispatch_cron_missed", "Slots of cron Triggers skipped while the operator was down or not "
                       "leading: only the latest slot due fires.", registry=REGISTRY)
 
+# The operator's workqueue (reconcile/workqueue.py) and the pump's starts (jobflow/queue.py), by kind: Job, Pod,
+# SessionKey, Trigger, JobStart (a closed set, never a name).
+WORKQUEUE_RETRIES = Counter("pidispatch_workqueue_retries", "Reconciles that failed and were queued again after a "
+                            "back-off, by kind.", ["kind"], registry=REGISTRY)
+WORKQUEUE_DROPPED = Counter("pidispatch_workqueue_dropped", "Keys dropped after failing as many times in a row as "
+                            "the cap allows (back at their next event or resync), by kind.", ["kind"],
+                            registry=REGISTRY)
+
 
 TOKEN_PART_NAMES = ("input", "output", "cacheRead", "cacheWrite")
 

@@ -109,6 +109,32 @@ def test_a_failing_start_backs_off_without_holding_the_queue(api: MemoryApi, clo
     assert len([w for w in api.writes if w == ("PATCH", f"{JOBS}/flaky/status")]) == 2  # StartRetrying, Running
 
 
+def test_a_start_failing_past_the_cap_leaves_the_line_until_the_resync_puts_it_back(
+        api: MemoryApi, clock: Clock, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The pump's retries are capped (reconcile/backoff.py): a start that keeps failing (an outage that lasts,
+    or a bug) no longer spins on one Job; the resync lines it up again with a fresh count."""
+    from pidispatch import metrics
+    from pidispatch.jobflow.queue import START_ATTEMPTS
+
+    c = controller(api, clock, tmp_path)
+    api.on_create = refuse_pods_of("doomed", 500)
+    c.on_job("ADDED", new_job(api, "doomed"))
+    dropped = metrics.WORKQUEUE_DROPPED.labels("JobStart")._value.get()
+    with caplog.at_level(logging.WARNING, logger="pidispatch.operator"):
+        for _ in range(START_ATTEMPTS + 1):
+            clock.now += 60
+            pump(c)
+    assert (c.slots.running, c.slots.queued) == (0, 0), "out of line, its slot free"
+    assert metrics.WORKQUEUE_DROPPED.labels("JobStart")._value.get() == dropped + 1
+    assert any(r.levelno == logging.ERROR and f"failed {START_ATTEMPTS + 1} times in a row" in r.getMessage()
+               for r in caplog.records)
+    assert condition(api, "doomed", "Started")["reason"] == "StartRetrying"
+    api.on_create = lambda path, body: None
+    c.resync()
+    pump(c)
+    assert phase(api, "doomed") == "Running"
+
+
 def test_the_happy_path_writes_nothing_more_than_before(api: MemoryApi, clock: Clock, tmp_path: Path) -> None:
     """Issue 7's budget: a job that starts at once costs the Pod create, Running and its end (no retry write)."""
     c = controller(api, clock, tmp_path)

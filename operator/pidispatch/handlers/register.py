@@ -1,8 +1,10 @@
-"""kopf registrations: each handler forwards one watch event to the job flow's :class:`Dispatcher`.
+"""kopf registrations: each watch handler only queues its event in the operator's one queue
+(``handlers/feed.py``), whose workers hand it to the job flow's :class:`Dispatcher`; a handler never does
+work itself (docs/architecture.md#event-path).
 
-The Jobs are the exception: the operator watches them itself (``handlers/jobwatch.py``), started
-when this replica leads and stopped with it; kopf keeps the Pods, the SessionKeys, the Triggers, the
-start-up and clean-up, and the liveness endpoint.
+The Jobs are fed by the operator's own watch (``handlers/jobwatch.py``), started when this replica leads
+and stopped with it; kopf keeps the login, the Pod, SessionKey and Trigger watches, the start-up and
+clean-up, and the liveness endpoint.
 
 Watch-event handlers (not kopf's change-detecting ones) on purpose: the job flow's steps are
 idempotent and keep their own journal, so kopf's progress annotations would only add API writes
@@ -26,6 +28,7 @@ import kopf
 
 from pidispatch.api.crds import GROUP, VERSION
 from pidispatch.contract import JOB_LABEL
+from pidispatch.handlers.feed import Body, Feed
 from pidispatch.handlers.jobwatch import JobWatch
 from pidispatch.handlers.leadership import Leadership
 from pidispatch.jobflow.dispatcher import Dispatcher
@@ -52,23 +55,27 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 
 def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention: Retention | None = None,
-             leadership: Leadership | None = None, jobs: JobWatch | None = None) -> None:
-    """Add the operator's handlers to ``registry``; ``retention`` and the watch of the Jobs run beside the
-    dispatcher.
+             leadership: Leadership | None = None, jobs: JobWatch | None = None, feed: Feed | None = None) -> None:
+    """Add the operator's handlers to ``registry``; ``retention``, the queue and the watch of the Jobs run
+    beside the dispatcher.
 
-    ``leadership``: the dispatcher, retention and the Jobs' watch start when this replica takes the Lease,
-    and every kopf event is dropped until then (``handlers/leadership.py``). ``None``: they start with kopf
-    (one process, tests). ``jobs``: the Jobs' watch, by default of the dispatcher's namespace.
+    ``leadership``: the dispatcher, retention, the queue and the Jobs' watch start when this replica takes the
+    Lease, and every kopf event is dropped until then (``handlers/leadership.py``). ``None``: they start with
+    kopf (one process, tests). ``feed``: the queue, by default to the dispatcher; ``jobs``: the Jobs' watch, by
+    default of the dispatcher's namespace, into the queue.
     """
 
     def acting() -> bool:
         return leadership is None or leadership.leading
 
-    # Started only once this replica leads (from ``start_acting``, before ``leading`` is set), so it asks
-    # the fence alone: has the Lease been renewed within the renew deadline.
+    # Its workers start only once this replica leads (from ``start_acting``, before ``leading`` is set), so
+    # they ask the fence alone as each event is taken: has the Lease been renewed within the renew deadline.
+    if feed is None:
+        feed = Feed(dispatcher, acting=lambda: leadership is None or leadership.holds())
+    events = feed
     if jobs is None:
-        jobs = JobWatch(dispatcher.api, dispatcher.cluster.crd("jobs"), dispatcher.on_job,
-                        acting=lambda: leadership is None or leadership.holds())
+        jobs = JobWatch(dispatcher.api, dispatcher.cluster.crd("jobs"),
+                        lambda event_type, body: events.event("Job", event_type, body))
     job_watch = jobs
 
     @kopf.on.login(registry=registry)
@@ -93,11 +100,13 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
         dispatcher.start()
         if retention is not None:
             retention.start()
+        events.start()
         job_watch.start()
 
     @kopf.on.cleanup(registry=registry)
     def cleanup(**_: Any) -> None:
         job_watch.stop()
+        events.stop()
         if retention is not None:
             retention.stop()
         dispatcher.stop()
@@ -106,24 +115,20 @@ def register(registry: kopf.OperatorRegistry, dispatcher: Dispatcher, retention:
 
     @kopf.on.event("", "v1", "pods", labels={JOB_LABEL: kopf.PRESENT}, registry=registry)
     def pod_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if event.get("type") != "DELETED" and acting():
-            dispatcher.on_pod(_plain(body))
+        if acting():
+            events.event("Pod", event.get("type"), _plain(body))
 
     @kopf.on.event(GROUP, VERSION, "sessionkeys", registry=registry)
     def sessionkey_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
         if acting():
-            dispatcher.on_sessionkey(event.get("type"), _plain(body))
+            events.event("SessionKey", event.get("type"), _plain(body))
 
     @kopf.on.event(GROUP, VERSION, "triggers", registry=registry)
     def trigger_event(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-        if not acting():
-            return
-        if event.get("type") == "DELETED":
-            dispatcher.on_trigger_deleted(body.metadata.name)
-        else:
-            dispatcher.on_trigger(_plain(body))
+        if acting():
+            events.event("Trigger", event.get("type"), _plain(body))
 
 
-def _plain(body: kopf.Body) -> dict[str, Any]:
+def _plain(body: kopf.Body) -> Body:
     return {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"), "metadata": dict(body.metadata),
             "spec": dict(body.spec), "status": dict(body.status)}

@@ -1,11 +1,11 @@
-"""The dispatcher: routes kopf's events to the steps, and runs the loops. It holds no decisions of its own.
+"""The dispatcher: routes the operator's events to the steps, and runs the loops. It holds no decisions of its own.
 
 For one delivery, top to bottom:
 
 1. ``on_job`` → :meth:`admit` (``admit.py``: refusals before any spend; ``comment.py``: their comment) →
    in line for a slot (``queue.py``: the budget of ``slots.py``, marked ``Queued`` if it waits);
 2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's) → ``start.start_job``:
-   ``Started | Refusal | Gone``; a passing failure puts the Job back in line after a back-off (``queue.py``);
+   ``Started | Refusal | Gone``; a failure puts the Job back in line after a back-off, capped (``queue.py``);
 3. ``on_pod`` → :meth:`complete` (``complete.py``: ``ending`` → ``finished`` or ``abandon`` → ``record_end``)
    → slot and staging freed;
 4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep; the cron Triggers' slots
@@ -14,8 +14,10 @@ For one delivery, top to bottom:
 What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
 budget's (``slots.py``), the waiting is the queue's (``queue.py``, its policy in ``queuepolicy.py``).
 Every status write goes through ``Cluster.record`` (``summarize``). Each Job's steps run under that
-Job's lock; kopf calls in from its worker threads, the loops from their own. An exception stops at
-``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
+Job's lock; the entry points (``on_*``) are called by the workers of the operator's one queue
+(``handlers/feed.py``: one key per object, never two workers on a key), the loops from their own threads. An
+exception from an entry point goes back to that queue, which retries its key after a back-off, capped; one
+from a loop stops at ``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ RESYNC_SECONDS = 30
 
 
 class Dispatcher:
-    """All operator behaviour for one namespace. Thread-safe: kopf calls it from its worker threads.
+    """All operator behaviour for one namespace. Thread-safe: the queue's workers call it, one per object at a time.
 
     ``clock`` stamps status times (RFC 3339); ``monotonic`` measures waits (the Queued grace, back-offs);
     ``wall`` ages Pods against the start timeout (their creation time is the apiserver's wall clock).
@@ -119,7 +121,7 @@ class Dispatcher:
     def stop(self) -> None:
         self._loops.stop(self.queue.wake, self.queue.mark, self.cron.wake)
 
-    # ---- events from kopf --------------------------------------------------------------------------
+    # ---- events, from the queue's workers (handlers/feed.py) -----------------------------------------
 
     def on_job(self, event_type: str | None, body: dict[str, Any]) -> None:
         """A Job's watch event: the Job enters the job flow here, as a view parsed once."""
@@ -139,7 +141,7 @@ class Dispatcher:
             elif phase == "Running":
                 self.slots.hold(name)
             elif self.admit(job) and self.slots.free:
-                guarded(self._pump_once)  # in kopf's thread: waking the pump would add a hand-off
+                guarded(self._pump_once)  # in the event's worker: waking the pump would add a hand-off
             else:
                 self.queue.wake.set()
 
@@ -220,7 +222,7 @@ class Dispatcher:
         while not self._stop.is_set() and (name := self.slots.take_next()) is not None:
             try:
                 self.start_job(name)
-            except Exception as exc:  # a passing failure (an outage): back in line after a back-off
+            except Exception as exc:  # an outage, or a bug: back in line after a back-off, capped (queue.py)
                 if self.queue.retry_later(name, exc):
                     guarded(self.queue.note_retrying, name, exc)
             else:

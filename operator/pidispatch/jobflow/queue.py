@@ -2,9 +2,11 @@
 record in the job table (its place, its Queued mark, its failed starts), held together.
 
 The dispatcher puts an admitted Job in line (:meth:`JobQueue.line_up`), takes Jobs from it for free slots,
-gives a Job whose start failed for a passing reason back at its place after a back-off
-(:meth:`JobQueue.retry_later`), and frees slots (:meth:`JobQueue.free`). Two events wake its loops: ``wake``
-the pump (a slot freed, an arrival), ``mark`` the Queued marker (an arrival that may need a mark).
+gives a Job whose start failed back at its place after a back-off (:meth:`JobQueue.retry_later`; the
+operator's one back-off, ``reconcile/backoff.py``, capped at :data:`START_ATTEMPTS` failures in a row, after
+which the Job leaves the line until the resync puts it back), and frees slots (:meth:`JobQueue.free`). Two
+events wake its loops: ``wake`` the pump (a slot freed, an arrival), ``mark`` the Queued marker (an arrival
+that may need a mark).
 """
 
 from __future__ import annotations
@@ -21,8 +23,16 @@ from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Retrying
 from pidispatch.jobflow.table import JobTable, NameLocks
+from pidispatch.reconcile.backoff import Backoff
 
 log = logging.getLogger("pidispatch.operator")
+
+# 1 s, 2 s, 4 s, … up to a minute (``queuepolicy.backoff_seconds``), for 12 failed starts in a row (about 6 min);
+# then the Job leaves the line, and the dispatcher's resync (30 s) lines it up again with a fresh count: a bug
+# that fails every start no longer spins on one Job, an outage is still retried for as long as it lasts.
+START_ATTEMPTS = 12
+START_BACKOFF = Backoff(first=queuepolicy.BACKOFF_FIRST_SECONDS, cap=queuepolicy.BACKOFF_CAP_SECONDS,
+                        attempts=START_ATTEMPTS)
 
 
 class JobQueue:
@@ -70,10 +80,23 @@ class JobQueue:
         """A start that failed for a passing reason (GitHub or apiserver outage, an old Pod of the name not
         yet collected): back in line at its place after a back-off, while the Jobs behind it start.
         True when ``StartRetrying`` is to be written (:meth:`note_retrying`): only for the first failure in
-        a row, so a long outage costs one write."""
+        a row, so a long outage costs one write.
+
+        Past :data:`START_ATTEMPTS` failures in a row the Job is dropped from the line instead (its slot freed,
+        its count reset; an error line and ``pidispatch_workqueue_dropped_total{kind="JobStart"}``): the
+        resync lines it up again, as a controller-runtime key dropped after its last retry comes back."""
         failures = self.table.failed_start(name)
-        delay = queuepolicy.backoff_seconds(failures)
+        delay = START_BACKOFF.delay(failures)
+        if delay is None:
+            log.error("starting job %s failed %d times in a row: out of line until the resync puts it back: %s: %s",
+                      name, failures, type(exc).__name__, exc)
+            metrics.WORKQUEUE_DROPPED.labels("JobStart").inc()
+            self.table.start_succeeded(name)  # resets its count of failures in a row: the next round starts at 1 s
+            self.table.drop_body(name)
+            self.free(name)
+            return False
         log.warning("starting job %s failed (attempt %d), retried in %.0f s: %s", name, failures, delay, exc)
+        metrics.WORKQUEUE_RETRIES.labels("JobStart").inc()
         emit("job_start_retrying", job=name, attempt=failures, delaySeconds=delay, error=type(exc).__name__)
         self.table.drop_body(name)  # the retry reads the Job afresh
         self.slots.defer(name, self.table.order(name), delay)

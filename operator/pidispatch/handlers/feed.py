@@ -1,0 +1,113 @@
+"""The operator's one event path: every kind's watch event becomes a key ``(kind, name)`` in one workqueue
+(``reconcile/workqueue.py``), and the queue's workers hand it to the dispatcher's entry point for that kind.
+
+Who feeds it: the operator's own Job watch (``handlers/jobwatch.py``) and kopf's Pod, SessionKey and
+Trigger handlers (``handlers/register.py``), which only call :meth:`Feed.event` (docs/architecture.md#event-path).
+What each kind's events mean here, level-triggered: the newest body of a key is the one reconciled, and a
+resync replays every live key's newest body. Deletions are not replayed: a deleted Job's, Trigger's or
+SessionKey's key is reconciled once and then forgotten; a Pod's deletion is only forgotten (the dispatcher
+never acted on it, and a vanished Pod of a running Job is the dispatcher's resync's to find).
+
+One thing a coalescing queue could lose, kept: a Job deleted and re-created under its name while the
+deletion still waited. The deleted uid travels with the newer body (:attr:`Event.gone`) and is reconciled as
+a deletion first, so its staging and its uid-keyed state go as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Literal, Protocol
+
+from pidispatch.reconcile.workqueue import WorkQueue
+
+log = logging.getLogger("pidispatch.operator")
+
+Kind = Literal["Job", "Pod", "SessionKey", "Trigger"]
+Key = tuple[Kind, str]
+# An object as the API sent it: this is the edge, where nothing reads it; each entry point reads it once into
+# its typed view (``api/views.py``).
+Body = dict[str, Any]
+
+WORKERS = 8  # as many as the Job watch had; a slow step holds up only its own key, and a worker
+# Replays every live key's last body this often. The dispatcher's own resync (30 s) reads the Jobs and Triggers
+# afresh from the apiserver; this one brings back a key the queue dropped (attempt cap) or an event lost in
+# between, for every kind.
+RESYNC_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """A watch event as the queue carries it: its type (``None``: listed), the object's body as the API sent
+    it (read into its typed view by the dispatcher's entry point), and for a Job the uids deleted while this
+    body's key waited."""
+
+    type: str | None
+    body: Body
+    gone: tuple[str, ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return str((self.body.get("metadata") or {}).get("uid") or "")
+
+
+class Reconcilers(Protocol):
+    """The dispatcher's entry points, one per kind (``jobflow/dispatcher.py``)."""
+
+    def on_job(self, event_type: str | None, body: Body) -> None: ...
+    def on_pod(self, pod: Body) -> None: ...
+    def on_sessionkey(self, event_type: str | None, body: Body) -> None: ...
+    def on_trigger(self, body: Body) -> None: ...
+    def on_trigger_deleted(self, name: str) -> None: ...
+
+
+def merge(waiting: Event, new: Event) -> Event:
+    """What a new event makes of one still waiting for its key's turn: the new one, carrying the uids of Jobs
+    deleted in between (a deletion of another uid than the new body's)."""
+    gone = waiting.gone
+    if waiting.type == "DELETED" and waiting.uid and waiting.uid != new.uid:
+        gone = (*gone, waiting.uid)
+    return replace(new, gone=gone) if gone else new
+
+
+class Feed:
+    """The queue of every kind, and how each kind's events enter it and leave it for the dispatcher."""
+
+    def __init__(self, reconcilers: Reconcilers, *, acting: Callable[[], bool] = lambda: True,
+                 workers: int = WORKERS, resync_seconds: float | None = RESYNC_SECONDS) -> None:
+        self._to = reconcilers
+        self.queue: WorkQueue[Key, Event] = WorkQueue(self._reconcile, name="events", workers=workers,
+                                                      resync_seconds=resync_seconds, acting=acting,
+                                                      kind=lambda key: key[0], merge=merge)
+
+    def start(self) -> None:
+        self.queue.start()
+
+    def stop(self) -> None:
+        self.queue.stop()
+
+    def event(self, kind: Kind, event_type: str | None, body: Body) -> None:
+        """Queue one watch event of ``kind``; nothing is done here (the caller is a watch's thread)."""
+        key: Key = (kind, str((body.get("metadata") or {}).get("name") or ""))
+        if event_type != "DELETED":
+            self.queue.add(key, Event(event_type, body))
+        elif kind == "Pod":
+            self.queue.discard(key)
+        else:
+            self.queue.add(key, Event(event_type, body), remember=False)
+
+    def _reconcile(self, key: Key, event: Event) -> None:
+        kind, name = key
+        if kind == "Job":
+            for uid in event.gone:
+                self._to.on_job("DELETED", {"metadata": {"name": name, "uid": uid}})
+            self._to.on_job(event.type, event.body)
+        elif kind == "Pod":
+            self._to.on_pod(event.body)
+        elif kind == "SessionKey":
+            self._to.on_sessionkey(event.type, event.body)
+        elif event.type == "DELETED":
+            self._to.on_trigger_deleted(name)
+        else:
+            self._to.on_trigger(event.body)
