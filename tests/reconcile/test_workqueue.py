@@ -305,3 +305,21 @@ def test_the_feed_routes_each_kind_and_keeps_a_job_deleted_while_its_recreation_
     assert to.calls == [("job", "DELETED", "uid-1"), ("job", "MODIFIED", "uid-2"), ("pod", None, "p"),
                         ("sessionkey", "DELETED", "k"), ("trigger", "DELETED", "t")]
     assert Event("DELETED", body("j", "uid-1")).uid == "uid-1"
+
+
+def test_the_feed_replays_jobs_pods_and_triggers_on_a_resync_but_keeps_no_sessionkey_body() -> None:
+    """A SessionKey's body is reconciled and then let go: a store of 100 000 keys must not become the
+    operator's memory (the SessionKey refresh reads them a page at a time). The other kinds are replayed."""
+    to = Reconcilers()
+    feed = Feed(to, resync_seconds=None)
+    for kind in ("Job", "Pod", "SessionKey", "Trigger"):
+        feed.event(kind, "ADDED", body(kind.lower(), "uid"))  # type: ignore[arg-type]
+    feed.start()
+    try:
+        wait_until("the feed is idle", feed.queue.idle, timeout=5, interval=0.005)
+        to.calls.clear()
+        feed.queue.resync()
+        wait_until("the resync is handled", feed.queue.idle, timeout=5, interval=0.005)
+    finally:
+        feed.stop()
+    assert sorted(to.calls) == [("job", "ADDED", "uid"), ("pod", None, "pod"), ("trigger", None, "trigger")]

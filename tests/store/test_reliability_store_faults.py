@@ -232,7 +232,8 @@ def _run_case(case: str, tmp_path: Path) -> dict[str, Any]:
     (tmp_path / "store").mkdir(mode=0o700)
     # A module run from the repository root, so the child imports ``testkit`` as the tests do.
     done = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", sys.executable, "-m", "tests.test_reliability_store_faults",
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-m",
+         "tests.store.test_reliability_store_faults",
          case, str(tmp_path)],
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,

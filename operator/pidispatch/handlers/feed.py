@@ -4,9 +4,11 @@
 Who feeds it: the operator's own Job watch (``handlers/jobwatch.py``) and kopf's Pod, SessionKey and
 Trigger handlers (``handlers/register.py``), which only call :meth:`Feed.event` (docs/architecture.md#event-path).
 What each kind's events mean here, level-triggered: the newest body of a key is the one reconciled, and a
-resync replays every live key's newest body. Deletions are not replayed: a deleted Job's, Trigger's or
-SessionKey's key is reconciled once and then forgotten; a Pod's deletion is only forgotten (the dispatcher
-never acted on it, and a vanished Pod of a running Job is the dispatcher's resync's to find).
+resync replays every live key's newest body, but a SessionKey's (the store may hold 100 000 keys; their bodies
+would be the operator's memory, and the SessionKey refresh reads them a page at a time instead). Deletions are
+not replayed: a deleted Job's, Trigger's or SessionKey's key is reconciled once and then forgotten; a Pod's
+deletion is only forgotten (the dispatcher never acted on it, and a vanished Pod of a running Job is the
+dispatcher's resync's to find).
 
 One thing a coalescing queue could lose, kept: a Job deleted and re-created under its name while the
 deletion still waited. The deleted uid travels with the newer body (:attr:`Event.gone`) and is reconciled as
@@ -91,7 +93,9 @@ class Feed:
         """Queue one watch event of ``kind``; nothing is done here (the caller is a watch's thread)."""
         key: Key = (kind, str((body.get("metadata") or {}).get("name") or ""))
         if event_type != "DELETED":
-            self.queue.add(key, Event(event_type, body))
+            # A SessionKey's body is not kept for the resync: there may be 100 000 of them, and the refresh
+            # (``jobflow/timers.py``) already reads them a page at a time, never all at once. Its retries are kept.
+            self.queue.add(key, Event(event_type, body), remember=kind != "SessionKey")
         elif kind == "Pod":
             self.queue.discard(key)
         else:
