@@ -58,7 +58,7 @@ from typing import Any
 
 import pytest
 
-from e2e import netpolicy
+from e2e.framework import netpolicy
 from e2e.framework.cluster import Cluster
 from e2e.framework.kube import Kube
 from e2e.framework.realnode import RealNode, images_env, unavailable

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e import netpolicy
+from e2e.framework import netpolicy
 from e2e.framework.chartinstall import CHART
 from e2e.framework.cluster import Cluster
 from e2e.framework.kube import Kube
