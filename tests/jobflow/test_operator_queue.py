@@ -114,7 +114,7 @@ def test_a_start_failing_past_the_cap_leaves_the_line_until_the_resync_puts_it_b
     """The pump's retries are capped (reconcile/backoff.py): a start that keeps failing (an outage that lasts,
     or a bug) no longer spins on one Job; the resync lines it up again with a fresh count."""
     from pidispatch import metrics
-    from pidispatch.jobflow.queue import START_ATTEMPTS
+    from pidispatch.jobflow.queuepolicy import START_ATTEMPTS
 
     c = controller(api, clock, tmp_path)
     api.on_create = refuse_pods_of("doomed", 500)

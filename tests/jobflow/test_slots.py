@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pidispatch.jobflow.queuepolicy import BACKOFF_CAP_SECONDS, backoff_seconds, waited_longer_than
+from pidispatch.jobflow.queuepolicy import BACKOFF_CAP_SECONDS, START_ATTEMPTS, START_BACKOFF, waited_longer_than
 from pidispatch.jobflow.slots import Slots
 
 
@@ -263,6 +263,8 @@ def test_release_or_hold_ends_a_back_off(how: str) -> None:
 
 
 @pytest.mark.parametrize(("failures", "seconds"), [(0, 0.0), (1, 1.0), (2, 2.0), (3, 4.0), (6, 32.0),
-                                                    (7, BACKOFF_CAP_SECONDS), (10_000, BACKOFF_CAP_SECONDS)])
-def test_backoff_doubles_from_one_second_to_the_cap(failures: int, seconds: float) -> None:
-    assert backoff_seconds(failures) == seconds
+                                                    (7, BACKOFF_CAP_SECONDS), (START_ATTEMPTS, BACKOFF_CAP_SECONDS),
+                                                    (START_ATTEMPTS + 1, None)])
+def test_backoff_doubles_from_one_second_to_the_cap(failures: int, seconds: float | None) -> None:
+    """The start back-off, then ``None`` past its attempts: the Job leaves the line (``queue.retry_later``)."""
+    assert START_BACKOFF.delay(failures) == seconds

@@ -3,7 +3,7 @@ record in the job table (its place, its Queued mark, its failed starts), held to
 
 The dispatcher puts an admitted Job in line (:meth:`JobQueue.line_up`), takes Jobs from it for free slots,
 gives a Job whose start failed back at its place after a back-off (:meth:`JobQueue.retry_later`; the
-operator's one back-off, ``reconcile/backoff.py``, capped at :data:`START_ATTEMPTS` failures in a row, after
+operator's one back-off, ``reconcile/backoff.py``, capped at ``queuepolicy.START_ATTEMPTS`` failures in a row, after
 which the Job leaves the line until the resync puts it back), and frees slots (:meth:`JobQueue.free`). Two
 events wake its loops: ``wake`` the pump (a slot freed, an arrival), ``mark`` the Queued marker (an arrival
 that may need a mark).
@@ -23,16 +23,8 @@ from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Retrying
 from pidispatch.jobflow.table import JobTable, NameLocks
-from pidispatch.reconcile.backoff import Backoff
 
 log = logging.getLogger("pidispatch.operator")
-
-# 1 s, 2 s, 4 s, … up to a minute (``queuepolicy.backoff_seconds``), for 12 failed starts in a row (about 6 min);
-# then the Job leaves the line, and the dispatcher's resync (30 s) lines it up again with a fresh count: a bug
-# that fails every start no longer spins on one Job, an outage is still retried for as long as it lasts.
-START_ATTEMPTS = 12
-START_BACKOFF = Backoff(first=queuepolicy.BACKOFF_FIRST_SECONDS, cap=queuepolicy.BACKOFF_CAP_SECONDS,
-                        attempts=START_ATTEMPTS)
 
 
 class JobQueue:
@@ -82,11 +74,11 @@ class JobQueue:
         True when ``StartRetrying`` is to be written (:meth:`note_retrying`): only for the first failure in
         a row, so a long outage costs one write.
 
-        Past :data:`START_ATTEMPTS` failures in a row the Job is dropped from the line instead (its slot freed,
+        Past ``queuepolicy.START_ATTEMPTS`` failures in a row the Job is dropped from the line instead (its slot freed,
         its count reset; an error line and ``pidispatch_workqueue_dropped_total{kind="JobStart"}``): the
         resync lines it up again, as a controller-runtime key dropped after its last retry comes back."""
         failures = self.table.failed_start(name)
-        delay = START_BACKOFF.delay(failures)
+        delay = queuepolicy.START_BACKOFF.delay(failures)
         if delay is None:
             log.error("starting job %s failed %d times in a row: out of line until the resync puts it back: %s: %s",
                       name, failures, type(exc).__name__, exc)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from pidispatch.reconcile.backoff import Backoff
+
 QUEUED_AFTER_SECONDS = 2.0  # a Job still waiting for a slot after this long is marked Queued (one write)
 IDLE_MARK_WAIT_SECONDS = 5.0  # the marker's sleep when no Job waits unmarked (an arrival wakes it sooner)
 BACKOFF_FIRST_SECONDS = 1.0
@@ -46,11 +48,12 @@ def next_mark_in(since: Iterable[float], now: float) -> float:
     return max(0.05, min(due) - now) if due else IDLE_MARK_WAIT_SECONDS
 
 
-def backoff_seconds(failures: int) -> float:
-    """The wait after ``failures`` failed starts in a row: 1 s, 2 s, 4 s, … up to BACKOFF_CAP_SECONDS."""
-    if failures < 1:
-        return 0.0
-    return min(BACKOFF_CAP_SECONDS, BACKOFF_FIRST_SECONDS * 2.0 ** min(failures - 1, 32))
+# The wait after failed starts in a row: 1 s, 2 s, 4 s, … up to a minute, for 12 of them (about 6 min); then the
+# Job leaves the line, and the dispatcher's resync (30 s) lines it up again with a fresh count: a bug that fails
+# every start no longer spins on one Job, an outage is still retried for as long as it lasts. The formula is the
+# operator's one back-off (``reconcile/backoff.py``).
+START_ATTEMPTS = 12
+START_BACKOFF = Backoff(first=BACKOFF_FIRST_SECONDS, cap=BACKOFF_CAP_SECONDS, attempts=START_ATTEMPTS)
 
 
 def writes_retrying(failures: int) -> bool:
