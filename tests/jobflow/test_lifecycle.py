@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from pidispatch.api.models import FailedResumes
 from pidispatch.api.views import SessionKeyView
 from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.summarize import Ended
-from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, LastJob, Promoted, sessionkey_status
+from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, LastJob, Promoted, lifecycle_fields, sessionkey_status
 from pidispatch.receiver.closed import Closed
 from pidispatch.settings import ConfigError, OperatorSettings
 from pidispatch.store.inspect import inspect_key
@@ -33,10 +32,15 @@ OLD = sample("s1_after_turn1.jsonl")
 # -- the count ------------------------------------------------------------------------------------------------
 def after(state: dict[str, Any] | None, job: str = "j4", *, resumed: bool = True, outcome: str = "Failed",
           reason: str = "PodFailed", promoted: bool = False, threshold: int = 3) -> dict[str, Any] | None:
-    failed = lifecycle.after_job(None if state is None else FailedResumes.model_validate(state), job,
-                                 resumed=resumed, outcome=outcome, condition_reason=reason, promoted=promoted,
-                                 threshold=threshold, now=NOW)
-    return None if failed is None else failed.model_dump(mode="json")
+    """``failedResumes`` after ``job`` ended, through the operator's own path: ``quarantine.count`` and the
+    promotion's ``Promoted`` (as ``complete.record_end`` gathers them), folded by ``lifecycle_fields``."""
+    settings = OperatorSettings.from_env({"PI_DISPATCH_QUARANTINE_AFTER": str(threshold)})
+    ended = Ended(outcome, None, None, reason, "")
+    failed = quarantine.count(settings, job, resumed=resumed, ended=ended, now=NOW)
+    found: list[KeyOutcome] = [*([Promoted()] if promoted else []), *([failed] if failed is not None else [])]
+    sk = SessionKeyView.of({"metadata": {"name": KEY}, "status": {"failedResumes": state} if state else {}})
+    fields = lifecycle_fields(sk, found)
+    return fields["failedResumes"] if "failedResumes" in fields else state
 
 
 TWO = {"count": 2, "jobs": ["j1", "j2"], "quarantinedAt": None}

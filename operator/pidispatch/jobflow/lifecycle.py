@@ -90,21 +90,6 @@ def counts_against(resumed: bool, outcome: str, condition_reason: str) -> bool:
     return resumed and outcome == "Failed" and condition_reason in TRANSCRIPT_FAILURES
 
 
-def after_job(state: FailedResumes | None, job: str, *, resumed: bool, outcome: str, condition_reason: str,
-              promoted: bool, threshold: int, now: str) -> FailedResumes | None:
-    """The key's ``failedResumes`` after ``job`` ended (``None``: no failure counted).
-
-    A resumed job that failed adds one (:func:`counted`); a promotion (a resumed job that succeeded, or a cold
-    one whose new conversation replaced the transcript) resets it; anything else leaves it. ``threshold`` 0:
-    nothing is counted.
-    """
-    if promoted or threshold <= 0:
-        return None
-    if not counts_against(resumed, outcome, condition_reason):
-        return state
-    return counted(state, job, threshold, now)
-
-
 def counted(state: FailedResumes | None, job: str, threshold: int, now: str) -> FailedResumes | None:
     """``state`` with ``job``'s failed resume counted: one more, and at ``threshold`` in a row the transcript is
     quarantined (stamped ``quarantinedAt``, the first time only). A job counted already (its end written again

@@ -18,11 +18,15 @@ from pidispatch.kubeapi import ApiError
 from pidispatch.settings import OperatorSettings
 
 
-def count(settings: OperatorSettings, job: str, *, resumed: bool, ended: Ended, now: str) -> FailedResume | None:
+def count(settings: OperatorSettings, job: str, *, resumed: bool, ended: Ended,
+          now: str) -> FailedResume | Released | None:
     """``job``'s end on its key, if it counts towards quarantining the transcript it resumed (a resumed job that
-    failed in a way that may be the transcript's doing); ``None`` otherwise. The reset a promotion brings is
+    failed in a way that may be the transcript's doing); ``None`` otherwise. With quarantine off
+    (``quarantine_after`` 0) every end releases a count left from before. The reset a promotion brings is
     ``summarize_sessionkey.Promoted``."""
-    if settings.quarantine_after <= 0 or not lifecycle.counts_against(resumed, ended.outcome, ended.condition_reason):
+    if settings.quarantine_after <= 0:
+        return Released()
+    if not lifecycle.counts_against(resumed, ended.outcome, ended.condition_reason):
         return None
     return FailedResume(job, settings.quarantine_after, now)
 
