@@ -54,6 +54,9 @@ CASES = [
                                                     {"resume": True})),
     ("resume, a cron Trigger whose schedule is not cron",
      body({"event": "cron", "schedule": "every day", "repository": "acme/api"}, {"resume": True})),
+    ("resume, a cron Trigger in an unknown time zone (InvalidTimeZone)",
+     body({"event": "cron", "schedule": "0 6 * * *", "repository": "acme/api", "timeZone": "Mars/Olympus"},
+          {"resume": True})),
     ("resume, a cron Trigger that fires", body({"event": "cron", "schedule": "0 6 * * *", "repository": "acme/api"},
                                                 {"resume": True})),
 ]

@@ -94,7 +94,7 @@ INVALID = [
     ("a backwards range", "0 17-9 * * *", "the range '17-9' runs backwards"),
     ("an empty list item", "0,,5 * * * *", "an empty item"),
     ("'?' outside the day fields", "? * * * *", "'?' is only allowed in the day fields"),
-    ("a time zone", "TZ=Europe/Paris 0 6 * * *", "schedules run in UTC"),
+    ("a time zone", "TZ=Europe/Paris 0 6 * * *", "name it in on.timeZone"),
     ("an unknown descriptor", "@reboot", "not a known descriptor"),
     ("a date that never comes", "0 0 30 2 *", "no date ever matches"),
     ("a negative number", "-1 * * * *", "is not a number"),
@@ -240,7 +240,7 @@ def test_a_cron_trigger_that_cannot_fire_is_not_ready(on: dict[str, Any], messag
 
 def test_a_schedule_on_a_trigger_that_is_not_cron_is_refused_not_ignored() -> None:
     why = schedule_problem({"on": {"event": "issues.labeled", "schedule": "* * * * *"}})
-    assert why is not None and "only a cron Trigger reads a schedule" in why
+    assert why is not None and "only a cron Trigger reads it" in why
     assert schedule_problem({"on": {"event": "issues.labeled"}}) is None
 
 

@@ -1,4 +1,5 @@
-"""A Trigger's ``on.schedule``: standard 5-field cron, evaluated in UTC on the operator's clock (pure).
+"""A Trigger's ``on.schedule``: standard 5-field cron, in ``on.timeZone`` (UTC unless set) on the operator's clock
+(pure).
 
 The syntax is the one Kubernetes' CronJob takes (its parser, robfig/cron's standard one), so a schedule
 written for a CronJob means the same here:
@@ -12,15 +13,30 @@ written for a CronJob means the same here:
 * day of month and day of week: when both are restricted (neither is a bare ``*`` or ``?``), a day
   matching either fires (the cron rule); ``*/2`` counts as restricted, as in Kubernetes.
 
-No time zone: every slot is a UTC minute (``TZ=`` prefixes are refused, as Kubernetes refuses them in
-``schedule``). A slot is a whole minute; a schedule that no date ever matches (``0 0 30 2 *``) is an error.
+The fields are matched against the wall clock of the schedule's time zone (an IANA name, ``on.timeZone``; UTC
+when unset); a slot is the instant that wall-clock minute names. ``TZ=``/``CRON_TZ=`` in the schedule is refused,
+as Kubernetes refuses it (the zone is its own field). A slot is a whole minute; a schedule that no date ever
+matches (``0 0 30 2 *``) is an error.
+
+Daylight saving, as robfig/cron (Kubernetes' CronJob) does it, because :func:`next_slot` walks as it does: forward
+in real time, a minute or an hour at a time, reading the wall clock at each step
+(docs/cron.md#daylight-saving-time):
+
+* a wall-clock time the spring-forward gap skips (02:30 in Europe/Berlin on its last Sunday of March) does not
+  exist, and its slot does not fire that day;
+* a wall-clock time the fall-back overlap repeats (02:30 on the last Sunday of October) fires at both of its
+  instants, as a CronJob does.
+
+Why this module and not a library (croniter, cronsim): see docs/cron.md#the-parser.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 MONTHS = {name: i + 1 for i, name in enumerate(
     ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))}
@@ -30,6 +46,10 @@ DESCRIPTORS = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 
 # A leap day falls at least once in any 8 years (2096 -> 2104): a schedule with no slot in 9 never fires.
 HORIZON_YEARS = 9
 MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+# One path component of a zone name, as Kubernetes' CronJob validation allows it (validateTimeZone): this keeps
+# names like ../../etc/passwd from reaching the zone database's file lookup at all.
+_ZONE_PART = re.compile(r"^[A-Za-z.\-_0-9+]{1,14}$")
 
 
 class CronError(ValueError):
@@ -60,6 +80,7 @@ class Schedule:
     weekdays: frozenset[int]  # 0 = Sunday (a written 7 is stored as 0)
     days_star: bool
     weekdays_star: bool
+    zone: tzinfo = UTC  # the wall clock the fields are matched against (on.timeZone)
 
     def day_matches(self, when: datetime) -> bool:
         """The day rule: both day fields restricted -> either matches; otherwise both must."""
@@ -118,11 +139,42 @@ def _field(text: str, f: _Field) -> tuple[frozenset[int], bool]:
     return frozenset(values), star
 
 
-def parse(text: str) -> Schedule:
-    """``text`` as a :class:`Schedule`; :class:`CronError` says what is wrong with it."""
+def zone_problem(name: str) -> str | None:
+    """Why ``name`` is not a time zone a schedule can run in, or ``None``: Kubernetes' CronJob rules (an IANA name
+    the zone database knows; not empty, not ``Local``, no ``.``/``..`` path parts), so a ``timeZone`` a CronJob
+    takes is taken here and one it refuses is refused."""
+    if not name:
+        return "the time zone is empty: leave on.timeZone out for UTC, or name a zone"
+    if name.lower() == "local":
+        return "'Local' is the operator's own zone, not a fixed one: name a zone from the IANA database"
+    for part in name.split("/"):
+        if part in (".", "..") or part.startswith("-") or not _ZONE_PART.match(part):
+            return f"{name!r} is not the form of an IANA time zone name (e.g. Europe/Berlin, America/New_York)"
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return f"{name!r} is not a time zone of the IANA database (e.g. Europe/Berlin, America/New_York, UTC)"
+    return None
+
+
+def zone(name: str | None) -> tzinfo:
+    """The zone ``name`` names (UTC for ``None``); :class:`CronError` when it is not one."""
+    if name is None:
+        return UTC
+    why = zone_problem(name)
+    if why is not None:
+        raise CronError(why)
+    return ZoneInfo(name)
+
+
+def parse(text: str, time_zone: str | None = None) -> Schedule:
+    """``text`` in ``time_zone`` (UTC when ``None``) as a :class:`Schedule`; :class:`CronError` says what is wrong
+    with it."""
     written = text.strip()
     if written.upper().startswith(("TZ=", "CRON_TZ=")):
-        raise CronError("a time zone in the schedule is not supported: schedules run in UTC")
+        raise CronError("a time zone inside the schedule is not supported: name it in on.timeZone (as a CronJob's "
+                        "spec.timeZone)")
+    where = zone(time_zone)
     expanded = DESCRIPTORS.get(written.lower(), written)
     if expanded.startswith("@"):
         raise CronError(f"{written!r} is not a known descriptor (" + ", ".join(DESCRIPTORS) + ")")
@@ -132,16 +184,16 @@ def parse(text: str) -> Schedule:
     (minutes, _), (hours, _), (days, days_star), (months, _), (weekdays, weekdays_star) = (
         _field(t, f) for t, f in zip(fields, _FIELDS, strict=True))
     schedule = Schedule(written, minutes, hours, days, months, frozenset(d % 7 for d in weekdays), days_star,
-                        weekdays_star)
+                        weekdays_star, where)
     if next_slot(schedule, datetime(2000, 1, 1, tzinfo=UTC)) is None:
         raise CronError(f"no date ever matches {written!r}")
     return schedule
 
 
-def problem(text: str) -> str | None:
-    """Why ``text`` is not a valid schedule, or ``None``."""
+def problem(text: str, time_zone: str | None = None) -> str | None:
+    """Why ``text`` is not a valid schedule (in ``time_zone``), or ``None``."""
     try:
-        parse(text)
+        parse(text, time_zone)
     except CronError as exc:
         return str(exc)
     return None
@@ -151,19 +203,33 @@ def _floor(when: datetime) -> datetime:
     return when.astimezone(UTC).replace(second=0, microsecond=0)
 
 
+def _at(wall: datetime, where: tzinfo) -> datetime:
+    """The instant (UTC) of the naive wall-clock ``wall`` in ``where``; a time the spring-forward gap skips reads
+    with the offset before the change (``fold=0``), as Go's ``time.Date`` reads it: 02:30 -> 03:30 after it."""
+    return wall.replace(tzinfo=where, fold=0).astimezone(UTC)
+
+
 def next_slot(schedule: Schedule, after: datetime) -> datetime | None:
-    """The first slot strictly after ``after`` (UTC), or ``None`` if none comes within the horizon."""
+    """The first slot strictly after ``after``, as a UTC instant, or ``None`` if none comes within the horizon.
+
+    ``t`` is an instant; each step reads ``t``'s wall clock in the schedule's zone and moves ``t`` on: to the
+    first day of the next month or to the next day (wall-clock midnight), or by an hour or a minute of real
+    time. The real-time steps are robfig/cron's (``SpecSchedule.Next``), and what they make of daylight saving is
+    what a CronJob does (the module's docstring)."""
+    where = schedule.zone
     t = _floor(after) + MINUTE
     limit = t + timedelta(days=366 * HORIZON_YEARS)
     while t < limit:
-        if t.month not in schedule.months:
-            first = t.replace(day=1, hour=0, minute=0)  # day 1 first: the next month may be shorter
-            t = first.replace(year=t.year + 1, month=1) if t.month == 12 else first.replace(month=t.month + 1)
-        elif not schedule.day_matches(t):
-            t = (t + timedelta(days=1)).replace(hour=0, minute=0)
-        elif t.hour not in schedule.hours:
-            t = (t + timedelta(hours=1)).replace(minute=0)
-        elif t.minute not in schedule.minutes:
+        wall = t.astimezone(where)
+        if wall.month not in schedule.months:
+            first = wall.replace(day=1, hour=0, minute=0, tzinfo=None)  # day 1 first: the next month may be shorter
+            t = _at(first.replace(year=wall.year + 1, month=1) if wall.month == 12 else
+                    first.replace(month=wall.month + 1), where)
+        elif not schedule.day_matches(wall):
+            t = _at((wall.replace(tzinfo=None) + timedelta(days=1)).replace(hour=0, minute=0), where)
+        elif wall.hour not in schedule.hours:
+            t = t - timedelta(minutes=wall.minute) + HOUR  # the top of the next hour, in real time
+        elif wall.minute not in schedule.minutes:
             t += MINUTE
         else:
             return t

@@ -148,35 +148,54 @@ def on_problem(on: dict[str, Any]) -> Refusal | None:
     return None
 
 
-CRON_EXAMPLE = "five fields in UTC: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5'"
+CRON_EXAMPLE = ("five fields: minute hour day-of-month month day-of-week, e.g. '0 6 * * 1-5' (in UTC, or in "
+                "on.timeZone)")
+INVALID_TIME_ZONE_REASON = "InvalidTimeZone"
+CRON_ONLY = ("schedule", "timeZone", "startingDeadlineSeconds")  # what only a cron Trigger reads
 
 
 def schedule_problem(spec: dict[str, Any]) -> str | None:
-    """Why a cron Trigger cannot fire (no schedule, an invalid one, no repository), or a schedule on a Trigger
-    that is not cron (it would never be read); ``None`` when the schedule is fine or there is none to read.
-
-    Checked at load (``jobflow/trigger.py``: ``Ready=False`` with reason ``InvalidSchedule``), not by the CRD: the
-    CRD's schema cannot parse cron."""
-    on = spec.get("on") or {}
-    text = on.get("schedule")
-    if on.get("event") != "cron":
-        if text is None:
-            return None
-        return (f"on.schedule is set but on.event is {on.get('event')!r}: only a cron Trigger reads a schedule. "
-                "Set on.event: cron, or remove on.schedule.")
-    if not isinstance(text, str) or not text.strip():
-        return f"a cron Trigger fires on on.schedule, which is not set: add one ({CRON_EXAMPLE})."
-    why = cron.problem(text)
-    if why is not None:
-        return f"on.schedule {text!r} is not valid cron ({why}): write {CRON_EXAMPLE}."
-    if not on.get("repository"):
-        return ("a cron Trigger's jobs run on one repository, and on.repository is not set: name it "
-                "(owner/name).")
-    return None
+    """Why a cron Trigger cannot fire (no schedule, an invalid one, an unknown time zone, no repository), or a
+    cron field on a Trigger that is not cron (it would never be read); ``None`` when the schedule is fine or there
+    is none to read. :func:`schedule_refusal`'s message."""
+    found = _schedule_refusal(spec)
+    return found.message if found is not None else None
 
 
 def schedule_refusal(spec: dict[str, Any]) -> Refusal | None:
-    """:func:`schedule_problem` as the refusal it is (``InvalidSchedule``): a Trigger whose schedule cannot fire is
-    not Ready, and its Jobs are refused as those of any Trigger that is not."""
-    why = schedule_problem(spec)
-    return Refusal(INVALID_SCHEDULE_REASON, why) if why is not None else None
+    """:func:`schedule_problem` as the refusal it is (``InvalidTimeZone`` for ``on.timeZone``, ``InvalidSchedule``
+    for the rest): a Trigger whose schedule cannot fire is not Ready, and its Jobs are refused as those of any
+    Trigger that is not."""
+    return _schedule_refusal(spec)
+
+
+def _schedule_refusal(spec: dict[str, Any]) -> Refusal | None:
+    """Checked at load (``jobflow/trigger.py``: ``Ready=False``), not by the CRD: the CRD's schema cannot parse
+    cron or read the zone database."""
+    on = spec.get("on") or {}
+    text = on.get("schedule")
+    if on.get("event") != "cron":
+        for name in CRON_ONLY:
+            if on.get(name) is not None:
+                return Refusal(INVALID_TIME_ZONE_REASON if name == "timeZone" else INVALID_SCHEDULE_REASON,
+                               f"on.{name} is set but on.event is {on.get('event')!r}: only a cron Trigger reads "
+                               f"it. Set on.event: cron, or remove on.{name}.")
+        return None
+    zone = on.get("timeZone")
+    if zone is not None:
+        why = cron.zone_problem(zone) if isinstance(zone, str) else "it is not a string"
+        if why is not None:
+            return Refusal(INVALID_TIME_ZONE_REASON, f"on.timeZone {zone!r} is not a time zone ({why}): name one "
+                                                     "of the IANA database, as a CronJob's spec.timeZone, or leave "
+                                                     "it out for UTC.")
+    if not isinstance(text, str) or not text.strip():
+        return Refusal(INVALID_SCHEDULE_REASON, f"a cron Trigger fires on on.schedule, which is not set: add one "
+                                                f"({CRON_EXAMPLE}).")
+    why = cron.problem(text, zone)
+    if why is not None:
+        return Refusal(INVALID_SCHEDULE_REASON, f"on.schedule {text!r} is not valid cron ({why}): write "
+                                                f"{CRON_EXAMPLE}.")
+    if not on.get("repository"):
+        return Refusal(INVALID_SCHEDULE_REASON, "a cron Trigger's jobs run on one repository, and on.repository is "
+                                                "not set: name it (owner/name).")
+    return None

@@ -1,25 +1,31 @@
 """Cron Triggers fire: a Job for each slot of ``on.schedule`` (issue 34 item 4), on the leader only.
 
-Slots are UTC minutes on the operator's clock (``api/cron.py``). A turn reads every Trigger and, for each
-cron Trigger that may run jobs:
+Slots are minutes of ``on.schedule`` read in ``on.timeZone`` (UTC unless set), on the operator's clock
+(``api/cron.py``); they are recorded as UTC instants. A turn reads every Trigger and, for each cron Trigger that
+may run jobs:
 
 1. finishes a fire a predecessor left half done: ``status.schedule.lastSlot`` is claimed but ``lastJob``
    does not name its Job, so the Job is created (again);
-2. finds the slots due since the last one fired (since the Trigger's creation for a first fire). **The rule
-   for missed runs:** only the latest slot due fires, once, however late (Kubernetes' CronJob without a
-   ``startingDeadlineSeconds``); every earlier slot due is counted in ``status.schedule.missed`` and in
-   ``pidispatch_cron_missed``, never run. An operator down for a day on ``*/5 * * * *`` starts one job when it
-   comes back, not 288;
+2. finds the slots due since the last one fired or was skipped (since the Trigger's creation for a first fire).
+   **The rule for missed runs is Kubernetes' CronJob's** (``syncCronJob`` and ``mostRecentScheduleTime``,
+   docs/cron.md#missed-slots-and-startingdeadlineseconds): only the latest slot due fires, once; without
+   ``on.startingDeadlineSeconds`` however late, with it only if it came due no longer than that ago. Every other
+   slot due, and a latest one past the deadline, is skipped: counted in ``status.schedule.missed`` and
+   ``pidispatch_cron_missed``, never run; a latest one skipped for the deadline is also written to
+   ``lastSkipped`` (a CronJob leaves its ``lastScheduleTime`` alone then and warns each sync; the record here
+   keeps the same slot from being counted twice). More than :data:`TOO_MANY_MISSED` slots skipped at once is
+   the CronJob's ``TooManyMissedTimes`` warning. An operator down for a day on ``*/5 * * * *`` starts one job
+   when it comes back, not 288 (and none with a deadline shorter than its absence);
 3. claims that slot: a status write conditional on the Trigger's ``resourceVersion`` (a 409: another writer
    came first, and the next turn reads what it wrote), **before** the Job is created. This module writes no
-   status itself: each write is an outcome (``summarize_trigger.Claimed``, ``JobNoted``, ``NextSlot``) that
-   the Trigger's one writer, ``trigger.write_status``, summarizes and writes;
+   status itself: each write is an outcome (``summarize_trigger.Claimed``, ``Skipped``, ``JobNoted``,
+   ``NextSlot``) that the Trigger's one writer, ``trigger.write_status``, summarizes and writes;
 4. creates the Job, named after the Trigger and the slot (:func:`job_name`), so a create retried by a
    restarted operator or a new leader answers 409 and is not a second Job; then notes it in ``lastJob``.
 
 A crash between 3 and 4 leaves the slot claimed with no Job: step 1 of the next turn (this process or the
-next leader) creates it. A Job deleted by a person between its create and the ``lastJob`` note would be made
-again; nothing else makes a slot fire twice.
+next leader) creates it, whatever the deadline (the slot started in time: its claim is the start). A Job deleted
+by a person between its create and the ``lastJob`` note would be made again; nothing else makes a slot fire twice.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pidispatch import failpoints, metrics
@@ -39,7 +45,7 @@ from pidispatch.api.models import CronStatus
 from pidispatch.api.views import TriggerView
 from pidispatch.events import emit
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.summarize_trigger import Claimed, JobNoted, NextSlot
+from pidispatch.jobflow.summarize_trigger import Claimed, JobNoted, NextSlot, Skipped
 from pidispatch.jobflow.trigger import firing, write_status
 from pidispatch.kubeapi import ApiError
 
@@ -77,20 +83,34 @@ def job_name(trigger: str, slot: datetime) -> str:
     return f"{base}-cron-{slot.astimezone(UTC):%Y%m%d%H%M}"
 
 
+# Kubernetes' CronJob warns (TooManyMissedTimes) past this many slots missed in one sync; so does the loop here.
+TOO_MANY_MISSED = 100
+
+
 @dataclass(frozen=True)
 class Due:
-    """The slot to fire now, and how many earlier slots due are skipped (counted as missed)."""
+    """What a turn does with the slots due: ``slot`` fires (``None``: none does), ``missed`` slots are skipped,
+    and ``skipped`` is the latest of them when it was skipped for the deadline alone and nothing fires."""
 
-    slot: datetime
+    slot: datetime | None
     missed: int
+    skipped: datetime | None = None
 
 
-def due(schedule: cron.Schedule, since: datetime, now: datetime) -> Due | None:
-    """The missed-run rule: of the slots in ``(since, now]`` the latest fires, the others are missed."""
+def due(schedule: cron.Schedule, since: datetime, now: datetime, deadline: int | None = None) -> Due | None:
+    """The missed-run rule (the module's step 2): of the slots in ``(since, now]`` the latest fires if it is
+    within ``deadline`` seconds of ``now`` (any, when ``None``), the others are missed; ``None``: no slot due.
+
+    A slot exactly ``deadline`` seconds old is too late, as for a CronJob (its earliest time is ``now -
+    deadline``, and a slot is strictly after it)."""
     latest, count = None, 0
     for slot in cron.slots_between(schedule, since, now):
         latest, count = slot, count + 1
-    return None if latest is None else Due(latest, count - 1)
+    if latest is None:
+        return None
+    if deadline is not None and latest <= now - timedelta(seconds=deadline):
+        return Due(None, count, latest)
+    return Due(latest, count - 1)
 
 
 def job_body(trigger: TriggerView, repository: str, slot: datetime) -> dict[str, Any]:
@@ -152,14 +172,27 @@ class Cron:
             version = self._create(trigger, spec.on.repository, last, version)  # step 1
             if version is None:
                 return None
-        since = last or parse_time(trigger.meta.created) or now
-        found = due(schedule, since, now)
+        skipped = parse_time(record.lastSkipped)
+        since = (max((t for t in (last, skipped) if t is not None), default=None)
+                 or parse_time(trigger.meta.created) or now)
+        found = due(schedule, since, now, spec.on.startingDeadlineSeconds)
         upcoming = cron.next_slot(schedule, now)
         nxt = rfc3339(upcoming) if upcoming is not None else None
         if found is None:
             write_status(self.cluster, trigger, NextSlot(nxt), version)
             return upcoming
         missed = (record.missed or 0) + found.missed
+        if found.missed > TOO_MANY_MISSED:
+            log.warning("cron Trigger %s: too many missed start times: %d. Set or decrease on.startingDeadlineSeconds, "
+                        "or check the clock", trigger.name, found.missed)
+            emit("cron_too_many_missed", trigger=trigger.name, missed=found.missed)
+        if found.slot is None:
+            assert found.skipped is not None
+            if write_status(self.cluster, trigger, Skipped(rfc3339(found.skipped), missed, nxt), version) is not None:
+                metrics.CRON_MISSED.inc(found.missed)
+                emit("cron_skipped", trigger=trigger.name, slot=rfc3339(found.skipped), missed=found.missed,
+                     deadline=spec.on.startingDeadlineSeconds)
+            return upcoming
         claimed = write_status(self.cluster, trigger, Claimed(rfc3339(found.slot), missed, nxt), version)
         if claimed is None:
             return upcoming  # another writer came first: the next turn reads what it wrote

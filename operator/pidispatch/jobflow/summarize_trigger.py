@@ -3,8 +3,8 @@
 Two steps concern a Trigger's status, and each says what it found as a small frozen outcome: the Trigger's
 reading (``trigger.Triggers``: :class:`Readiness`, the conditions ``Ready``, ``ResumeArmed``, ``SessionStore`` and
 the bounds in force) and the cron loop's firing record (``cron.py``: :class:`NextSlot`, :class:`Claimed`,
-:class:`JobNoted`, its ``status.schedule``). :func:`summarize_trigger` turns either into the status it wants;
-``trigger.write_status`` (the one writer) patches it through ``status_patch.write_status``
+:class:`Skipped`, :class:`JobNoted`, its ``status.schedule``). :func:`summarize_trigger` turns either into the
+status it wants; ``trigger.write_status`` (the one writer) patches it through ``status_patch.write_status``
 (docs/architecture.md#status-writing).
 """
 
@@ -50,13 +50,23 @@ class Claimed:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """The cron loop skips ``slot``, the latest due, as more than ``on.startingDeadlineSeconds`` late (nothing
+    fires), with the slots skipped counted in ``missed`` (the total) and the next slot."""
+
+    slot: str
+    missed: int
+    next_slot: str | None
+
+
+@dataclass(frozen=True)
 class JobNoted:
     """The claimed slot's Job exists: its name."""
 
     job: str
 
 
-TriggerOutcome = Readiness | NextSlot | Claimed | JobNoted
+TriggerOutcome = Readiness | NextSlot | Claimed | Skipped | JobNoted
 
 
 def summarize_trigger(trigger: TriggerView, found: TriggerOutcome) -> dict[str, Any]:
@@ -70,14 +80,17 @@ def summarize_trigger(trigger: TriggerView, found: TriggerOutcome) -> dict[str, 
     if isinstance(found, Claimed):
         return {"schedule": {"lastSlot": found.slot, "lastJob": None, "missed": found.missed,
                              "nextSlot": found.next_slot}}
+    if isinstance(found, Skipped):
+        return {"schedule": {"lastSkipped": found.slot, "missed": found.missed, "nextSlot": found.next_slot}}
     return {"schedule": {"lastJob": found.job}}
 
 
 def ready_message(trigger: TriggerView, upcoming: datetime | None) -> str:
     if upcoming is None or trigger.spec is None:
         return "The Trigger can run jobs."
-    return (f"The Trigger can run jobs. It fires on its schedule {trigger.spec.on.schedule!r} (UTC, the operator's "
-            f"clock); next at {upcoming.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.")
+    zone = trigger.spec.on.timeZone or "UTC"
+    return (f"The Trigger can run jobs. It fires on its schedule {trigger.spec.on.schedule!r} ({zone}, the "
+            f"operator's clock); next at {upcoming.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}.")
 
 
 def trigger_status(trigger: TriggerView, settings: Settings, generation: int | None,

@@ -38,7 +38,7 @@ def firing(trigger: TriggerView) -> cron.Schedule | None:
     if (spec is None or spec.on.event != "cron" or trigger.meta.deletion or trigger.refusal is not None
             or trigger.schedule_problem is not None or spec.on.schedule is None):
         return None
-    return cron.parse(spec.on.schedule)
+    return cron.parse(spec.on.schedule, spec.on.timeZone)
 
 
 def next_fire(trigger: TriggerView, now: datetime) -> datetime | None:

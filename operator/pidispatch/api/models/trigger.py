@@ -44,6 +44,15 @@ class TriggerOn(ApiModel):
         "False)."))] = None
     repository: Annotated[str, Field(max_length=200, pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")] | None = None
     schedule: Annotated[str, Field(max_length=100)] | None = None
+    # Checked at load (api/trigger.py: InvalidTimeZone), not by the CRD: its schema cannot read the zone database.
+    timeZone: Annotated[str | None, Field(max_length=100, description=(
+        "cron: the time zone on.schedule is read in, an IANA name (Europe/Berlin, America/New_York), as a "
+        "CronJob's spec.timeZone. Unset: UTC. A name the zone database does not know refuses the Trigger (Ready "
+        "False, InvalidTimeZone); on any other event too (it would be ignored)."))] = None
+    startingDeadlineSeconds: Annotated[int | None, Field(ge=0, json_schema_extra=INT64, description=(
+        "cron: how late a slot may still start, in seconds, as a CronJob's spec.startingDeadlineSeconds. A slot "
+        "the operator comes to more than this long after it (it was down, or not leading) is skipped, not run, "
+        "and counted in status.schedule.missed. Unset: the latest slot due runs however late."))] = None
     authorAssociations: Annotated[list[AuthorAssociation] | None, Field(
         max_length=len(AUTHOR_ASSOCIATIONS),
         description="Who may start a job with a comment or a review, by their GitHub author association. "
@@ -226,14 +235,18 @@ class CronStatus(ApiModel):
     the slot's Job is created, so that no slot fires twice across a restart or a change of leader."""
 
     lastSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
-        "The last slot (a UTC minute of on.schedule) this Trigger fired, or claimed and is creating the Job "
-        "of."))] = None
+        "The last slot (the instant of a minute of on.schedule, written in UTC) this Trigger fired, or claimed and "
+        "is creating the Job of."))] = None
     lastJob: Annotated[str | None, Field(max_length=253, description=(
         "The Job created for lastSlot (unset while it is being created: the operator creates it again, by its "
         "deterministic name, after a restart)."))] = None
     missed: Annotated[int | None, Field(ge=0, json_schema_extra=INT64, description=(
         "Slots that came due while the operator was not running (or not leading) and were skipped: only the "
-        "latest slot due is fired, once, the others are counted here."))] = None
+        "latest slot due is fired, once, the others are counted here, and so is a slot skipped because it was "
+        "more than on.startingDeadlineSeconds late."))] = None
+    lastSkipped: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
+        "The latest slot skipped, not run, because the operator came to it more than on.startingDeadlineSeconds "
+        "after it (counted in missed)."))] = None
     nextSlot: Annotated[str | None, Field(json_schema_extra=DATE_TIME, description=(
         "The next slot this Trigger fires at (UTC)."))] = None
 
