@@ -1,5 +1,7 @@
 """A cron Trigger fires on its schedule across an operator restart, without a double fire, and its second run
-resumes the first (issue 34 item 4's proof), with real pi 0.73.1 and the scripted model.
+resumes the first (issue 34 item 4's proof), with real pi 0.73.1 and the scripted model; and, as a CronJob, a
+schedule in ``on.timeZone`` fires at its local minute and a slot later than ``on.startingDeadlineSeconds`` across
+a restart is skipped and recorded (issue 42 item 6).
 
 Slots are real UTC minutes (``* * * * *``): the test waits for real minute boundaries, under three minutes
 in all. The operator is stopped (its Deployment scaled to 0) across two slot boundaries, then started again:
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -182,3 +185,86 @@ def test_kubectl_get_triggers_shows_the_next_slot(release: Release, cluster: Clu
     assert when is not None and when.minute == 0 and 0 < when.timestamp() - time.time() <= 3600, nxt
     out = cluster.kubectl("get", "triggers", "hourly", "-n", r.ns).stdout
     assert "NEXT" in out.splitlines()[0] and nxt in out
+
+
+# ---- cron like CronJob (issue 42 item 6): on.timeZone and on.startingDeadlineSeconds --------------------------
+
+ZONE = "Asia/Kolkata"  # UTC+05:30: a slot read in the wrong zone would be off by hours and by half an hour
+
+
+def jobs_of(r: Release, trigger: str) -> dict[str, dict[str, Any]]:
+    return {j["metadata"]["name"]: j for j in r.kube.list(r.path("jobs")) if j["spec"]["trigger"] == trigger}
+
+
+def schedule_of(r: Release, trigger: str) -> dict[str, Any]:
+    return (r.get("triggers", trigger).get("status") or {}).get("schedule") or {}
+
+
+def test_a_time_zone_schedule_fires_at_its_local_minute(release: Release) -> None:
+    r = release
+    now = time.time()
+    # A minute at least 40 s ahead, written as Kolkata's wall clock: in UTC these fields name another instant.
+    slot = minute_of(now + 100) if now % 60 > 20 else minute_of(now + 60)
+    local = slot.astimezone(ZoneInfo(ZONE))
+    schedule = f"{local.minute} {local.hour} {local.day} {local.month} *"
+    r.kube.create(r.path("triggers"), {
+        "apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Trigger", "metadata": {"name": "kolkata"},
+        "spec": {"on": {"event": "cron", "schedule": schedule, "timeZone": ZONE, "repository": REPO},
+                 "run": {"model": "fake/fake-model", "piVersion": "0.73.1"}}})
+    condition = wait_until("the zoned Trigger's Ready", lambda: (c := r.condition(
+        r.get("triggers", "kolkata"), "Ready")) and "next at" in c.get("message", "") and c, timeout=60)
+    assert condition["status"] == "True", condition
+    assert f"({ZONE}, the operator's clock); next at {slot:%Y-%m-%dT%H:%M:%SZ}" in condition["message"], condition
+    fired = wait_until("the zoned slot's Job", lambda: jobs_of(r, "kolkata") or None,
+                       timeout=slot.timestamp() - time.time() + 60)
+    assert list(fired) == [job_name("kolkata", slot)], (list(fired), slot, schedule)
+    assert fired[job_name("kolkata", slot)]["metadata"]["annotations"]["pi-dispatch.dev/cron-slot"] == (
+        f"{slot:%Y-%m-%dT%H:%M:%SZ}")
+    assert schedule_of(r, "kolkata")["lastSlot"] == f"{slot:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def test_an_unknown_time_zone_is_not_ready_with_the_reason(release: Release) -> None:
+    r = release
+    r.kube.create(r.path("triggers"), {
+        "apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Trigger", "metadata": {"name": "mars"},
+        "spec": {"on": {"event": "cron", "schedule": "0 6 * * *", "timeZone": "Mars/Olympus_Mons",
+                        "repository": REPO}, "run": {}}})
+    condition = wait_until("the Mars Trigger's Ready", lambda: r.condition(r.get("triggers", "mars"), "Ready"),
+                           timeout=60)
+    assert (condition["status"], condition["reason"]) == ("False", "InvalidTimeZone"), condition
+    assert "on.timeZone 'Mars/Olympus_Mons' is not a time zone" in condition["message"], condition
+
+
+def test_a_slot_later_than_the_deadline_across_a_restart_is_skipped_and_recorded(release: Release) -> None:
+    r = release
+    deadline = 10
+    r.kube.create(r.path("triggers"), {
+        "apiVersion": "pi-dispatch.dev/v1alpha1", "kind": "Trigger", "metadata": {"name": "late"},
+        "spec": {"on": {"event": "cron", "schedule": "* * * * *", "startingDeadlineSeconds": deadline,
+                        "repository": REPO}, "run": {"model": "fake/fake-model", "piVersion": "0.73.1"}}})
+    # A slot on time fires: the first minute after the Trigger's creation.
+    first = wait_until("the first on-time slot's Job", lambda: jobs_of(r, "late") or None, timeout=90)
+    assert len(first) == 1, list(first)
+
+    # The operator down across one slot boundary, back well past the deadline (and before the next boundary).
+    scale(r, 0)
+    before = jobs_of(r, "late").keys()
+    boundary = minute_of(time.time()).timestamp() + 60
+    wait_until("a slot boundary and the deadline past it", lambda: time.time() >= boundary + deadline + 5,
+               timeout=boundary + deadline + 20 - time.time())
+    assert jobs_of(r, "late").keys() == before, "nothing fires while no operator runs"
+    scale(r, 1)
+    up_at = time.time()
+    skipped = datetime.fromtimestamp(boundary, UTC)
+    record = wait_until("the skipped slot recorded", lambda: (s := schedule_of(r, "late")).get("lastSkipped") and s,
+                        timeout=60)
+    assert record["lastSkipped"] == f"{skipped:%Y-%m-%dT%H:%M:%SZ}", (record, up_at - boundary)
+    assert record["missed"] >= 1, record
+    assert job_name("late", skipped) not in jobs_of(r, "late"), "a slot later than the deadline is not run"
+
+    # The next slot, on time, fires.
+    following = skipped.timestamp() + 60
+    fired = wait_until("the next on-time slot's Job", lambda: job_name("late", datetime.fromtimestamp(
+        following, UTC)) in (jobs := jobs_of(r, "late")) and jobs, timeout=following - time.time() + 60)
+    r.kube.patch(r.path("triggers", "late"), {"spec": {"on": {"schedule": "0 0 1 1 *"}}})  # no more slots
+    assert job_name("late", skipped) not in fired, "the skipped slot never ran"
