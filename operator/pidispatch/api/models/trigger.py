@@ -51,7 +51,7 @@ class TriggerOn(ApiModel):
         "False, InvalidTimeZone); on any other event too (it would be ignored)."))] = None
     startingDeadlineSeconds: Annotated[int | None, Field(ge=0, json_schema_extra=INT64, description=(
         "cron: how late a slot may still start, in seconds, as a CronJob's spec.startingDeadlineSeconds. A slot "
-        "the operator comes to more than this long after it (it was down, or not leading) is skipped, not run, "
+        "the operator comes to this long or longer after it (it was down, or not leading) is skipped, not run, "
         "and counted in status.schedule.missed. Unset: the latest slot due runs however late."))] = None
     authorAssociations: Annotated[list[AuthorAssociation] | None, Field(
         max_length=len(AUTHOR_ASSOCIATIONS),
