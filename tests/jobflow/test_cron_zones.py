@@ -287,3 +287,18 @@ def test_the_loop_sleeps_until_a_zoned_slot() -> None:
     assert record(api)["nextSlot"] == "2027-01-04T08:00:00Z"
     assert c.next_turn_in() == pytest.approx(10.05)
     assert ZoneInfo(BERLIN)  # the zone database is there (the operator image: tzdata, pyproject.toml)
+
+
+def test_more_than_100_missed_says_too_many_missed_start_times_and_still_fires_the_latest(
+        caplog: pytest.LogCaptureFixture) -> None:
+    fired = {"lastSlot": "2027-01-04T05:00:00Z", "lastJob": "nightly-cron-202701040500", "missed": 0}
+    api, cluster = setup({"schedule": "* * * * *"}, "2027-01-01 00:00", fired)
+    with caplog.at_level("WARNING", logger="pidispatch.operator"):
+        firing.Cron(cluster, Clock(utc("2027-01-04 06:42:10"))).turn()  # 102 slots due: 101 missed
+    assert jobs(api) == ["nightly-cron-202701040642"], "as a CronJob since its second controller: a warning, a fire"
+    assert record(api)["missed"] == 101
+    assert "too many missed start times: 101" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pidispatch.operator"):
+        firing.Cron(cluster, Clock(utc("2027-01-04 08:22:10"))).turn()  # 100 due: 99 missed, no warning
+    assert "too many missed" not in caplog.text
