@@ -9,13 +9,13 @@ may run jobs:
 2. finds the slots due since the last one fired or was skipped (since the Trigger's creation for a first fire).
    **The rule for missed runs is Kubernetes' CronJob's** (``syncCronJob`` and ``mostRecentScheduleTime``,
    docs/cron.md#missed-slots-and-startingdeadlineseconds): only the latest slot due fires, once; without
-   ``on.startingDeadlineSeconds`` however late, with it only if it came due no longer than that ago. Every other
+   ``on.startingDeadlineSeconds`` however late, with it only if it came due less than that long ago. Every other
    slot due, and a latest one past the deadline, is skipped: counted in ``status.schedule.missed`` and
    ``pidispatch_cron_missed``, never run; a latest one skipped for the deadline is also written to
-   ``lastSkipped`` (a CronJob leaves its ``lastScheduleTime`` alone then and warns each sync; the record here
-   keeps the same slot from being counted twice). More than :data:`TOO_MANY_MISSED` slots skipped at once is
-   the CronJob's ``TooManyMissedTimes`` warning. An operator down for a day on ``*/5 * * * *`` starts one job
-   when it comes back, not 288 (and none with a deadline shorter than its absence);
+   ``lastSkipped`` (a CronJob's controller never looks at a slot older than its deadline, so it leaves no trace;
+   the record here keeps the same slot from being counted twice). More than :data:`TOO_MANY_MISSED` slots
+   skipped at once is the CronJob's ``TooManyMissedTimes`` warning. An operator down for a day on
+   ``*/5 * * * *`` starts one job when it comes back, not 288 (and none with a deadline shorter than its absence);
 3. claims that slot: a status write conditional on the Trigger's ``resourceVersion`` (a 409: another writer
    came first, and the next turn reads what it wrote), **before** the Job is created. This module writes no
    status itself: each write is an outcome (``summarize_trigger.Claimed``, ``Skipped``, ``JobNoted``,
