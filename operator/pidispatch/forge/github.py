@@ -272,6 +272,11 @@ class Forge:
         """Whether the operator can make its own calls (otherwise the controller keeps its old behaviour)."""
         return self.app is not None or self.token_file is not None
 
+    def authorization(self, repository: str) -> str:
+        """The operator's own ``Authorization`` value for ``repository``: what the receiver's poller reads the
+        forge with (``receiver/poll/forge.py``). Raises :class:`NoCredentials`."""
+        return self._authorization(repository)
+
     def _authorization(self, repository: str) -> str:
         auth = self.app or self.token_file
         if auth is None:
