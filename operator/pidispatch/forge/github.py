@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
+from pidispatch.contract.keys import issue_branch
 from pidispatch.forge.appauth import InstallationToken, app_jwt, broader_than, load_private_key, parse_expiry
 from pidispatch.forge.checkout import (
     Checkout,
@@ -35,7 +36,6 @@ from pidispatch.forge.credentials import fork_permissions, repository_name
 from pidispatch.forge.head import Head, NoHead, head_from_pull
 from pidispatch.kubeapi import json_body
 from pidispatch.settings import GitHubSettings, OperatorSettings
-from pidispatch.store.keys import issue_branch
 
 USER_AGENT = "pi-dispatch-operator"
 API_VERSION = "2022-11-28"
