@@ -1,6 +1,6 @@
-"""``receiver.poll.enabled``: the receiver reads the forge instead of serving a webhook (docs/triggers.md#polling-
-instead-of-a-webhook). Rendered offline with the pinned helm; the environment is read back by the receiver's own
-settings, so the chart and ``ReceiverSettings`` cannot disagree."""
+"""``receiver.poll.enabled``: the receiver reads the forge instead of serving a webhook
+(docs/triggers.md#polling-instead-of-a-webhook). Rendered offline with the pinned helm; the environment is read back
+by the receiver's own settings, so the chart and ``ReceiverSettings`` cannot disagree."""
 
 from __future__ import annotations
 
