@@ -133,9 +133,13 @@ def test_a_304_spends_nothing_of_the_rate_limit(forge: FakeGitHubAPI, cluster: M
     run(p)
     run(p)  # the listings' ETags are known now
     spent = forge.rate_remaining
+    registry = p.metrics.registry
+    counted = registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"answer": "not_modified"})
     quiet = run(p)
     assert quiet.not_modified == quiet.requests == 3
     assert forge.rate_remaining == spent
+    assert registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"answer": "not_modified"}) == \
+        (counted or 0) + 3
     assert [c.status for c in forge.polled[-3:]] == [304, 304, 304]
     assert all(c.conditional for c in forge.polled[-3:])
 
@@ -148,8 +152,14 @@ def test_retry_after_stops_the_pass_and_is_obeyed(forge: FakeGitHubAPI, cluster:
     forge.refusals.append((429, {"retry-after": "42"}))
     limited = run(p)
     assert limited.wait.limited and limited.wait.seconds == 42 and cluster.jobs == {}
+    assert p.metrics.registry.get_sample_value("pidispatch_receiver_poll_wait_seconds") == 42
     after = run(p)
     assert len(after.created) == 1, "the comment was kept for the next pass"
+    counted = {k: p.metrics.registry.get_sample_value(f"pidispatch_receiver_{k}") for k in (
+        "poll_requests_total", "poll_events_total", "jobs_created_total")}
+    assert p.metrics.registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"answer": "limited"}) == 1
+    assert p.metrics.registry.get_sample_value("pidispatch_receiver_poll_events_total", {"result": "created"}) == 1
+    assert p.metrics.registry.get_sample_value("pidispatch_receiver_jobs_created_total") == 1, counted
 
 
 def test_a_secondary_limit_without_retry_after_backs_off_longer_each_time(forge: FakeGitHubAPI,

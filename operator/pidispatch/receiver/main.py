@@ -81,7 +81,7 @@ def main(args: argparse.Namespace | None = None) -> int:
         WebhookSecret(secrets.token_bytes(32))
     receiver = Receiver(cluster, secret, max_body=settings.max_body, auth_source=settings.auth_source,
                         ignore_logins=settings.ignore_logins)
-    poller = _poller(api, cluster, settings) if settings.polling else None
+    poller = _poller(api, cluster, settings, receiver) if settings.polling else None
     emit("receiver_starting", namespace=settings.namespace, port=settings.port, healthPort=settings.health_port,
          maxBody=settings.max_body, maxConnections=settings.max_connections, mode=settings.mode,
          secretFrom=None if settings.polling else "file" if settings.secret_file else "env")
@@ -94,8 +94,9 @@ def main(args: argparse.Namespace | None = None) -> int:
     return 0
 
 
-def _poller(api: Api, cluster: ApiCluster, settings: ReceiverSettings) -> Poller:
-    """The poller of poll mode: the operator's forge credential, the cursor's ConfigMap, the same cluster seam."""
+def _poller(api: Api, cluster: ApiCluster, settings: ReceiverSettings, receiver: Receiver) -> Poller:
+    """The poller of poll mode: the operator's forge credential, the cursor's ConfigMap, the same cluster seam, the
+    receiver's metrics (served on its health port)."""
     from pidispatch.forge.github import Forge
     from pidispatch.receiver.poll.cursor import ConfigMapCursors
     from pidispatch.receiver.poll.forge import ForgeReader
@@ -108,4 +109,4 @@ def _poller(api: Api, cluster: ApiCluster, settings: ReceiverSettings) -> Poller
                          ca_file=github.ca_bundle_file)
     return Poller(reader, cluster, ConfigMapCursors(api, settings.namespace, settings.poll_cursor),
                   interval=settings.poll_interval, auth_source=settings.auth_source,
-                  ignore_logins=settings.ignore_logins)
+                  ignore_logins=settings.ignore_logins, metrics=receiver.metrics)

@@ -36,6 +36,7 @@ from pidispatch.api import serves
 from pidispatch.events import emit
 from pidispatch.receiver.cluster import Cluster, ClusterUnavailable
 from pidispatch.receiver.intake import Outcome, intake
+from pidispatch.receiver.metrics import ReceiverMetrics
 from pidispatch.receiver.poll import ratelimit, translate
 from pidispatch.receiver.poll.cursor import (
     COMMENTS,
@@ -111,7 +112,7 @@ class Poller:
 
     def __init__(self, reader: ForgeReader, cluster: Cluster, store: CursorStore, *, interval: float,
                  auth_source: str | None = None, ignore_logins: Collection[str] = (),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, metrics: ReceiverMetrics | None = None) -> None:
         self.reader = reader
         self.cluster = cluster
         self.store = store
@@ -119,6 +120,7 @@ class Poller:
         self.auth_source = auth_source
         self.ignore_logins = frozenset(login.casefold() for login in ignore_logins)
         self.clock = clock
+        self.metrics = metrics or ReceiverMetrics()
         self.failures = 0
         self._answers: list[Answer] = []
         self._result = PassResult(ratelimit.Wait(interval, "the poll interval"))
@@ -159,6 +161,7 @@ class Poller:
         except _Stop as stop:
             result.wait = stop.wait
             self.failures += 1
+        self.metrics.poll_wait.set(result.wait.seconds)
         emit("receiver_poll_pass", jobs=result.created, outcomes=result.outcomes, requests=result.requests,
              notModified=result.not_modified, waitSeconds=round(result.wait.seconds, 1), why=result.wait.why)
         return result
@@ -184,9 +187,13 @@ class Poller:
         self._answers.append(answer)
         wait = ratelimit.after(answer.status, answer.headers, now=self.clock(), interval=self.interval,
                                failures=self.failures)
+        refused = answer.status == 0 or answer.status >= 400 or wait.limited
+        self.metrics.poll_requests.labels(
+            answer="not_modified" if answer.status == 304 else "limited" if wait.limited else
+            "failed" if refused and not (missing and answer.status == 404) else "ok").inc()
         if missing and answer.status == 404:
             return answer
-        if answer.status == 0 or answer.status >= 400 or wait.limited:
+        if refused:
             emit("receiver_poll_forge", status=answer.status, endpoint=endpoint, why=answer.why or wait.why)
             raise _Stop(wait)
         return answer
@@ -218,6 +225,8 @@ class Poller:
                                auth_source=self.auth_source, ignore_logins=self.ignore_logins)
         self._result.outcomes[outcome.kind.value] = self._result.outcomes.get(outcome.kind.value, 0) + 1
         self._result.created += outcome.jobs
+        self.metrics.poll_events.labels(result=outcome.kind.value).inc()
+        self.metrics.jobs_created.inc(len(outcome.jobs))
         emit("receiver_poll_event", delivery=polled.delivery, githubEvent=polled.event, result=outcome.kind.value,
              why=outcome.why or None, jobs=outcome.jobs, duplicates=outcome.duplicates, key=outcome.key)
         return outcome
