@@ -216,3 +216,36 @@ def test_pollable_names_exact_repositories_and_leaves_patterns() -> None:
 def test_the_wait_after_an_answer(status: int, headers: dict[str, str], seconds: float, limited: bool) -> None:
     wait = ratelimit.after(status, headers, now=1000.0, interval=30.0, requests_per_pass=3)
     assert (wait.seconds, wait.limited) == (seconds, limited), wait
+
+
+class FlakyCluster(MemoryCluster):
+    """The API server refuses the next ``failures`` creates for now (a 503's ClusterUnavailable)."""
+
+    def __init__(self, triggers: list[dict[str, object]], failures: int) -> None:
+        super().__init__(triggers)  # type: ignore[arg-type]
+        self.failures = failures
+
+    async def create_job(self, body: dict[str, object]) -> bool:  # type: ignore[override]
+        if self.failures:
+            self.failures -= 1
+            from pidispatch.receiver.cluster import ClusterUnavailable
+            raise ClusterUnavailable("cannot create Job: 503 the API server is busy")
+        return await super().create_job(body)  # type: ignore[arg-type]
+
+
+def test_an_event_the_api_server_could_not_take_is_read_again(forge: FakeGitHubAPI) -> None:
+    cluster = FlakyCluster([trigger("fix", "issue_comment.created", phrase="@pi", repository=REPO),
+                            trigger("triage", "issues.labeled", label="pi", repository=REPO)], failures=0)
+    store = MemoryCursors()
+    p = poller(forge, cluster, store)
+    run(p)
+    forge.add_issue_comment(REPO, 13, "@pi first")
+    forge.add_issue_comment(REPO, 14, "@pi second")
+    forge.label_issue(REPO, 15, "pi")
+    cluster.failures = 2  # the first comment's create and the label's
+    failed = run(p)
+    assert failed.outcomes == {"unavailable": 2}, failed.outcomes
+    assert cluster.jobs == {}
+    again = run(p)
+    assert sorted(j["spec"].get("issue") for j in cluster.jobs.values()) == [13, 14, 15], again.outcomes
+    assert run(p).created == []

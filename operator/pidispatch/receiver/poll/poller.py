@@ -253,6 +253,7 @@ class Poller:
             return
         seen = set(stream.seen)
         newest = since
+        stopped = False
         pulls: dict[int, dict[str, Any] | None] = {}
         for item in items:
             created, updated, ident = _parse(item.get("created_at")), _parse(item.get("updated_at")), item.get("id")
@@ -261,12 +262,17 @@ class Poller:
             if created >= since and ident not in seen:
                 polled = await self._polled_comment(name, item, repository, pulls)
                 if polled is not None and not (await self._take(polled)).done:
-                    break  # the cursor stays before this comment: the next pass tries it again
+                    # ``since`` stays where it is (this comment's created_at may be older than the newest
+                    # updated_at read): the next pass reads it again; those taken in are in ``seen``.
+                    stopped = True
+                    break
                 stream.seen.append(ident)
                 seen.add(ident)
             newest = max(newest, updated)
         moved = max(since, newest - LAG)
-        if moved > since:
+        if stopped:
+            stream.etag = stream.etag_for = None
+        elif moved > since:
             stream.since = iso(moved)
             stream.etag = stream.etag_for = None
         cursors.put(repository, name, stream)
@@ -315,5 +321,7 @@ class Poller:
                 pull = await self._pull(repository, number, pulls)
             polled = translate.issue_event(event, pull)
             if polled is not None and not (await self._take(polled)).done:
+                # The next pass reads this event again: not a 304 on the ETag of a page not wholly taken in.
+                stream.etag = stream.etag_for = None
                 break
             stream.after = event["id"]
