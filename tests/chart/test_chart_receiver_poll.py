@@ -31,6 +31,9 @@ def test_poll_mode_needs_no_webhook_secret_and_renders_no_webhook_surface(helm: 
     assert not [s for s in kinds(docs, "Service") if s["metadata"]["name"] == RECEIVER]
     assert not kinds(docs, "PodDisruptionBudget") or all(
         p["metadata"]["name"] != RECEIVER for p in kinds(docs, "PodDisruptionBudget"))
+    # helm test's unsigned delivery has no webhook Service to go to
+    tested = render(helm, {**POLL, "tests.enabled": True})
+    assert not [p for p in kinds(tested, "Pod") if "webhook" in p["metadata"]["name"]]
 
 
 def test_the_receivers_own_settings_read_the_rendered_environment(helm: Any) -> None:

@@ -14,7 +14,7 @@ import pytest
 from pidispatch.receiver.poll import ratelimit
 from pidispatch.receiver.poll.cursor import COMMENTS, ISSUE_EVENTS, MemoryCursors
 from pidispatch.receiver.poll.forge import ForgeReader
-from pidispatch.receiver.poll.poller import PassResult, Poller, pollable
+from pidispatch.receiver.poll.poller import EVERY, PassResult, Poller, pollable
 from testkit.fakegithub_api import FakeGitHubAPI
 from testkit.receiver import MemoryCluster, trigger
 
@@ -198,8 +198,9 @@ def test_the_cursor_is_kept_per_repository_and_listing(forge: FakeGitHubAPI, clu
 def test_pollable_names_exact_repositories_and_leaves_patterns() -> None:
     triggers = [trigger("a", "issue_comment.created", phrase="@pi", repository="acme/widgets"),
                 trigger("b", "issues.labeled", label="x", repositories=["Acme/Widgets", "acme/g*", "acme/tools"]),
-                trigger("c", "schedule", schedule="0 * * * *", repository="acme/cron-only")]
-    assert pollable(triggers) == (["acme/tools", "acme/widgets"], ["acme/g*"])
+                trigger("c", "schedule", schedule="0 * * * *", repository="acme/cron-only"),
+                trigger("d", "issue_comment.created", phrase="@pi")]
+    assert pollable(triggers) == (["acme/tools", "acme/widgets"], [EVERY, "acme/g*"])
 
 
 @pytest.mark.parametrize(("status", "headers", "seconds", "limited"), [

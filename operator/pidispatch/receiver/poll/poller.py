@@ -54,6 +54,7 @@ LAG = timedelta(seconds=60)
 PER_PAGE = 100
 MAX_PAGES = 10  # per listing per pass: a backlog larger than this is read over the next passes
 _GLOB = set("*?[]!")
+EVERY = "*/* (a Trigger that names no repository)"
 _ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -72,7 +73,8 @@ def _parse(stamp: Any) -> datetime | None:
 
 def pollable(triggers: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """The repositories the Triggers name exactly (polled), and their patterns (which name no repository to read:
-    a pattern's repositories need the webhook, or an exact entry beside the pattern)."""
+    a pattern's repositories need the webhook, or an exact entry beside the pattern; a Trigger that names none is
+    :data:`EVERY`)."""
     exact: dict[str, str] = {}
     patterns: list[str] = []
     for trigger in triggers:
@@ -81,7 +83,10 @@ def pollable(triggers: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         if (trigger.get("metadata") or {}).get("deletionTimestamp") or not on.get("event") or \
                 on.get("event") == "schedule":
             continue
-        for entry in serves.entries_of(on):
+        named = serves.entries_of(on)
+        if not named:
+            patterns.append(EVERY)  # serves every repository, and names none to read
+        for entry in named:
             if _GLOB & set(entry):
                 patterns.append(entry)
             else:
