@@ -60,9 +60,11 @@ def test_the_first_pass_starts_at_now_and_each_event_makes_its_jobs_once(forge: 
     assert {(j["spec"].get("issue"), j["spec"]["deliveryId"].split("-")[1]) for j in cluster.jobs.values()} == {
         (3, "comment"), (4, "event")}
     assert sorted(second.created) == sorted(cluster.jobs)
+    writes = store.writes
     third = run(p)
     assert third.created == [] and third.outcomes == {}
     assert third.not_modified == third.requests == 3, "nothing new: every listing answered 304"
+    assert store.writes == writes, "nothing moved: the cursor is not written again"
 
 
 def test_a_restart_and_a_second_poller_take_nothing_in_twice(forge: FakeGitHubAPI, cluster: MemoryCluster) -> None:

@@ -47,6 +47,7 @@ from pidispatch.receiver.poll.cursor import (
     CursorStore,
     CursorUnavailable,
     Stream,
+    as_json,
 )
 from pidispatch.receiver.poll.forge import Answer, ForgeReader
 
@@ -147,9 +148,12 @@ class Poller:
             except CursorUnavailable as exc:
                 emit("receiver_poll_cursor", result="unavailable", why=str(exc))
                 raise _Stop(ratelimit.Wait(ratelimit.FAULT_MIN, str(exc))) from None
+            saved = as_json(cursors)
             for repository in repositories:
                 for read in (self._comments, self._review_comments, self._issue_events):
                     await read(repository, cursors)
+                    if as_json(cursors) == saved:
+                        continue  # nothing moved (a 304): no write to the apiserver
                     try:
                         await asyncio.to_thread(self.store.save, cursors)
                     except CursorMoved as exc:
@@ -158,6 +162,7 @@ class Poller:
                     except CursorUnavailable as exc:
                         emit("receiver_poll_cursor", result="unavailable", why=str(exc))
                         raise _Stop(ratelimit.Wait(ratelimit.FAULT_MIN, str(exc))) from None
+                    saved = as_json(cursors)
             result.wait = self._paced(len(repositories))
             self.failures = 0
             if patterns:
