@@ -136,11 +136,11 @@ def test_a_304_spends_nothing_of_the_rate_limit(forge: FakeGitHubAPI, cluster: M
     run(p)  # the listings' ETags are known now
     spent = forge.rate_remaining
     registry = p.metrics.registry
-    counted = registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"answer": "not_modified"})
+    counted = registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"result": "not_modified"})
     quiet = run(p)
     assert quiet.not_modified == quiet.requests == 3
     assert forge.rate_remaining == spent
-    assert registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"answer": "not_modified"}) == \
+    assert registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"result": "not_modified"}) == \
         (counted or 0) + 3
     assert [c.status for c in forge.polled[-3:]] == [304, 304, 304]
     assert all(c.conditional for c in forge.polled[-3:])
@@ -159,7 +159,7 @@ def test_retry_after_stops_the_pass_and_is_obeyed(forge: FakeGitHubAPI, cluster:
     assert len(after.created) == 1, "the comment was kept for the next pass"
     counted = {k: p.metrics.registry.get_sample_value(f"pidispatch_receiver_{k}") for k in (
         "poll_requests_total", "poll_events_total", "jobs_created_total")}
-    assert p.metrics.registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"answer": "limited"}) == 1
+    assert p.metrics.registry.get_sample_value("pidispatch_receiver_poll_requests_total", {"result": "limited"}) == 1
     assert p.metrics.registry.get_sample_value("pidispatch_receiver_poll_events_total", {"result": "created"}) == 1
     assert p.metrics.registry.get_sample_value("pidispatch_receiver_jobs_created_total") == 1, counted
 

@@ -46,13 +46,13 @@ class ReceiverMetrics:
         self.poll_events = Counter("pidispatch_receiver_poll_events", "Polled events, by what became of them.",
                                    ["result"], registry=self.registry)
         self.poll_requests = Counter("pidispatch_receiver_poll_requests", "The poller's requests to the forge, by "
-                                     "answer.", ["answer"], registry=self.registry)
+                                     "answer.", ["result"], registry=self.registry)
         self.poll_wait = Gauge("pidispatch_receiver_poll_wait_seconds", "The wait before the poller's next pass.",
                                registry=self.registry)
         for result in Result:  # every series exists from the start, at 0
             self.deliveries.labels(result=result.value)
         for answer in POLL_ANSWERS:
-            self.poll_requests.labels(answer=answer)
+            self.poll_requests.labels(result=answer)
 
 
 POLL_ANSWERS = ("ok", "not_modified", "limited", "failed")

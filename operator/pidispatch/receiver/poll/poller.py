@@ -199,7 +199,7 @@ class Poller:
                                failures=self.failures)
         refused = answer.status == 0 or answer.status >= 400 or wait.limited
         self.metrics.poll_requests.labels(
-            answer="not_modified" if answer.status == 304 else "limited" if wait.limited else
+            result="not_modified" if answer.status == 304 else "limited" if wait.limited else
             "failed" if refused and not (missing and answer.status == 404) else "ok").inc()
         if missing and answer.status == 404:
             return answer
