@@ -13,7 +13,8 @@
   repositories asked for (names of the installation's repositories; any other is a 422) and, as GitHub
   does, narrowed to the ``permissions`` asked for (a permission the installation lacks, or a level above
   its own, is a 422); what was asked stays in :attr:`requests` (``body``);
-* ``DELETE /installation/token``: revokes the installation token it is called with.
+* ``DELETE /installation/token``: revokes the installation token it is called with;
+* the listings a poller reads, with ``ETag``/``304`` and the rate-limit headers (``testkit/fakegithub_polling.py``).
 
 Repository endpoints take ``Authorization: Bearer <installation token>`` (scoped to that repository:
 otherwise 404, as GitHub hides what a token cannot see) or ``token <pat>`` (:attr:`pats`); anything else
@@ -52,6 +53,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from testkit import github_objects as objects
 from testkit.contracts import ContractError, record, take
 from testkit.fakegithub_graphql import GraphQLAnswers
+from testkit.fakegithub_polling import PollingAnswers
 from testkit.fakegithub_records import Issued, Pull
 from testkit.gitforge import git, git_path, read_body, serve_git
 from testkit.github_contract import check_request, check_response, description
@@ -130,7 +132,7 @@ class Request:
 
 
 @dataclass
-class FakeGitHubAPI(GraphQLAnswers):
+class FakeGitHubAPI(GraphQLAnswers, PollingAnswers):
     """The fake API. ``installation_repos`` are the full names the App's installation can see."""
 
     app_id: int | None = None
@@ -542,9 +544,12 @@ class FakeGitHubAPI(GraphQLAnswers):
         path = split.path
         if path == "/api/graphql":
             status, payload, headers, delay = self._graphql(body, kind, token, issued)
+        elif (refused := self._refused_listing(h.command, path[len(self.prefix):])) is not None:
+            status, payload, headers, delay = refused  # a spent budget or a scripted secondary limit
         else:
-            status, payload, headers, delay = self._rest(h.command, path, split.query, raw, query, body, kind,
-                                                         token, issued)
+            status, payload, headers, delay = self._conditional(
+                h.command, path[len(self.prefix):], query, h.headers.get("If-None-Match"),
+                self._rest(h.command, path, split.query, raw, query, body, kind, token, issued))
         with self._lock:  # logged before any delay: a client that gave up was still asked
             self.requests.append(Request(h.command, split.path, kind, fingerprint(token) if token else None, status,
                                          body))
@@ -662,7 +667,8 @@ class FakeGitHubAPI(GraphQLAnswers):
             return refused
         if method == "PUT" and len(parts) >= 5 and parts[3] == "contents":
             return self._put_contents(repo, unquote("/".join(parts[4:])), body)
-        answered = self._forge_route(method, repo, parts[3:], body, kind)
+        answered = self._forge_route(method, repo, parts[3:], body, kind) or \
+            self._polling_route(method, repo, parts[3:], query)
         if answered is not None:
             return answered
         # GET /repos/{o}/{r}/pulls/{n}

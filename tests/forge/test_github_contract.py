@@ -177,21 +177,32 @@ def test_each_exception_is_still_needed_and_says_why() -> None:
         assert any(e.instance == allowance.value for e in errors), f"no longer needed: {allowance}"
 
 
-def _realistic(operation: str) -> dict[str, Any]:
+def _realistic(operation: str) -> Any:
     from testkit import github_objects as objects
 
     if operation == "pulls/get":
         return objects.pull_request(objects.repository(REPO), 5, title="t", body=None, author=objects.user("o"),
                                     head_ref="f", head_sha="a" * 40, head_repo=objects.repository("m/widgets"),
                                     head_owner=objects.user("m"), base_ref="main", base_sha="b" * 40)
+    if operation == "issues/list-events-for-repo":  # a list: the allowance's `*` is its first item
+        return [{"id": 1, "node_id": "LE_1", "url": f"{objects.API}/repos/{REPO}/issues/events/1",
+                 "actor": objects.user("o"), "event": "labeled", "commit_id": None, "commit_url": None,
+                 "created_at": objects.EPOCH, "label": {"name": "pi", "color": "ededed"},
+                 "issue": objects.issue(REPO, 5, title="t", body=None, author=objects.user("o")),
+                 "performed_via_github_app": None}]
+    if operation == "pulls/list-review-comments-for-repo":
+        pull = objects.pull_request(objects.repository(REPO), 5, title="t", body=None, author=objects.user("o"),
+                                    head_ref="f", head_sha="a" * 40, head_repo=objects.repository(REPO),
+                                    head_owner=objects.user("o"), base_ref="main", base_sha="b" * 40)
+        return [objects.review_comment(pull, 7, 6, "b", objects.user("o"), path="README.md")]
     return objects.issue(REPO, 5, title="t", body=None, author=objects.user("o"))
 
 
-def _with(instance: dict[str, Any], pointer: str, value: Any) -> dict[str, Any]:
+def _with(instance: Any, pointer: str, value: Any) -> Any:
     parts = pointer.strip("/").split("/")
     target = instance
     for part in parts[:-1]:
-        target = target[part]
+        target = target[0 if part == "*" else part]
     target[parts[-1]] = value
     return instance
 

@@ -269,21 +269,7 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
 - name: staging
   mountPath: /var/lib/pi-dispatch/jobs
 {{- end }}
-{{- if .Values.github.app.id }}
-- name: github-app
-  mountPath: {{ include "pi-dispatch.githubAppDir" . }}
-  readOnly: true
-{{- end }}
-{{- if .Values.github.token.secretName }}
-- name: github-token
-  mountPath: {{ include "pi-dispatch.githubTokenDir" . }}
-  readOnly: true
-{{- end }}
-{{- if .Values.github.caBundle.configMap }}
-- name: ca-bundle
-  mountPath: /etc/pi-dispatch/ca
-  readOnly: true
-{{- end }}
+{{- include "pi-dispatch.githubVolumeMounts" . }}
 {{- if include "pi-dispatch.transferEnabled" . }}
 - name: transfer-key
   mountPath: {{ include "pi-dispatch.transferKeyDir" . }}
@@ -310,33 +296,7 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
   persistentVolumeClaim:
     claimName: {{ include "pi-dispatch.stagingClaim" . }}
 {{- end }}
-{{- if .Values.github.app.id }}
-- name: github-app
-  secret:
-    secretName: {{ .Values.github.app.privateKeySecret.name | quote }}
-    # readable by the operator's group (fsGroup) only
-    defaultMode: 0440
-    items:
-      - key: {{ .Values.github.app.privateKeySecret.key | quote }}
-        path: private-key.pem
-{{- end }}
-{{- if .Values.github.token.secretName }}
-- name: github-token
-  secret:
-    secretName: {{ .Values.github.token.secretName | quote }}
-    defaultMode: 0440
-    items:
-      - key: {{ .Values.github.token.key | quote }}
-        path: token
-{{- end }}
-{{- with .Values.github.caBundle.configMap }}
-- name: ca-bundle
-  configMap:
-    name: {{ . | quote }}
-    items:
-      - key: ca.crt
-        path: ca.crt
-{{- end }}
+{{- include "pi-dispatch.githubVolumes" . }}
 {{- if include "pi-dispatch.transferEnabled" . }}
 - name: transfer-key
   secret:
@@ -368,6 +328,56 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
 {{- end }}
 
 {{/* GitHub: the API, the App (its key mounted from a Secret) or a pat/gh token Secret --------- */}}
+
+{{/* The GitHub credential's files (the App's key, the token, a private CA), as the operator mounts them and the
+receiver in poll mode. */}}
+{{- define "pi-dispatch.githubVolumeMounts" -}}
+{{- if .Values.github.app.id }}
+- name: github-app
+  mountPath: {{ include "pi-dispatch.githubAppDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.github.token.secretName }}
+- name: github-token
+  mountPath: {{ include "pi-dispatch.githubTokenDir" . }}
+  readOnly: true
+{{- end }}
+{{- if .Values.github.caBundle.configMap }}
+- name: ca-bundle
+  mountPath: /etc/pi-dispatch/ca
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "pi-dispatch.githubVolumes" -}}
+{{- if .Values.github.app.id }}
+- name: github-app
+  secret:
+    secretName: {{ .Values.github.app.privateKeySecret.name | quote }}
+    # readable by the operator's group (fsGroup) only
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.github.app.privateKeySecret.key | quote }}
+        path: private-key.pem
+{{- end }}
+{{- if .Values.github.token.secretName }}
+- name: github-token
+  secret:
+    secretName: {{ .Values.github.token.secretName | quote }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.github.token.key | quote }}
+        path: token
+{{- end }}
+{{- with .Values.github.caBundle.configMap }}
+- name: ca-bundle
+  configMap:
+    name: {{ . | quote }}
+    items:
+      - key: ca.crt
+        path: ca.crt
+{{- end }}
+{{- end }}
 
 {{- define "pi-dispatch.githubAppDir" -}}
 /etc/pi-dispatch/github-app
@@ -503,10 +513,25 @@ app.kubernetes.io/component: receiver
   value: {{ .Values.receiver.port | int64 | quote }}
 - name: PI_DISPATCH_RECEIVER_MAX_BODY
   value: {{ .Values.receiver.maxBodyBytes | int64 | quote }}
+{{- if .Values.receiver.poll.enabled }}
+- name: PI_DISPATCH_RECEIVER_MODE
+  value: poll
+- name: PI_DISPATCH_RECEIVER_POLL_INTERVAL_SECONDS
+  value: {{ .Values.receiver.poll.intervalSeconds | int64 | quote }}
+- name: PI_DISPATCH_RECEIVER_POLL_CURSOR
+  value: {{ include "pi-dispatch.receiverPollCursor" . | quote }}
+{{- include "pi-dispatch.githubEnv" . }}
+{{- else }}
 - name: GITHUB_WEBHOOK_SECRET_FILE
   value: {{ printf "%s/secret" (include "pi-dispatch.receiverSecretDir" .) | quote }}
+{{- end }}
 {{- with .Values.github.authSource }}
 - name: GITHUB_AUTH_SOURCE
   value: {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* The ConfigMap the receiver's poller keeps its cursor in (receiver/poll/cursor.py). */}}
+{{- define "pi-dispatch.receiverPollCursor" -}}
+{{- printf "%s-poll-cursor" (include "pi-dispatch.receiverName" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -18,6 +18,7 @@ from urllib.parse import quote, urlencode
 
 import urllib3
 
+from pidispatch.contract.keys import issue_branch
 from pidispatch.forge.appauth import InstallationToken, app_jwt, broader_than, load_private_key, parse_expiry
 from pidispatch.forge.checkout import (
     Checkout,
@@ -35,7 +36,6 @@ from pidispatch.forge.credentials import fork_permissions, repository_name
 from pidispatch.forge.head import Head, NoHead, head_from_pull
 from pidispatch.kubeapi import json_body
 from pidispatch.settings import GitHubSettings, OperatorSettings
-from pidispatch.store.keys import issue_branch
 
 USER_AGENT = "pi-dispatch-operator"
 API_VERSION = "2022-11-28"
@@ -271,6 +271,11 @@ class Forge:
     def configured(self) -> bool:
         """Whether the operator can make its own calls (otherwise the controller keeps its old behaviour)."""
         return self.app is not None or self.token_file is not None
+
+    def authorization(self, repository: str) -> str:
+        """The operator's own ``Authorization`` value for ``repository``: what the receiver's poller reads the
+        forge with (``receiver/poll/forge.py``). Raises :class:`NoCredentials`."""
+        return self._authorization(repository)
 
     def _authorization(self, repository: str) -> str:
         auth = self.app or self.token_file

@@ -54,10 +54,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from pidispatch.events import emit
 from pidispatch.receiver import delivery as core
-from pidispatch.receiver.closed import Closed, retirement_problem
-from pidispatch.receiver.cluster import Cluster, ClusterUnavailable, JobRefused
+from pidispatch.receiver.cluster import Cluster, ClusterUnavailable
+from pidispatch.receiver.intake import Kind, Outcome, intake
 from pidispatch.receiver.metrics import ReceiverMetrics, Result
-from pidispatch.receiver.payload import Ignored, Malformed, payload_of
+from pidispatch.receiver.payload import Malformed, payload_of
 from pidispatch.receiver.settings import DEFAULT_MAX_CONNECTIONS
 from pidispatch.receiver.signature import HEADER, WebhookSecret, header_problem, signature_matches
 
@@ -274,69 +274,39 @@ class Receiver:
             return self._ignore(request, started, ignored.why)
         assert event_name is not None
         try:
-            event = core.parse_delivery(event_name, payload_of(body, request.content_type))
+            payload = payload_of(body, request.content_type)
         except Malformed as exc:
             return self._reject(request, started, 400, Result.MALFORMED, f"not a {event_name} payload: {exc}")
-        if isinstance(event, Ignored):
-            return self._ignore(request, started, event.why)
-        if isinstance(event, Closed):
-            return await self._retire(request, started, event)
-        ignored = core.sender_problem(event, self.ignore_logins)
-        if ignored is not None:
-            return self._ignore(request, started, ignored.why)
+        outcome = await intake(self.cluster, event_name, payload, delivery, core.body_digest(body),
+                               auth_source=self.auth_source, ignore_logins=self.ignore_logins)
+        return self._outcome(request, started, outcome)
 
-        try:
-            triggers = await self.cluster.triggers()
-        except ClusterUnavailable as exc:
-            return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
-        ignored = core.unserved(triggers, event)
-        if ignored is not None:
-            return self._ignore(request, started, ignored.why)
-        planned = core.plan_jobs(triggers, event, delivery, self.auth_source, core.body_digest(body))
-        if not planned:
-            return self._ignore(request, started, f"no Trigger matches this {event.trigger_event} delivery",
-                                jobs=[], duplicates=[])
-        created: list[str] = []
-        duplicates: list[str] = []
-        refused: dict[str, str] = {}  # name → why, for each Job that can never be created
-        for job in planned:
-            name = job.name
-            if job.body is None:
-                refused[name] = f"Job {name} would be refused by the API server: {job.problem}"
-                continue
-            try:
-                fresh = await self.cluster.create_job(job.body)
-            except JobRefused as exc:
-                refused[name] = str(exc)
-                continue
-            except ClusterUnavailable as exc:
-                self.metrics.jobs_created.inc(len(created))
-                return self._answer(request, started, 503, Result.FAILED,
-                                    {"error": f"{exc}; redeliver to create the rest", "jobs": created,
-                                     "duplicates": duplicates}, why=str(exc), jobs=created)
-            (created if fresh else duplicates).append(name)
-        self.metrics.jobs_created.inc(len(created))
-        if refused:
-            return self._refused(request, started, created, duplicates, refused)
-        result = Result.CREATED if created else Result.DUPLICATE
-        return self._answer(request, started, 202, result, {"jobs": created, "duplicates": duplicates},
-                            jobs=created, duplicates=duplicates)
-
-    async def _retire(self, request: web.Request, started: float, close: Closed) -> web.Response:
-        """A closed pull request or issue: no Job; the key's SessionKey is annotated for the operator to retire.
-        No SessionKey (no conversation was ever kept on that branch) is nothing to do; a close the Triggers do
-        not trust is ignored, said in the answer and the log line like any other skip."""
-        try:
-            ignored = retirement_problem(await self.cluster.triggers(), close)
-            if ignored is not None:
-                return self._ignore(request, started, ignored.why)
-            asked = await self.cluster.retire(close.key, close.reason, close.pull_request)
-        except ClusterUnavailable as exc:
-            return self._reject(request, started, 503, Result.FAILED, f"{exc}; redeliver later")
-        if not asked:
-            return self._ignore(request, started, "no conversation is stored for this branch", key=close.key)
-        return self._answer(request, started, 202, Result.RETIRED, {"retired": close.key, "reason": close.reason},
-                            key=close.key, reason=close.reason)
+    def _outcome(self, request: web.Request, started: float, outcome: Outcome) -> web.Response:
+        """The HTTP answer of what :func:`intake` did (the path a polled event takes too)."""
+        kind, why = outcome.kind, outcome.why
+        self.metrics.jobs_created.inc(len(outcome.jobs))
+        if kind is Kind.MALFORMED:
+            return self._reject(request, started, 400, Result.MALFORMED, why)
+        if kind is Kind.IGNORED:
+            extra: dict[str, Any] = {"jobs": [], "duplicates": []} if outcome.listed else {}
+            if outcome.key is not None:
+                extra["key"] = outcome.key
+            return self._ignore(request, started, why, **extra)
+        if kind is Kind.RETIRED:
+            return self._answer(request, started, 202, Result.RETIRED,
+                                {"retired": outcome.key, "reason": outcome.reason},
+                                key=outcome.key, reason=outcome.reason)
+        if kind is Kind.UNAVAILABLE:
+            if not outcome.listed:
+                return self._reject(request, started, 503, Result.FAILED, f"{why}; redeliver later")
+            return self._answer(request, started, 503, Result.FAILED,
+                                {"error": f"{why}; redeliver to create the rest", "jobs": outcome.jobs,
+                                 "duplicates": outcome.duplicates}, why=why, jobs=outcome.jobs)
+        if kind is Kind.REFUSED:
+            return self._refused(request, started, outcome.jobs, outcome.duplicates, outcome.refused)
+        result = Result.CREATED if kind is Kind.CREATED else Result.DUPLICATE
+        return self._answer(request, started, 202, result, {"jobs": outcome.jobs, "duplicates": outcome.duplicates},
+                            jobs=outcome.jobs, duplicates=outcome.duplicates)
 
     # -- probes ----------------------------------------------------------------------------------------
     async def healthz(self, request: web.Request) -> web.Response:

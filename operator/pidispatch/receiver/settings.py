@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pidispatch.api.vocabulary import AUTH_SOURCES
-from pidispatch.settings import ConfigError
-from pidispatch.settings.readers import integer, one_of, refuse_empty
+from pidispatch.settings import ConfigError, GitHubSettings
+from pidispatch.settings.readers import integer, object_name, one_of, refuse_empty
 
 NAMESPACE = "PI_DISPATCH_NAMESPACE"
 SECRET = "GITHUB_WEBHOOK_SECRET"
@@ -24,9 +24,20 @@ AUTH_SOURCE = "GITHUB_AUTH_SOURCE"
 HEALTH_PORT = "PI_DISPATCH_RECEIVER_HEALTH_PORT"
 MAX_CONNECTIONS = "PI_DISPATCH_RECEIVER_MAX_CONNECTIONS"
 IGNORE_LOGINS = "PI_DISPATCH_RECEIVER_IGNORE_LOGINS"
+MODE = "PI_DISPATCH_RECEIVER_MODE"
+POLL_INTERVAL = "PI_DISPATCH_RECEIVER_POLL_INTERVAL_SECONDS"
+POLL_CURSOR = "PI_DISPATCH_RECEIVER_POLL_CURSOR"
 
 ENV_NAMES = (NAMESPACE, SECRET, SECRET_FILE, PORT, MAX_BODY, AUTH_SOURCE, HEALTH_PORT, MAX_CONNECTIONS,
-             IGNORE_LOGINS)
+             IGNORE_LOGINS, MODE, POLL_INTERVAL, POLL_CURSOR)
+
+# How events arrive: GitHub's webhook deliveries, or the receiver reading the forge's REST API
+# (docs/triggers.md#polling-instead-of-a-webhook).
+MODES = ("webhook", "poll")
+DEFAULT_POLL_INTERVAL = 60
+MIN_POLL_INTERVAL = 10  # GitHub's events endpoints ask for 60 s (X-Poll-Interval); the poller obeys them anyway
+MAX_POLL_INTERVAL = 3600
+DEFAULT_POLL_CURSOR = "pi-dispatch-poll-cursor"
 
 DEFAULT_PORT = 8000
 # /healthz, /readyz and /metrics listen here, never on the webhook port: the webhook port is the one
@@ -86,6 +97,14 @@ class ReceiverSettings:
     health_port: int = DEFAULT_HEALTH_PORT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     ignore_logins: tuple[str, ...] = ()
+    mode: str = "webhook"
+    poll_interval: int = DEFAULT_POLL_INTERVAL
+    poll_cursor: str = DEFAULT_POLL_CURSOR
+    github: GitHubSettings | None = None  # poll mode: how the forge is read (the operator's own credential)
+
+    @property
+    def polling(self) -> bool:
+        return self.mode == "poll"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ReceiverSettings:
@@ -98,11 +117,14 @@ class ReceiverSettings:
             raise ConfigError(NAMESPACE, env.get(NAMESPACE, ""), "the namespace whose Triggers this receiver "
                               "serves (a DNS-1123 label; the chart sets it to the release namespace)")
 
+        mode = one_of(env, MODE, MODES, f"one of {', '.join(MODES)}, or unset for webhook") or "webhook"
         inline, path = env.get(SECRET), env.get(SECRET_FILE)
         if inline and path:
             # Never echo the inline value: ConfigError prints what it was given.
             raise ConfigError(SECRET_FILE, path, f"either {SECRET} or {SECRET_FILE}, not both")
-        if path:
+        if mode == "poll" and not (inline or path):
+            secret = b""  # no webhook listener: nothing to verify
+        elif path:
             try:
                 secret = read_secret_file(path)
             except OSError as exc:
@@ -117,6 +139,7 @@ class ReceiverSettings:
                               f"{SECRET_FILE}: without it no delivery can be verified")
 
         auth = one_of(env, AUTH_SOURCE, AUTH_SOURCES, f"one of {', '.join(AUTH_SOURCES)}, or unset")
+        github = GitHubSettings.from_env(env, auth or "gh") if mode == "poll" else None
 
         port = integer(env, PORT, "a TCP port from 1 to 65535", default=DEFAULT_PORT, minimum=1, maximum=65535)
         health_port = integer(env, HEALTH_PORT, "a TCP port from 1 to 65535", default=DEFAULT_HEALTH_PORT,
@@ -138,4 +161,11 @@ class ReceiverSettings:
                                     f"a whole number of connections from 1 to {MAX_MAX_CONNECTIONS}",
                                     default=DEFAULT_MAX_CONNECTIONS, minimum=1, maximum=MAX_MAX_CONNECTIONS),
             ignore_logins=parse_logins(env[IGNORE_LOGINS]) if IGNORE_LOGINS in env else (),
+            mode=mode,
+            poll_interval=integer(env, POLL_INTERVAL, f"a whole number of seconds from {MIN_POLL_INTERVAL} to "
+                                  f"{MAX_POLL_INTERVAL}", default=DEFAULT_POLL_INTERVAL, minimum=MIN_POLL_INTERVAL,
+                                  maximum=MAX_POLL_INTERVAL),
+            poll_cursor=object_name(env, POLL_CURSOR, "the name of the ConfigMap the poller keeps its cursor in")
+            or DEFAULT_POLL_CURSOR,
+            github=github,
         )
