@@ -135,8 +135,9 @@ def job_disk(env: Mapping[str, str]) -> tuple[tuple[str, int], str, str]:
 
 @dataclass(frozen=True)
 class TriggerPolicy:
-    """What the job Pod policy lets a Trigger's Pod overrides ask for (chart ``jobPodPolicy``; docs/nodes.md#pod-
-    overrides). By default nothing: a Trigger's env, ConfigMaps and priority class must be listed."""
+    """What the job Pod policy lets a Trigger's Pod overrides ask for (chart ``jobPodPolicy``;
+    docs/nodes.md#pod-overrides). By default nothing: a Trigger's env, ConfigMaps and priority class must be
+    listed."""
 
     env: frozenset[str] = frozenset()
     config_maps: frozenset[str] = frozenset()
