@@ -1,9 +1,9 @@
 """A Trigger's Pod overrides on the local control plane (issue 42 item 7; docs/nodes.md#pod-overrides).
 
 The chart lists what Triggers may ask for (``jobPodPolicy.triggerEnv``, ``configMaps``, ``priorityClasses``,
-``maxResources``); a Trigger within the lists gets its env, resources, priority class and ConfigMap on its job Pod,
-past the apiserver's ValidatingAdmissionPolicy, and the job reads them; a Trigger asking for more is not Ready
-(``OverrideNotAllowed``) and its Job is refused before any Pod.
+``maxResources``); a Trigger within the lists gets its env, resources, priority class, affinity and ConfigMap on
+its job Pod, past the apiserver's ValidatingAdmissionPolicy, and the job reads them; a Trigger asking for more is
+not Ready (``OverrideNotAllowed``) and its Job is refused before any Pod.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ pytestmark = pytest.mark.e2e
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 PRIORITY = "pi-overrides-high"
 RULES = "lint-rules\n"
+# Preferred only: the one test kubelet can always take it.
+AFFINITY = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+    {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                       "labelSelector": {"matchLabels": {"team": "a"}}}}]}}
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +50,12 @@ def ready(r: Release, name: str) -> dict[str, Any] | None:
     return r.condition(r.get("triggers", name), "Ready")
 
 
-def test_a_triggers_env_resources_priority_and_configmap_reach_its_job_pod(release: Release) -> None:
+def test_a_triggers_env_resources_priority_affinity_and_configmap_reach_its_job_pod(release: Release) -> None:
     r = release
     r.kube.create(f"/api/v1/namespaces/{r.ns}/configmaps", {"metadata": {"name": "lint"}, "data": {"rules": RULES}})
     r.trigger("tuned", resume=False, env=[{"name": "LOG_LEVEL", "value": "debug"}],
               resources={"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}},
-              priorityClassName=PRIORITY, volumes=[{"name": "lint", "configMap": "lint"}])
+              priorityClassName=PRIORITY, volumes=[{"name": "lint", "configMap": "lint"}], affinity=AFFINITY)
     job = r.run("tuned-1", trigger="tuned", issue=901, comment="@pi env-sha=LOG_LEVEL file-sha=/mnt/lint/rules",
                 timeout=120)
     assert job["status"]["phase"] == "Succeeded", json.dumps(job["status"])
@@ -62,6 +66,7 @@ def test_a_triggers_env_resources_priority_and_configmap_reach_its_job_pod(relea
     assert c["resources"]["limits"]["cpu"] == "2" and c["resources"]["limits"]["memory"] == "1Gi"
     assert c["resources"]["requests"]["cpu"] == "100m"
     assert spec["priorityClassName"] == PRIORITY and spec["priority"] == 1000
+    assert spec["affinity"] == AFFINITY, "no deployment affinity, no session: the Trigger's as given"
     assert {"name": "trigger-lint", "mountPath": "/mnt/lint", "readOnly": True} in c["volumeMounts"]
     assert {"name": "trigger-lint", "configMap": {"name": "lint", "defaultMode": 0o444}} in spec["volumes"]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False and c["securityContext"]["runAsNonRoot"]
