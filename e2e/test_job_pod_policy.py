@@ -43,6 +43,11 @@ JOB_COMMAND = ["pidispatch", "runner"]  # job.command (the chart's default)
 JOB_ENV = {"PI_OFFLINE": "1"}  # job.env
 POLICY_DENIED = "denied request"
 RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+# What a Trigger's Pod overrides may ask for (jobPodPolicy.triggerEnv, configMaps, priorityClasses, maxResources).
+TRIGGER_ENV = "LOG_LEVEL"
+TRIGGER_CONFIGMAP = "lint"
+MAX_RESOURCES = {"cpu": "2", "memory": "2Gi"}
 # Every event and run fact the operator's jobflow/pod.py writes (each optional one set), as it writes them.
 OPERATOR_ENV = pod_env("job-1", JobSpec(trigger="t", forge="github", repository="acme/widgets", issue=1, pullRequest=2),
                        TriggerSpec.model_validate({"on": {"event": "issue_comment.created", "phrase": "@pi"}, "run": {
@@ -58,14 +63,23 @@ def namespace(cluster: Cluster, kube: Kube, tmp_path_factory: pytest.TempPathFac
                 "--set", f"github.caBundle.configMap={CA_CONFIGMAP}",
                 "--set-json", f'job.credentials={{"OPENAI_API_KEY":{{"secretName":"{MODEL_SECRET}","key":"k"}}}}',
                 "--set", f"jobPodPolicy.credentialSecrets[0]={RUN_SECRET}", "--set", f"job.image={JOB_IMAGE}",
-                "--set", f"jobPodPolicy.images[0]={TRIGGER_IMAGE}", "--set-json", f"job.env={json.dumps(JOB_ENV)}")
+                "--set", f"jobPodPolicy.images[0]={TRIGGER_IMAGE}", "--set-json", f"job.env={json.dumps(JOB_ENV)}",
+                "--set-json", f"jobPodPolicy.triggerEnv={json.dumps([TRIGGER_ENV])}",
+                "--set-json", f"jobPodPolicy.configMaps={json.dumps([TRIGGER_CONFIGMAP])}",
+                "--set-json", f"jobPodPolicy.priorityClasses={json.dumps([f'{ns}-high'])}",
+                "--set-json", f"jobPodPolicy.maxResources={json.dumps(MAX_RESOURCES)}")
         # The apiserver loads a new policy asynchronously (within a second or so): wait until it holds.
         wait_until("the policy in force", lambda: refuses(cluster, ns), timeout=30)
         # A RuntimeClass that exists (the apiserver refuses a Pod naming one that does not before any policy).
         kube.create(RUNTIME_CLASSES, {"metadata": {"name": f"{ns}-runc"}, "handler": "runc"})
+        # The PriorityClasses a Trigger's run.priorityClassName may name, and one not listed (both must exist).
+        for name in (f"{ns}-high", f"{ns}-top"):
+            kube.create(PRIORITY_CLASSES, {"metadata": {"name": name}, "value": 1000})
         yield ns
     finally:
         kube.delete_ignore_missing(f"{RUNTIME_CLASSES}/{ns}-runc")
+        for name in (f"{ns}-high", f"{ns}-top"):
+            kube.delete_ignore_missing(f"{PRIORITY_CLASSES}/{name}")
         helm(cluster, home, "uninstall", RELEASE, "--namespace", ns, check=False)
         kube.delete_ignore_missing(f"/api/v1/namespaces/{ns}")
 
@@ -411,6 +425,45 @@ def test_a_job_pod_mounting_a_secret_not_listed_is_refused(cluster: Cluster, nam
         create(operator_client(cluster, namespace), pod)
     assert refused.value.status in (403, 422) and "the Secrets of jobPodPolicy.credentialSecrets (deploy-keys" in (
         refused.value.message), refused.value.message
+
+
+def overridden(namespace: str, **overrides: Any) -> dict[str, Any]:
+    """A job Pod with a Trigger's overrides (docs/nodes.md#pod-overrides), those the policy lists unless given."""
+    given: dict[str, Any] = {"trigger_env": ((TRIGGER_ENV, "debug"),),
+                             "trigger_volumes": (("lint", TRIGGER_CONFIGMAP, "/mnt/lint"),),
+                             "trigger_priority_class": f"{namespace}-high",
+                             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                           "limits": {"cpu": "2", "memory": "2048Mi"}}}
+    return job_pod(PodInputs(job_name="tuned", job_uid=str(uuid.uuid4()), namespace=namespace, image=JOB_IMAGE,
+                             command=JOB_COMMAND, **{**given, **overrides}))
+
+
+def test_a_job_pod_with_a_triggers_listed_overrides_is_allowed(cluster: Cluster, namespace: str) -> None:
+    created = create(operator_client(cluster, namespace), overridden(namespace))
+    assert created["spec"]["priorityClassName"] == f"{namespace}-high"
+
+
+def test_without_job_priority_class_the_apiserver_admits_any_but_a_system_one(cluster: Cluster, namespace: str) -> None:
+    """What the policy cannot hold (docs/nodes.md#pod-overrides): with job.priorityClassName unset, the apiserver
+    itself gives a Pod without a class the cluster's global default, whose name the policy cannot know; so it
+    admits any class but a system-* one, and jobPodPolicy.priorityClasses is held by the operator alone (the
+    Trigger is not Ready, test_operator_overrides.py)."""
+    create(operator_client(cluster, namespace), overridden(namespace, trigger_priority_class=f"{namespace}-top"))
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"trigger_env": (("OTHER", "x"),)}, "literal values only for"),
+    ({"trigger_volumes": (("c", "someone-elses", "/mnt/c"),)}, "mounts only emptyDirs"),
+    ({"resources": {"limits": {"memory": "3Gi"}}}, "at most jobPodPolicy.maxResources (cpu 2, memory 2Gi)"),
+    ({"resources": {"requests": {"cpu": "2500m"}}}, "at most jobPodPolicy.maxResources"),
+], ids=["an env name not listed", "a ConfigMap not listed", "a limit above the ceiling",
+        "a request above the ceiling"])
+def test_a_job_pod_with_overrides_the_policy_does_not_list_is_refused(
+        cluster: Cluster, namespace: str, overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiError) as refused:
+        create(operator_client(cluster, namespace), overridden(namespace, **overrides))
+    assert refused.value.status in (403, 422), refused.value.body
+    assert message in refused.value.message, refused.value.message
 
 
 @pytest.mark.parametrize(("change", "message"), [(c, m) for _, c, m in REFUSED], ids=[i for i, _, _ in REFUSED])

@@ -112,3 +112,30 @@ def test_the_policies_name_the_operators_per_job_secrets(helm: Any) -> None:
     pod_policy = variables(one(gateway, "ValidatingAdmissionPolicy", POD_POLICY))
     assert "object.metadata.name + '-gateway-' + variables.job" in pod_policy["secrets"]
     assert f"{FULLNAME}-gateway-ca" in json.loads(pod_policy["configMaps"])
+
+
+def test_the_trigger_override_lists_reach_the_operator_and_the_pod_policy(helm: Any) -> None:
+    """jobPodPolicy.triggerEnv, configMaps, priorityClasses and maxResources (docs/nodes.md#pod-overrides): the
+    operator reads them (PI_DISPATCH_JOB_TRIGGER_POLICY) and the policy holds every job Pod to them."""
+    from pidispatch.settings.jobpod import trigger_policy
+    from testkit.chart import env_list, operator_container
+
+    values = {"jobPodPolicy.triggerEnv": ["LOG_LEVEL"], "jobPodPolicy.configMaps": ["lint"],
+              "jobPodPolicy.priorityClasses": ["high"], "jobPodPolicy.maxResources": {"cpu": 2, "memory": "4Gi"},
+              "job.priorityClassName": "low"}
+    docs = render(helm, values)
+    env = {e["name"]: e.get("value") for e in env_list(operator_container(docs))}
+    read = trigger_policy(env)
+    assert read is not None and read.env == {"LOG_LEVEL"} and read.config_maps == {"lint"}
+    assert read.priority_classes == {"high"} and dict(read.max_resources) == {"cpu": "2", "memory": "4Gi"}
+    policy = one(docs, "ValidatingAdmissionPolicy", POD_POLICY)
+    assert "LOG_LEVEL" in json.loads(variables(policy)["envNames"])
+    assert "lint" in json.loads(variables(policy)["configMaps"])
+    expressions = [v["expression"] for v in policy["spec"]["validations"]]
+    assert any('object.spec.priorityClassName in ["low","high"]' in e for e in expressions), expressions
+    assert any('quantity({"cpu":"2","memory":"4Gi"}[r])' in e for e in expressions), expressions
+    disabled = render(helm, {"jobPodPolicy.enabled": False})
+    off = {e["name"]: e.get("value") for e in env_list(operator_container(disabled))}
+    assert off["PI_DISPATCH_JOB_TRIGGER_POLICY"] == "off" and trigger_policy(off) is None
+    assert trigger_policy({e["name"]: e.get("value") for e in env_list(operator_container(render(helm)))}) == (
+        type(read)()), "by default nothing is listed"

@@ -141,6 +141,14 @@ digest (a tag it names is dropped, as image.digest does for the operator). */}}
 - name: PI_DISPATCH_JOB_IMAGE_PULL_SECRETS
   value: {{ toJson . | quote }}
 {{- end }}
+{{- with .Values.jobPodPolicy }}
+- name: PI_DISPATCH_JOB_TRIGGER_POLICY
+  {{- if .enabled }}
+  value: {{ dict "env" (.triggerEnv | default list) "configMaps" (.configMaps | default list) "priorityClasses" (.priorityClasses | default list) "maxResources" (.maxResources | default dict) | toJson | quote }}
+  {{- else }}
+  value: "off"
+  {{- end }}
+{{- end }}
 {{- with .Values.job.priorityClassName }}
 - name: PI_DISPATCH_JOB_PRIORITY_CLASS_NAME
   value: {{ . | quote }}

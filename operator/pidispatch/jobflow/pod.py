@@ -17,6 +17,7 @@ from typing import Any
 from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
 from pidispatch.api.views import JobView
 from pidispatch.contract import ENV_COMMAND, ENV_FLOW
+from pidispatch.contract.overrides import mount_path
 from pidispatch.events import emit
 from pidispatch.forge.checkout import Checkout, Moved, clone_url
 from pidispatch.forge.credentials import JobToken
@@ -167,6 +168,10 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         scheduling=settings.job_scheduling,
         trigger_node_selector=dict(run.nodeSelector or {}),
         trigger_tolerations=tuple(t.model_dump(exclude_none=True) for t in run.tolerations or ()),
+        trigger_env=tuple((v.name, v.value) for v in run.env or ()),
+        trigger_affinity=run.affinity.model_dump(exclude_none=True) if run.affinity is not None else {},
+        trigger_priority_class=run.priorityClassName,
+        trigger_volumes=tuple((v.name, v.configMap, mount_path(v.name, v.mountPath)) for v in run.volumes or ()),
         transfer=transfer,
         gateway=gateway,
     ))

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pidispatch.api import cron
+from pidispatch.api.overrides import OVERRIDE_NOT_ALLOWED, policy_problem
 from pidispatch.api.placement import PLACEMENT_CONFLICT, OperatorNode, placement_conflict
 from pidispatch.api.trigger import Refusal
 from pidispatch.api.views import JobView, ObjectMeta, TriggerView
@@ -110,8 +111,17 @@ class Triggers:
             return None
         return placement_conflict(trigger, self.rules, self.node)
 
+    def policed(self, trigger: TriggerView) -> TriggerView:
+        """``trigger``, refused (``OverrideNotAllowed``) when its Pod overrides ask for more than the job Pod policy
+        allows (``api/overrides.py``); a Trigger refused already keeps its own refusal."""
+        if trigger.spec is None or trigger.refusal is not None:
+            return trigger
+        why = policy_problem(trigger.spec.run, self.rules.trigger_policy)
+        return trigger if why is None else dataclasses.replace(trigger, refusal=Refusal(OVERRIDE_NOT_ALLOWED, why))
+
     def on_trigger(self, trigger: TriggerView) -> None:
         """Remember ``trigger`` and write its status if that changed."""
+        trigger = self.policed(trigger)
         self._known[trigger.name] = trigger
         upcoming = next_fire(trigger, datetime.fromtimestamp(self.wall(), UTC))
         write_status(self.cluster, trigger, Readiness(self.settings, self.placement(trigger), upcoming))
@@ -130,7 +140,7 @@ class Triggers:
         if known is None:
             found = self.cluster.api.get_or_none(self.cluster.crd("triggers", name))
             if found is not None:
-                known = self._known[name] = TriggerView.of(found)
+                known = self._known[name] = self.policed(TriggerView.of(found))
         if known is None:
             return None
         conflict = self.placement(known)  # None for a refused Trigger: its own refusal (a schedule's too) stands

@@ -50,6 +50,7 @@ from pidispatch.contract import (
     run_secret_problem,
 )
 from pidispatch.contract import gateway_wire as gateway_protocol
+from pidispatch.contract.overrides import VOLUME_PREFIX, env_name_problem, mount_path_problem
 from pidispatch.manifests.scheduling import scheduling_fields
 from pidispatch.settings.scheduling import Scheduling
 from pidispatch.transfer import protocol as transfer_protocol
@@ -161,6 +162,12 @@ class PodInputs:
     # The Trigger's own node pool: run.nodeSelector over the deployment's, run.tolerations added.
     trigger_node_selector: dict[str, str] = field(default_factory=dict)
     trigger_tolerations: tuple[dict[str, Any], ...] = ()
+    # The Trigger's Pod overrides (docs/nodes.md#pod-overrides): plain env, an affinity that only narrows
+    # the deployment's, a priority class, ConfigMaps mounted read-only under /mnt (name, ConfigMap, mount path).
+    trigger_env: tuple[tuple[str, str], ...] = ()
+    trigger_affinity: dict[str, Any] = field(default_factory=dict)
+    trigger_priority_class: str | None = None
+    trigger_volumes: tuple[tuple[str, str, str], ...] = ()
     # Staging by transfer: the session directory is an emptyDir the runner fills over HTTPS (no claim, no
     # co-location); None in mount mode and for a job without a session.
     transfer: TransferInputs | None = None
@@ -247,6 +254,7 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
     env = {k: v for k, v in p.env.items() if not ((p.github_token or p.gateway) and k in FORGE_TOKEN_NAMES)
            and k not in p.credentials and k not in transfer_protocol.ENVS and k not in gateway_protocol.ENVS}
     env.update(workspace_env(p.workspace))
+    env.update(_trigger_env(p.trigger_env, reserved=set(env) | set(p.credentials)))
     for secret in p.run_secrets:
         why = run_secret_problem(secret)
         if why is not None:
@@ -322,6 +330,12 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         container["volumeMounts"].append({"name": f"run-secret-{index}", "mountPath": f"{RUN_SECRETS_DIR}/{secret}",
                                           "readOnly": True})
         volumes.append({"name": f"run-secret-{index}", "secret": {"secretName": secret, "defaultMode": 0o440}})
+    for name, configmap, path in p.trigger_volumes:
+        why = mount_path_problem(path)
+        if why is not None:
+            raise ValueError(f"run.volumes[{name}].mountPath: {why}")
+        container["volumeMounts"].append({"name": VOLUME_PREFIX + name, "mountPath": path, "readOnly": True})
+        volumes.append({"name": VOLUME_PREFIX + name, "configMap": {"name": configmap, "defaultMode": 0o444}})
     if mounted:
         container["volumeMounts"].append({"name": "session", "mountPath": SESSION_MOUNT,
                                           "subPath": p.session_subpath})
@@ -346,7 +360,8 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         "containers": [container],
         "volumes": volumes,
         **scheduling_fields(p.scheduling, mounts_staging=mounted, trigger_node_selector=p.trigger_node_selector,
-                            trigger_tolerations=p.trigger_tolerations),
+                            trigger_tolerations=p.trigger_tolerations, trigger_affinity=p.trigger_affinity,
+                            trigger_priority_class=p.trigger_priority_class),
     }
     if p.active_deadline_seconds:
         spec["activeDeadlineSeconds"] = p.active_deadline_seconds
@@ -362,6 +377,18 @@ def job_pod(p: PodInputs) -> dict[str, Any]:
         },
         "spec": spec,
     }
+
+
+def _trigger_env(given: tuple[tuple[str, str], ...], reserved: set[str]) -> dict[str, str]:
+    """A Trigger's ``run.env``, refused whole when one name is the contract's or one the Pod already sets (a
+    model credential, a ``job.env`` entry, the workspace's): an override never replaces what the operator sets."""
+    for name, _ in given:
+        why = env_name_problem(name)
+        if why is None and name in reserved:
+            why = f"{name} is already set for the job (job.env, a credential, or the operator's own)"
+        if why is not None:
+            raise ValueError(f"run.env: {why}")
+    return dict(given)
 
 
 def _owner(job_name: str, job_uid: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Each JSON setting's shape is checked here, beside the setting; the readers of
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pidispatch.settings.errors import ConfigError
 from pidispatch.settings.readers import DNS_SUBDOMAIN, SECRET_KEY, json_setting, quantity
@@ -130,3 +131,44 @@ def job_disk(env: Mapping[str, str]) -> tuple[tuple[str, int], str, str]:
         raise ConfigError("PI_DISPATCH_JOB_EPHEMERAL_STORAGE_REQUEST", request[0],
                           f"a quantity at most PI_DISPATCH_JOB_EPHEMERAL_STORAGE_LIMIT ({limit[0]})")
     return workspace, request[0], limit[0]
+
+
+@dataclass(frozen=True)
+class TriggerPolicy:
+    """What the job Pod policy lets a Trigger's Pod overrides ask for (chart ``jobPodPolicy``;
+    docs/nodes.md#pod-overrides). By default nothing: a Trigger's env, ConfigMaps and priority class must be
+    listed."""
+
+    env: frozenset[str] = frozenset()
+    config_maps: frozenset[str] = frozenset()
+    priority_classes: frozenset[str] = frozenset()
+    # resource -> the most a Trigger's run.resources may request or limit, as written.
+    max_resources: tuple[tuple[str, str], ...] = ()
+
+
+def trigger_policy(env: Mapping[str, str]) -> TriggerPolicy | None:
+    """``PI_DISPATCH_JOB_TRIGGER_POLICY``: the chart's ``jobPodPolicy`` lists for Triggers' overrides, a JSON object
+    ``{"env": [names], "configMaps": [names], "priorityClasses": [names], "maxResources": {resource: quantity}}``;
+    unset: nothing is allowed; ``off`` (the chart's ``jobPodPolicy.enabled: false``): nothing is held."""
+    from pidispatch.contract.overrides import quantity_value
+
+    name = "PI_DISPATCH_JOB_TRIGGER_POLICY"
+    accepted = ('a JSON object {"env": [...], "configMaps": [...], "priorityClasses": [...], "maxResources": '
+                '{"cpu": "4", "memory": "8Gi"}}')
+    if (env.get(name) or "").strip() == "off":
+        return None
+    value = json_setting(env, name, accepted)
+    if value is None:
+        return TriggerPolicy()
+    lists = ("env", "configMaps", "priorityClasses")
+    if not isinstance(value, dict) or not set(value) <= {*lists, "maxResources"} or not all(
+            isinstance(value.get(k, []), list) and all(isinstance(v, str) and v for v in value.get(k, []))
+            for k in lists):
+        raise ConfigError(name, env[name], accepted)
+    ceiling = value.get("maxResources") or {}
+    if not isinstance(ceiling, dict) or not all(isinstance(k, str) and k and quantity_value(q) is not None
+                                                for k, q in ceiling.items()):
+        raise ConfigError(name, env[name], accepted)
+    return TriggerPolicy(env=frozenset(value.get("env", [])), config_maps=frozenset(value.get("configMaps", [])),
+                         priority_classes=frozenset(value.get("priorityClasses", [])),
+                         max_resources=tuple(sorted((k, str(q)) for k, q in ceiling.items())))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pidispatch.settings.errors import ConfigError
+from pidispatch.settings.jobpod import TriggerPolicy, trigger_policy
 from pidispatch.settings.readers import is_object_name, json_setting, object_name
 
 SCHEDULING_VARIABLES = (
@@ -26,6 +27,7 @@ SCHEDULING_VARIABLES = (
     "PI_DISPATCH_JOB_TOPOLOGY_SPREAD_CONSTRAINTS",
     "PI_DISPATCH_JOB_POD_SECURITY_CONTEXT",
     "PI_DISPATCH_STAGING_COLOCATE",
+    "PI_DISPATCH_JOB_TRIGGER_POLICY",
 )
 # The Pod security context's fields a deployment may set for job Pods: the groups. The user is the
 # operator's (it owns the staged copy, created 0600), and the rest of the context is the restricted one.
@@ -49,6 +51,9 @@ class Scheduling:
     # The operator Pod's labels when the staging claim is ReadWriteOnce (job Pods that mount it are
     # co-scheduled with it); None: the claim is ReadWriteMany, or staging is not mounted.
     colocate_with: Mapping[str, str] | None = None
+    # What the job Pod policy lets a Trigger's Pod overrides ask for (None: the policy is off): read with the
+    # rules, as the Triggers' readiness is judged against both (api/overrides.py).
+    trigger_policy: TriggerPolicy | None = field(default_factory=TriggerPolicy)
 
 
 def _string_map(env: Mapping[str, str], name: str, example: str) -> dict[str, str] | None:
@@ -111,6 +116,7 @@ def job_scheduling(env: Mapping[str, str]) -> Scheduling:
             env, "PI_DISPATCH_JOB_TOPOLOGY_SPREAD_CONSTRAINTS",
             '[{"maxSkew":1,"topologyKey":"kubernetes.io/hostname","whenUnsatisfiable":"ScheduleAnyway"}]')),
         pod_security_context=_pod_security_context(env),
+        trigger_policy=trigger_policy(env),
         colocate_with=_string_map(env, "PI_DISPATCH_STAGING_COLOCATE",
                                   '{"app.kubernetes.io/name":"pi-dispatch","app.kubernetes.io/component":"operator"}'),
     )

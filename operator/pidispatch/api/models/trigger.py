@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
@@ -27,6 +27,7 @@ from pidispatch.contract import (
     FORGE_TOKEN_NAMES,
     credential_name_problem,
 )
+from pidispatch.contract.overrides import affinity_problem, env_name_problem, mount_path, mount_path_problem
 
 # ---- Trigger ----------------------------------------------------------------------------------------
 
@@ -126,6 +127,47 @@ class Toleration(ApiModel):
     tolerationSeconds: Annotated[int | None, Field(json_schema_extra=INT64)] = None
 
 
+# ---- a Trigger's Pod overrides (issue 42 item 7; contract/overrides.py holds the rules) --------------------
+
+PRESERVE: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+
+
+class EnvVar(ApiModel):
+    """One plain environment variable of the job container: a literal ``value``, never ``valueFrom`` (a Secret's
+    value reaches a job by ``run.credentials`` or ``run.secrets``, never here)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    value: Annotated[str, Field(max_length=4096)] = ""
+
+
+class ConfigMapVolume(ApiModel):
+    """A ConfigMap of the Trigger's namespace mounted read-only into the job container, under ``/mnt``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(max_length=40, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", description=(
+        "The volume's name (a DNS label, 40 characters at most); the Pod calls it trigger-<name>."))]
+    configMap: Annotated[str, Field(max_length=253, pattern=DNS_SUBDOMAIN, description=(
+        "The ConfigMap, in the Trigger's namespace. The job Pod policy admits only those listed in "
+        "jobPodPolicy.configMaps."))]
+    mountPath: Annotated[str | None, Field(max_length=200, description=(
+        "Where it is mounted, read-only: a directory under /mnt (away from the workspace, the session and "
+        "everything the operator mounts). Unset: /mnt/<name>."))] = None
+
+
+class Affinity(ApiModel):
+    """A Kubernetes Pod affinity, as the Pod spec takes it; merged with the deployment's ``job.affinity`` so that
+    it only narrows where the Pod may run (``manifests/scheduling.py``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    nodeAffinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=PRESERVE)] = None
+    podAffinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=PRESERVE)] = None
+    podAntiAffinity: Annotated[dict[str, Any] | None, Field(json_schema_extra=PRESERVE)] = None
+
+
 # A host the gateway's proxy may reach: a name, or *.domain for its subdomains, and an optional port.
 EgressHost = Annotated[str, Field(max_length=253,
                                   pattern=r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?$")]
@@ -192,6 +234,71 @@ class TriggerRun(ApiModel):
     tolerations: Annotated[list[Toleration] | None, Field(
         max_length=16, description="Taints the job Pods tolerate (a node pool's, a GPU's), added to the "
                                    "deployment's job.tolerations.")] = None
+
+    env: Annotated[list[EnvVar] | None, Field(max_length=32, description=(
+        "Plain environment variables of the job container ({name, value}; never valueFrom: a Secret reaches a "
+        "job by run.credentials or run.secrets). Not a name the operator or the job's contract sets (PI_*, "
+        "PIDISPATCH_*, GH_*, GITHUB_*, GIT_*, LD_*, the proxy and CA variables, HOME, PATH, NODE_OPTIONS, ...): "
+        "such a Trigger is refused (Ready False, InvalidSpec). The job Pod policy admits only the names listed "
+        "in jobPodPolicy.triggerEnv."))] = None
+    affinity: Annotated[Affinity | None, Field(description=(
+        "The job Pod's affinity, merged with the deployment's job.affinity so that it only narrows: required node "
+        "terms are combined with the deployment's (both must hold), every other term is added."))] = None
+    priorityClassName: Annotated[str | None, Field(max_length=253, pattern=DNS_SUBDOMAIN, description=(
+        "The job Pod's PriorityClass, instead of the deployment's job.priorityClassName; never a system-* one "
+        "(refused: Ready False, InvalidSpec). The job Pod policy admits only those listed in "
+        "jobPodPolicy.priorityClasses."))] = None
+    volumes: Annotated[list[ConfigMapVolume] | None, Field(max_length=8, description=(
+        "ConfigMaps of the Trigger's namespace mounted read-only into the job container, each under /mnt. Only "
+        "ConfigMaps: never a Secret (that is run.secrets), a hostPath or any other volume."))] = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: list[EnvVar] | None) -> list[EnvVar] | None:
+        seen: set[str] = set()
+        for var in value or ():
+            why = env_name_problem(var.name)
+            if why is not None:
+                raise ValueError(f"run.env: {why}")
+            if var.name in seen:
+                raise ValueError(f"run.env: {var.name} is named twice")
+            seen.add(var.name)
+        return value
+
+    @field_validator("priorityClassName")
+    @classmethod
+    def _priority_class(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("system-"):
+            raise ValueError(f"run.priorityClassName: {value} is a system priority class, reserved to the cluster's "
+                             "own components")
+        return value
+
+    @field_validator("volumes")
+    @classmethod
+    def _volumes(cls, value: list[ConfigMapVolume] | None) -> list[ConfigMapVolume] | None:
+        names: set[str] = set()
+        paths: list[str] = []
+        for volume in value or ():
+            if volume.name in names:
+                raise ValueError(f"run.volumes: {volume.name} is named twice")
+            names.add(volume.name)
+            path = mount_path(volume.name, volume.mountPath)
+            why = mount_path_problem(path)
+            if why is not None:
+                raise ValueError(f"run.volumes[{volume.name}].mountPath: {why}")
+            for other in paths:
+                if path == other or path.startswith(other + "/") or other.startswith(path + "/"):
+                    raise ValueError(f"run.volumes[{volume.name}].mountPath: {path} overlaps {other}")
+            paths.append(path)
+        return value
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity(cls, value: Affinity | None) -> Affinity | None:
+        why = affinity_problem(value.model_dump(exclude_none=True)) if value is not None else None
+        if why is not None:
+            raise ValueError(f"run.affinity: {why}")
+        return value
 
     @field_validator("nodeSelector")
     @classmethod
