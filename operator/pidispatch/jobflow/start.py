@@ -207,7 +207,7 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         known = cluster.sessionkey(ref.key)  # a retired key, a quarantined transcript: cold before any gate
         host = stage_session(settings, jd, ref, trigger_spec.run, name, admits=trigger_population(trigger_spec.on),
                              secrets=own,
-                             held=lifecycle.held_reason(known.stored_status if known is not None else None))
+                             held=lifecycle.held_reason(known.status if known is not None else None))
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:
