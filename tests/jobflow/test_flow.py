@@ -77,7 +77,7 @@ def pod_env(name: str, spec: dict[str, Any], trigger_spec: dict[str, Any]) -> di
 def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | None,
                    conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
     view = TriggerView.of({"metadata": {"name": "fix-it"}, "spec": spec})
-    return summarize_trigger.trigger_status(view, settings, generation, conditions)
+    return summarize_trigger.trigger_status(view, settings, generation, conditions).to_patch()
 
 
 def pr(**changes: Any) -> dict[str, Any]:
