@@ -85,7 +85,9 @@ def test_the_operator_mounts_the_triggers_secrets_into_the_jobs_pod() -> None:
     trigger = TriggerSpec.model_validate(spec({"secrets": ["deploy-keys"]}))
     job = JobView.of({"metadata": {"name": "fix-1", "uid": "u-1"},
                       "spec": {"trigger": "fix", "forge": "github", "repository": "acme/widgets", "issue": 1}})
-    pod = create_pod(settings, Cluster(MemoryApi(), "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    api = MemoryApi()
+    made = create_pod(settings, Cluster(api, "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    pod = api.get(f"/api/v1/namespaces/ns/pods/{made.name}")
     assert {"name": "run-secret-0", "secret": {"secretName": "deploy-keys", "defaultMode": 0o440}} in pod["spec"][
         "volumes"]
     assert {"name": ENV_RUN_SECRETS, "value": "deploy-keys"} in container(pod)["env"]

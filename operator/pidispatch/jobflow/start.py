@@ -213,7 +213,7 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
     if checkout is not None and forge is not None:
         moved = checkout_step.previous_commit(cluster, forge, host, checkout)
     try:
-        pod = PodView.of(create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway))
+        pod = create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway)
     except ApiError as exc:
         if not pod_create_refused_for_good(exc.status):
             raise  # an outage or a conflict: retried after a back-off
