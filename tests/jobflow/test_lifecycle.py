@@ -17,6 +17,7 @@ from pidispatch.jobflow.summarize_sessionkey import (
     KeyOutcome,
     LastJob,
     Promoted,
+    SessionKeySummary,
     StoreReading,
     lifecycle_fields,
     sessionkey_status,
@@ -47,7 +48,7 @@ def after(state: dict[str, Any] | None, job: str = "j4", *, resumed: bool = True
     failed = quarantine.count(settings, job, resumed=resumed, ended=ended, now=NOW)
     found: list[KeyOutcome] = [*([Promoted()] if promoted else []), *([failed] if failed is not None else [])]
     sk = SessionKeyView.of({"metadata": {"name": KEY}, "status": {"failedResumes": state} if state else {}})
-    fields = lifecycle_fields(sk, found).fields()
+    fields = SessionKeySummary(lifecycle_fields(sk, found)).to_patch()
     return fields["failedResumes"] if "failedResumes" in fields else state
 
 

@@ -4,8 +4,10 @@ The steps that concern a key each say what they found as one of the small frozen
 nothing: the job's end (:class:`LastJob`, :class:`Rethreaded`, ``cost.JobUsage``), the lifecycle
 (:class:`Promoted` from a promotion, :class:`FailedResume` and :class:`Released` from ``quarantine.py``,
 :class:`Retirement` from ``retire.py``). :func:`summarize_sessionkey` folds them, over the status as stored
-and the store's own reading of the key (``store.inspect.inspect_key``), into the one status the key should
-have; ``sessionkey.write`` (the one writer) patches it through ``status_patch.write_status``.
+(``SessionKeyView.status``, typed) and the store's own reading of the key (``store.inspect.inspect_key``'s
+answer, read once into :class:`StoreReading`), into the one status the key should have, a
+:class:`SessionKeySummary`; its ``to_patch()`` is the only place that status becomes a dict (the JSON merge patch),
+and ``sessionkey.write`` (the one writer) sends it through ``status_patch.write_status``.
 
 So every status field of a SessionKey is decided here and nowhere else: ``failedResumes`` is counted, reset
 by a promotion, released and emptied by a retirement in this file (docs/architecture.md#status-writing).
@@ -52,19 +54,6 @@ class LastJob:
     judged_with: JudgedWith
     promoted_at: str | None = None
     commit: LastCommit | None = None
-
-    def fields(self) -> dict[str, Any]:
-        """The status fields it sets, as the CRD spells them."""
-        judged = self.judged_with
-        facts: dict[str, Any] = {"lastJob": self.job, "lastReason": self.reason,
-                                 "judgedWith": {"piVersion": judged.pi_version, "model": judged.model,
-                                                "population": None if judged.population is None
-                                                else list(judged.population)}}
-        if self.promoted_at is not None:
-            facts["lastPromotedAt"] = self.promoted_at
-            if self.commit is not None:
-                facts["lastCommit"] = {"sha": self.commit.sha, "pushed": self.commit.pushed}
-        return facts
 
 
 @dataclass(frozen=True)
@@ -158,18 +147,6 @@ class Lifecycle:
     retired: Retired | None
     changed: frozenset[str] = frozenset()
 
-    def fields(self) -> dict[str, Any]:
-        """The changed fields as the merge patch spells them."""
-        fields: dict[str, Any] = {}
-        if "failedResumes" in self.changed:
-            failed = self.failed_resumes
-            fields["failedResumes"] = None if failed is None else failed.model_dump(mode="json")
-        if "retired" in self.changed:
-            retired = self.retired
-            fields["retired"] = None if retired is None else {"reason": retired.reason, "at": retired.at,
-                                                              "archive": retired.archive}
-        return fields
-
 
 @dataclass(frozen=True)
 class Judgement:
@@ -195,8 +172,18 @@ class SessionKeySummary:
     judged: Judgement | None = None
 
     def to_patch(self) -> dict[str, Any]:
-        """The status as a JSON merge patch wants it (``status_patch.write_status`` sends what changed of it)."""
-        life = self.lifecycle.fields()
+        """The status as a JSON merge patch wants it, as the CRD spells it (``status_patch.write_status`` sends what
+        changed of it): the lifecycle fields the outcomes changed (``None`` empties one), and with a store the
+        judgement, the last job's facts the outcomes set and the usage counted."""
+        life: dict[str, Any] = {}
+        lived = self.lifecycle
+        if "failedResumes" in lived.changed:
+            failed = lived.failed_resumes
+            life["failedResumes"] = None if failed is None else failed.model_dump(mode="json")
+        if "retired" in lived.changed:
+            retired = lived.retired
+            life["retired"] = None if retired is None else {"reason": retired.reason, "at": retired.at,
+                                                            "archive": retired.archive}
         judged = self.judged
         if judged is None:
             return life
@@ -212,8 +199,16 @@ class SessionKeySummary:
             "context": None if reading.context is None else reading.context.model_dump(exclude_unset=True),
             "next": judged.next,
         }
-        if judged.last is not None:
-            status.update(judged.last.fields())
+        last = judged.last
+        if last is not None:
+            with_ = last.judged_with
+            status.update({"lastJob": last.job, "lastReason": last.reason, "judgedWith": {
+                "piVersion": with_.pi_version, "model": with_.model,
+                "population": None if with_.population is None else list(with_.population)}})
+            if last.promoted_at is not None:
+                status["lastPromotedAt"] = last.promoted_at
+                if last.commit is not None:
+                    status["lastCommit"] = {"sha": last.commit.sha, "pushed": last.commit.pushed}
         if judged.rethreaded is not None:
             by = judged.rethreaded
             status["rethreadedBy"] = None if by.job is None else {"job": by.job, "reason": by.reason}
