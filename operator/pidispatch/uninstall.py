@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pidispatch.contract import RELEASE_LABEL
-from pidispatch.jobflow.retention import JOB_SELECTOR, delete_with_uid, pod_ended
+from pidispatch.jobflow.retention import JOB_SELECTOR, RetainedPod, delete_with_uid
 from pidispatch.kubeapi import Api, name_segment
 
 
@@ -21,10 +21,10 @@ def split_for_uninstall(pods: Iterable[dict[str, Any]]) -> tuple[list[str], list
     """Job Pods as (ended, not ended) names: the ended ones go quietly, the others are named as stopped."""
     ended: list[str] = []
     running: list[str] = []
-    for pod in pods:
-        if pod["metadata"].get("deletionTimestamp") and pod_ended(pod):
+    for pod in map(RetainedPod.of, pods):
+        if pod.deleting and pod.ended:
             continue
-        (ended if pod_ended(pod) else running).append(pod["metadata"]["name"])
+        (ended if pod.ended else running).append(pod.name)
     return sorted(ended), sorted(running)
 
 

@@ -73,7 +73,7 @@ def test_the_walk_reports_the_sessionkeys_observed_generation_when_its_writer_is
     Trigger's and the Job's were. Taking its writer out of the real code brings the report back."""
     sources = operator_sources()
     path = "operator/pidispatch/jobflow/summarize_sessionkey.py"
-    line = '        "observedGeneration": generation,'
+    line = '            "observedGeneration": judged.generation,'
     assert line in sources[path]
     sources[path] = sources[path].replace(line, "")
     assert unread(crd_paths(), Readers(ROOTS, sources)) == ["SessionKey.status.observedGeneration"]

@@ -85,7 +85,9 @@ def test_the_operator_mounts_the_triggers_secrets_into_the_jobs_pod() -> None:
     trigger = TriggerSpec.model_validate(spec({"secrets": ["deploy-keys"]}))
     job = JobView.of({"metadata": {"name": "fix-1", "uid": "u-1"},
                       "spec": {"trigger": "fix", "forge": "github", "repository": "acme/widgets", "issue": 1}})
-    pod = create_pod(settings, Cluster(MemoryApi(), "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    api = MemoryApi()
+    made = create_pod(settings, Cluster(api, "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    pod = api.get(f"/api/v1/namespaces/ns/pods/{made.name}")
     assert {"name": "run-secret-0", "secret": {"secretName": "deploy-keys", "defaultMode": 0o440}} in pod["spec"][
         "volumes"]
     assert {"name": ENV_RUN_SECRETS, "value": "deploy-keys"} in container(pod)["env"]
@@ -172,7 +174,7 @@ def test_no_field_of_run_says_it_is_not_implemented() -> None:
         "resume with replicas keeps its message"])
 def test_a_trigger_setting_one_is_not_ready_and_says_which(run: dict[str, Any], message: str) -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec(run)})
-    status = trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None).to_patch()
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "False" and ready["message"] == message
     assert ready["reason"] == "ResumeConflict"
@@ -184,7 +186,7 @@ def test_a_flow_reaches_the_runner_and_the_trigger_is_ready() -> None:
     assert pod_env("d", job, TriggerSpec.model_validate(trigger))["PI_FLOW"] == "triage"
     assert "PI_FLOW" not in pod_env("d", job, TriggerSpec.model_validate(spec({})))
     status = trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
-                            None)
+                            None).to_patch()
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "True", ready
 
@@ -195,7 +197,7 @@ def test_a_flow_that_cannot_name_a_pi_skill_is_refused_at_load_not_by_the_schema
     within a version); the Trigger is not Ready, and says why."""
     assert problem(TriggerSpec, spec({"flow": flow})) is None
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": flow})})
-    status = trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None).to_patch()
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidFlow")
     assert ready["message"].startswith("run.flow: ") and "is not a flow's name" in ready["message"]
@@ -209,7 +211,7 @@ def test_a_command_reaches_the_runner_and_the_trigger_is_ready() -> None:
     assert env["PI_COMMAND"] == "/review focus on tests" and "PI_FLOW" not in env
     assert "PI_COMMAND" not in pod_env("d", job, TriggerSpec.model_validate(spec({})))
     status = trigger_status(TriggerView.of({"metadata": {"name": "t"}, "spec": trigger}), Settings(), 1,
-                            None)
+                            None).to_patch()
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert ready["status"] == "True", ready
 
@@ -228,7 +230,7 @@ def test_a_command_reaches_the_runner_and_the_trigger_is_ready() -> None:
 def test_a_command_pi_would_not_run_is_refused_at_load_not_by_the_schema(command: str, says: str) -> None:
     assert problem(TriggerSpec, spec({"command": command})) is None
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"command": command})})
-    status = trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None).to_patch()
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidCommand")
     assert ready["message"].startswith("run.command: ") and says in ready["message"], ready["message"]
@@ -244,7 +246,7 @@ def test_a_command_pi_runs_loads(command: str) -> None:
 
 def test_flow_and_command_together_are_refused_at_load() -> None:
     view = TriggerView.of({"metadata": {"name": "t"}, "spec": spec({"flow": "triage", "command": "/review"})})
-    status = trigger_status(view, Settings(), 1, None)
+    status = trigger_status(view, Settings(), 1, None).to_patch()
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidCommand")
     assert "sets both run.flow" in ready["message"] and "Keep one of the two" in ready["message"]

@@ -30,7 +30,7 @@ def body(on: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
 
 def operator_says_armed(trigger: dict[str, Any]) -> bool:
     """The operator's verdict, as a user reads it: the Trigger's ``ResumeArmed`` condition."""
-    status = trigger_status(TriggerView.of(trigger), STORE, 1, None)
+    status = trigger_status(TriggerView.of(trigger), STORE, 1, None).to_patch()
     [armed] = [c for c in status["conditions"] if c["type"] == "ResumeArmed"]
     return bool(armed["status"] == "True")
 
@@ -138,7 +138,8 @@ def test_doctor_reports_a_trigger_whose_schedule_cannot_fire_as_the_operator_doe
     jobs never resume."""
     trigger = body({"event": "cron", "schedule": "every day", "repository": "acme/api"}, {"resume": True})
     checks = trigger_checks(ClusterFacts(namespace=NS, triggers=[trigger]))
-    [ready] = [c for c in trigger_status(TriggerView.of(trigger), STORE, 1, None)["conditions"] if c["type"] == "Ready"]
+    status = trigger_status(TriggerView.of(trigger), STORE, 1, None).to_patch()
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSchedule")
     [fail] = [c for c in checks if c.status.name == "FAIL"]
     assert fail.message.startswith("Trigger t is refused: on.schedule 'every day' is not valid cron"), fail

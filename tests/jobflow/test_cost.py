@@ -10,11 +10,11 @@ import pytest
 
 from pidispatch import metrics
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.api.models import JobSession, SessionKeyStatus, problem
+from pidispatch.api.models import JobSession, KeyUsage, SessionKeyStatus, problem
 from pidispatch.costreport import report, table
 from pidispatch.jobflow import sessionkey
 from pidispatch.jobflow.cluster import Cluster
-from pidispatch.jobflow.cost import RECENT_JOBS, JobUsage, counted, per_job, session_start
+from pidispatch.jobflow.cost import RECENT_JOBS, JobUsage, counted, per_job, session_start, usage_patch
 from pidispatch.jobflow.summarize_sessionkey import JudgedWith, LastJob
 from pidispatch.settings import OperatorSettings
 from testkit.memoryapi import NS, MemoryApi
@@ -54,17 +54,22 @@ TOKENS = {"input": 600, "output": 9, "cacheRead": 200, "cacheWrite": 0, "total":
         "a job without a token report still counts as a job", "a job without a session is no key's"])
 def test_a_key_counts_each_job_once_by_its_start(before: dict | None, job: str, start: str,
                                                  tokens: dict[str, float] | None, after: dict) -> None:
-    assert counted(before, job, start, tokens) == after
+    read = None if before is None else KeyUsage.model_validate(before)  # as the SessionKey's view reads it
+    patch = usage_patch(counted(read, job, start, tokens))
+    assert patch == after
+    # Whole counts stay integers in the patch, as they were before the view read them as floats.
+    assert all(type(v) is type(after[s][k]) for s in ("cold", "resumed") for k, v in patch.get(s, {}).items())
 
 
 def test_the_remembered_jobs_are_bounded() -> None:
-    usage: dict[str, Any] = {}
+    usage = KeyUsage()
     for i in range(RECENT_JOBS + 5):
         usage = counted(usage, f"j{i}", "cold", {"total": 1})
-    assert usage["cold"] == {"jobs": RECENT_JOBS + 5, "total": RECENT_JOBS + 5}
-    assert usage["recentJobs"] == [f"j{i}" for i in range(5, RECENT_JOBS + 5)]
-    assert problem(SessionKeyStatus, {"usage": usage}) is None
-    assert per_job(usage, "cold") == 1 and per_job(usage, "resumed") is None
+    dumped = usage_patch(usage)
+    assert dumped["cold"] == {"jobs": RECENT_JOBS + 5, "total": RECENT_JOBS + 5}
+    assert dumped["recentJobs"] == [f"j{i}" for i in range(5, RECENT_JOBS + 5)]
+    assert problem(SessionKeyStatus, {"usage": dumped}) is None
+    assert per_job(usage, "cold") == 1 and per_job(usage, "resumed") is None and per_job(None, "cold") is None
 
 
 def ended_as(job: str) -> LastJob:

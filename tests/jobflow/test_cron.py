@@ -205,7 +205,7 @@ def test_a_job_made_by_hand_for_an_issue_keeps_the_issues_key_and_other_triggers
 
 def ready(view: TriggerView, now: datetime, kind: str = "Ready") -> dict[str, Any]:
     status = trigger_status(view, Settings(sessions_dir="/s", github_auth_source="app"), 1, None,
-                            upcoming=trigger_step.next_fire(view, now))
+                            upcoming=trigger_step.next_fire(view, now)).to_patch()
     return next(c for c in status["conditions"] if c["type"] == kind)
 
 

@@ -20,7 +20,7 @@ from pidispatch.jobflow import key as key_step
 from pidispatch.jobflow import pod as pod_step
 from pidispatch.jobflow.key import KeyRef
 from pidispatch.jobflow.sessionkey import last_job_facts
-from pidispatch.jobflow.summarize_sessionkey import sessionkey_status
+from pidispatch.jobflow.summarize_sessionkey import JudgedWith, LastJob, StoreReading, sessionkey_status
 from pidispatch.manifests.pod import PodInputs, job_pod
 from pidispatch.record import JobReason
 from pidispatch.settings import Settings
@@ -77,7 +77,7 @@ def pod_env(name: str, spec: dict[str, Any], trigger_spec: dict[str, Any]) -> di
 def trigger_status(spec: dict[str, Any], settings: Settings, generation: int | None,
                    conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
     view = TriggerView.of({"metadata": {"name": "fix-it"}, "spec": spec})
-    return summarize_trigger.trigger_status(view, settings, generation, conditions)
+    return summarize_trigger.trigger_status(view, settings, generation, conditions).to_patch()
 
 
 def pr(**changes: Any) -> dict[str, Any]:
@@ -454,6 +454,12 @@ def test_trigger_bounds_mirror_the_settings(settings: Settings) -> None:
 
 # ---- sessionkey_status (from the real store) ----------------------------------------------------------
 
+def status_of(found: dict[str, Any], conditions: list[dict[str, Any]] | None, last: LastJob | None = None,
+              generation: int | None = None) -> dict[str, Any]:
+    """The SessionKey status ``inspect_key``'s answer ``found`` makes, as its patch carries it."""
+    return sessionkey_status(StoreReading.of(found), conditions, last, generation).to_patch()
+
+
 def lock(store: Store, age_ms: float) -> None:
     path = store.key_dir() / "lock"
     path.touch()
@@ -486,7 +492,7 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
                                               locked: tuple, nxt: str) -> None:
     SHAPES[shape](store)
     view = inspect_key(store.settings, KEY, clock=NOW_MS)
-    status = sessionkey_status(view, None)
+    status = status_of(view, None)
     conditions = by_type(status["conditions"])
     got = tuple((conditions[t]["status"], conditions[t]["reason"]) for t in ("Stored", "Resumable", "Locked"))
     assert got == (stored, resumable, locked)
@@ -494,7 +500,7 @@ def test_sessionkey_conditions_from_the_store(store: Store, shape: str, stored: 
     assert status["bytes"] == view["bytes"]
     last = last_job_facts("job-1", HostRecord(key=KEY, forge="github", repository="octo/repo", branch="pi/issue-7",
                                               venue="kubernetes", pi_version=PI), JobSession(reason=nxt), None)
-    assert problem(SessionKeyStatus, sessionkey_status(view, None, last.fields(), 2)) is None, \
+    assert problem(SessionKeyStatus, status_of(view, None, last, 2)) is None, \
         "the operator writes a status its own CRD would refuse"
 
 
@@ -507,7 +513,7 @@ def test_every_trigger_status_is_valid_for_its_model(run: dict, settings: Settin
 
 def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
     transcript = store.put(chain="3", context="1000 200000 fake/fake-model")
-    status = sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None, generation=3)
+    status = status_of(inspect_key(store.settings, KEY, clock=NOW_MS), None, generation=3)
     assert {k: v for k, v in status.items() if k != "conditions"} == {
         "observedGeneration": 3, "bytes": transcript.stat().st_size, "venue": "kubernetes", "piVersion": PI,
         "population": ["COLLABORATOR", "MEMBER", "OWNER"], "resumeChain": 3,
@@ -521,33 +527,34 @@ def test_sessionkey_status_carries_the_store_readings(store: Store) -> None:
 def test_sessionkey_status_with_an_explicit_pi_version_does_not_claim_an_assumption(store: Store) -> None:
     store.put()
     view = inspect_key(store.settings, KEY, pi_version=PI, clock=NOW_MS)
-    assert "stamped" not in by_type(sessionkey_status(view, None)["conditions"])["Resumable"]["message"]
+    assert "stamped" not in by_type(status_of(view, None)["conditions"])["Resumable"]["message"]
 
 
 def test_sessionkey_status_merges_the_last_job(store: Store) -> None:
     store.put()
     view = inspect_key(store.settings, KEY, clock=NOW_MS)
     last = {"lastJob": "delivery-9", "lastReason": "resumed", "lastPromotedAt": "2030-01-01T00:00:00Z"}
-    status = sessionkey_status(view, None, last)
+    status = status_of(view, None, LastJob("delivery-9", "resumed", JudgedWith(None, None, None),
+                                           "2030-01-01T00:00:00Z"))
     assert status.items() >= last.items()
-    assert "lastJob" not in sessionkey_status(view, None)
+    assert "lastJob" not in status_of(view, None)
 
 
 def test_unchanged_sessionkey_keeps_its_status(store: Store) -> None:
     store.put()
     view = inspect_key(store.settings, KEY, clock=NOW_MS)
-    first = sessionkey_status(view, None)
+    first = status_of(view, None)
     first = {**first, "conditions": aged(first["conditions"])}
-    assert sessionkey_status(view, first["conditions"]) == first
+    assert status_of(view, first["conditions"]) == first
 
 
 def test_stale_lock_message_differs_from_a_live_one(store: Store) -> None:
     """A stale lock is taken over by the next promotion; its message must not say a promotion holds it."""
     store.put()
     lock(store, 1000)
-    live = by_type(sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
+    live = by_type(status_of(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
     lock(store, LOCK_STALE_MS + 1000)
-    stale = by_type(sessionkey_status(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
+    stale = by_type(status_of(inspect_key(store.settings, KEY, clock=NOW_MS), None)["conditions"])
     live_words = live["Locked"]["message"].split("(")[0]
     assert live_words not in stale["Locked"]["message"], (
         f"Locked=False/StaleLock but the message reads {stale['Locked']['message']!r}")
@@ -559,7 +566,7 @@ def test_inspect_of_a_key_directory_path(tmp_path: Path) -> None:
     root.mkdir(mode=0o700)
     (root / KEY).write_bytes(b"not a directory")
     view = inspect_key(Settings(sessions_dir=str(root)), KEY, clock=NOW_MS)
-    conditions = by_type(sessionkey_status(view, None)["conditions"])
+    conditions = by_type(status_of(view, None)["conditions"])
     assert (conditions["Stored"]["status"], conditions["Resumable"]["reason"]) == ("False", "KeyNotADirectory")
 
 

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from pidispatch.api.models import JobSession, JobStatus, problem
-from pidispatch.jobflow.summarize import Change, Commented, Ended, Queued, Refused, Retrying, Running, summarize
+from pidispatch.api.views import JobView
+from pidispatch.jobflow.summarize import Change, Commented, Ended, Queued, Refused, Retrying, Running
+from pidispatch.jobflow.summarize import summarize as summarize_job
 
 T0, T1 = "2030-01-01T00:00:00Z", "2030-01-01T00:05:00Z"
 SESSION = {"resumed": True, "reason": "resumed", "bytes": 10}
@@ -25,6 +27,12 @@ CASES: list[tuple[str, Change, str | None, str, bool]] = [
     ("failed", Ended("Failed", None, None, "PodFailed", "failed"), "Failed", "Completed", False),
     ("commented", Commented(True, "Posted", "posted"), None, "Commented", True),
 ]
+
+
+def summarize(status: dict[str, Any], change: Change, generation: int, now: str) -> dict[str, Any]:
+    """The patch that records ``change`` on a Job of ``generation`` whose status is stored as ``status``."""
+    return summarize_job(JobView.of({"metadata": {"name": "j", "generation": generation}, "status": status}),
+                         change, now)
 
 
 def condition(patch: dict[str, Any], type_: str) -> dict[str, Any]:

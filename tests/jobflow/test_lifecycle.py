@@ -8,11 +8,20 @@ from typing import Any
 
 import pytest
 
+from pidispatch.api.models import SessionKeyStatus
 from pidispatch.api.views import SessionKeyView
 from pidispatch.jobflow import lifecycle, quarantine, retire, sessionkey
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.summarize import Ended
-from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, LastJob, Promoted, lifecycle_fields, sessionkey_status
+from pidispatch.jobflow.summarize_sessionkey import (
+    KeyOutcome,
+    LastJob,
+    Promoted,
+    SessionKeySummary,
+    StoreReading,
+    lifecycle_fields,
+    sessionkey_status,
+)
 from pidispatch.receiver.closed import Closed
 from pidispatch.settings import ConfigError, OperatorSettings
 from pidispatch.store.inspect import inspect_key
@@ -39,7 +48,7 @@ def after(state: dict[str, Any] | None, job: str = "j4", *, resumed: bool = True
     failed = quarantine.count(settings, job, resumed=resumed, ended=ended, now=NOW)
     found: list[KeyOutcome] = [*([Promoted()] if promoted else []), *([failed] if failed is not None else [])]
     sk = SessionKeyView.of({"metadata": {"name": KEY}, "status": {"failedResumes": state} if state else {}})
-    fields = lifecycle_fields(sk, found)
+    fields = SessionKeySummary(lifecycle_fields(sk, found)).to_patch()
     return fields["failedResumes"] if "failedResumes" in fields else state
 
 
@@ -90,18 +99,30 @@ HELD = [
 
 @pytest.mark.parametrize(("status", "held"), [h[1:] for h in HELD], ids=[h[0] for h in HELD])
 def test_the_sessionkey_holds_the_next_delivery_cold(status: dict[str, Any] | None, held: str | None) -> None:
-    assert lifecycle.held_reason(status) == held
+    assert lifecycle.held_reason(None if status is None else SessionKeyStatus.model_validate(status)) == held
 
 
 def resumable(status: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == "Resumable")
 
 
+def judged(found: dict[str, Any], conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The store's judgement of a key as its status patch carries it (no lifecycle)."""
+    return sessionkey_status(StoreReading.of(found), conditions).to_patch()
+
+
+def overlaid(status: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """``status`` with the lifecycle of the status ``stored`` on top (``lifecycle.overlay``)."""
+    lived = SessionKeyStatus.model_validate(stored)
+    conditions, nxt = lifecycle.overlay(status["conditions"], status["next"], lived.retired, lived.failedResumes, KEY)
+    return {**status, "conditions": conditions, "next": nxt}
+
+
 def test_a_quarantined_key_is_not_resumable_and_says_why_and_how_to_release(store: Store) -> None:
     store.put(OLD)
-    judged = sessionkey_status(inspect_key(store.settings, KEY, pi_version=PI, model=MODEL), None)
-    assert resumable(judged)["status"] == "True"
-    status = lifecycle.overlay(judged, {"failedResumes": THREE}, KEY)
+    found = judged(inspect_key(store.settings, KEY, pi_version=PI, model=MODEL))
+    assert resumable(found)["status"] == "True"
+    status = overlaid(found, {"failedResumes": THREE})
     condition = resumable(status)
     assert (condition["status"], condition["reason"], status["next"]) == ("False", "Quarantined", "quarantined")
     assert "3 resumed jobs in a row ended Failed" in condition["message"]
@@ -111,16 +132,16 @@ def test_a_quarantined_key_is_not_resumable_and_says_why_and_how_to_release(stor
 
 
 def test_a_retired_key_says_retired_with_its_reason_until_a_new_conversation(store: Store) -> None:
-    judged = sessionkey_status(inspect_key(store.settings, KEY), None)
+    found = judged(inspect_key(store.settings, KEY))
     retired = {"reason": "pull-request-merged", "at": NOW, "archive": f"{ARCHIVE_PREFIX}{KEY}-1"}
-    status = lifecycle.overlay(judged, {"retired": retired}, KEY)
+    status = overlaid(found, {"retired": retired})
     condition = next(c for c in status["conditions"] if c["type"] == "Retired")
     assert (condition["status"], condition["reason"]) == ("True", "PullRequestMerged")
     assert retired["archive"] in condition["message"]
     assert (resumable(status)["reason"], status["next"]) == ("Retired", "retired")
     # A new conversation promoted: the stored status has no ``retired`` any more; the condition is judged again.
-    rejudged = sessionkey_status(inspect_key(store.settings, KEY), status["conditions"])
-    reopened = lifecycle.overlay(rejudged, {"conditions": status["conditions"]}, KEY)
+    rejudged = judged(inspect_key(store.settings, KEY), status["conditions"])
+    reopened = overlaid(rejudged, {"conditions": status["conditions"]})
     again = next(c for c in reopened["conditions"] if c["type"] == "Retired")
     assert (again["status"], again["reason"]) == ("False", "InUse")
 

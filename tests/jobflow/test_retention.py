@@ -16,7 +16,7 @@ import pytest
 from pidispatch.api.views import JobView
 from pidispatch.doctor.check import Status
 from pidispatch.doctor.cluster import terminating_claims
-from pidispatch.jobflow.retention import Delete, Kind, check_interval, due, finished_at
+from pidispatch.jobflow.retention import Delete, Kind, RetainedPod, check_interval, due, finished_at
 from pidispatch.jobflow.table import NameLocks
 from pidispatch.manifests.pod import token_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
@@ -88,7 +88,8 @@ DUE = [
 @pytest.mark.parametrize(("body", "pods", "age", "opts", "expected"), [c[1:] for c in DUE], ids=[c[0] for c in DUE])
 def test_what_is_due(body: dict, pods: list, age: float, opts: dict, expected: list[Delete]) -> None:
     s = settings(opts.get("retention", 600), opts.get("ttl"))
-    assert due(JobView.of(body), pods, T0 + age, s, secret_gone=opts.get("secret_gone", False)) == expected
+    read = [RetainedPod.of(pod) for pod in pods]
+    assert due(JobView.of(body), read, T0 + age, s, secret_gone=opts.get("secret_gone", False)) == expected
 
 
 @pytest.mark.parametrize(("retention", "ttl", "interval"), [

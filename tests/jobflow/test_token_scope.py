@@ -237,7 +237,9 @@ def job_token(settings: OperatorSettings, cluster: Cluster, forge: Forge | None,
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: dict[str, Any], trigger: dict[str, Any],
                host: Any, token: JobToken | None) -> dict[str, Any]:
-    return pod_step.create_pod(settings, cluster, JobView.of(job), _trigger(trigger), host, token)
+    """The job's Pod as the operator created it (the manifest, read back from the API)."""
+    made = pod_step.create_pod(settings, cluster, JobView.of(job), _trigger(trigger), host, token)
+    return cluster.api.get(cluster.pods(made.name))
 
 
 def test_an_app_token_job_pod_is_stopped_before_its_token_expires(fake: FakeGitHubAPI,

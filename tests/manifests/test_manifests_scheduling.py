@@ -118,7 +118,9 @@ def test_the_operator_creates_job_pods_with_the_deployments_and_the_triggers_rul
         "run": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}})
     job = JobView.of({"metadata": {"name": "fix-1", "uid": "u-1"},
                       "spec": {"trigger": "fix", "forge": "github", "repository": "acme/widgets", "issue": 1}})
-    pod = create_pod(settings, Cluster(MemoryApi(), "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    api = MemoryApi()
+    made = create_pod(settings, Cluster(api, "ns"), job, trigger, None, None)  # type: ignore[arg-type]
+    pod = api.get(f"/api/v1/namespaces/ns/pods/{made.name}")
     got = pod["spec"]
     assert got["nodeSelector"] == {"pool": "gpu"}, "the Trigger's node pool over the deployment's"
     assert got["tolerations"] == [{"key": "agents", "operator": "Exists"},

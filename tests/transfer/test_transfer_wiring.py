@@ -245,13 +245,13 @@ def test_a_failed_pod_promotes_nothing_even_with_a_marker(world: dict[str, Any])
 
 def test_retention_deletes_the_transfer_secret_with_the_token_secret(world: dict[str, Any]) -> None:
     from pidispatch.api.views import JobView
-    from pidispatch.jobflow.retention import Kind, due
+    from pidispatch.jobflow.retention import Kind, RetainedPod, due
 
     job, pod = start_job(world, "delivery-1")
     hand_back(world, job["metadata"]["uid"], TRANSCRIPT)
     end_pod(world, pod)
     ended = JobView.of(world["api"].job("delivery-1"))
-    pods = [world["api"].get(f"{PODS}/{pod['metadata']['name']}")]
+    pods = [RetainedPod.of(world["api"].get(f"{PODS}/{pod['metadata']['name']}"))]
     secrets = [d.name for d in due(ended, pods, 10**10, world["settings"]) if d.kind is Kind.SECRET]
     assert f"pij-delivery-1-transfer-{job['metadata']['uid']}" in secrets
 

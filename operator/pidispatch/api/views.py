@@ -70,6 +70,7 @@ class ObjectMeta:
     deletion: str | None = None  # deletionTimestamp
     labels: Mapping[str, str] = field(default_factory=dict)
     finalizers: tuple[str, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the requests a SessionKey carries (retire, ...)
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> ObjectMeta:
@@ -79,7 +80,8 @@ class ObjectMeta:
                    generation=generation if isinstance(generation, int) else None,
                    resource_version=md.get("resourceVersion"), created=str(md.get("creationTimestamp") or ""),
                    deletion=md.get("deletionTimestamp") or None, labels=_mapping(md.get("labels")),
-                   finalizers=tuple(md.get("finalizers") or ()))
+                   finalizers=tuple(md.get("finalizers") or ()),
+                   annotations={str(k): str(v) for k, v in _mapping(md.get("annotations")).items()})
 
 
 @dataclass(frozen=True)

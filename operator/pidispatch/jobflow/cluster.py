@@ -63,7 +63,7 @@ class Cluster:
         """
         now = self.clock()
         written = write_status(self.api, self.crd("jobs", job.name, "status"), job,
-                               lambda current: summarize(current.stored_status, change, current.meta.generation, now),
+                               lambda current: summarize(current, change, now),
                                conditional=resource_version is not None, version=resource_version)
         if written is None:
             return job

@@ -13,9 +13,8 @@ end counts nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from pidispatch.api.models import JobSession
+from pidispatch.api.models import JobSession, KeyUsage, StartUsage
 from pidispatch.contract import TOKEN_FIELDS
 
 STARTS = ("resumed", "rethreaded", "cold")  # a SessionKey's counters; "none" is a job without a session
@@ -42,7 +41,7 @@ def session_start(session: JobSession | None) -> str:
     return "rethreaded" if session.rethreaded else "cold"
 
 
-def _number(value: Any) -> float:
+def _number(value: object) -> float:
     return value if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
@@ -51,25 +50,37 @@ def _whole(value: float) -> float:
     return int(value) if float(value).is_integer() else round(value, 10)
 
 
-def counted(usage: dict[str, Any] | None, job: str, start: str, tokens: dict[str, float] | None) -> dict[str, Any]:
-    """``usage`` (a SessionKey's ``status.usage``, or ``None``) with ``job`` counted under ``start``: one more
-    job and its tokens added. Unchanged when ``job`` was counted already or ``start`` is not a key's start."""
-    usage = dict(usage or {})
-    recent = [j for j in usage.get("recentJobs") or [] if isinstance(j, str)]
+def counted(usage: KeyUsage | None, job: str, start: str, tokens: dict[str, float] | None) -> KeyUsage:
+    """``usage`` (a SessionKey's ``status.usage`` as its view read it, or ``None``) with ``job`` counted under
+    ``start``: one more job and its tokens added. Unchanged when ``job`` was counted already or ``start`` is
+    not a key's start."""
+    usage = usage if usage is not None else KeyUsage()
+    recent = list(usage.recentJobs or [])
     if start not in STARTS or job in recent:
         return usage
-    part = dict(usage.get(start) or {})
+    before = getattr(usage, start)
+    part: dict[str, float] = before.model_dump(exclude_unset=True) if before is not None else {}
     part["jobs"] = int(_number(part.get("jobs"))) + 1
     for name in TOKEN_FIELDS:
         if tokens and name in tokens:
             part[name] = _whole(_number(part.get(name)) + tokens[name])
-    usage[start] = part
-    usage["recentJobs"] = [*recent, job][-RECENT_JOBS:]
-    return usage
+    return usage.model_copy(update={start: StartUsage.model_validate(part),
+                                    "recentJobs": [*recent, job][-RECENT_JOBS:]})
 
 
-def per_job(usage: dict[str, Any] | None, start: str, field: str = "total") -> float | None:
+def usage_patch(usage: KeyUsage) -> dict[str, object]:
+    """``usage`` as ``status.usage`` carries it: the fields it holds, the counters whole where they are whole (the
+    model reads every token figure as a float)."""
+    dumped = usage.model_dump(mode="json", exclude_unset=True)
+    for start in STARTS:
+        part = dumped.get(start)
+        if isinstance(part, dict):
+            dumped[start] = {k: _whole(v) if isinstance(v, float) else v for k, v in part.items()}
+    return dumped
+
+
+def per_job(usage: KeyUsage | None, start: str, field: str = "total") -> float | None:
     """The mean of ``field`` per job of ``start`` on a key (``None``: no such job yet)."""
-    part = (usage or {}).get(start) or {}
-    jobs = _number(part.get("jobs"))
-    return _number(part.get(field)) / jobs if jobs else None
+    part = getattr(usage, start) if usage is not None else None
+    jobs = _number(part.jobs) if part is not None else 0
+    return _number(getattr(part, field)) / jobs if jobs else None

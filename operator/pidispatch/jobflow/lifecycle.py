@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pidispatch.api.conditions import get_condition, reason_to_camel, set_condition
-from pidispatch.api.models import FailedResumes, JobSpec, SessionKeySpec
+from pidispatch.api.models import FailedResumes, JobSpec, Retired, SessionKeySpec, SessionKeyStatus
+from pidispatch.api.views import ObjectMeta
 from pidispatch.api.vocabulary import RELEASE_ANNOTATION, RETIRE_ANNOTATION, RETIRE_REASONS
 from pidispatch.contract.keys import CRON_BRANCH_PREFIX, issue_of_branch
 from pidispatch.record import SessionReason
@@ -38,15 +39,9 @@ JOBS_KEPT = 10
 TRANSCRIPT_FAILURES = frozenset({"PodFailed", "DeadlineExceeded", "OOMKilled"})
 
 
-def annotations_of(body: Mapping[str, Any]) -> dict[str, str]:
-    """The object's annotations (an object without any: empty)."""
-    found = (body.get("metadata") or {}).get("annotations") or {}
-    return {str(k): str(v) for k, v in found.items()} if isinstance(found, Mapping) else {}
-
-
 def asks(body: Mapping[str, Any]) -> bool:
-    """Does a SessionKey's body carry a request for the operator (retire, release)?"""
-    found = annotations_of(body)
+    """Does a SessionKey's body (as a watch event hands it) carry a request for the operator (retire, release)?"""
+    found = ObjectMeta.of(body).annotations
     return RETIRE_ANNOTATION in found or RELEASE_ANNOTATION in found
 
 
@@ -106,59 +101,55 @@ def counted(state: FailedResumes | None, job: str, threshold: int, now: str) -> 
     return FailedResumes(count=count, jobs=jobs, quarantinedAt=since)
 
 
-def is_quarantined(status: Mapping[str, Any]) -> bool:
-    failed = status.get("failedResumes") or {}
-    return bool(failed.get("quarantinedAt"))
+def is_quarantined(failed: FailedResumes | None) -> bool:
+    return failed is not None and bool(failed.quarantinedAt)
 
 
-def is_retired(status: Mapping[str, Any]) -> bool:
-    return bool(status.get("retired"))
-
-
-def held_reason(status: Mapping[str, Any] | None) -> str | None:
-    """The cold start the SessionKey's status imposes on the next delivery (before any gate), or ``None``."""
-    if not status:
-        return None
-    if is_retired(status):
+def held(retired: Retired | None, failed: FailedResumes | None) -> str | None:
+    """The cold start a key's ``retired`` and ``failedResumes`` impose on the next delivery, or ``None``."""
+    if retired is not None:
         return SessionReason.RETIRED.value
-    if is_quarantined(status):
+    if is_quarantined(failed):
         return SessionReason.QUARANTINED.value
     return None
 
 
-def quarantine_message(name: str, failed: Mapping[str, Any]) -> str:
-    jobs = ", ".join(failed.get("jobs") or []) or "none recorded"
-    return (f"{failed.get('count')} resumed jobs in a row ended Failed (the last: {jobs}); the transcript is "
-            f"quarantined since {failed.get('quarantinedAt')} and every delivery starts cold. If the failures were "
+def held_reason(status: SessionKeyStatus | None) -> str | None:
+    """The cold start the SessionKey's status imposes on the next delivery (before any gate), or ``None``."""
+    return None if status is None else held(status.retired, status.failedResumes)
+
+
+def quarantine_message(name: str, failed: FailedResumes) -> str:
+    jobs = ", ".join(failed.jobs) or "none recorded"
+    return (f"{failed.count} resumed jobs in a row ended Failed (the last: {jobs}); the transcript is "
+            f"quarantined since {failed.quarantinedAt} and every delivery starts cold. If the failures were "
             f"not the transcript's doing, release it: kubectl annotate sessionkey {name} "
             f"{RELEASE_ANNOTATION}=true. To drop it: kubectl delete sessionkey {name}. A job that succeeds on the "
             "key replaces it with its new conversation and ends the quarantine.")
 
 
-def retired_message(retired: Mapping[str, Any]) -> str:
-    kept = (f" Its directory was archived as {retired['archive']} in the store's root."
-            if retired.get("archive") else " Its directory was deleted.")
-    return (f"The key was retired ({retired.get('reason')}) at {retired.get('at')}.{kept} The next delivery on "
+def retired_message(retired: Retired) -> str:
+    kept = (f" Its directory was archived as {retired.archive} in the store's root."
+            if retired.archive else " Its directory was deleted.")
+    return (f"The key was retired ({retired.reason}) at {retired.at}.{kept} The next delivery on "
             "this branch starts a fresh conversation, and once that one is promoted the key is in use again.")
 
 
-def overlay(status: dict[str, Any], stored: Mapping[str, Any], name: str,
-            generation: int | None = None) -> dict[str, Any]:
-    """``status`` (the store's judgement, ``summarize_sessionkey.sessionkey_status``) with the lifecycle on top:
-    a retired or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a ``Retired``
-    condition. ``stored``: the status as stored, which holds ``retired`` and ``failedResumes``."""
-    conditions = status.get("conditions")
-    retired = stored.get("retired")
-    if retired or get_condition(conditions, "Retired") is not None:
+def overlay(conditions: list[dict[str, Any]], nxt: str, retired: Retired | None, failed: FailedResumes | None,
+            name: str, generation: int | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The store's judgement (``conditions`` and ``next``, ``summarize_sessionkey.judge``) with the lifecycle on
+    top: a retired or quarantined key's ``Resumable`` is False and says why, and a key ever retired has a
+    ``Retired`` condition. ``retired`` and ``failed``: the key's lifecycle as the outcomes leave it."""
+    if retired is not None or get_condition(conditions, "Retired") is not None:
         conditions = set_condition(
-            conditions, "Retired", bool(retired),
-            reason_to_camel(str(retired.get("reason") or REQUESTED)) if retired else "InUse",
-            retired_message(retired) if retired else
+            conditions, "Retired", retired is not None,
+            reason_to_camel(retired.reason or REQUESTED) if retired is not None else "InUse",
+            retired_message(retired) if retired is not None else
             "A new conversation was promoted on this branch after the key was retired.", generation)
-    held = held_reason(stored)
-    if held is not None:
-        message = retired_message(retired or {}) if held == SessionReason.RETIRED else quarantine_message(
-            name, stored.get("failedResumes") or {})
-        conditions = set_condition(conditions, "Resumable", False, reason_to_camel(held), message, generation)
-        status = {**status, "next": held}
-    return {**status, "conditions": conditions}
+    reason = held(retired, failed)
+    if reason is not None:
+        message = retired_message(retired) if retired is not None else quarantine_message(name, failed or
+                                                                                          FailedResumes(count=0))
+        conditions = set_condition(conditions, "Resumable", False, reason_to_camel(reason), message, generation)
+        nxt = reason
+    return conditions, nxt

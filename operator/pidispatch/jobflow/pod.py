@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
 
 from pidispatch.api.models import JobSpec, TriggerRun, TriggerSpec
 from pidispatch.api.views import JobView
@@ -130,8 +129,9 @@ def transfer_inputs(settings: OperatorSettings, cluster: Cluster, job: JobView) 
 
 def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigger: TriggerSpec,
                host: HostRecord | None, token: JobToken | None, checkout: Checkout | None = None,
-               moved: Moved | None = None, gateway: GatewayInputs | None = None) -> dict[str, Any]:
-    """Create the job's Pod, or find the one an earlier attempt created (409). Raises ``ApiError`` otherwise.
+               moved: Moved | None = None, gateway: GatewayInputs | None = None) -> PodView:
+    """Create the job's Pod, or find the one an earlier attempt created (409), and read it as the API answered
+    (:class:`PodView`, the edge). Raises ``ApiError`` otherwise.
     ``gateway``: the Job's capability was minted (``capability.py``) and the Pod holds no other credential.
 
     ``job``'s spec is valid (the admission refused it otherwise)."""
@@ -183,10 +183,11 @@ def create_pod(settings: OperatorSettings, cluster: Cluster, job: JobView, trigg
         existing = cluster.api.get_or_none(cluster.pods(manifest["metadata"]["name"]))
         if existing is None:
             raise
-        if PodView.of(existing).owner_uid != job.uid:
+        found = PodView.of(existing)
+        if found.owner_uid != job.uid:
             raise PodOfEarlierJob(manifest["metadata"]["name"]) from None
-        return existing
+        return found
     if capped is not None:
         emit("job_timeout_capped", job=job.name, activeDeadlineSeconds=deadline)
         cluster.event(job, "Normal", "TimeoutCapped", capped)
-    return created
+    return PodView.of(created)

@@ -34,7 +34,7 @@ def count(settings: OperatorSettings, job: str, *, resumed: bool, ended: Ended,
 def release(sk: SessionKeyView) -> Released | None:
     """``kubectl annotate sessionkey <key> pi-dispatch.dev/release-quarantine=...``: the count starts again at
     zero and the next delivery resumes (``retire.requests`` writes it, then removes the annotation)."""
-    if lifecycle.RELEASE_ANNOTATION not in lifecycle.annotations_of(sk.body):
+    if lifecycle.RELEASE_ANNOTATION not in sk.meta.annotations:
         return None
     return Released()
 

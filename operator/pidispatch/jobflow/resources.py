@@ -12,9 +12,12 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 def job_resources(settings: OperatorSettings, run: TriggerRun) -> dict[str, dict[str, str]]:
     """The Trigger's ``run.resources``, else the deployment's; with the deployment's ephemeral-storage
     request and limit wherever they name none, so that no job Pod's disk is unbounded (issue 31)."""
-    given = run.resources.model_dump(exclude_unset=True) if run.resources is not None else {}
-    chosen = given or {part: dict(q) for part, q in settings.job_resources}
-    resources = {part: dict(chosen.get(part) or {}) for part in ("requests", "limits")}
+    given = run.resources
+    if given is not None and given.model_fields_set:  # the Trigger set something: its resources, whole
+        resources = {"requests": dict(given.requests or {}), "limits": dict(given.limits or {})}
+    else:
+        deployment = dict(settings.job_resources)
+        resources = {part: dict(deployment.get(part, ())) for part in ("requests", "limits")}
     resources["limits"].setdefault(EPHEMERAL_STORAGE, settings.job_ephemeral_storage_limit)
     # Not above a limit a Trigger set lower (the apiserver would refuse the Pod); without a request of its
     # own, the apiserver makes the limit the request.

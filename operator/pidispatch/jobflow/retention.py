@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -72,11 +72,32 @@ def finished_at(job: JobView) -> float | None:
         return None
 
 
-def pod_ended(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ENDED_POD_PHASES
+@dataclass(frozen=True)
+class RetainedPod:
+    """A job Pod as retention reads it, once per pass (:meth:`of`): the job flow's :class:`PodView` (its name, phase
+    and controlling owner) and what a precondition and a second delete need, its ``uid`` and whether it is
+    being deleted already."""
+
+    pod: PodView
+    uid: str | None
+    deleting: bool
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> RetainedPod:
+        meta = pod.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        return cls(PodView.of(pod), meta.get("uid"), bool(meta.get("deletionTimestamp")))
+
+    @property
+    def name(self) -> str:
+        return self.pod.name
+
+    @property
+    def ended(self) -> bool:
+        return self.pod.phase in ENDED_POD_PHASES
 
 
-def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: OperatorSettings,
+def due(job: JobView, pods: Sequence[RetainedPod], now: float, settings: OperatorSettings,
         secret_gone: bool = False) -> list[Delete]:
     """What retention deletes of ``job`` at ``now`` (epoch seconds), given the job Pods of the namespace.
 
@@ -89,16 +110,15 @@ def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: Oper
         return []
     age = now - finished
     uid, name = job.uid, job.name
-    own = [p for p in pods if PodView.of(p).owner_uid == uid]
-    if not all(pod_ended(p) for p in own):
+    own = [p for p in pods if p.pod.owner_uid == uid]
+    if not all(p.ended for p in own):
         return []  # its Pod is still running (or yet to start): stopping it is nobody's retention
     ttl = settings.job_ttl_seconds_after_finished
     if ttl is not None and age >= ttl and not comment_pending(job, now):
         return [Delete(Kind.JOB, name, uid, name, age)]
     if age < settings.job_pod_retention_seconds:
         return []
-    actions = [Delete(Kind.POD, p["metadata"]["name"], p["metadata"].get("uid"), name, age) for p in own
-               if not p["metadata"].get("deletionTimestamp")]
+    actions = [Delete(Kind.POD, p.name, p.uid, name, age) for p in own if not p.deleting]
     if not secret_gone:
         actions.append(Delete(Kind.SECRET, token_secret_name(name, uid), None, name, age))
         if settings.staging.transfer is not None:  # its transfer token opens nothing once the Job ended
@@ -162,7 +182,7 @@ class Retention:
     def run_once(self) -> list[Delete]:
         """One pass: list the Jobs and the job Pods, delete what is due; the deletions done."""
         jobs = self.cluster.jobs()
-        pods = self.cluster.api.list(self.cluster.pods(), labelSelector=JOB_SELECTOR)
+        pods = [RetainedPod.of(pod) for pod in self.cluster.api.list(self.cluster.pods(), labelSelector=JOB_SELECTOR)]
         self._secret_gone &= {job.uid for job in jobs}
         now = self._wall()
         done = []

@@ -52,11 +52,11 @@ def requests(settings: OperatorSettings, cluster: Cluster, sk: SessionKeyView) -
 def retire(settings: OperatorSettings, cluster: Cluster, sk: SessionKeyView) -> Retirement | None:
     """Retire ``sk``'s key in the store if its annotation asks; what it did (``None``: not asked, or refused). The
     status is :func:`requests`' to write."""
-    asked = lifecycle.annotations_of(sk.body).get(lifecycle.RETIRE_ANNOTATION)
+    asked = sk.meta.annotations.get(lifecycle.RETIRE_ANNOTATION)
     if asked is None or sk.meta.deletion:
         return None
     reason = lifecycle.retire_reason(asked)
-    pull_request = lifecycle.annotations_of(sk.body).get(RETIRE_PULL_REQUEST_ANNOTATION)
+    pull_request = sk.meta.annotations.get(RETIRE_PULL_REQUEST_ANNOTATION)
     if pull_request is not None:
         last_name = sk.status.lastJob
         last = cluster.job(last_name) if last_name else None

@@ -27,6 +27,7 @@ from pidispatch.jobflow.summarize_sessionkey import (
     LastJob,
     Released,
     Retirement,
+    StoreReading,
     judged_with,
     summarize_sessionkey,
 )
@@ -92,11 +93,11 @@ def write(settings: OperatorSettings, cluster: Cluster, key: str, outcomes: Sequ
 
     def judge(sk: SessionKeyView) -> dict[str, object]:
         if not store:
-            return summarize_sessionkey(sk, None, outcomes)
-        judged = judged_with(sk.stored_status, outcomes)
+            return summarize_sessionkey(sk, None, outcomes).to_patch()
+        judged = judged_with(sk.status, outcomes)
         inspected = inspect_key(settings.store, key, pi_version=judged.pi_version, model=judged.model,
                                 population=None if judged.population is None else frozenset(judged.population))
-        return summarize_sessionkey(sk, inspected, outcomes)
+        return summarize_sessionkey(sk, StoreReading.of(inspected), outcomes).to_patch()
 
     current = read() if listed is None else None if listed.meta.deletion else listed
     was = current.status.failedResumes if current is not None else None

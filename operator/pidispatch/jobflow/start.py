@@ -207,13 +207,13 @@ def launch(settings: OperatorSettings, cluster: Cluster, forge: Forge | None, jo
         known = cluster.sessionkey(ref.key)  # a retired key, a quarantined transcript: cold before any gate
         host = stage_session(settings, jd, ref, trigger_spec.run, name, admits=trigger_population(trigger_spec.on),
                              secrets=own,
-                             held=lifecycle.held_reason(known.stored_status if known is not None else None))
+                             held=lifecycle.held_reason(known.status if known is not None else None))
         failpoints.at("staged", name)
     moved = None
     if checkout is not None and forge is not None:
         moved = checkout_step.previous_commit(cluster, forge, host, checkout)
     try:
-        pod = PodView.of(create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway))
+        pod = create_pod(settings, cluster, job, trigger_spec, host, token, checkout, moved, gateway)
     except ApiError as exc:
         if not pod_create_refused_for_good(exc.status):
             raise  # an outage or a conflict: retried after a back-off

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from pidispatch.api.conditions import set_condition
 from pidispatch.api.models import JobCheckout, JobGateway, JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.views import JobView
 from pidispatch.jobflow.status_patch import changes
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Refused"})
@@ -91,18 +92,21 @@ class Commented:
 Change = Queued | Refused | Retrying | Running | Ended | Commented
 
 
-def summarize(status: dict[str, Any] | None, change: Change, generation: int | None, now: str) -> dict[str, Any]:
-    """The status patch that records ``change`` at ``now`` (RFC 3339): only the fields that differ from ``status``.
+def summarize(job: JobView, change: Change, now: str) -> dict[str, Any]:
+    """The status patch (a JSON merge patch, the one dict a Job's status is turned into) that records ``change`` at
+    ``now`` (RFC 3339): only the fields that differ from the Job's status as stored.
 
-    Conditions carry ``generation`` as their ``observedGeneration``; ``lastTransitionTime`` moves
+    Conditions carry the Job's ``generation`` as their ``observedGeneration``; ``lastTransitionTime`` moves
     only when a condition's status does.
     """
-    status = status or {}
-    conditions = status.get("conditions")
+    status, generation = job.status, job.meta.generation
+    stored = job.stored_status  # what the merge patch applies to
+    conditions = stored.get("conditions")
 
     def since(phase: str, field: str) -> str:
         # A phase's timestamp is when the Job entered it: recording the same phase again keeps it.
-        return status[field] if status.get("phase") == phase and status.get(field) else now
+        entered = getattr(status, field)
+        return str(entered) if status.phase == phase and entered else now
 
     wanted: dict[str, Any]
     if isinstance(change, Queued):
@@ -134,8 +138,8 @@ def summarize(status: dict[str, Any] | None, change: Change, generation: int | N
     else:
         wanted = {"conditions": set_condition(conditions, COMMENTED, change.ok, change.reason, change.message,
                                               generation, now)}
-    patch = changes(status, wanted)
-    if patch and status.get("observedGeneration") != generation:
+    patch = changes(stored, wanted)
+    if patch and status.observedGeneration != generation:
         patch["observedGeneration"] = generation
     return patch
 

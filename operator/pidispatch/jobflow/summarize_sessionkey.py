@@ -4,8 +4,10 @@ The steps that concern a key each say what they found as one of the small frozen
 nothing: the job's end (:class:`LastJob`, :class:`Rethreaded`, ``cost.JobUsage``), the lifecycle
 (:class:`Promoted` from a promotion, :class:`FailedResume` and :class:`Released` from ``quarantine.py``,
 :class:`Retirement` from ``retire.py``). :func:`summarize_sessionkey` folds them, over the status as stored
-and the store's own reading of the key (``store.inspect.inspect_key``), into the one status the key should
-have; ``sessionkey.write`` (the one writer) patches it through ``status_patch.write_status``.
+(``SessionKeyView.status``, typed) and the store's own reading of the key (``store.inspect.inspect_key``'s
+answer, read once into :class:`StoreReading`), into the one status the key should have, a
+:class:`SessionKeySummary`; its ``to_patch()`` is the only place that status becomes a dict (the JSON merge patch),
+and ``sessionkey.write`` (the one writer) sends it through ``status_patch.write_status``.
 
 So every status field of a SessionKey is decided here and nowhere else: ``failedResumes`` is counted, reset
 by a promotion, released and emptied by a retirement in this file (docs/architecture.md#status-writing).
@@ -18,13 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.api.conditions import reason_to_camel, set_condition
-from pidispatch.api.views import SessionKeyView
+from pidispatch.api.models import ContextReading, FailedResumes, KeyUsage, Retired, SessionKeyStatus, WaitingLetter
+from pidispatch.api.views import SessionKeyView, lenient
 from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
 from pidispatch.jobflow import cost, lifecycle
 from pidispatch.jobflow.cost import JobUsage
-
-# The last job's facts a status keeps when a refresh (no job ended) judges the key again.
-LAST_FACTS = ("lastJob", "lastReason", "lastPromotedAt", "lastCommit", "judgedWith", "rethreadedBy", "usage")
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,6 @@ class LastJob:
     judged_with: JudgedWith
     promoted_at: str | None = None
     commit: LastCommit | None = None
-
-    def fields(self) -> dict[str, Any]:
-        """The status fields it sets, as the CRD spells them."""
-        judged = self.judged_with
-        facts: dict[str, Any] = {"lastJob": self.job, "lastReason": self.reason,
-                                 "judgedWith": {"piVersion": judged.pi_version, "model": judged.model,
-                                                "population": None if judged.population is None
-                                                else list(judged.population)}}
-        if self.promoted_at is not None:
-            facts["lastPromotedAt"] = self.promoted_at
-            if self.commit is not None:
-                facts["lastCommit"] = {"sha": self.commit.sha, "pushed": self.commit.pushed}
-        return facts
 
 
 @dataclass(frozen=True)
@@ -114,107 +101,236 @@ class Retirement:
 KeyOutcome = LastJob | Rethreaded | Promoted | FailedResume | Released | Retirement | JobUsage
 
 
-def judged_with(stored: Mapping[str, Any], outcomes: Sequence[KeyOutcome]) -> JudgedWith:
+@dataclass(frozen=True)
+class StoreReading:
+    """The store's judgement of a key (``store.inspect.inspect_key``, which hands a dict as ``store inspect`` prints
+    it), read once here: every field the SessionKey's status takes from it."""
+
+    stored: bool  # a real key directory with a transcript of some bytes
+    bytes: int | None
+    venue: str | None
+    pi_version: str | None
+    population: tuple[str, ...] | None
+    resume_chain: int
+    context: ContextReading | None
+    locked: bool  # a promotion's lock is there (live or stale)
+    lock_live: bool
+    lock_age_ms: int | None
+    next: str
+    assumed_pi_version: bool
+    ledger_entries: int
+    letter: WaitingLetter | None
+
+    @classmethod
+    def of(cls, found: Mapping[str, Any]) -> StoreReading:
+        lock = _mapping(found.get("lock"))
+        ledger = _mapping(found.get("ledger"))
+        population = found.get("population")
+        context, letter = found.get("context"), ledger.get("letter")
+        return cls(stored=bool(found.get("directory")) and bool(found.get("bytes")), bytes=found.get("bytes"),
+                   venue=found.get("venue"), pi_version=found.get("piVersion"),
+                   population=tuple(population) if isinstance(population, list) else None,
+                   resume_chain=found.get("resumeChain") or 0,
+                   context=None if context is None else lenient(ContextReading, context),
+                   locked=bool(lock), lock_live=lock.get("state") == "live", lock_age_ms=lock.get("ageMs"),
+                   next=found.get("next") or "absent", assumed_pi_version=bool(found.get("assumedPiVersion")),
+                   ledger_entries=ledger.get("entries") or 0,
+                   letter=None if letter is None else lenient(WaitingLetter, letter))
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """``failedResumes`` and ``retired`` as the outcomes leave them, and which of the two they changed (only those
+    are sent: ``None`` then empties the field)."""
+
+    failed_resumes: FailedResumes | None
+    retired: Retired | None
+    changed: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The store's judgement of the key with the last job's facts and the lifecycle on top: every status field a
+    store decides. ``last``: the last job's facts the outcomes set (the rest stay as stored);
+    ``usage``: the counters after a job's end (``None``: no job ended)."""
+
+    reading: StoreReading
+    generation: int | None
+    conditions: list[dict[str, Any]]  # metav1.Condition, as ``set_condition`` keeps them
+    next: str
+    last: LastJob | None = None
+    rethreaded: Rethreaded | None = None
+    usage: KeyUsage | None = None
+
+
+@dataclass(frozen=True)
+class SessionKeySummary:
+    """The status a SessionKey should have after the outcomes: the lifecycle, and the store's judgement (``None``:
+    no store to judge from, the lifecycle alone). :meth:`to_patch` is the one place it becomes a dict."""
+
+    lifecycle: Lifecycle
+    judged: Judgement | None = None
+
+    def to_patch(self) -> dict[str, Any]:
+        """The status as a JSON merge patch wants it, as the CRD spells it (``status_patch.write_status`` sends what
+        changed of it): the lifecycle fields the outcomes changed (``None`` empties one), and with a store the
+        judgement, the last job's facts the outcomes set and the usage counted."""
+        life: dict[str, Any] = {}
+        lived = self.lifecycle
+        if "failedResumes" in lived.changed:
+            failed = lived.failed_resumes
+            life["failedResumes"] = None if failed is None else failed.model_dump(mode="json")
+        if "retired" in lived.changed:
+            retired = lived.retired
+            life["retired"] = None if retired is None else {"reason": retired.reason, "at": retired.at,
+                                                            "archive": retired.archive}
+        judged = self.judged
+        if judged is None:
+            return life
+        reading = judged.reading
+        status: dict[str, Any] = {
+            # The spec this status was judged for, as the Trigger's and the Job's say.
+            "observedGeneration": judged.generation,
+            "conditions": judged.conditions, "bytes": reading.bytes, "venue": reading.venue,
+            "ledger": {"entries": reading.ledger_entries,
+                       "letter": None if reading.letter is None else reading.letter.model_dump(exclude_unset=True)},
+            "piVersion": reading.pi_version, "population": _known(reading.population),
+            "resumeChain": reading.resume_chain,
+            "context": None if reading.context is None else reading.context.model_dump(exclude_unset=True),
+            "next": judged.next,
+        }
+        last = judged.last
+        if last is not None:
+            with_ = last.judged_with
+            status.update({"lastJob": last.job, "lastReason": last.reason, "judgedWith": {
+                "piVersion": with_.pi_version, "model": with_.model,
+                "population": None if with_.population is None else list(with_.population)}})
+            if last.promoted_at is not None:
+                status["lastPromotedAt"] = last.promoted_at
+                if last.commit is not None:
+                    status["lastCommit"] = {"sha": last.commit.sha, "pushed": last.commit.pushed}
+        if judged.rethreaded is not None:
+            by = judged.rethreaded
+            status["rethreadedBy"] = None if by.job is None else {"job": by.job, "reason": by.reason}
+        if judged.usage is not None:
+            status["usage"] = cost.usage_patch(judged.usage)
+        return {**status, **life}
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def judged_with(stored: SessionKeyStatus, outcomes: Sequence[KeyOutcome]) -> JudgedWith:
     """What the next delivery is judged as if it ran: the last job's pi, model and population (this one's, or
     as stored); unknown where neither says."""
     for outcome in outcomes:
         if isinstance(outcome, LastJob):
             return outcome.judged_with
-    judged = stored.get("judgedWith") or {}
-    admits = judged.get("population")
-    return JudgedWith(judged.get("piVersion"), judged.get("model"),
-                      tuple(admits) if isinstance(admits, list) else None)
+    judged = stored.judgedWith
+    if judged is None:
+        return JudgedWith(None, None, None)
+    return JudgedWith(judged.piVersion, judged.model,
+                      None if judged.population is None else tuple(judged.population))
 
 
-def lifecycle_fields(sk: SessionKeyView, outcomes: Sequence[KeyOutcome]) -> dict[str, Any]:
-    """``failedResumes`` and ``retired`` after ``outcomes``, in their order: only the fields they change."""
-    stored = sk.stored_status
-    fields: dict[str, Any] = {}
+def lifecycle_fields(sk: SessionKeyView, outcomes: Sequence[KeyOutcome]) -> Lifecycle:
+    """``failedResumes`` and ``retired`` after ``outcomes``, in their order, and which of them they change."""
+    failed, retired = sk.status.failedResumes, sk.status.retired
+    was_retired = retired is not None
+    changed: set[str] = set()
     for outcome in outcomes:
         if isinstance(outcome, FailedResume):
             failed = lifecycle.counted(sk.status.failedResumes, outcome.job, outcome.threshold, outcome.at)
-            fields["failedResumes"] = None if failed is None else failed.model_dump(mode="json")
+            changed.add("failedResumes")
         elif isinstance(outcome, Released):
-            if stored.get("failedResumes"):
-                fields["failedResumes"] = None
+            if sk.status.failedResumes is not None:
+                failed = None
+                changed.add("failedResumes")
         elif isinstance(outcome, Retirement):
-            if not (stored.get("retired") and outcome.archive is None):
+            if not (was_retired and outcome.archive is None):
                 # Retired already and nothing was left to retire: the same request seen again (the watch shows
                 # the annotation until it is removed); the first retirement's facts stand. Otherwise a failure
                 # count belongs to the conversation that is gone: the next one starts with none.
-                fields["retired"] = {"reason": outcome.reason, "at": outcome.at, "archive": outcome.archive}
-                fields["failedResumes"] = None
+                retired = Retired.model_construct(reason=outcome.reason, at=outcome.at, archive=outcome.archive)
+                failed = None
+                changed |= {"retired", "failedResumes"}
         elif isinstance(outcome, Promoted):
-            fields["failedResumes"] = None
-            fields["retired"] = None
-    return fields
+            failed = retired = None
+            changed |= {"retired", "failedResumes"}
+    return Lifecycle(failed, retired, frozenset(changed))
 
 
-def summarize_sessionkey(sk: SessionKeyView, inspected: dict[str, Any] | None,
-                         outcomes: Sequence[KeyOutcome] = ()) -> dict[str, Any]:
-    """The status ``sk`` should have after ``outcomes``: the store's judgement (``inspected``, judged with
-    :func:`judged_with`), the last job's facts, its cost, and the lifecycle on top. ``inspected`` ``None`` (no
-    store to judge from): the lifecycle fields alone. The patch helper sends only what changed."""
-    old = sk.stored_status
+def summarize_sessionkey(sk: SessionKeyView, reading: StoreReading | None,
+                         outcomes: Sequence[KeyOutcome] = ()) -> SessionKeySummary:
+    """The status ``sk`` should have after ``outcomes``: the store's judgement (``reading``, judged with
+    :func:`judged_with`), the last job's facts, its cost, and the lifecycle on top. ``reading`` ``None`` (no
+    store to judge from): the lifecycle alone. The patch helper sends only what changed."""
     life = lifecycle_fields(sk, outcomes)
-    if inspected is None:
-        return life
-    last: dict[str, Any] = {}
-    for outcome in outcomes:
-        if isinstance(outcome, LastJob):
-            last.update(outcome.fields())
-        elif isinstance(outcome, Rethreaded):
-            last["rethreadedBy"] = None if outcome.job is None else {"job": outcome.job, "reason": outcome.reason}
-    facts = {**{k: old[k] for k in LAST_FACTS if k in old}, **last}
+    if reading is None:
+        return SessionKeySummary(life)
+    old = sk.status
+    last = next((outcome for outcome in reversed(outcomes) if isinstance(outcome, LastJob)), None)
+    rethreaded = next((outcome for outcome in reversed(outcomes) if isinstance(outcome, Rethreaded)), None)
+    usage = None
     for outcome in outcomes:
         if isinstance(outcome, JobUsage):
-            facts["usage"] = cost.counted(old.get("usage"), outcome.job, outcome.start, outcome.tokens)
-    status = sessionkey_status(inspected, old.get("conditions"), {**facts, **life}, sk.meta.generation)
+            usage = cost.counted(usage if usage is not None else old.usage, outcome.job, outcome.start,
+                                 outcome.tokens)
+    by: tuple[str | None, str | None] | None
+    if rethreaded is not None:
+        by = None if rethreaded.job is None else (rethreaded.job, rethreaded.reason)
+    else:  # as stored (a merge patch keeps no null member: a lineage with neither is none)
+        stored_by = old.rethreadedBy
+        by = None if stored_by is None or (stored_by.job is None and stored_by.reason is None) else (
+            stored_by.job, stored_by.reason)
+    conditions, nxt = judge(reading, sk.stored_status.get("conditions"), by, sk.meta.generation)
     # Retired or quarantined (as stored, or as these outcomes just made it): say so.
-    return lifecycle.overlay(status, {**old, **last, **life}, sk.name, sk.meta.generation)
+    conditions, nxt = lifecycle.overlay(conditions, nxt, life.retired, life.failed_resumes, sk.name,
+                                        sk.meta.generation)
+    return SessionKeySummary(life, Judgement(reading, sk.meta.generation, conditions, nxt, last, rethreaded, usage))
 
 
-def _known(population: list[str] | None) -> list[str] | None:
+def _known(population: tuple[str, ...] | None) -> list[str] | None:
     """The stamped population as the CRD takes it: a stamp with a token no Trigger can admit shows as unknown."""
     if population is None or not all(token in AUTHOR_ASSOCIATIONS for token in population):
         return None
-    return population
+    return list(population)
 
 
-def sessionkey_status(view: dict[str, Any], conditions: list[dict[str, Any]] | None,
-                      last: Mapping[str, Any] | None = None, generation: int | None = None) -> dict[str, Any]:
-    """SessionKey status from ``store.inspect.inspect_key`` output plus the last job's facts."""
-    stored = bool(view.get("directory")) and bool(view.get("bytes"))
-    nxt = view.get("next") or "absent"
+def judge(reading: StoreReading, conditions: list[dict[str, Any]] | None,
+          rethreaded_by: tuple[str | None, str | None] | None = None,
+          generation: int | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The conditions ``Stored``, ``Resumable``, ``Locked`` and ``Rethreaded`` from the store's ``reading`` (and the
+    job that rethreaded the stored conversation, with the refusal it carried the work across), and ``next``."""
+    nxt = reading.next
+    stored = reading.stored
     conditions = set_condition(conditions, "Stored", stored, "TranscriptStored" if stored else "NoTranscript",
-                               f"{view.get('bytes')} bytes stored." if stored else "No transcript is stored.",
+                               f"{reading.bytes} bytes stored." if stored else "No transcript is stored.",
                                generation)
-    assumed = " (judged with the pi version stamped on the key)" if view.get("assumedPiVersion") else ""
+    assumed = " (judged with the pi version stamped on the key)" if reading.assumed_pi_version else ""
     conditions = set_condition(
         conditions, "Resumable", nxt == "resumed", "Resumable" if nxt == "resumed" else reason_to_camel(nxt),
         ("The next delivery would resume" + assumed + ".") if nxt == "resumed" else
         f"The next delivery would start cold: {nxt}{assumed}.", generation)
-    lock: dict[str, Any] = view.get("lock") or {}
-    live = lock.get("state") == "live"
+    live, locked, age = reading.lock_live, reading.locked, reading.lock_age_ms
     conditions = set_condition(
-        conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if lock else "Unlocked"),
-        f"A promotion holds the lock ({lock.get('ageMs')} ms old)." if live else
-        f"A stale lock ({lock.get('ageMs')} ms old) is left; the next promotion takes it over." if lock else
+        conditions, "Locked", live, "PromotionInProgress" if live else ("StaleLock" if locked else "Unlocked"),
+        f"A promotion holds the lock ({age} ms old)." if live else
+        f"A stale lock ({age} ms old) is left; the next promotion takes it over." if locked else
         "No promotion is running.", generation)
-    by = (last or {}).get("rethreadedBy")
+    by = rethreaded_by
     conditions = set_condition(
-        conditions, "Rethreaded", bool(by), reason_to_camel(by["reason"]) if by else "NotRethreaded",
-        f"Job {by['job']} started this conversation from the stored letter and ledger after the resume was "
-        f"refused ({by['reason']})." if by else "The stored conversation did not start from a handoff.",
+        conditions, "Rethreaded", by is not None, reason_to_camel(str(by[1])) if by else "NotRethreaded",
+        f"Job {by[0]} started this conversation from the stored letter and ledger after the resume was "
+        f"refused ({by[1]})." if by else "The stored conversation did not start from a handoff.",
         generation)
-    ledger = view.get("ledger") or {}
-    status: dict[str, Any] = {
-        "observedGeneration": generation,  # the spec this status was judged for, as the Trigger's and the Job's say
-        "conditions": conditions, "bytes": view.get("bytes"), "venue": view.get("venue"),
-        "ledger": {"entries": ledger.get("entries") or 0, "letter": ledger.get("letter")},
-        "piVersion": view.get("piVersion"), "population": _known(view.get("population")),
-        "resumeChain": view.get("resumeChain") or 0,
-        "context": view.get("context"), "next": nxt,
-    }
-    status.update(last or {})
-    return status
+    return conditions, nxt
+
+
+def sessionkey_status(reading: StoreReading, conditions: list[dict[str, Any]] | None, last: LastJob | None = None,
+                      generation: int | None = None) -> SessionKeySummary:
+    """The store's judgement alone (no lifecycle, no outcome but ``last``): what ``store inspect`` would show
+    a SessionKey as."""
+    judged, nxt = judge(reading, conditions, None, generation)
+    return SessionKeySummary(Lifecycle(None, None), Judgement(reading, generation, judged, nxt, last))

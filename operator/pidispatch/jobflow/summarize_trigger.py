@@ -69,20 +69,63 @@ class JobNoted:
 TriggerOutcome = Readiness | NextSlot | Claimed | Skipped | JobNoted
 
 
-def summarize_trigger(trigger: TriggerView, found: TriggerOutcome) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Bounds:
+    """The store's bounds in force (the operator's settings), as the Trigger's status shows them."""
+
+    ttl_days: int
+    max_bytes: int
+    max_age_days: int
+    max_resume_chain: int
+    max_context_pct: int | None
+
+    @classmethod
+    def of(cls, s: Settings) -> Bounds:
+        return cls(s.ttl_days, s.max_bytes, s.max_age_days, s.max_resume_chain, s.max_context_pct)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The Trigger read as it is: its conditions (``Ready``, ``ResumeArmed``, ``SessionStore``) for ``generation``,
+    and the bounds in force."""
+
+    generation: int | None
+    conditions: list[dict[str, Any]]  # metav1.Condition, as ``set_condition`` keeps them
+    bounds: Bounds
+
+
+@dataclass(frozen=True)
+class TriggerSummary:
+    """The status a Trigger should have after one outcome: its reading (:class:`Judged`) or the cron loop's record
+    (merged into ``status.schedule``). :meth:`to_patch` is the one place it becomes a dict."""
+
+    found: Judged | NextSlot | Claimed | Skipped | JobNoted
+
+    def to_patch(self) -> dict[str, Any]:
+        """The status as a JSON merge patch wants it (``status_patch.write_status`` sends what changed of it)."""
+        found = self.found
+        if isinstance(found, Judged):
+            b = found.bounds
+            bounds = {"ttlDays": b.ttl_days, "maxBytes": b.max_bytes, "maxAgeDays": b.max_age_days,
+                      "maxResumeChain": b.max_resume_chain, "maxContextPct": b.max_context_pct}
+            return {"observedGeneration": found.generation, "conditions": found.conditions, "bounds": bounds}
+        if isinstance(found, NextSlot):
+            return {"schedule": {"nextSlot": found.at}}
+        if isinstance(found, Claimed):
+            return {"schedule": {"lastSlot": found.slot, "lastJob": None, "missed": found.missed,
+                                 "nextSlot": found.next_slot}}
+        if isinstance(found, Skipped):
+            return {"schedule": {"lastSkipped": found.slot, "missed": found.missed, "nextSlot": found.next_slot}}
+        return {"schedule": {"lastJob": found.job}}
+
+
+def summarize_trigger(trigger: TriggerView, found: TriggerOutcome) -> TriggerSummary:
     """The status ``trigger`` wants after ``found``: its conditions and bounds (:class:`Readiness`), or its cron
-    record (the rest, merged into ``status.schedule``). The patch helper sends only what changes."""
+    record. The patch helper sends only what changes."""
     if isinstance(found, Readiness):
         return trigger_status(trigger, found.settings, trigger.meta.generation,
                               trigger.stored_status.get("conditions"), found.placement, found.upcoming)
-    if isinstance(found, NextSlot):
-        return {"schedule": {"nextSlot": found.at}}
-    if isinstance(found, Claimed):
-        return {"schedule": {"lastSlot": found.slot, "lastJob": None, "missed": found.missed,
-                             "nextSlot": found.next_slot}}
-    if isinstance(found, Skipped):
-        return {"schedule": {"lastSkipped": found.slot, "missed": found.missed, "nextSlot": found.next_slot}}
-    return {"schedule": {"lastJob": found.job}}
+    return TriggerSummary(found)
 
 
 def ready_message(trigger: TriggerView, upcoming: datetime | None) -> str:
@@ -95,7 +138,7 @@ def ready_message(trigger: TriggerView, upcoming: datetime | None) -> str:
 
 def trigger_status(trigger: TriggerView, settings: Settings, generation: int | None,
                    conditions: list[dict[str, Any]] | None, placement: str | None = None,
-                   upcoming: datetime | None = None) -> dict[str, Any]:
+                   upcoming: datetime | None = None) -> TriggerSummary:
     """``Ready``, ``ResumeArmed``, ``SessionStore`` and the bounds in force, for one Trigger.
 
     ``placement``: why its resumed jobs cannot run on the operator's node (``api/placement.py``), if so;
@@ -131,7 +174,4 @@ def trigger_status(trigger: TriggerView, settings: Settings, generation: int | N
     else:
         store_status, store_reason, store_message = False, "NotConfigured", "No session store (not needed here)."
     conditions = set_condition(conditions, "SessionStore", store_status, store_reason, store_message, generation)
-    s = settings
-    bounds = {"ttlDays": s.ttl_days, "maxBytes": s.max_bytes, "maxAgeDays": s.max_age_days,
-              "maxResumeChain": s.max_resume_chain, "maxContextPct": s.max_context_pct}
-    return {"observedGeneration": generation, "conditions": conditions, "bounds": bounds}
+    return TriggerSummary(Judged(generation, conditions, Bounds.of(settings)))

@@ -60,7 +60,8 @@ def write_status(cluster: Cluster, trigger: TriggerView, found: TriggerOutcome,
     claim = not isinstance(found, Readiness)
     try:
         written = status_patch.write_status(cluster.api, cluster.crd("triggers", trigger.name, "status"), trigger,
-                                            lambda current: summarize_trigger(current, found), conditional=claim,
+                                            lambda current: summarize_trigger(current, found).to_patch(),
+                                            conditional=claim,
                                             version=version)
     except ApiError as exc:
         if exc.status == 409 and claim:
