@@ -172,7 +172,7 @@ def cron_view(**on: Any) -> TriggerView:
 
 def ready(view: TriggerView) -> dict[str, Any]:
     status = trigger_status(view, Settings(sessions_dir="/s", github_auth_source="app"), 1, None,
-                            upcoming=trigger_step.next_fire(view, utc("2027-01-01 00:00")))
+                            upcoming=trigger_step.next_fire(view, utc("2027-01-01 00:00"))).to_patch()
     return next(c for c in status["conditions"] if c["type"] == "Ready")
 
 
