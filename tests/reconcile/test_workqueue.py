@@ -281,6 +281,12 @@ class Reconcilers:
     def on_trigger_deleted(self, name: str) -> None:
         self.calls.append(("trigger", "DELETED", name))
 
+    def job_turn(self, name: str) -> None:
+        pass  # nothing handed to any Job here
+
+    def attach(self, keys: object) -> None:
+        pass
+
 
 def body(name: str, uid: str = "") -> dict[str, object]:
     return {"metadata": {"name": name, "uid": uid}}
