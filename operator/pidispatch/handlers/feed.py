@@ -135,11 +135,13 @@ class Feed:
     def _reconcile(self, key: Key, event: Event) -> None:
         kind, name = key
         if kind == "Job":
-            for uid in event.gone:
-                self._to.on_job("DELETED", {"metadata": {"name": name, "uid": uid}})
-            if event.body is not None:
-                self._to.on_job(event.type, event.body)
-            self._to.job_turn(name)
+            try:
+                for uid in event.gone:
+                    self._to.on_job("DELETED", {"metadata": {"name": name, "uid": uid}})
+                if event.body is not None:
+                    self._to.on_job(event.type, event.body)
+            finally:  # a failing event (retried) must not hold back a start or an end handed to the Job meanwhile
+                self._to.job_turn(name)
         elif event.body is None:
             return  # only a Job's key is ever queued for a bare turn
         elif kind == "Pod":
