@@ -39,7 +39,7 @@ from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
-from pidispatch.jobflow.handoff import Handed, Inbox, InPlace, Keys
+from pidispatch.jobflow.handoff import Body, Handed, Inbox, InPlace, Keys
 from pidispatch.jobflow.loops import Loops, guarded
 from pidispatch.jobflow.podview import PodView, pod_phase
 from pidispatch.jobflow.queue import JobQueue
@@ -390,7 +390,7 @@ class Dispatcher:
             found = self.api.get_or_none(self.cluster.pods(pod_name(name)))
             self._pod_seen(name, PodView.of(found) if found is not None else None)
 
-    def _triggers_as_listed(self, to: Callable[[dict[str, Any]], None]) -> None:
+    def _triggers_as_listed(self, to: Callable[[Body], None]) -> None:
         """Every Trigger as the apiserver has it now, ``to`` its reconcile (a status write only where it changed),
         judged against the operator's Node as it is now (its labels and taints decide whether resumed jobs can
         be placed)."""

@@ -17,6 +17,9 @@ from typing import Any, Protocol
 from pidispatch.api.views import JobView
 from pidispatch.jobflow.podview import PodView
 
+# A listed Trigger as the API sent it, handed on to its key unread (its reconcile reads it into its view).
+Body = dict[str, Any]
+
 
 @dataclass
 class Handed:
@@ -115,7 +118,7 @@ class Keys(Protocol):
     def job_after(self, name: str, seconds: float) -> None:
         """The same, once ``seconds`` have passed."""
 
-    def trigger(self, body: dict[str, Any]) -> None:
+    def trigger(self, body: Body) -> None:
         """Queue a listed Trigger's key."""
 
 
@@ -123,7 +126,7 @@ class Turns(Protocol):
     """The dispatcher's side of a key's turn (``dispatcher.py``)."""
 
     def job_turn(self, name: str) -> None: ...
-    def on_trigger(self, body: dict[str, Any]) -> None: ...
+    def on_trigger(self, body: Body) -> None: ...
 
 
 class InPlace:
@@ -141,5 +144,5 @@ class InPlace:
         time.sleep(seconds)
         self._d.job_turn(name)
 
-    def trigger(self, body: dict[str, Any]) -> None:
+    def trigger(self, body: Body) -> None:
         self._d.on_trigger(body)
