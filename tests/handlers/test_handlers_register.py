@@ -19,6 +19,9 @@ class Started:
     def start(self) -> None:
         self.started = True
 
+    def attach(self, keys: object) -> None:  # the queue hands the Dispatcher's work back through itself
+        pass
+
 
 def registered() -> tuple[kopf.OperatorRegistry, Started]:
     registry = kopf.OperatorRegistry()

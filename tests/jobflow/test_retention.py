@@ -6,9 +6,6 @@ The same on the local control plane: ``e2e/test_operator_retention.py`` and ``e2
 
 from __future__ import annotations
 
-import threading
-import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +14,9 @@ from pidispatch.api.views import JobView
 from pidispatch.doctor.check import Status
 from pidispatch.doctor.cluster import terminating_claims
 from pidispatch.jobflow.retention import Delete, Kind, RetainedPod, check_interval, due, finished_at
-from pidispatch.jobflow.table import NameLocks
 from pidispatch.manifests.pod import token_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.uninstall import split_for_uninstall
-from testkit.jobflow import Clock, controller, new_job, pump
-from testkit.memoryapi import PODS, MemoryApi
 
 DONE = "2030-01-01T00:00:00Z"
 T0 = finished_at(JobView.of({"status": {"completedAt": DONE}})) or 0.0
@@ -116,95 +110,6 @@ def test_malformed_retention_is_a_config_error(variable: str, value: str) -> Non
     with pytest.raises(ConfigError) as err:
         OperatorSettings.from_env({variable: value})
     assert err.value.variable == variable
-
-
-# -- the lock map -----------------------------------------------------------------------------------------------
-def test_a_lock_nobody_holds_is_dropped() -> None:
-    locks = NameLocks()
-    for n in range(1000):
-        with locks.hold(f"job-{n}"):
-            assert len(locks) == 1
-    assert len(locks) == 0, "a thousand Jobs come and gone leave no lock behind"
-
-
-def test_a_held_lock_survives_and_still_excludes_its_waiters() -> None:
-    """Eight threads take one name's lock in turn while the map drops and re-creates its entry between
-    users: never two inside at once, and nothing left when all are done."""
-    locks, inside, peak, rounds = NameLocks(), [0], [0], 200
-    guard = threading.Lock()
-    start = threading.Barrier(8)
-
-    def worker() -> None:
-        start.wait()
-        for _ in range(rounds):
-            with locks.hold("j1"):
-                with guard:
-                    inside[0] += 1
-                    peak[0] = max(peak[0], inside[0])
-                time.sleep(0)  # let another thread try to get in
-                with guard:
-                    inside[0] -= 1
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)
-    assert peak[0] == 1, "two holders of one name were inside at once"
-    assert len(locks) == 0
-
-
-def test_a_waiter_keeps_the_entry_the_holder_leaves() -> None:
-    locks = NameLocks()
-    entered, release, waited = threading.Event(), threading.Event(), threading.Event()
-
-    def holder() -> None:
-        with locks.hold("j1"):
-            entered.set()
-            release.wait(10)
-
-    def waiter() -> None:
-        with locks.hold("j1"):
-            waited.set()
-
-    h = threading.Thread(target=holder)
-    h.start()
-    assert entered.wait(10)
-    w = threading.Thread(target=waiter)
-    w.start()
-    deadline = time.monotonic() + 10
-    while locks._locks["j1"][1][0] < 2:  # the waiter has counted itself in
-        assert time.monotonic() < deadline, "the waiter never arrived"
-        time.sleep(0.01)
-    assert not waited.is_set(), "the waiter got in while the lock was held"
-    release.set()
-    h.join(10)
-    w.join(10)
-    assert waited.is_set() and len(locks) == 0
-
-
-def test_the_dispatcher_keeps_no_lock_for_jobs_that_came_and_went(api: MemoryApi, clock: Clock,
-                                                                  tmp_path: Path) -> None:
-    """Jobs admitted, started, and deleted: the dispatcher's per-name lock map is empty again."""
-    d = controller(api, clock, tmp_path, capacity=4)
-    for n in range(6):
-        d.admit(JobView.of(new_job(api, f"j{n}", issue=n + 1)))
-    pump(d)
-    assert len(api.list(PODS)) == 4, "four started, two wait for a slot"
-    for n in range(6):
-        body = api.job(f"j{n}")
-        d.on_job("DELETED", body)
-    assert len(d._locks) == 0
-
-
-def test_an_exception_inside_still_releases_and_drops() -> None:
-    locks = NameLocks()
-    with pytest.raises(RuntimeError), locks.hold("j1"):
-        raise RuntimeError("boom")
-    assert len(locks) == 0
-    with locks.hold("j1"):  # and the name can be taken again
-        pass
 
 
 # -- the pre-delete hook and the claims a start refuses -------------------------------------------------------

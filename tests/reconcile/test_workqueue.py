@@ -281,6 +281,12 @@ class Reconcilers:
     def on_trigger_deleted(self, name: str) -> None:
         self.calls.append(("trigger", "DELETED", name))
 
+    def job_turn(self, name: str) -> None:
+        pass  # nothing handed to any Job here
+
+    def attach(self, keys: object) -> None:
+        pass
+
 
 def body(name: str, uid: str = "") -> dict[str, object]:
     return {"metadata": {"name": name, "uid": uid}}
@@ -323,3 +329,59 @@ def test_the_feed_replays_jobs_pods_and_triggers_on_a_resync_but_keeps_no_sessio
     finally:
         feed.stop()
     assert sorted(to.calls) == [("job", "ADDED", "uid"), ("pod", None, "pod"), ("trigger", None, "trigger")]
+
+
+# ---- requeue after, and the dispatcher's turns through the feed ---------------------------------------------
+
+
+def test_add_after_brings_a_key_back_later_and_a_success_meanwhile_does_not_cancel_it(
+        queues: list[WorkQueue[str, int]]) -> None:
+    """A reconcile that must wait returns and asks for its key again (the ledger's settle time); the key is
+    served in between, and what a resync replays is left as it was."""
+    calls = Calls()
+    q = started(queues, calls)
+    q.add("a", 1)
+    settle(q)
+    asked = time.monotonic()
+    q.add_after("a", 2, 0.3)
+    q.add("a", 3, remember=None)  # a nudge: processed, not remembered
+    wait_until("the nudge", lambda: calls.of("a") == [1, 3], timeout=5, interval=0.005)
+    assert not q.idle(), "the requeue still waits"
+    settle(q)
+    assert calls.of("a") == [1, 3, 2]
+    assert calls.calls[-1][2] - asked >= 0.3
+    q.resync()
+    settle(q)
+    assert calls.of("a")[-1] == 1, "the resync replays the last remembered item, not the nudge or the requeue"
+
+
+class Turns(Reconcilers):
+    def __init__(self) -> None:
+        super().__init__()
+        self.keys: object = None
+
+    def job_turn(self, name: str) -> None:
+        self.calls.append(("turn", None, name))
+
+    def attach(self, keys: object) -> None:
+        self.keys = keys
+
+
+def test_a_jobs_turn_follows_its_event_and_a_bare_turn_keeps_the_waiting_event() -> None:
+    """The dispatcher hands work back to a Job's key (``Feed.job``): a bare turn folded into a waiting event
+    keeps that event's body, every Job reconcile ends with the Job's turn, and the feed attached itself."""
+    to = Turns()
+    feed = Feed(to, resync_seconds=None)
+    assert to.keys is feed
+    feed.event("Job", "ADDED", body("j", "uid-1"))
+    feed.job("j")  # folded into the waiting ADDED
+    feed.job("k")  # a key with no event: its turn alone
+    feed.start()
+    try:
+        wait_until("the feed is idle", feed.queue.idle, timeout=5, interval=0.005)
+        feed.job_after("k", 0.05)
+        wait_until("the later turn", lambda: to.calls.count(("turn", None, "k")) == 2, timeout=5, interval=0.005)
+    finally:
+        feed.stop()
+    assert [c for c in to.calls if "k" not in c] == [("job", "ADDED", "uid-1"), ("turn", None, "j")], (
+        "one pass for j: its event, then its turn")

@@ -10,6 +10,12 @@ not replayed: a deleted Job's, Trigger's or SessionKey's key is reconciled once 
 deletion is only forgotten (the dispatcher never acted on it, and a vanished Pod of a running Job is the
 dispatcher's resync's to find).
 
+The dispatcher hands work back to a Job's key through the feed (:meth:`Feed.job`, :meth:`Feed.job_after`): its
+pump gives a Job a slot, its marker a ``Queued`` mark, a Pod's worker an ended Pod, its resync a listing; the
+key's item is then a bare turn (:attr:`Event.body` ``None``), and every Job key's reconcile ends with the
+dispatcher's ``job_turn``, which does that work in the key's worker. So every step on a Job runs in its key's
+worker, one at a time (docs/architecture.md#event-path).
+
 One thing a coalescing queue could lose, kept: a Job deleted and re-created under its name while the
 deletion still waited. The deleted uid travels with the newer body (:attr:`Event.gone`) and is reconciled as
 a deletion first, so its staging and its uid-keyed state go as before.
@@ -42,16 +48,19 @@ RESYNC_SECONDS = 300.0
 @dataclass(frozen=True)
 class Event:
     """A watch event as the queue carries it: its type (``None``: listed), the object's body as the API sent
-    it (read into its typed view by the dispatcher's entry point), and for a Job the uids deleted while this
-    body's key waited."""
+    it (read into its typed view by the dispatcher's entry point; ``None``: a Job's bare turn, handed back by
+    the dispatcher), and for a Job the uids deleted while this body's key waited."""
 
     type: str | None
-    body: Body
+    body: Body | None
     gone: tuple[str, ...] = ()
 
     @property
     def uid(self) -> str:
-        return str((self.body.get("metadata") or {}).get("uid") or "")
+        return str(((self.body or {}).get("metadata") or {}).get("uid") or "")
+
+
+TURN = Event(None, None)  # a Job's key queued for its turn alone: no newer body
 
 
 class Reconcilers(Protocol):
@@ -62,11 +71,16 @@ class Reconcilers(Protocol):
     def on_sessionkey(self, event_type: str | None, body: Body) -> None: ...
     def on_trigger(self, body: Body) -> None: ...
     def on_trigger_deleted(self, name: str) -> None: ...
+    def job_turn(self, name: str) -> None: ...
+    def attach(self, keys: Feed) -> None: ...
 
 
 def merge(waiting: Event, new: Event) -> Event:
     """What a new event makes of one still waiting for its key's turn: the new one, carrying the uids of Jobs
-    deleted in between (a deletion of another uid than the new body's)."""
+    deleted in between (a deletion of another uid than the new body's). A bare turn leaves the waiting event
+    as it is (every Job key's reconcile ends with its turn)."""
+    if new.body is None:
+        return waiting
     gone = waiting.gone
     if waiting.type == "DELETED" and waiting.uid and waiting.uid != new.uid:
         gone = (*gone, waiting.uid)
@@ -74,7 +88,10 @@ def merge(waiting: Event, new: Event) -> Event:
 
 
 class Feed:
-    """The queue of every kind, and how each kind's events enter it and leave it for the dispatcher."""
+    """The queue of every kind, and how each kind's events enter it and leave it for the dispatcher (which
+    hands its work back to a key through it: built, it is attached to ``reconcilers``)."""
+
+    deferring = True  # job_after returns at once: the key comes back later, no worker waits
 
     def __init__(self, reconcilers: Reconcilers, *, acting: Callable[[], bool] = lambda: True,
                  workers: int = WORKERS, resync_seconds: float | None = RESYNC_SECONDS) -> None:
@@ -82,6 +99,7 @@ class Feed:
         self.queue: WorkQueue[Key, Event] = WorkQueue(self._reconcile, name="events", workers=workers,
                                                       resync_seconds=resync_seconds, acting=acting,
                                                       kind=lambda key: key[0], merge=merge)
+        reconcilers.attach(self)
 
     def start(self) -> None:
         self.queue.start()
@@ -101,12 +119,31 @@ class Feed:
         else:
             self.queue.add(key, Event(event_type, body), remember=False)
 
+    def job(self, name: str) -> None:
+        """Queue the Job ``name``'s key for its turn (what the dispatcher handed it); a resync replays its body
+        as before."""
+        self.queue.add(("Job", name), TURN, remember=None)
+
+    def job_after(self, name: str, seconds: float) -> None:
+        """Queue the Job ``name``'s key for its turn once ``seconds`` have passed (a wait that holds no worker)."""
+        self.queue.add_after(("Job", name), TURN, seconds)
+
+    def trigger(self, body: Body) -> None:
+        """A Trigger as listed (the dispatcher's resync): reconciled in its key's worker."""
+        self.event("Trigger", None, body)
+
     def _reconcile(self, key: Key, event: Event) -> None:
         kind, name = key
         if kind == "Job":
-            for uid in event.gone:
-                self._to.on_job("DELETED", {"metadata": {"name": name, "uid": uid}})
-            self._to.on_job(event.type, event.body)
+            try:
+                for uid in event.gone:
+                    self._to.on_job("DELETED", {"metadata": {"name": name, "uid": uid}})
+                if event.body is not None:
+                    self._to.on_job(event.type, event.body)
+            finally:  # a failing event (retried) must not hold back a start or an end handed to the Job meanwhile
+                self._to.job_turn(name)
+        elif event.body is None:
+            return  # only a Job's key is ever queued for a bare turn
         elif kind == "Pod":
             self._to.on_pod(event.body)
         elif kind == "SessionKey":

@@ -20,8 +20,9 @@ return outcomes that ``summarize_sessionkey.py`` folds and ``sessionkey.write`` 
 one patch helper under all three (docs/architecture.md#status-writing). ``table.py`` holds one record per
 Job (its uid, phase, place in line, ...); ``queue.py`` the line for a slot; ``refused.py`` what a refusal
 writes.
-``dispatcher.py`` routes kopf's events to the steps and runs the loops (``loops.py``); ``handlers/``
-only forward kopf's events to it. The steps stand in layers (``.importlinter``): a step may use the
+``dispatcher.py`` routes the events of the operator's one queue to the steps, each Job's in that Job's key, and
+runs the loops (``loops.py``), which hand a Job's work to its key (``handoff.py``); ``handlers/`` only queue the
+events. The steps stand in layers (``.importlinter``): a step may use the
 ones below it, never its siblings. Nothing here builds a path inside the store or touches a store file: ``store/``
 keeps its own knowledge (staging, the promotion journal, forgetting).
 """

@@ -4,20 +4,23 @@ For one delivery, top to bottom:
 
 1. ``on_job`` → :meth:`admit` (``admit.py``: refusals before any spend; ``comment.py``: their comment) →
    in line for a slot (``queue.py``: the budget of ``slots.py``, marked ``Queued`` if it waits);
-2. a free slot → :meth:`start_job` (in the Job event's thread, else the pump's) → ``start.start_job``:
-   ``Started | Refusal | Gone``; a failure puts the Job back in line after a back-off, capped (``queue.py``);
-3. ``on_pod`` → :meth:`complete` (``complete.py``: ``ending`` → ``finished`` or ``abandon`` → ``record_end``)
-   → slot and staging freed;
+2. a free slot → :meth:`start_job` (in the Job's key: right in its event's turn when the slot is its own,
+   else the pump hands the Job to its key) → ``start.start_job``: ``Started | Refusal | Gone``; a failure puts
+   the Job back in line after a back-off, capped (``queue.py``);
+3. ``on_pod`` hands an ended Pod to its Job's key → :meth:`complete` (``complete.py``: ``ending`` →
+   ``finished`` or ``abandon`` → ``record_end``) → slot and staging freed; behind the gateway, a Pod that
+   ended a moment ago brings its Job's key back once the ledger has settled (``usage.py``), no worker waits;
 4. the timers (``timers.py``): resync, ``Resumable`` refresh, staging sweep; the cron Triggers' slots
    (``cron.py``).
 
 What the operator knows of each Job is one record in the job table (``table.py``); the slot is the
 budget's (``slots.py``), the waiting is the queue's (``queue.py``, its policy in ``queuepolicy.py``).
-Every status write goes through ``Cluster.record`` (``summarize``). Each Job's steps run under that
-Job's lock; the entry points (``on_*``) are called by the workers of the operator's one queue
-(``handlers/feed.py``: one key per object, never two workers on a key), the loops from their own threads. An
-exception from an entry point goes back to that queue, which retries its key after a back-off, capped; one
-from a loop stops at ``loops.guarded``, where a loop (or a hand-off to another thread) meets the steps.
+Every status write goes through ``Cluster.record`` (``summarize``). Every step on a Job runs in the worker of
+the operator's one queue that holds that Job's key (``handlers/feed.py``: one key per object, never two
+workers on a key; docs/architecture.md#event-path): the entry points (``on_*``, :meth:`job_turn`) are called
+there, and the loops (the pump, the Queued marker, the resync) only decide and hand a Job's work to its key
+(``handoff.py``), so no lock per Job is needed. An exception from an entry point goes back to that
+queue, which retries its key after a back-off, capped; one from a loop stops at ``loops.guarded``.
 """
 
 from __future__ import annotations
@@ -29,19 +32,21 @@ from typing import Any
 from pidispatch.api.conditions import now_rfc3339
 from pidispatch.api.views import JobView, SessionKeyView, TriggerView
 from pidispatch.forge.github import Forge
+from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow import complete as completion
 from pidispatch.jobflow import cron, lifecycle, retire, sessionkey, timers, usage
 from pidispatch.jobflow import start as starting
 from pidispatch.jobflow.admit import arrival, refusal
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.comment import comment_pending, comment_refusal
+from pidispatch.jobflow.handoff import Body, Handed, Inbox, InPlace, Keys
 from pidispatch.jobflow.loops import Loops, guarded
 from pidispatch.jobflow.podview import PodView, pod_phase
 from pidispatch.jobflow.queue import JobQueue
 from pidispatch.jobflow.refused import record_refusal
 from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Refused
-from pidispatch.jobflow.table import JobTable, NameLocks
+from pidispatch.jobflow.table import JobTable
 from pidispatch.jobflow.trigger import Triggers
 from pidispatch.kubeapi import Api
 from pidispatch.manifests.pod import pod_name
@@ -53,7 +58,7 @@ RESYNC_SECONDS = 30
 
 
 class Dispatcher:
-    """All operator behaviour for one namespace. Thread-safe: the queue's workers call it, one per object at a time.
+    """All operator behaviour for one namespace. Thread-safe: the queue's workers call it, one per key at a time.
 
     ``clock`` stamps status times (RFC 3339); ``monotonic`` measures waits (the Queued grace, back-offs);
     ``wall`` ages Pods against the start timeout (their creation time is the apiserver's wall clock).
@@ -68,9 +73,9 @@ class Dispatcher:
         self.cluster = Cluster(api, namespace, clock)
         self._wall = wall
         self.table = JobTable(self._current_uid)
-        self._locks = NameLocks()  # per Job name; an entry lives only while the lock is held or waited for
-        self.queue = JobQueue(Slots(settings.max_concurrent_jobs, monotonic), self.table, self._locks, self.cluster,
-                              monotonic)
+        self.inbox = Inbox()  # what the loops and other keys hand to a Job's key
+        self._keys: Keys = InPlace(self)
+        self.queue = JobQueue(Slots(settings.max_concurrent_jobs, monotonic), self.table, self.cluster, monotonic)
         self.triggers = Triggers(self.cluster, self.store, settings.job_scheduling, settings.node_name, wall)
         self.cron = cron.Cron(self.cluster, wall, self.triggers.placement)
         self._loops = Loops()
@@ -79,6 +84,10 @@ class Dispatcher:
     def _current_uid(self, name: str) -> str | None:
         job = self.cluster.job(name)
         return (job.uid or None) if job is not None else None
+
+    def attach(self, keys: Keys) -> None:
+        """Hand work to the keys of ``keys`` (the operator's one queue) instead of doing it in the caller."""
+        self._keys = keys
 
     @property
     def slots(self) -> Slots:
@@ -95,7 +104,8 @@ class Dispatcher:
         start the loops. A standby that takes over has dropped the events before it led: the Triggers and
         the SessionKeys being deleted are read here, the Jobs and their Pods below and by the resync."""
         release_interrupted(self.store, self.s.staging_dir)
-        self._triggers_as_listed()
+        # In this thread, before the queue's workers start: the Jobs below are judged against these Triggers.
+        self._triggers_as_listed(self.on_trigger)
         for body in self.api.list(self.cluster.crd("sessionkeys")):
             if (body.get("metadata") or {}).get("deletionTimestamp") or lifecycle.asks(body):
                 guarded(self.on_sessionkey, "MODIFIED", body)
@@ -110,7 +120,8 @@ class Dispatcher:
             if job.phase != "Running":
                 guarded(self._take_in, job)
         self._loops.start("pump", self._pump_once, self._loops.woken(self.queue.wake, self.queue.next_ready_in))
-        self._loops.start("queued", self.queue.mark_queued, self._loops.woken(self.queue.mark, self.queue.next_mark_in))
+        self._loops.start("queued", self._mark_due, self._loops.woken(
+            self.queue.mark, lambda: self.queue.next_mark_in(self.inbox.marking())))
         self._loops.start("resync", self.resync, self._loops.every(RESYNC_SECONDS))
         self._loops.start("sessionkeys", self.refresh_sessionkeys, self._loops.every(self.s.resumable_refresh_seconds))
         self._loops.start("sweep", self.sweep, self._loops.every(self.s.sweep_interval_seconds))
@@ -141,15 +152,45 @@ class Dispatcher:
             elif phase == "Running":
                 self.slots.hold(name)
             elif self.admit(job) and self.slots.free:
-                guarded(self._pump_once)  # in the event's worker: waking the pump would add a hand-off
+                self._pump(name)  # its own start right here, in its key's worker: waking the pump adds a hand-off
             else:
                 self.queue.wake.set()
 
     def on_pod(self, body: dict[str, Any]) -> None:
-        """A Pod's watch event: the Pod enters the job flow here, read once into its view."""
+        """A Pod's watch event: the Pod enters the job flow here, read once into its view; one that ended, or
+        never started in time, is handed to its Job's key, whose worker acts on it (:meth:`job_turn`)."""
         pod = PodView.of(body)
-        if pod.job:
-            self._pod_seen(pod.job, pod)
+        if pod.job and (pod_phase(pod) is not None
+                        or pod.never_started(self._wall(), self.s.job_start_timeout_seconds) is not None):
+            self.inbox.pod(pod.job, pod)
+            self._keys.job(pod.job)
+
+    def job_turn(self, name: str) -> None:
+        """Do what was handed to the Job ``name``'s key since its last turn (in that key's worker, after its
+        event if one came): the resync's listing, a slot the pump gave it, its ``Queued`` mark, its Pod's end.
+        What a failure leaves undone is given back, for the queue's retry of the key."""
+        handed = self.inbox.take(name)
+        if handed is None:
+            return
+        try:
+            self._do(name, handed)
+        except BaseException:
+            self.inbox.give_back(name, handed)
+            raise
+
+    def _do(self, name: str, handed: Handed) -> None:
+        if handed.listed is not None:
+            self._resync_job(handed.listed)
+            handed.listed = None
+        if handed.granted:
+            handed.granted = False
+            self._start(name)
+        if handed.marked:
+            self.queue.mark_queued(name)
+            handed.marked = False
+        if handed.pod_seen:
+            self._pod_seen(name, handed.pod)
+            handed.pod_seen, handed.pod = False, None
 
     def _pod_seen(self, name: str, pod: PodView | None) -> None:
         """An ended Pod (or a vanished one, ``None``) completes its Job; one still not started after the start
@@ -180,37 +221,34 @@ class Dispatcher:
 
     # ---- 1. admit: refused, or in line (and marked Queued if it waits) ------------------------------
 
-    def _take_in(self, job: JobView) -> None:
-        """A listed Job (start-up, resync): put in line if it may still start, else post a comment still owed."""
+    def _take_in(self, job: JobView) -> bool:
+        """A listed Job (start-up, resync): put in line if it may still start, else post a comment still owed.
+        True when it waits for a slot."""
         if job.phase not in TERMINAL_PHASES:
-            self.admit(job)
-        elif comment_pending(job):  # refused before a restart, its comment not yet recorded
+            return self.admit(job)
+        if comment_pending(job):  # refused before a restart, its comment not yet recorded
             self.comment_refusal(job.name)
+        return False
 
     def admit(self, job: JobView) -> bool:
         """Refuse ``job`` or put it in line: True when it waits for a slot (the caller starts it or wakes the pump)."""
         name = job.name
-        with self._locks.hold(name):
-            if not self.table.claim(name, job.uid or None):
-                return False  # a listed body of a Job the watch has since seen replaced or deleted
-            refused = refusal(job, self.triggers.of(job), self.store, self.s.github)
-            if refused is not None:
-                self._refuse(job, refused)
-                return False
-            self.queue.line_up(job, arrival(job))
+        if not self.table.claim(name, job.uid or None):
+            return False  # a listed body of a Job the watch has since seen replaced or deleted
+        refused = refusal(job, self.triggers.of(job), self.store, self.s.github)
+        if refused is not None:
+            self._refuse(job, refused)
+            return False
+        self.queue.line_up(job, arrival(job))
         return True
 
     def _refuse(self, job: JobView, refused: Refused) -> None:
         record_refusal(self.cluster, job, refused)
         self.table.track(job.name, refused.phase)  # a stale event must not admit it again
-        self._comment_refusal_locked(job.name)
+        self.comment_refusal(job.name)
 
     def comment_refusal(self, name: str) -> None:
-        """Post a refused Job's issue comment if it is still owed (restart, resync)."""
-        with self._locks.hold(name):
-            self._comment_refusal_locked(name)
-
-    def _comment_refusal_locked(self, name: str) -> None:
+        """Post a refused Job's issue comment if it is still owed (a refusal, a restart, the resync)."""
         job = self.cluster.job(name)
         commented = comment_refusal(self.forge, job) if job is not None else None
         if job is not None and commented is not None:
@@ -219,48 +257,74 @@ class Dispatcher:
     # ---- 2. start ----------------------------------------------------------------------------------
 
     def _pump_once(self) -> None:
+        """The pump's turn (its thread, woken by a freed slot, an arrival or a back-off's end)."""
+        self._pump(None)
+
+    def _pump(self, mine: str | None) -> None:
+        """Give the free slots to the oldest ready Jobs (``slots.py``). Each Job's start is handed to its key,
+        but ``mine``'s: the caller is that key's worker, and starts it at once (no hand-off on the Job → Pod path)."""
         while not self._stop.is_set() and (name := self.slots.take_next()) is not None:
-            try:
-                self.start_job(name)
-            except Exception as exc:  # an outage, or a bug: back in line after a back-off, capped (queue.py)
-                if self.queue.retry_later(name, exc):
-                    guarded(self.queue.note_retrying, name, exc)
+            if name == mine:
+                self._start(name)
             else:
-                self.table.start_succeeded(name)
+                self.inbox.grant(name)
+                guarded(self._keys.job, name)
         self.queue.gauges()
 
-    def start_job(self, name: str) -> None:
-        """Start ``name`` in the slot it was given (``start.py``). Raises for a passing failure (the pump retries)."""
-        with self._locks.hold(name):
-            outcome = starting.start_job(self.s, self.cluster, self.forge, self.table, self.triggers.of, name)
-            if isinstance(outcome, starting.Started):
-                self.table.track(name, "Running")
-                self.table.unlist(outcome.uid)
-                self.table.take_unmarked(name)
-                if pod_phase(outcome.launched.pod) is not None:  # it already ended while we were away
-                    self._loops.hand_off(self.complete, name, outcome.launched.pod)
-                return
-            self.slots.release(name)
-            if isinstance(outcome, starting.Refusal):
-                self._refuse(outcome.job, outcome.refused)
+    def _start(self, name: str) -> None:
+        """Start ``name`` in the slot it was given, in its key's worker; a failure puts it back in line."""
+        try:
+            ended = self.start_job(name)
+        except Exception as exc:  # an outage, or a bug: back in line after a back-off, capped (queue.py)
+            if self.queue.retry_later(name, exc):
+                guarded(self.queue.note_retrying, name, exc)
+            self.queue.wake.set()  # the pump's wait now ends with this back-off
+            return
+        self.table.start_succeeded(name)
+        if ended:
+            self._keys.job(name)  # its Pod ended already: its end is the key's next turn
+
+    def start_job(self, name: str) -> bool:
+        """Start ``name`` in the slot it was given (``start.py``). Raises for a passing failure (the caller
+        retries). True when the Pod it found had ended already (handed to the Job's key: :meth:`job_turn`)."""
+        outcome = starting.start_job(self.s, self.cluster, self.forge, self.table, self.triggers.of, name)
+        if isinstance(outcome, starting.Started):
+            self.table.track(name, "Running")
+            self.table.unlist(outcome.uid)
+            self.table.take_unmarked(name)
+            if pod_phase(outcome.launched.pod) is not None:  # it already ended while we were away
+                self.inbox.pod(name, outcome.launched.pod)
+                return True
+            return False
+        self.slots.release(name)
+        if isinstance(outcome, starting.Refusal):
+            self._refuse(outcome.job, outcome.refused)
+        return False
 
     # ---- 3. complete -------------------------------------------------------------------------------
 
     def complete(self, name: str, pod: PodView | None) -> None:
-        """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed."""
-        with self._locks.hold(name):
-            self._end(name, pod, lambda end: completion.finished(self.s, end, pod, (
-                lambda: usage.settled_ledger(self.cluster, end.job.uid, pod)) if self.s.gateway else None))
+        """``pod`` ended (``None``: it vanished): its Job's end is recorded (``complete.py``), its slot freed.
+        Behind the gateway the ledger is read once it has settled: with a queue, the Job's key comes back then."""
+        def ledger(end: completion.Ending) -> Callable[[], Figures | None] | None:
+            if not self.s.gateway:
+                return None
+            if self._keys.deferring:
+                return lambda: usage.read_ledger(self.cluster, end.job.uid)  # settled: _end waited by requeue
+            return lambda: usage.settled_ledger(self.cluster, end.job.uid, pod)  # in place: waits in the caller
+
+        self._end(name, pod, lambda end: completion.finished(self.s, end, pod, ledger(end)), settle=True)
 
     def give_up(self, name: str, pod: PodView, why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""
-        with self._locks.hold(name):
-            self._end(name, pod, lambda end: completion.abandon(self.s, self.cluster, end, pod, self._wall()))
+        self._end(name, pod, lambda end: completion.abandon(self.s, self.cluster, end, pod, self._wall()))
 
     def _end(self, name: str, pod: PodView | None,
-             decide: Callable[[completion.Ending], completion.Finished | None]) -> None:
+             decide: Callable[[completion.Ending], completion.Finished | None], *, settle: bool = False) -> None:
         found = completion.ending(self.s, self.cluster, name, pod)
         if isinstance(found, completion.Ending):
+            if settle and self._settling(name, pod):
+                return
             done = decide(found)
             if done is None:
                 return
@@ -269,7 +333,23 @@ class Dispatcher:
         if found is not None:  # ended now, or already: its slot and staging go
             self._release(name, found.jd)
 
+    def _settling(self, name: str, pod: PodView | None) -> bool:
+        """Behind the gateway, with a queue: True when ``pod`` finished too recently for the gateway's ledger to
+        hold the job's last figures, and the Job's key is queued again for when it will (at most
+        ``usage.LEDGER_SETTLE_SECONDS`` after it first came here, however far ahead the node's clock is)."""
+        ended = pod.finished_at if pod is not None else None
+        if not self.s.gateway or not self._keys.deferring or ended is None:
+            return False
+        now = self._wall()
+        until = self.inbox.settle_until(name, now + usage.settle_wait(ended, now))
+        if now >= until:
+            return False
+        self.inbox.give_back(name, Handed(pod_seen=True, pod=pod))
+        self._keys.job_after(name, until - now)
+        return True
+
     def _release(self, name: str, jd: JobDir) -> None:
+        self.inbox.settled(name)
         self.table.land(name)
         jd.remove()
         self.queue.free(name)
@@ -284,34 +364,45 @@ class Dispatcher:
                 self.table.drop_uid(name, uid)
                 return
         self.table.forget(name, uid, place_too=True)
+        self.inbox.drop(name)
         self.queue.free(name)
         self.queue.gauges()
 
     # ---- 4. timers ---------------------------------------------------------------------------------
 
     def resync(self) -> None:
-        """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs, Triggers."""
-        self._triggers_as_listed()
+        """Catch what a missed watch event would lose: ended Pods of running Jobs, unqueued Jobs, Triggers. Each
+        listed Job and Trigger is handed to its key (:meth:`_resync_job` runs in the Job's key's worker)."""
+        self._triggers_as_listed(self._keys.trigger)
         for job in sorted(self.cluster.jobs(), key=arrival):
-            guarded(self._resync_job, job)  # one Job's failure must not keep the others from their turn
+            self.inbox.listed(job)
+            guarded(self._keys.job, job.name)  # one Job's failure must not keep the others from their turn
         self.queue.wake.set()  # for what it put in line
         self.queue.gauges()
 
     def _resync_job(self, job: JobView) -> None:
         name = job.name
         if job.phase != "Running":
-            self._take_in(job)
+            if self._take_in(job):
+                self.queue.wake.set()
         elif self.table.claim(name, job.uid or None):  # else listed before the watch saw it replaced
             self.slots.hold(name)
             found = self.api.get_or_none(self.cluster.pods(pod_name(name)))
             self._pod_seen(name, PodView.of(found) if found is not None else None)
 
-    def _triggers_as_listed(self) -> None:
-        """Every Trigger as the apiserver has it now (a status write only where it changed), judged against the
-        operator's Node as it is now (its labels and taints decide whether resumed jobs can be placed)."""
+    def _triggers_as_listed(self, to: Callable[[Body], None]) -> None:
+        """Every Trigger as the apiserver has it now, ``to`` its reconcile (a status write only where it changed),
+        judged against the operator's Node as it is now (its labels and taints decide whether resumed jobs can
+        be placed)."""
         guarded(self.triggers.read_node)
         for body in self.api.list(self.cluster.crd("triggers")):
-            guarded(self.on_trigger, body)
+            guarded(to, body)
+
+    def _mark_due(self) -> None:
+        """The Queued marker's turn: each Job due its mark is handed to its key (:meth:`JobQueue.mark_queued`)."""
+        for name in self.queue.due_marks(self.inbox.marking()):
+            self.inbox.mark(name)
+            guarded(self._keys.job, name)
 
     def refresh_sessionkeys(self) -> None:
         timers.refresh_sessionkeys(self.s, self.cluster, busy=self.table.keys_in_flight())

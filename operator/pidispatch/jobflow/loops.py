@@ -1,5 +1,7 @@
 """The dispatcher's loops: named daemon threads, each waiting for its turn and then running it under
-:func:`guarded`, the one place where an exception from the job flow stops (logged with its type).
+:func:`guarded`, the one place where an exception from the job flow stops (logged with its type). They are
+timers: a loop decides and hands a Job's work to its key in the operator's one queue, or runs a step that acts
+on no Job (docs/architecture.md#event-path); it never acts on a Job itself.
 
 A turn that fails is retried by its next turn (or by the resync, for work a watch event started), so one
 failure never stops a loop. Waits are events or intervals; nothing sleeps in place of a wait.
@@ -51,10 +53,6 @@ class Loops:
         thread = threading.Thread(target=self._run, args=(turn, wait), name=f"pidispatch-{name}", daemon=True)
         thread.start()
         self._threads.append(thread)
-
-    def hand_off(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` once on a thread of its own (work that must not wait for the caller's lock)."""
-        threading.Thread(target=guarded, args=(fn, *args), daemon=True).start()
 
     def stop(self, *wake: threading.Event) -> None:
         """Stop every loop: set ``stopping``, wake the loops waiting on ``wake``, and join them."""

@@ -1,12 +1,13 @@
 """The line for a slot: the budget (``slots.py``), the queue policy (``queuepolicy.py``) and each Job's
 record in the job table (its place, its Queued mark, its failed starts), held together.
 
-The dispatcher puts an admitted Job in line (:meth:`JobQueue.line_up`), takes Jobs from it for free slots,
+The dispatcher puts an admitted Job in line (:meth:`JobQueue.line_up`), takes Jobs from it for free slots
+(the pump: it hands each to its Job's key in the operator's one queue, which starts it),
 gives a Job whose start failed back at its place after a back-off (:meth:`JobQueue.retry_later`; the
 operator's one back-off, ``reconcile/backoff.py``, capped at ``queuepolicy.START_ATTEMPTS`` failures in a row, after
 which the Job leaves the line until the resync puts it back), and frees slots (:meth:`JobQueue.free`). Two
 events wake its loops: ``wake`` the pump (a slot freed, an arrival), ``mark`` the Queued marker (an arrival
-that may need a mark).
+that may need a mark). Both loops only decide and hand over; the writes are the Job's key's.
 """
 
 from __future__ import annotations
@@ -22,22 +23,22 @@ from pidispatch.jobflow import queuepolicy
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.slots import Slots
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Queued, Retrying
-from pidispatch.jobflow.table import JobTable, NameLocks
+from pidispatch.jobflow.table import JobTable
 
 log = logging.getLogger("pidispatch.operator")
 
 
 class JobQueue:
     """The Jobs waiting for a slot of ``slots`` and the Jobs holding one. Thread-safe as the dispatcher uses it:
-    each Job's writes run under that Job's lock (``locks``)."""
+    each Job's writes run in the queue's worker for that Job's key (docs/architecture.md#event-path); the
+    pump's and the marker's threads only read, and hand a Job its slot or its mark through that key."""
 
-    def __init__(self, slots: Slots, table: JobTable, locks: NameLocks, cluster: Cluster,
-                 monotonic: Callable[[], float]) -> None:
-        self.slots, self.table, self.locks, self.cluster, self._monotonic = slots, table, locks, cluster, monotonic
+    def __init__(self, slots: Slots, table: JobTable, cluster: Cluster, monotonic: Callable[[], float]) -> None:
+        self.slots, self.table, self.cluster, self._monotonic = slots, table, cluster, monotonic
         self.wake, self.mark = threading.Event(), threading.Event()
 
     def line_up(self, job: JobView, order: tuple[str, str]) -> None:
-        """Put an admitted Job in line at ``order`` (the caller holds its lock). Marked Queued only if it is
+        """Put an admitted Job in line at ``order`` (in its key's worker). Marked Queued only if it is
         still waiting a moment later (:meth:`mark_queued`): a Job that gets a slot within the grace goes
         straight to Running, one write fewer."""
         name = job.name
@@ -47,21 +48,27 @@ class JobQueue:
             self.table.wait_unmarked(name, (self._monotonic(), self.cluster.clock()))
             self.mark.set()
 
-    def next_mark_in(self) -> float:
-        """The marker's wait: until the next Job's mark is due (an arrival wakes it sooner)."""
-        return queuepolicy.next_mark_in(self.table.unmarked().values(), self._monotonic())
+    def next_mark_in(self, handed: set[str]) -> float:
+        """The marker's wait: until the next Job's mark is due (an arrival wakes it sooner); ``handed``: the
+        Jobs whose mark is handed to their key already, not waited for again."""
+        unmarked = self.table.unmarked()
+        return queuepolicy.next_mark_in([t for name, t in unmarked.items() if name not in handed], self._monotonic())
 
-    def mark_queued(self) -> None:
-        """Write ``Queued`` for each Job that has waited for a slot longer than the grace."""
-        for name in queuepolicy.due_for_mark(self.table.unmarked(), self._monotonic()):
-            with self.locks.hold(name):
-                marked = self.table.take_unmarked(name)
-                if marked is None or self.slots.position(name) is None:
-                    continue  # it got its slot, or went away, in the meantime
-                job = self.table.body(name) or self.cluster.job(name)
-                if job is None or job.phase in TERMINAL_PHASES | {"Queued", "Running"}:
-                    continue
-                self.table.keep_body(self.cluster.record(job, Queued(marked[1], self.slots.capacity)), "Queued")
+    def due_marks(self, handed: set[str]) -> list[str]:
+        """The Jobs that have waited for a slot longer than the grace, their mark not yet handed (the marker's
+        turn: it hands each to its Job's key, which writes it with :meth:`mark_queued`)."""
+        return [name for name in queuepolicy.due_for_mark(self.table.unmarked(), self._monotonic())
+                if name not in handed]
+
+    def mark_queued(self, name: str) -> None:
+        """Write ``Queued`` for ``name``, still waiting for a slot (in its key's worker)."""
+        marked = self.table.take_unmarked(name)
+        if marked is None or self.slots.position(name) is None:
+            return  # it got its slot, or went away, in the meantime
+        job = self.table.body(name) or self.cluster.job(name)
+        if job is None or job.phase in TERMINAL_PHASES | {"Queued", "Running"}:
+            return
+        self.table.keep_body(self.cluster.record(job, Queued(marked[1], self.slots.capacity)), "Queued")
 
     def next_ready_in(self) -> float:
         """The pump's wait when nothing wakes it: until the earliest back-off ends, at most 5 s."""
@@ -95,11 +102,10 @@ class JobQueue:
         return queuepolicy.writes_retrying(failures)
 
     def note_retrying(self, name: str, exc: Exception) -> None:
-        with self.locks.hold(name):
-            job = self.cluster.job(name)
-            if job is None or self.slots.position(name) is None or job.phase in TERMINAL_PHASES | {"Running"}:
-                return  # gone, or started by now
-            self.cluster.record(job, Retrying(queuepolicy.retrying_message(exc)))
+        job = self.cluster.job(name)
+        if job is None or self.slots.position(name) is None or job.phase in TERMINAL_PHASES | {"Running"}:
+            return  # gone, or started by now
+        self.cluster.record(job, Retrying(queuepolicy.retrying_message(exc)))
 
     def free(self, name: str) -> None:
         """Free ``name``'s slot (or its place in line), and wake the pump for the next Job if that changed."""

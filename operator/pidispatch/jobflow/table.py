@@ -15,16 +15,16 @@ every per-name fact is tied to the uid it belongs to, and uids of Jobs deleted o
 * :meth:`retire` remembers a uid as gone (bounded, oldest forgotten first);
 * :meth:`forget` drops what is kept under a name for one uid.
 
-Thread-safe for the dispatcher's use: each Job's steps run under that Job's lock, and the maps here
-are only read or changed whole-entry.
+Thread-safe for the dispatcher's use: a Job's record is changed only by the queue's worker for that Job's
+key (one at a time: docs/architecture.md#event-path); other threads only read (the gauges, the marker, the
+SessionKey refresh), whole-entry. What other threads hand to a Job goes through ``handoff.Inbox``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pidispatch.api.views import JobView
@@ -274,36 +274,3 @@ class JobTable:
 
     def keys_in_flight(self) -> set[str]:
         return {r.in_flight for r in list(self._records.values()) if r.in_flight is not None}
-
-
-class NameLocks:
-    """One lock per Job name, kept only while someone holds it or waits for it.
-
-    A lock carries no state of its own, so the map need not outlive its users: each :meth:`hold`
-    counts itself in under the guard before it waits and out after it releases, and the last one out
-    drops the entry. Two holders of one name always overlap in the map (the second counted itself
-    in while the first was still counted), so they share one lock; a name nobody uses costs nothing,
-    and the map stays as small as the set of Jobs being acted on, however many Jobs come and go.
-    """
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, list[int]]] = {}  # name -> (lock, [holders and waiters])
-
-    @contextmanager
-    def hold(self, name: str) -> Iterator[None]:
-        with self._guard:
-            lock, users = self._locks.setdefault(name, (threading.Lock(), [0]))
-            users[0] += 1
-        try:
-            with lock:
-                yield
-        finally:
-            with self._guard:
-                users[0] -= 1
-                if users[0] == 0:
-                    del self._locks[name]
-
-    def __len__(self) -> int:
-        with self._guard:
-            return len(self._locks)

@@ -47,17 +47,24 @@ def read_ledger(cluster: Cluster, uid: str) -> Figures | None:
     return summed((found or {}).get("data"))
 
 
+def settle_wait(ended: float, now: float, settle: float = LEDGER_SETTLE_SECONDS) -> float:
+    """Seconds from ``now`` until the gateway has had time to write the figures of a job whose Pod finished at
+    ``ended``: at least ``settle`` seconds after, but never more than ``settle`` from now (a node clock ahead)."""
+    return max(0.0, min(ended + settle - now, settle))
+
+
 def settled_ledger(cluster: Cluster, uid: str, pod: PodView | None, *,
                    settle: float = LEDGER_SETTLE_SECONDS, now: Callable[[], float] = time.time,
                    sleep: Callable[[float], None] = time.sleep) -> Figures | None:
-    """:func:`read_ledger` once the gateway has had time to write the job's last figures: at least ``settle``
-    seconds after the Pod finished (waiting at most ``settle``; at once when its end is not known, e.g. the Pod
-    vanished)."""
+    """:func:`read_ledger` once the gateway has had time to write the job's last figures (:func:`settle_wait`;
+    at once when its end is not known, e.g. the Pod vanished), waiting in the caller. The operator's queue
+    waits instead by bringing the Job's key back after that time (``dispatcher.py``); this is for a caller
+    without one."""
     ended = pod.finished_at if pod is not None else None
     if ended is not None:
-        wait = ended + settle - now()
+        wait = settle_wait(ended, now(), settle)
         if wait > 0:
-            sleep(min(wait, settle))
+            sleep(wait)
     return read_ledger(cluster, uid)
 
 

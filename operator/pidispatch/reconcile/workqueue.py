@@ -12,6 +12,8 @@ controller-runtime's workqueue, in threads (docs/architecture.md#event-path):
   forgets the key's failures (and cancels a retry still waiting: the success saw a newer item).
 * **Resync.** Every ``resync_seconds``, every known key (its last item, unless it was forgotten) is queued
   again, so a key dropped or an event lost between the watch and the reconciler costs a period, not forever.
+* **Requeue after.** ``add_after`` brings a key back after a delay (a reconcile that must wait for the world
+  returns instead of sleeping in its worker).
 * **The fence.** ``acting()`` is asked as each item is taken: an item taken while it says no is dropped.
 
 The items are opaque here; ``merge`` decides what a new item makes of one still waiting (by default, the new
@@ -74,23 +76,35 @@ class WorkQueue(Generic[K, V]):
         self._ticket: dict[K, int] = {}  # the one retry of each key that still counts
         self._retry_items: dict[int, V] = {}  # the item that failed, by ticket: replayed if the key is not known
         self._tickets = itertools.count()
+        self._later: list[tuple[float, int, K, V]] = []  # (due, ticket, key, item): a heap of add_after's
         self._next_resync = float("inf")
         self._stopping = False
         self._threads: list[threading.Thread] = []
 
     # ---- feeding ----------------------------------------------------------------------------------
 
-    def add(self, key: K, item: V, *, remember: bool = True) -> None:
+    def add(self, key: K, item: V, *, remember: bool | None = True) -> None:
         """Queue ``key`` with ``item`` (merged into one still waiting). ``remember`` False: the key is
-        processed but not replayed by a resync (a deletion)."""
+        processed but not replayed by a resync (a deletion); ``None``: what a resync replays is left as it is
+        (a nudge that carries no newer object)."""
         with self._cond:
             if self._stopping:
                 return
             self._put(key, item)
             if remember:
                 self._known[key] = item
-            else:
+            elif remember is not None:
                 self._known.pop(key, None)
+
+    def add_after(self, key: K, item: V, seconds: float) -> None:
+        """Queue ``key`` with ``item`` once ``seconds`` have passed (controller-runtime's ``AddAfter``: a
+        reconcile that must wait returns, and its key comes back), leaving what a resync replays as it is.
+        Not cancelled by a success or a failure of the key meanwhile."""
+        with self._cond:
+            if self._stopping:
+                return
+            heapq.heappush(self._later, (self._clock() + seconds, next(self._tickets), key, item))
+            self._timer.notify()
 
     def discard(self, key: K) -> None:
         """No resync replays ``key`` any more (its object is gone); an item already waiting is still processed."""
@@ -151,7 +165,7 @@ class WorkQueue(Generic[K, V]):
     def idle(self) -> bool:
         """Nothing waiting for a worker, in a worker, or waiting out a back-off."""
         with self._cond:
-            return not self._ready and not self._processing and not self._ticket
+            return not self._ready and not self._processing and not self._ticket and not self._later
 
     # ---- the workers ------------------------------------------------------------------------------
 
@@ -224,10 +238,14 @@ class WorkQueue(Generic[K, V]):
                         del self._ticket[key]
                         if key not in self._items:
                             self._put(key, self._known.get(key, item))
+                while self._later and self._later[0][0] <= now:
+                    _, _, key, later = heapq.heappop(self._later)
+                    self._put(key, later)
                 if now >= self._next_resync:
                     self._next_resync = now + (self.resync_seconds or float("inf"))
                     self._resync_locked()
-                due = min(self._retries[0][0] if self._retries else float("inf"), self._next_resync)
+                due = min(self._retries[0][0] if self._retries else float("inf"),
+                          self._later[0][0] if self._later else float("inf"), self._next_resync)
                 self._timer.wait(None if due == float("inf") else max(0.0, due - now))
 
 
