@@ -89,7 +89,7 @@ def due(job: JobView, pods: Sequence[dict[str, Any]], now: float, settings: Oper
         return []
     age = now - finished
     uid, name = job.uid, job.name
-    own = [p for p in pods if PodView.of(p).owner_uid == uid]
+    own = [p for p in pods if PodView.owner_uid_of(p) == uid]  # Jobs × Pods a pass: not a whole view each
     if not all(pod_ended(p) for p in own):
         return []  # its Pod is still running (or yet to start): stopping it is nobody's retention
     ttl = settings.job_ttl_seconds_after_finished
