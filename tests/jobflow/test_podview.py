@@ -103,6 +103,23 @@ def test_the_owner_is_the_controlling_reference_and_the_job_its_name_else_the_la
                                      "labels": {JOB_LABEL: "short"}}})
     assert (other.owner_uid, other.owner_name, other.job) == ("u2", None, "short")
     assert PodView.of({"metadata": {}}).job is None
+    # Read alone (retention, per Job and Pod): the same answer, without the rest of the view.
+    assert PodView.owner_uid_of({"metadata": {"ownerReferences": refs}}) == "u1"
+    assert PodView.owner_uid_of({"metadata": {}}) is None
+
+
+@pytest.mark.parametrize("stamp", [
+    "2026-12-07T18:00:00Z", "2024-02-29T23:59:59Z", "2026-12-07T18:00:60Z", "2026-1-07T18:00:00Z",
+    "2023-02-29T00:00:00Z", "2026-12-07 18:00:00Z", "2026-12-07T18:00:00.5Z", "2026-12-07T18:00:00+00:00",
+    "2026-12-07T24:00:00Z", "2026-12-07T18:00:00z", "yesterday", "", None,
+])
+def test_the_creation_time_reads_as_strptime_reads_it(stamp: str | None) -> None:
+    """The fast path (``fromisoformat``) answers as ``strptime`` did, leap second and malformed stamps included."""
+    try:
+        expected: float | None = float(calendar.timegm(time.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        expected = None
+    assert PodView.of({"metadata": {"creationTimestamp": stamp}}).created == expected
 
 
 def test_an_oom_kill_of_the_job_container_names_its_memory_limit() -> None:

@@ -11,12 +11,17 @@ from typing import Any
 import pytest
 
 from pidispatch.api.views import JobView
+from pidispatch.contract import JOB_LABEL, MANAGED_BY
 from pidispatch.doctor.check import Status
 from pidispatch.doctor.cluster import terminating_claims
-from pidispatch.jobflow.retention import Delete, Kind, RetainedPod, check_interval, due, finished_at
+from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.retention import Delete, Kind, RetainedPod, Retention, check_interval, due, finished_at
+from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import token_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.uninstall import split_for_uninstall
+from testkit.jobflow import Clock, controller, new_job, pump
+from testkit.memoryapi import JOBS, NS, PODS, MemoryApi
 
 DONE = "2030-01-01T00:00:00Z"
 T0 = finished_at(JobView.of({"status": {"completedAt": DONE}})) or 0.0
@@ -149,3 +154,44 @@ def test_a_claim_being_deleted_that_nothing_holds_says_to_wait() -> None:
 
 def test_claims_not_being_deleted_are_fine() -> None:
     assert terminating_claims([pvc("rel-staging", False)], [mounting("pij-a", "rel-staging")], "pi") == []
+
+
+class DeletingApi(MemoryApi):
+    """The in-memory apiserver with the DELETE retention sends (preconditions on the uid), recorded."""
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> None:
+        assert method == "DELETE"
+        wanted = ((body or {}).get("preconditions") or {}).get("uid")
+        found = self.get_or_none(path)
+        if found is None and "/secrets/" not in path:
+            raise ApiError(404, method, path, "not found")
+        if found is not None and wanted is not None and found["metadata"]["uid"] != wanted:
+            raise ApiError(409, method, path, "precondition failed")
+        if found is not None:
+            self.delete(path)
+        else:
+            self.deletes.append(path)
+
+
+def test_a_pass_over_many_jobs_deletes_each_jobs_own_pod_under_that_job(tmp_path: Path) -> None:
+    """One pass, many ended Jobs with their Pods in one list: each Pod goes under its own Job, a running Job
+    keeps its Pod, and a Job without a Pod still loses its Secret (the Pods are grouped by owner once a pass)."""
+    api = DeletingApi()
+    ended = [f"j{n}" for n in range(5)]
+    jobs = {name: api.create(JOBS, {"metadata": {"name": name}, "spec": {}}) for name in [*ended, "running", "bare"]}
+    for name, body in jobs.items():
+        if name == "bare":
+            continue
+        api.create(PODS, {"metadata": {"name": f"pij-{name}", "labels": {JOB_LABEL: name, **MANAGED_BY},
+                                       "ownerReferences": [{"kind": "Job", "name": name, "controller": True,
+                                                            "uid": body["metadata"]["uid"]}]},
+                          "status": {"phase": "Running" if name == "running" else "Succeeded"}})
+        api.patch(f"{JOBS}/{name}/status", {"status": {"phase": "Running" if name == "running" else "Succeeded",
+                                                       "completedAt": DONE}})
+    api.patch(f"{JOBS}/bare/status", {"status": {"phase": "Failed", "completedAt": DONE}})
+    pass_ = Retention(settings(), Cluster(api, NS), wall=lambda: T0 + 601)  # type: ignore[arg-type]
+    done = pass_.run_once()
+    pods = {(d.job, d.name) for d in done if d.kind is Kind.POD}
+    assert pods == {(name, f"pij-{name}") for name in ended}
+    assert {d.job for d in done if d.kind is Kind.SECRET} == {*ended, "bare"}
+    assert [p["metadata"]["name"] for p in api.pods()] == ["pij-running"]

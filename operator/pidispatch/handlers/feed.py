@@ -5,7 +5,8 @@ Who feeds it: the operator's own Job watch (``handlers/jobwatch.py``) and kopf's
 Trigger handlers (``handlers/register.py``), which only call :meth:`Feed.event` (docs/architecture.md#event-path).
 What each kind's events mean here, level-triggered: the newest body of a key is the one reconciled, and a
 resync replays every live key's newest body, but a SessionKey's (the store may hold 100 000 keys; their bodies
-would be the operator's memory, and the SessionKey refresh reads them a page at a time instead). Deletions are
+would be the operator's memory, and the SessionKey refresh reads them a page at a time instead) and a Pod's (the
+dispatcher's resync reads the Pod of each running Job afresh; a burst's Pods were 20 MiB kept). Deletions are
 not replayed: a deleted Job's, Trigger's or SessionKey's key is reconciled once and then forgotten; a Pod's
 deletion is only forgotten (the dispatcher never acted on it, and a vanished Pod of a running Job is the
 dispatcher's resync's to find).
@@ -112,8 +113,11 @@ class Feed:
         key: Key = (kind, str((body.get("metadata") or {}).get("name") or ""))
         if event_type != "DELETED":
             # A SessionKey's body is not kept for the resync: there may be 100 000 of them, and the refresh
-            # (``jobflow/timers.py``) already reads them a page at a time, never all at once. Its retries are kept.
-            self.queue.add(key, Event(event_type, body), remember=kind != "SessionKey")
+            # (``jobflow/timers.py``) already reads them a page at a time, never all at once. Nor a Pod's: the
+            # dispatcher's resync GETs the Pod of every running Job afresh, and 500 kept Pods were 20 MiB of a
+            # 500-Job burst's peak (docs/benchmarks.md#issue-41-one-event-path-measured-side-by-side-with-main).
+            # Their retries are kept.
+            self.queue.add(key, Event(event_type, body), remember=kind not in ("SessionKey", "Pod"))
         elif kind == "Pod":
             self.queue.discard(key)
         else:
