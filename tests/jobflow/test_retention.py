@@ -1,11 +1,12 @@
-"""Retention and uninstall (issue 14 item 6), the pure parts: what is due when, the per-name lock map that
-must not grow with every Job ever seen, what the pre-delete hook stops, and the claims a start refuses.
+"""Retention and uninstall (issue 14 item 6), the pure parts: what is due when, one pass over many Jobs, what
+the pre-delete hook stops, and the claims a start refuses.
 
 The same on the local control plane: ``e2e/test_operator_retention.py`` and ``e2e/test_chart_uninstall.py``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,6 @@ from pidispatch.kubeapi import ApiError
 from pidispatch.manifests.pod import token_secret_name
 from pidispatch.settings import ConfigError, OperatorSettings, Settings
 from pidispatch.uninstall import split_for_uninstall
-from testkit.jobflow import Clock, controller, new_job, pump
 from testkit.memoryapi import JOBS, NS, PODS, MemoryApi
 
 DONE = "2030-01-01T00:00:00Z"
