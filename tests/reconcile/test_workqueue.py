@@ -333,6 +333,27 @@ def test_the_feed_replays_jobs_and_triggers_on_a_resync_but_keeps_no_sessionkey_
     assert sorted(to.calls) == [("job", "ADDED", "uid"), ("trigger", None, "trigger")]
 
 
+def test_the_feed_keeps_no_managed_fields_and_leaves_the_callers_body_alone() -> None:
+    """Server-side apply's ``managedFields`` is about half a Job's body and nothing reads it: the feed drops it
+    as an event enters, from a copy, so what the resync keeps is the rest."""
+    seen: list[dict[str, object]] = []
+
+    class Keep(Reconcilers):
+        def on_job(self, event_type: str | None, body: dict[str, object]) -> None:
+            seen.append(body)
+
+    sent = {"metadata": {"name": "j", "uid": "u", "managedFields": [{"manager": "kubectl"}]}, "spec": {"x": 1}}
+    feed = Feed(Keep(), resync_seconds=None)
+    feed.event("Job", "ADDED", sent)
+    feed.start()
+    try:
+        wait_until("the feed is idle", feed.queue.idle, timeout=5, interval=0.005)
+    finally:
+        feed.stop()
+    assert seen == [{"metadata": {"name": "j", "uid": "u"}, "spec": {"x": 1}}]
+    assert "managedFields" in sent["metadata"]  # type: ignore[operator]
+
+
 # ---- requeue after, and the dispatcher's turns through the feed ---------------------------------------------
 
 

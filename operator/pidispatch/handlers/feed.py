@@ -76,6 +76,16 @@ class Reconcilers(Protocol):
     def attach(self, keys: Feed) -> None: ...
 
 
+def without_managed_fields(body: Body) -> Body:
+    """``body`` without ``metadata.managedFields`` (server-side apply's bookkeeping, which nothing here reads):
+    it is about half of a Pod's or a Job's body as the API sends it, and the queue keeps the last body of every
+    live Job and Trigger for its resync. A shallow copy: the caller's body is left as it was."""
+    meta = body.get("metadata")
+    if not isinstance(meta, dict) or "managedFields" not in meta:
+        return body
+    return {**body, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def merge(waiting: Event, new: Event) -> Event:
     """What a new event makes of one still waiting for its key's turn: the new one, carrying the uids of Jobs
     deleted in between (a deletion of another uid than the new body's). A bare turn leaves the waiting event
@@ -110,6 +120,7 @@ class Feed:
 
     def event(self, kind: Kind, event_type: str | None, body: Body) -> None:
         """Queue one watch event of ``kind``; nothing is done here (the caller is a watch's thread)."""
+        body = without_managed_fields(body)
         key: Key = (kind, str((body.get("metadata") or {}).get("name") or ""))
         if event_type != "DELETED":
             # A SessionKey's body is not kept for the resync: there may be 100 000 of them, and the refresh
