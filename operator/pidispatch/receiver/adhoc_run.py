@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, api: KubeApi, namespace: str, reader: ForgeRea
             sys.stdout.write(json.dumps(result) + "\n")
         else:
             for name, phase in ends.items():
-                sys.stdout.write(f"{name} {phase or 'not ended within --timeout'}\n")
+                sys.stdout.write(f"{name} {phase or 'not ended (--timeout passed, or the Job was deleted)'}\n")
         return code
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
