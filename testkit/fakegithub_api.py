@@ -318,11 +318,14 @@ class FakeGitHubAPI(GraphQLAnswers, PollingAnswers):
         if method == "GET" and len(rest) == 2 and rest[0] == "issues" and rest[1].isdigit():
             with self._lock:
                 found = self.issues.get((repo, int(rest[1])))
+                pull = self.pulls.get((repo, int(rest[1]))) if found is None else None
+            if pull is not None and pull.status == 200:  # as on GitHub: a pull request is an issue too
+                found = (pull.title, pull.body)
             if found is None:
                 return not_found
             return 200, objects.issue(repo, int(rest[1]), title=found[0], body=found[1] or None,
                                       author=self._user("octocat"), created_at=objects.EPOCH, api=self.url,
-                                      web=self.web_url), {}, 0.0
+                                      web=self.web_url, pull_request=pull is not None), {}, 0.0
         if method == "GET" and len(rest) == 2 and rest[0] == "compare" and "..." in rest[1]:
             base, _, head = unquote(rest[1]).partition("...")
             counts = forge.count(repo, base, head) if forge else None

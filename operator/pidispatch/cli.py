@@ -278,6 +278,22 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    """A Job for an issue or a pull request, made as the receiver makes one (``receiver/adhoc.py``)."""
+    from pidispatch.receiver.adhoc_run import main as run_main
+
+    try:
+        return run_main(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _positive_arg(text: str) -> int:
+    if not _POSITIVE.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return int(text)
+
+
 def cmd_runner(args: argparse.Namespace) -> int:
     from pidispatch.runner.main import main as runner_main
 
@@ -361,6 +377,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                           help="the operator's namespace (default: PI_DISPATCH_NAMESPACE, else the kubeconfig's)")
         cost.add_argument("--output", "-o", choices=("table", "json"), default="table")
         cost.set_defaults(run=cmd_report)
+
+    run = commands.add_parser("run", help="create a Job for an issue or a pull request, as the receiver would, "
+                                          "and optionally wait for its end")
+    if wanted("run"):
+        run.add_argument("--trigger", required=True, metavar="NAME", help="the Trigger whose job this is")
+        subject = run.add_mutually_exclusive_group(required=True)
+        subject.add_argument("--issue", type=_positive_arg, metavar="N")
+        subject.add_argument("--pull-request", type=_positive_arg, metavar="N")
+        run.add_argument("--repo", default=None, metavar="OWNER/NAME",
+                         help="default: the one repository the Trigger names")
+        run.add_argument("--comment", default=None, metavar="TEXT", help="the text the job is given, as a comment's")
+        run.add_argument("--namespace", "-n", default=None,
+                         help="the operator's namespace (default: PI_DISPATCH_NAMESPACE, else the kubeconfig's)")
+        run.add_argument("--token", default=None, help="a GitHub token that can read the repository "
+                         "(default: GH_TOKEN, else GITHUB_TOKEN; prefer those: an argument shows in ps)")
+        run.add_argument("--api-url", default=None, metavar="URL",
+                         help="the forge's REST API (default: GITHUB_API_URL, else https://api.github.com)")
+        run.add_argument("--wait", action="store_true", help="follow the Job to its end; the exit code says how")
+        run.add_argument("--timeout", type=float, default=3600, metavar="SECONDS", help="with --wait (default 3600)")
+        run.add_argument("--json", action="store_true", help="one JSON object: the namespace and the Jobs")
+        run.set_defaults(run=cmd_run)
 
     runner = commands.add_parser("runner", help="the job image's side of the container contract: run pi")
     runner.set_defaults(run=cmd_runner)

@@ -426,9 +426,16 @@ def plan_jobs(triggers: list[dict[str, Any]], event: Event, delivery: str,
     matching = sorted((t for t in triggers if mismatch(t, event) is None), key=lambda t: t["metadata"]["name"])
     planned: list[PlannedJob] = []
     for trigger in matching:
-        n = replicas_of(trigger)
-        if n is None:
-            planned.append(plan_job(trigger, event, delivery, auth_source, digest))
-        else:
-            planned += [plan_job(trigger, event, delivery, auth_source, digest, (i, n)) for i in range(1, n + 1)]
+        planned += plan_trigger(trigger, event, delivery, auth_source, digest)
     return planned
+
+
+def plan_trigger(trigger: dict[str, Any], event: Event, delivery: str, auth_source: str | None,
+                 digest: str) -> list[PlannedJob]:
+    """The Jobs one Trigger starts for ``event``: one, or its ``run.replicas`` n attempts. What :func:`plan_jobs`
+    plans per matching Trigger, and what ``pidispatch run`` plans for the Trigger a person names
+    (``receiver/adhoc.py``)."""
+    n = replicas_of(trigger)
+    if n is None:
+        return [plan_job(trigger, event, delivery, auth_source, digest)]
+    return [plan_job(trigger, event, delivery, auth_source, digest, (i, n)) for i in range(1, n + 1)]
