@@ -169,6 +169,20 @@ def test_wait_exits_with_how_the_jobs_ended(api: MemoryApi, forge: FakeGitHubAPI
     assert sorted((j["phase"] for j in result["jobs"]), key=str) == sorted(phases, key=str)
 
 
+@pytest.fixture
+def events_logger_restored() -> Iterator[None]:
+    """``cli.main`` points the events logger at stderr (a handler, no propagation), as the CLI's process wants;
+    in this process the tests after this one log through the same logger, so it is put back as it was."""
+    from pidispatch.events import logger
+
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
+
+
+@pytest.mark.usefixtures("events_logger_restored")
 def test_the_cli_needs_a_token_and_one_subject(monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("GH_TOKEN", "GITHUB_TOKEN"):
