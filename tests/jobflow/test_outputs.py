@@ -21,11 +21,13 @@ from pidispatch.api.models import JobOutputs, JobPullRequest, JobSession, JobSta
 from pidispatch.api.views import JobView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
+from pidispatch.jobflow.complete import Completion, with_outputs
 from pidispatch.jobflow.outputs import read_outputs
 from pidispatch.jobflow.podview import PodView
 from pidispatch.jobflow.sessionkey import last_job_facts
 from pidispatch.jobflow.summarize import Ended, summarize
 from pidispatch.jobflow.summarize_sessionkey import StoreReading, sessionkey_status
+from pidispatch.report import RunnerReport, Workspace
 from pidispatch.settings import GitHubSettings
 from pidispatch.store.inspect import inspect_key
 from pidispatch.store.staging import HostRecord
@@ -200,3 +202,19 @@ def test_a_jobs_end_records_the_pull_request_the_forge_confirms_in_its_one_end_w
     assert len(writes) == 1, "the outputs ride the end-of-job status write, not one of their own"
     assert len([r for r in api.requests[before:] if r.method != "GET"]) == 0
     assert len(api.requests[before:]) == 1, "one GET: the pull request's head confirms the branch"
+
+
+def test_an_unexpected_failure_reading_the_outputs_never_holds_up_the_jobs_end(
+        forge: Forge, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(forge.client, "pulls_with_head", broken)
+    done = Completion(ended(None), None, RunnerReport(workspace=Workspace(head="c" * 40, pushed="c" * 40)), False)
+    job = JobView.of({"metadata": {"name": "j"},
+                      "spec": {"trigger": "fix", "forge": "github", "repository": REPO, "issue": 7},
+                      "status": {"checkout": {"ref": "refs/heads/main", "sha": "d" * 40, "branch": BRANCH}}})
+    found = with_outputs(done, forge, job, None).ended.outputs
+    assert found is not None and found.unconfirmed and "RuntimeError" in found.unconfirmed
+    assert found.branch is None
+    assert with_outputs(done, None, job, None) is done, "no forge client: no outputs, no lookup"

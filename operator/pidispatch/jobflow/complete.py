@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pidispatch import failpoints, metrics
-from pidispatch.api.models import JobGateway, JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.models import JobGateway, JobHandoff, JobOutputs, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.election import fence
 from pidispatch.events import emit
@@ -110,7 +110,11 @@ def with_outputs(done: Completion, forge: Forge | None, job: JobView, pod: PodVi
     if forge is None or pushed is None or job.spec is None:
         return done
     checkout = checkout_of(pod) or job.status.checkout
-    found = read_outputs(forge, job.spec.repository, checkout.branch if checkout is not None else None, pushed)
+    try:
+        found = read_outputs(forge, job.spec.repository, checkout.branch if checkout is not None else None, pushed)
+    except Exception as exc:  # the Job's end is never held up by its outputs: it is recorded without them
+        log.warning("Job %s: its outputs were not read: %s: %s", job.name, type(exc).__name__, exc)
+        found = JobOutputs(unconfirmed=f"The forge's answer could not be read ({type(exc).__name__}).")
     return done if found is None else replace(done, ended=replace(done.ended, outputs=found))
 
 
