@@ -1,4 +1,4 @@
-"""``status.outputs``: what a job left on the forge, read back at its end (docs/sessions.md#what-a-job-records).
+"""``status.outputs``: what a job left on the forge, read back at its end (docs/workspace.md#what-a-job-records).
 
 Against the fake forge's REST API over real git repositories: the runner's report only names the pushed commit
 and the Pod's checkout the branch; the branch, the commit and the pull request recorded are what the forge
