@@ -22,7 +22,7 @@ from pidispatch.api.views import JobView
 from pidispatch.contract import JOB_LABEL
 from pidispatch.forge.github import Forge
 from pidispatch.jobflow.complete import Completion, with_outputs
-from pidispatch.jobflow.outputs import read_outputs
+from pidispatch.jobflow.outputs import own_pull, read_outputs
 from pidispatch.jobflow.podview import PodView
 from pidispatch.jobflow.sessionkey import last_job_facts
 from pidispatch.jobflow.summarize import Ended, summarize
@@ -218,3 +218,18 @@ def test_an_unexpected_failure_reading_the_outputs_never_holds_up_the_jobs_end(
     assert found is not None and found.unconfirmed and "RuntimeError" in found.unconfirmed
     assert found.branch is None
     assert with_outputs(done, None, job, None) is done, "no forge client: no outputs, no lookup"
+
+
+def listed(number: int, state: str, sha: str, repo: str = REPO) -> dict[str, Any]:
+    return {"number": number, "state": state, "html_url": f"https://x/pull/{number}",
+            "head": {"ref": BRANCH, "sha": sha, "repo": {"full_name": repo}}}
+
+
+def test_which_pull_request_of_the_listing_is_the_jobs() -> None:
+    pushed = "c" * 40
+    assert own_pull([listed(9, "closed", "a" * 40), listed(4, "open", "b" * 40)], REPO, BRANCH, pushed)["number"] == 4
+    assert own_pull([listed(9, "closed", "a" * 40)], REPO, BRANCH, pushed) is None, \
+        "a pull request closed before this push is not the job's"
+    assert own_pull([listed(9, "closed", pushed)], REPO, BRANCH, pushed)["number"] == 9, "merged with the push"
+    assert own_pull([listed(5, "open", pushed, "mallory/widgets")], REPO, BRANCH, pushed) is None
+    assert own_pull({"message": "not a list"}, REPO, BRANCH, pushed) is None

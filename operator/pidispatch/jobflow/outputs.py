@@ -32,7 +32,7 @@ def read_outputs(forge: Forge | None, repository: str | None, branch: str | None
         return None
     try:
         auth = forge.authorization(repository)
-        pull = own_pull(forge.client.pulls_with_head(repository, branch, auth), repository, branch)
+        pull = own_pull(forge.client.pulls_with_head(repository, branch, auth), repository, branch, pushed)
         tip = pull_head(pull)
         if tip != pushed:
             ref = f"refs/heads/{branch}"
@@ -52,13 +52,15 @@ def read_outputs(forge: Forge | None, repository: str | None, branch: str | None
     return JobOutputs(branch=branch, commit=pushed, pullRequest=pull_view(pull))
 
 
-def own_pull(payload: Any, repository: str, branch: str) -> dict[str, Any] | None:
-    """The pull request from ``branch`` of ``repository`` in a listing (newest first): an open one before a closed
-    one. The head's repository is checked, not trusted to the query: a fork's branch of the same name is not it."""
+def own_pull(payload: Any, repository: str, branch: str, pushed: str) -> dict[str, Any] | None:
+    """The pull request from ``branch`` of ``repository`` in a listing (newest first): the open one, else a closed
+    one only when its head is the pushed commit (a pull request merged or closed before this push is not this
+    job's). The head's repository is checked, not trusted to the query: a fork's branch of the same name is not it."""
     mine = [p for p in payload if isinstance(p, dict) and _head(p).get("ref") == branch
             and isinstance(_head(p).get("repo"), dict) and _head(p)["repo"].get("full_name") == repository] \
         if isinstance(payload, list) else []
-    return next((p for p in mine if p.get("state") == "open"), mine[0] if mine else None)
+    return next((p for p in mine if p.get("state") == "open"),
+                next((p for p in mine if pull_head(p) == pushed), None))
 
 
 def _head(pull: dict[str, Any]) -> dict[str, Any]:
