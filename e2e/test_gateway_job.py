@@ -229,10 +229,12 @@ def test_an_issue_job_clones_pushes_and_comments_through_the_gateway_holding_no_
     assert len(seen) == 2 and model.pending == 0, "pi made both requests through the gateway"
 
     # The work, on the forge: cloned at main, committed, pushed, commented.
-    assert job["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main}
+    assert job["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main, "branch": f"pi/issue-{ISSUE}"}
     pushed = forge.repos.tip(REPO, f"pi/issue-{ISSUE}")
     assert pushed is not None and forge.repos.log(REPO, f"pi/issue-{ISSUE}")[0].endswith("Fix the flaky cache test")
     assert job["status"]["workspace"] == {"head": pushed, "pushed": pushed}
+    assert job["status"]["outputs"] == {"branch": f"pi/issue-{ISSUE}", "commit": pushed}, \
+        "the operator confirmed the push on the forge with its own credential; no pull request was opened"
     assert [c["body"] for c in forge.comments(REPO, ISSUE)] == [f"Pushed a fix on pi/issue-{ISSUE}."]
     tool_result = "\n".join(text_of(m.get("content")) for m in seen[1]["body"]["messages"] if m.get("role") == "tool")
     assert "error" not in tool_result.lower(), tool_result

@@ -143,7 +143,7 @@ def test_deliveries_clone_push_open_a_pull_request_resume_and_see_the_moved_head
     model.tool_call("bash", {"command": PUSH_AND_OPEN}).reply("Pushed the fix and opened a pull request.")
     first, seen1 = deliver(r, model, "d1", issue=7, comment="@pi the cache test is flaky, fix it")
     assert first["status"]["phase"] == "Succeeded", (json.dumps(first["status"]), r.pod_log(first["status"]["podName"]))
-    assert first["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main}
+    assert first["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main, "branch": "pi/issue-7"}
     prompt = said(seen1[:1])
     assert "The cache test is flaky" in prompt and "It fails one run in ten" in prompt, "the issue's text"
     assert f"at commit {main}, on the branch pi/issue-7" in prompt
@@ -153,10 +153,14 @@ def test_deliveries_clone_push_open_a_pull_request_resume_and_see_the_moved_head
     [pull] = forge.created_pulls(REPO)
     assert (pull.head_ref, pull.base_ref, pull.title) == ("pi/issue-7", "main", "Fix the flaky cache test")
     assert f"{forge.web_url}/{REPO}/pull/{pull.number}" in tool_results(seen1), "gh printed the new PR's URL"
+    # What the job left, as the operator read it back from the forge (docs/workspace.md#what-a-job-records).
+    pr_view = {"number": pull.number, "url": f"{forge.web_url}/{REPO}/pull/{pull.number}"}
+    assert first["status"]["outputs"] == {"branch": "pi/issue-7", "commit": pushed1, "pullRequest": pr_view}
     author = repos.log(REPO, "pi/issue-7")[0]
     del author
     key = issue_key("github", REPO, 7)
     assert r.sessionkey(key)["status"]["lastCommit"] == {"sha": pushed1, "pushed": True}
+    assert r.sessionkey(key)["status"]["lastPullRequest"] == pr_view
 
     # -- delivery 2: a comment on that pull request ----------------------------------------------------
     forge.set_pull(REPO, pull.number, head_ref="pi/issue-7", title=pull.title, body=pull.body)
@@ -164,13 +168,15 @@ def test_deliveries_clone_push_open_a_pull_request_resume_and_see_the_moved_head
     second, seen2 = deliver(r, model, "d2", pullRequest=pull.number, comment="@pi also add a regression test")
     assert second["status"]["phase"] == "Succeeded", (json.dumps(second["status"]),
                                                       r.pod_log(second["status"]["podName"]))
-    assert second["status"]["checkout"] == {"ref": "refs/heads/pi/issue-7", "sha": pushed1}
+    assert second["status"]["checkout"] == {"ref": "refs/heads/pi/issue-7", "sha": pushed1, "branch": "pi/issue-7"}
     assert second["status"]["session"]["resumed"] is True, second["status"]
     assert "the cache test is flaky, fix it" in said(seen2), "delivery 1's conversation came along"
     assert "The branch moved" not in said(seen2), "nothing moved between the two deliveries"
     log = repos.log(REPO, "pi/issue-7")
     assert [line.split(" ", 1)[1] for line in log[:2]] == ["Add a regression test", "Fix the flaky cache test"]
     pushed2 = repos.tip(REPO, "pi/issue-7")
+    assert second["status"]["outputs"] == {"branch": "pi/issue-7", "commit": pushed2, "pullRequest": pr_view}, \
+        "the pull request the job ran on, updated"
 
     # -- delivery 3: someone else pushed to the branch first -----------------------------------------
     other = repos.commit(REPO, "pi/issue-7", {"NOTES.md": "a colleague was here\n"}, "A colleague's commit")
@@ -180,6 +186,7 @@ def test_deliveries_clone_push_open_a_pull_request_resume_and_see_the_moved_head
     assert third["status"]["checkout"]["sha"] == other and third["status"]["session"]["resumed"] is True
     envelope = text_of([m for m in seen3[0]["messages"] if m.get("role") == "user"][-1].get("content"))
     assert f"you left it at {pushed2}, it is now at {other}: 1 new commit by someone else" in envelope, envelope
+    assert "outputs" not in third["status"], "the job pushed nothing: no outputs, and no forge lookup"
 
     # -- the tokens, nowhere they must not be ------------------------------------------------------------
     tokens = [forge.issued_token(sha) for sha, _ in forge.issued()]
@@ -257,7 +264,8 @@ def test_two_replicas_push_two_branches_and_open_two_pull_requests(release: Rele
         job, seen[i] = deliver(r, model, f"race-r{i}", trigger="race", issue=31, comment="@pi race",
                                replica=i, replicas=2)
         assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
-        assert job["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main}, "each attempt starts fresh"
+        assert job["status"]["checkout"] == {"ref": "refs/heads/main", "sha": main, "branch": f"pi/issue-31-r{i}"}, \
+            "each attempt starts fresh"
         assert f"on the branch pi/issue-31-r{i}" in said(seen[i][:1]) and f"[r{i}/2]" in said(seen[i][:1])
         assert (job["status"].get("session") or {}).get("resumed") is not True, "replicas never resume"
     assert repos.tip(REPO, "pi/issue-31") is None, "no replica is the unsuffixed original"
@@ -288,7 +296,7 @@ def test_a_flow_trigger_runs_the_repositorys_skill_through_the_operator(release:
     model.reply("Area: frontend.")
     job, seen = deliver(r, model, "flow-41", trigger="triage", issue=41, comment="@pi triage")
     assert job["status"]["phase"] == "Succeeded", (json.dumps(job["status"]), r.pod_log(job["status"]["podName"]))
-    assert job["status"]["checkout"] == {"ref": "refs/heads/pi/issue-41", "sha": sha}
+    assert job["status"]["checkout"] == {"ref": "refs/heads/pi/issue-41", "sha": sha, "branch": "pi/issue-41"}
     [first] = [text_of(m.get("content")) for m in seen[0]["messages"] if m.get("role") == "user"]
     assert first.startswith('<skill name="triage"') and "TRIAGE-FLOW-E2E" in first, first[:300]
     assert "REWRITTEN-ON-THE-BRANCH" not in first, "the flow came from the default branch, not the job's branch"

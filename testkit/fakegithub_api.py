@@ -5,6 +5,8 @@
 * ``GET  /repos/{o}/{r}/pulls/{n}``: a pull request whose head is set per PR (:meth:`FakeGitHubAPI.set_pull`):
   head ref, head repository ``full_name`` or ``None`` for a deleted fork, and a forced status (404, 500)
   or a delay (to make the client time out). A PR never set is a 404, as on GitHub;
+* ``GET  /repos/{o}/{r}/pulls`` (``head=OWNER:BRANCH``, ``state``, ``per_page``): the listing the operator reads a
+  job's pull request from (``jobflow/outputs.py``);
 * ``GET  /repos/{o}/{r}/issues/{n}/comments`` (``per_page``/``page``, a ``Link: rel="next"`` header) and
   ``POST`` to the same path;
 * ``POST /app/installations/{id}/access_tokens``: checks the App's JWT (RS256 with the App's public key,
@@ -674,6 +676,19 @@ class FakeGitHubAPI(GraphQLAnswers, PollingAnswers):
             self._polling_route(method, repo, parts[3:], query)
         if answered is not None:
             return answered
+        # GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=...: the listing, newest first (the fake's pulls are open)
+        if method == "GET" and len(parts) == 4 and parts[3] == "pulls":
+            head = (query.get("head") or [None])[0]
+            state = (query.get("state") or ["open"])[0]
+            with self._lock:
+                found = sorted((p for (r, _), p in self.pulls.items() if r == repo and p.status == 200),
+                               key=lambda p: -p.number)
+            if head is not None:
+                owner, _, ref = head.partition(":")
+                found = [p for p in found if p.head_ref == ref and (p.head_repo or "").split("/", 1)[0] == owner]
+            listed = [objects.simple_pull_request(self._pull_json(p)) for p in found] if state != "closed" else []
+            per_page = min(int((query.get("per_page") or ["30"])[0]), 100)
+            return 200, listed[:per_page], {}, 0.0
         # GET /repos/{o}/{r}/pulls/{n}
         if method == "GET" and len(parts) == 5 and parts[3] == "pulls" and parts[4].isdigit():
             with self._lock:

@@ -120,6 +120,13 @@ class GitHubClient:
         endpoint = "/repos/{owner}/{repo}/pulls/{n}"
         return self.request("GET", endpoint, f"{_repo_path(repository)}/pulls/{number}", authorization)[1]
 
+    def pulls_with_head(self, repository: str, branch: str, authorization: str) -> Any:
+        """``GET /repos/{o}/{r}/pulls?head=OWNER:branch&state=all``: the pull requests from ``branch`` of
+        ``repository`` itself (a fork's branch of the same name is another head), newest first."""
+        owner = repository.split("/", 1)[0]
+        return self.request("GET", "/repos/{owner}/{repo}/pulls", f"{_repo_path(repository)}/pulls", authorization,
+                            params={"head": f"{owner}:{branch}", "state": "all", "per_page": 10})[1]
+
     def repository(self, repository: str, authorization: str) -> Any:
         return self.request("GET", "/repos/{owner}/{repo}", _repo_path(repository), authorization)[1]
 

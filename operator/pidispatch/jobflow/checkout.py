@@ -70,5 +70,7 @@ def checkout_of(pod: PodView | None) -> JobCheckout | None:
         except ValueError:
             return None
         if isinstance(data, dict) and isinstance(data.get("ref"), str) and is_commit(data.get("sha")):
-            return JobCheckout(ref=data["ref"], sha=data["sha"])
+            branch = data.get("branch")
+            return JobCheckout(ref=data["ref"], sha=data["sha"],
+                               **({"branch": branch} if isinstance(branch, str) and branch else {}))
     return None

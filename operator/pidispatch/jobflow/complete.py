@@ -19,13 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pidispatch import failpoints, metrics
-from pidispatch.api.models import JobGateway, JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.models import JobGateway, JobHandoff, JobOutputs, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.election import fence
 from pidispatch.events import emit
+from pidispatch.forge.github import Forge
 from pidispatch.gateway.ledger import Figures
 from pidispatch.jobflow import cost, quarantine, sessionkey, usage
+from pidispatch.jobflow.checkout import checkout_of
 from pidispatch.jobflow.cluster import Cluster
+from pidispatch.jobflow.outputs import read_outputs
 from pidispatch.jobflow.podview import PodView, pod_phase
 from pidispatch.jobflow.summarize import TERMINAL_PHASES, Ended
 from pidispatch.jobflow.summarize_sessionkey import KeyOutcome, Promoted, Rethreaded
@@ -89,12 +92,30 @@ def ending(settings: OperatorSettings, cluster: Cluster, name: str, pod: PodView
 
 
 def finished(settings: OperatorSettings, end: Ending, pod: PodView | None,
-             ledger: Callable[[], Figures | None] | None = None) -> Finished | None:
+             ledger: Callable[[], Figures | None] | None = None, forge: Forge | None = None) -> Finished | None:
     """The end of the Job whose Pod is ``pod`` (``None``: it vanished), or ``None`` while the Pod runs.
-    ``ledger`` reads the gateway's figures of the Job (behind the gateway only)."""
+    ``ledger`` reads the gateway's figures of the Job (behind the gateway only); ``forge`` (the operator's own
+    client, ``None`` without credentials) confirms what the job pushed (``status.outputs``)."""
     host = end.jd.read_host()
     done = complete(settings, end.jd, host, pod, end.job.name, ledger)
-    return Finished(host, done) if done is not None else None
+    if done is None:
+        return None
+    return Finished(host, with_outputs(done, forge, end.job, pod))
+
+
+def with_outputs(done: Completion, forge: Forge | None, job: JobView, pod: PodView | None) -> Completion:
+    """``done`` with the outputs the forge confirms (docs/workspace.md#what-a-job-records): looked up only for a
+    push the runner reported, on the branch the operator handed the Pod (its ``PI_CHECKOUT``, else as recorded)."""
+    pushed = done.report.workspace.pushed if done.report.workspace is not None else None
+    if forge is None or pushed is None or job.spec is None:
+        return done
+    checkout = checkout_of(pod) or job.status.checkout
+    try:
+        found = read_outputs(forge, job.spec.repository, checkout.branch if checkout is not None else None, pushed)
+    except Exception as exc:  # the Job's end is never held up by its outputs: it is recorded without them
+        log.warning("Job %s: its outputs were not read: %s: %s", job.name, type(exc).__name__, exc)
+        found = JobOutputs(unconfirmed=f"The forge's answer could not be read ({type(exc).__name__}).")
+    return done if found is None else replace(done, ended=replace(done.ended, outputs=found))
 
 
 def abandon(settings: OperatorSettings, cluster: Cluster, end: Ending, pod: PodView,
@@ -279,7 +300,7 @@ def record_end(settings: OperatorSettings, cluster: Cluster, job: JobView, host:
         promoted_at = cluster.clock() if done.promotion is not None and done.promotion.promoted else None
         found: list[KeyOutcome] = [sessionkey.last_job_facts(name, host, done.ended.session, promoted_at,
                                                              done.report.workspace if promoted_at is not None
-                                                             else None)]
+                                                             else None, done.ended.outputs)]
         if promoted_at is not None and not host.resume:  # a resumed job keeps the lineage it continued
             found.append(rethread_fact(name, host, done))
         if promoted_at is not None:

@@ -313,7 +313,8 @@ class Dispatcher:
                 return lambda: usage.read_ledger(self.cluster, end.job.uid)  # settled: _end waited by requeue
             return lambda: usage.settled_ledger(self.cluster, end.job.uid, pod)  # in place: waits in the caller
 
-        self._end(name, pod, lambda end: completion.finished(self.s, end, pod, ledger(end)), settle=True)
+        self._end(name, pod, lambda end: completion.finished(self.s, end, pod, ledger(end), self.forge),
+                  settle=True)
 
     def give_up(self, name: str, pod: PodView, why: str) -> None:
         """The Pod never started (``why``): delete it, then end the Job ``Failed`` (``PodNeverStarted``)."""

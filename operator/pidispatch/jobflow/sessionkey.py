@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pidispatch import failpoints
 from pidispatch.api.crds import GROUP, VERSION
-from pidispatch.api.models import JobSession
+from pidispatch.api.models import JobOutputs, JobSession
 from pidispatch.api.views import SessionKeyView
 from pidispatch.contract import MANAGED_BY
 from pidispatch.jobflow.cluster import Cluster
@@ -60,16 +60,17 @@ def ensure(cluster: Cluster, host: HostRecord) -> None:
 
 
 def last_job_facts(job: str, host: HostRecord, session: JobSession | None, promoted_at: str | None,
-                   workspace: Workspace | None = None) -> LastJob:
+                   workspace: Workspace | None = None, outputs: JobOutputs | None = None) -> LastJob:
     """What a job's end tells its SessionKey: which job, its reason, the pi and model it was judged with,
-    and (for a promoted conversation) the commit its workspace ended on."""
+    (for a promoted conversation) the commit its workspace ended on, and the pull request the forge confirmed
+    on its branch (``outputs``)."""
     commit = None
     if promoted_at is not None and workspace is not None and workspace.head is not None:
         commit = LastCommit(workspace.head, workspace.pushed == workspace.head)
     return LastJob(job, session.reason if session is not None else None,
                    JudgedWith(host.pi_version, host.model,
                               None if host.population is None else tuple(sorted(host.population))),
-                   promoted_at, commit)
+                   promoted_at, commit, outputs.pullRequest if outputs is not None else None)
 
 
 def write(settings: OperatorSettings, cluster: Cluster, key: str, outcomes: Sequence[KeyOutcome] = (),

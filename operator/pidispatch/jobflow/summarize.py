@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from pidispatch.api.conditions import set_condition
-from pidispatch.api.models import JobCheckout, JobGateway, JobHandoff, JobSession, JobWorkspace
+from pidispatch.api.models import JobCheckout, JobGateway, JobHandoff, JobOutputs, JobSession, JobWorkspace
 from pidispatch.api.views import JobView
 from pidispatch.jobflow.status_patch import changes
 
@@ -78,6 +78,7 @@ class Ended:
     workspace: JobWorkspace | None = None  # where the job left its workspace (the runner's word)
     handoff: JobHandoff | None = None  # the handoff promoted with the transcript
     gateway: JobGateway | None = None  # what the gateway counted and refused (its tokens are ``tokens``)
+    outputs: JobOutputs | None = None  # what the forge confirms the job pushed (``outputs.read_outputs``)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def summarize(job: JobView, change: Change, now: str) -> dict[str, Any]:
                   **({"workspace": dumped(change.workspace)} if change.workspace is not None else {}),
                   **({"handoff": dumped(change.handoff)} if change.handoff is not None else {}),
                   **({"gateway": dumped(change.gateway)} if change.gateway is not None else {}),
+                  **({"outputs": dumped(change.outputs)} if change.outputs is not None else {}),
                   "tokens": change.tokens, "conditions": set_condition(
                       conditions, COMPLETED, change.outcome == "Succeeded", change.condition_reason, change.message,
                       generation, now)}

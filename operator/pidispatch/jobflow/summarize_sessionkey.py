@@ -20,7 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from pidispatch.api.conditions import reason_to_camel, set_condition
-from pidispatch.api.models import ContextReading, FailedResumes, KeyUsage, Retired, SessionKeyStatus, WaitingLetter
+from pidispatch.api.models import (
+    ContextReading,
+    FailedResumes,
+    JobPullRequest,
+    KeyUsage,
+    Retired,
+    SessionKeyStatus,
+    WaitingLetter,
+)
 from pidispatch.api.views import SessionKeyView, lenient
 from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
 from pidispatch.jobflow import cost, lifecycle
@@ -54,6 +62,7 @@ class LastJob:
     judged_with: JudgedWith
     promoted_at: str | None = None
     commit: LastCommit | None = None
+    pull_request: JobPullRequest | None = None  # the forge's pull request on the job's branch (its outputs)
 
 
 @dataclass(frozen=True)
@@ -205,6 +214,8 @@ class SessionKeySummary:
             status.update({"lastJob": last.job, "lastReason": last.reason, "judgedWith": {
                 "piVersion": with_.pi_version, "model": with_.model,
                 "population": None if with_.population is None else list(with_.population)}})
+            if last.pull_request is not None:
+                status["lastPullRequest"] = last.pull_request.model_dump(mode="json")
             if last.promoted_at is not None:
                 status["lastPromotedAt"] = last.promoted_at
                 if last.commit is not None:

@@ -106,6 +106,9 @@ class JobCheckout(ApiModel):
     ref: Annotated[str, Field(max_length=300, description="Where the commit was read: refs/heads/<branch>, or "
                                                           "refs/pull/<n>/head for a fork's pull request.")]
     sha: Commit
+    branch: Annotated[str | None, Field(max_length=255, description=(
+        "The branch the job may push to (null: none, a fork's pull request). What status.outputs looks up on the "
+        "forge at the job's end."))] = None
 
 
 class JobWorkspace(ApiModel):
@@ -131,6 +134,29 @@ class JobGateway(ApiModel):
                                                 "a TokensDisagree Event.")] = None
 
 
+class JobPullRequest(ApiModel):
+    """A pull request as the forge answered for it: never the agent's words."""
+
+    number: Annotated[int, Field(ge=1)]
+    url: Annotated[str, Field(max_length=500, description="Its web page (the forge's html_url).")]
+
+
+class JobOutputs(ApiModel):
+    """What the job left on the forge (docs/workspace.md#what-a-job-records), read back at its end with the operator's
+    own credential: the runner's report only says which branch and commit to look for."""
+
+    branch: Annotated[str | None, Field(max_length=255, description=(
+        "The branch the job pushed, whose tip on the forge was the commit below at the job's end."))] = None
+    commit: Annotated[Commit | None, Field(description=(
+        "The commit the job pushed, confirmed as the branch's tip on the forge (the job's commits end here)."))] = None
+    pullRequest: Annotated[JobPullRequest | None, Field(description=(
+        "The forge's pull request whose head is the branch (opened or updated by the job, or the one it ran "
+        "on); absent: none."))] = None
+    unconfirmed: Annotated[str | None, Field(max_length=300, description=(
+        "Why the forge did not confirm the push the runner reported (the branch moved on, the lookup failed): "
+        "the fields above are then absent."))] = None
+
+
 class JobStatus(ApiModel):
     observedGeneration: Annotated[int | None, Field(json_schema_extra=INT64)] = None
     phase: JobPhase | None = None
@@ -146,5 +172,8 @@ class JobStatus(ApiModel):
     checkout: JobCheckout | None = None
     workspace: JobWorkspace | None = None
     handoff: JobHandoff | None = None
+    outputs: Annotated[JobOutputs | None, Field(description=(
+        "What the job pushed and the pull request on its branch, as the forge confirmed them at its end; absent "
+        "when it pushed nothing or the operator has no forge credential of its own."))] = None
 
 

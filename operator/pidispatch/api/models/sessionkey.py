@@ -16,7 +16,7 @@ from pidispatch.api.models.base import (
     SessionKeyForge,
     SessionReason,
 )
-from pidispatch.api.models.job import Commit, HandoffWriter, StartUsage
+from pidispatch.api.models.job import Commit, HandoffWriter, JobPullRequest, StartUsage
 from pidispatch.api.vocabulary import AUTHOR_ASSOCIATIONS
 
 # ---- SessionKey -------------------------------------------------------------------------------------
@@ -118,6 +118,9 @@ class SessionKeyStatus(ApiModel):
     lastJob: Annotated[str, Field(max_length=253)] | None = None
     lastReason: SessionReason = None
     lastPromotedAt: Annotated[str | None, Field(json_schema_extra=DATE_TIME)] = None
+    lastPullRequest: Annotated[JobPullRequest | None, Field(
+        description="The pull request the last job on this key that found one on its branch had, as the forge "
+                    "confirmed it at that job's end (its status.outputs.pullRequest).")] = None
     lastCommit: Annotated[LastCommit | None, Field(
         description="The workspace's HEAD when the stored conversation last ended: a job that resumes on "
                     "another commit is told how the branch moved.")] = None
