@@ -94,10 +94,10 @@ elif [ "$$(id -u)" = 0 ]; then echo "$(1): installing$$missing"; apt-get update 
 else echo "$(1) missing:$$missing (not root: $(3))"; fi
 endef
 
-# The packages of a real node (e2e/framework/realnode.py; ipset for its NetworkPolicy implementation, e2e/framework/netpolicy.py):
+# The packages of a real node (e2e/framework/realnode.py: `ip` is iproute2's; ipset for its NetworkPolicy implementation, e2e/framework/netpolicy.py):
 # installed when missing and root; otherwise the real-node tests say what is missing and are skipped
 # (PIDISPATCH_REQUIRE_REAL_NODE=1 makes that a failure, as in CI).
-NODE_PACKAGES := containerd runc containernetworking-plugins iptables ipset gcc libc6-dev
+NODE_PACKAGES := containerd runc containernetworking-plugins iptables iproute2 ipset gcc libc6-dev
 node:
 	$(call apt_ensure,node packages,$(NODE_PACKAGES),the real-node tests will be skipped)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from pidispatch.kubeapi import Api, ApiError
+from testkit.gitforge import make_tls
 
 
 def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server: str, **cluster: Any) -> None:
@@ -58,10 +58,7 @@ def test_insecure_skip_tls_verify_turns_it_off_and_says_so(tmp_path: Path, monke
 @pytest.fixture
 def untrusted_server(tmp_path: Path) -> Any:
     """A TLS server on loopback with a self-signed certificate (trusted by nobody)."""
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    ca, cert, key = make_tls(tmp_path / "tls")  # no openssl binary needed; the CA goes to no client unless asked
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     listener = socket.create_server(("127.0.0.1", 0))
@@ -84,16 +81,16 @@ def untrusted_server(tmp_path: Path) -> Any:
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    yield f"https://127.0.0.1:{listener.getsockname()[1]}", cert
+    yield f"https://127.0.0.1:{listener.getsockname()[1]}", ca
     stop.set()
     thread.join(5)
     listener.close()
 
 
 def test_an_untrusted_certificate_is_refused_unless_verification_was_asked_off(untrusted_server: Any) -> None:
-    server, cert = untrusted_server
+    server, ca = untrusted_server
     with pytest.raises(ApiError) as refused:
         Api(server, retries=0).get("/version")
     assert refused.value.status == 0 and "CERTIFICATE_VERIFY_FAILED" in refused.value.message
-    assert Api(server, ca_file=str(cert), retries=0).get("/version") == {}, "its own CA vouches for it"
+    assert Api(server, ca_file=str(ca), retries=0).get("/version") == {}, "its own CA vouches for it"
     assert Api(server, verify=False, retries=0).get("/version") == {}
