@@ -33,7 +33,8 @@ def forge() -> Iterator[FakeGitHubAPI]:
 
 
 def ready(body: dict[str, Any], status: str = "True", reason: str = "Accepted") -> dict[str, Any]:
-    body["status"] = {"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": "m"}]}
+    body["status"] = {"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": "m",
+                                       "lastTransitionTime": "2026-12-07T00:00:00Z"}]}  # as the API has it
     return body
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pidispatch.api.views import TriggerView
 from pidispatch.receiver.poll import ratelimit
 from pidispatch.receiver.poll.cursor import COMMENTS, ISSUE_EVENTS, MemoryCursors
 from pidispatch.receiver.poll.forge import ForgeReader
@@ -200,9 +201,9 @@ def test_the_cursor_is_kept_per_repository_and_listing(forge: FakeGitHubAPI, clu
 def test_pollable_names_exact_repositories_and_leaves_patterns() -> None:
     triggers = [trigger("a", "issue_comment.created", phrase="@pi", repository="acme/widgets"),
                 trigger("b", "issues.labeled", label="x", repositories=["Acme/Widgets", "acme/g*", "acme/tools"]),
-                trigger("c", "schedule", schedule="0 * * * *", repository="acme/cron-only"),
+                trigger("c", "cron", schedule="0 * * * *", repository="acme/cron-only"),
                 trigger("d", "issue_comment.created", phrase="@pi")]
-    assert pollable(triggers) == (["acme/tools", "acme/widgets"], [EVERY, "acme/g*"])
+    assert pollable([TriggerView.of(t) for t in triggers]) == (["acme/tools", "acme/widgets"], [EVERY, "acme/g*"])
 
 
 @pytest.mark.parametrize(("status", "headers", "seconds", "limited"), [

@@ -25,7 +25,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pidispatch.api import serves
 from pidispatch.api.views import TriggerView
 from pidispatch.api.vocabulary import SENDER_MAX
 from pidispatch.receiver import delivery as core
@@ -100,34 +99,32 @@ def requester(reader: ForgeReader, repository: str) -> str:
     return login[:SENDER_MAX]
 
 
-def trigger_problem(trigger: dict[str, Any] | None, name: str, repository: str, namespace: str) -> str | None:
+def trigger_problem(trigger: TriggerView | None, name: str, repository: str, namespace: str) -> str | None:
     """Why Trigger ``name`` (``None``: not found) cannot run a job for ``repository``, or ``None``."""
     if trigger is None:
         return f"Trigger {name} does not exist in namespace {namespace} (kubectl get pitriggers -n {namespace})"
-    view = TriggerView.of(trigger)
-    if view.meta.deletion:
+    if trigger.meta.deletion:
         return f"Trigger {name} is being deleted"
-    if not view.serves(repository):
+    if not trigger.serves(repository):
         return f"Trigger {name} does not serve {repository} (its on.repository / on.repositories)"
-    ready = next((c for c in (trigger.get("status") or {}).get("conditions") or []
-                  if isinstance(c, dict) and c.get("type") == "Ready"), None)
+    ready = next((c for c in trigger.status.conditions or [] if c.type == "Ready"), None)
     if ready is None:
         return f"Trigger {name} is not Ready yet: the operator has not judged it (is the operator running?)"
-    if ready.get("status") != "True":
-        return (f"Trigger {name} is not Ready ({ready.get('reason') or 'no reason'}): {ready.get('message') or ''}"
+    if ready.status != "True":
+        return (f"Trigger {name} is not Ready ({ready.reason or 'no reason'}): {ready.message or ''}"
                 .rstrip(": ") + f"; its Jobs would be refused (kubectl describe pitrigger {name} -n {namespace})")
     return None
 
 
-def default_repository(trigger: dict[str, Any]) -> str | None:
+def default_repository(trigger: TriggerView) -> str | None:
     """The one repository a Trigger names without a glob (its ``on.repository``, or a lone plain
     ``on.repositories`` entry): what a run is for when ``--repo`` is not given; ``None`` when that is not one."""
-    named = serves.entries_of((trigger.get("spec") or {}).get("on"))
+    named = trigger.named
     plain = [entry for entry in dict.fromkeys(named) if not any(c in entry for c in "*?[")]
     return plain[0] if len(plain) == 1 and len(named) == 1 else None
 
 
-def plan(trigger: dict[str, Any], subject: Subject, sender: str, *, comment: str | None = None,
+def plan(trigger: TriggerView, subject: Subject, sender: str, *, comment: str | None = None,
          nonce: str | None = None) -> list[core.PlannedJob]:
     """The Jobs ``trigger`` starts for ``subject``, as the receiver plans them (:func:`delivery.plan_trigger`).
 
@@ -135,12 +132,12 @@ def plan(trigger: dict[str, Any], subject: Subject, sender: str, *, comment: str
     The Job's ``spec.authSource`` is the Trigger's ``run.auth`` or none: the deployment's default is the operator's
     to apply, and a Job never asks for more than its Trigger gives."""
     nonce = nonce or uuid.uuid4().hex
-    on = (trigger.get("spec") or {}).get("on") or {}
-    event = core.Event(trigger_event=str(on.get("event") or ""), repository=subject.repository, sender=sender,
+    on_event = trigger.spec.on.event if trigger.spec is not None else ""
+    event = core.Event(trigger_event=on_event, repository=subject.repository, sender=sender,
                        sender_is_bot=False, issue=subject.issue, pull_request=subject.pull_request,
                        text=comment, fork=subject.fork)
     digest = hashlib.sha256(f"pidispatch-run\0{nonce}".encode()).hexdigest()
-    planned = core.plan_trigger(trigger, event, f"run-{nonce}", None, digest)
+    planned = core.plan_trigger(trigger.body, event, f"run-{nonce}", None, digest)
     for job in planned:
         if job.body is not None:
             job.body["metadata"]["labels"][core.CREATED_BY_LABEL] = CREATED_BY

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pidispatch.api.views import TriggerView
 from pidispatch.api.vocabulary import GROUP, VERSION
 from pidispatch.kubeapi import ApiError, KubeApi
 from pidispatch.receiver import adhoc
@@ -71,9 +72,10 @@ def create(args: argparse.Namespace, api: KubeApi, namespace: str, reader: Forge
     """The Jobs' names once created; :class:`adhoc.Refused` for whatever stops the run before or at the create."""
     base = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}"
     try:
-        trigger = api.get_or_none(f"{base}/triggers/{args.trigger}")
+        found = api.get_or_none(f"{base}/triggers/{args.trigger}")
     except ApiError as exc:
         raise adhoc.Refused(f"cannot read Trigger {args.trigger} in namespace {namespace}: {_status(exc)}") from None
+    trigger = TriggerView.of(found) if found is not None else None  # read once, here
     repository = args.repo or (adhoc.default_repository(trigger) if trigger is not None else None)
     if trigger is not None and repository is None:
         raise adhoc.Refused(f"Trigger {args.trigger} serves more than one repository: name one with --repo OWNER/NAME")

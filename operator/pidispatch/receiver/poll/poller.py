@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pidispatch.api import serves
+from pidispatch.api.views import TriggerView
 from pidispatch.events import emit
 from pidispatch.receiver.cluster import Cluster, ClusterUnavailable
 from pidispatch.receiver.intake import Outcome, intake
@@ -72,22 +72,18 @@ def _parse(stamp: Any) -> datetime | None:
         return None
 
 
-def pollable(triggers: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+def pollable(triggers: list[TriggerView]) -> tuple[list[str], list[str]]:
     """The repositories the Triggers name exactly (polled), and their patterns (which name no repository to read:
     a pattern's repositories need the webhook, or an exact entry beside the pattern; a Trigger that names none is
-    :data:`EVERY`)."""
+    :data:`EVERY`). A Trigger being deleted, one whose spec does not parse, and a cron Trigger read nothing."""
     exact: dict[str, str] = {}
     patterns: list[str] = []
     for trigger in triggers:
-        spec = trigger.get("spec") or {}
-        on = spec.get("on") or {}
-        if (trigger.get("metadata") or {}).get("deletionTimestamp") or not on.get("event") or \
-                on.get("event") == "schedule":
+        if trigger.meta.deletion or trigger.spec is None or trigger.spec.on.event == "cron":
             continue
-        named = serves.entries_of(on)
-        if not named:
+        if not trigger.named:
             patterns.append(EVERY)  # serves every repository, and names none to read
-        for entry in named:
+        for entry in trigger.named:
             if _GLOB & set(entry):
                 patterns.append(entry)
             else:
@@ -142,7 +138,7 @@ class Poller:
             except ClusterUnavailable as exc:
                 raise _Stop(ratelimit.after(0, {}, now=self.clock(), interval=self.interval,
                                             failures=self.failures)) from exc
-            repositories, patterns = pollable(triggers)
+            repositories, patterns = pollable([TriggerView.of(body) for body in triggers])  # read once, here
             try:
                 cursors = await asyncio.to_thread(self.store.load)
             except CursorUnavailable as exc:
