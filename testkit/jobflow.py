@@ -72,3 +72,13 @@ def phase(api: MemoryApi, name: str) -> str | None:
 
 def condition(api: MemoryApi, name: str, type_: str) -> dict[str, Any]:
     return next(c for c in api.job(name)["status"]["conditions"] if c["type"] == type_)
+
+
+def job_names(api: MemoryApi) -> list[str]:
+    """The names of the Jobs in ``api``, sorted (what a cron turn created)."""
+    return sorted(o["metadata"]["name"] for p, o in api.objects.items() if p.startswith(JOBS + "/"))
+
+
+def schedule_record(api: MemoryApi, trigger: str = "nightly") -> dict[str, Any]:
+    """Trigger ``trigger``'s ``status.schedule``, as the cron turns wrote it."""
+    return api.get(f"{TRIGGERS}/{trigger}")["status"]["schedule"]

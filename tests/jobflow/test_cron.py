@@ -23,6 +23,7 @@ from pidispatch.jobflow.summarize_trigger import trigger_status
 from pidispatch.kubeapi import ApiError
 from pidispatch.settings import Settings
 from pidispatch.store.keys import branch_key, issue_key, key_from_parts
+from testkit.jobflow import job_names, schedule_record
 from testkit.memoryapi import JOBS, NS, TRIGGERS, MemoryApi
 
 
@@ -267,33 +268,25 @@ def setup(created: str = "2026-12-04 18:45:10", status: dict[str, Any] | None = 
     return api, Cluster(api, NS)
 
 
-def jobs(api: MemoryApi) -> list[str]:
-    return sorted(o["metadata"]["name"] for p, o in api.objects.items() if p.startswith(JOBS + "/"))
-
-
-def record(api: MemoryApi) -> dict[str, Any]:
-    return api.get(f"{TRIGGERS}/nightly")["status"]["schedule"]
-
-
 def test_each_slot_fires_once_however_many_turns() -> None:
     api, cluster = setup()
     clock = Clock("2026-12-04 18:45:40")
     c = firing.Cron(cluster, clock)
     c.turn()
-    assert jobs(api) == [], "nothing before the first slot after the Trigger's creation"
-    assert record(api)["nextSlot"] == "2026-12-04T18:46:00Z"
+    assert job_names(api) == [], "nothing before the first slot after the Trigger's creation"
+    assert schedule_record(api)["nextSlot"] == "2026-12-04T18:46:00Z"
     clock.now = at("2026-12-04 18:46:01")
     c.turn()
     c.turn()
-    assert jobs(api) == ["nightly-cron-202612041846"]
+    assert job_names(api) == ["nightly-cron-202612041846"]
     job = api.job("nightly-cron-202612041846")
     assert job["spec"] == {"trigger": "nightly", "forge": "github", "repository": "octo/repo",
                            "deliveryId": "cron-2026-12-04T18:46:00Z"}
-    assert record(api) == {"lastSlot": "2026-12-04T18:46:00Z", "lastJob": "nightly-cron-202612041846", "missed": 0,
-                           "nextSlot": "2026-12-04T18:47:00Z"}
+    assert schedule_record(api) == {"lastSlot": "2026-12-04T18:46:00Z", "lastJob": "nightly-cron-202612041846",
+                                    "missed": 0, "nextSlot": "2026-12-04T18:47:00Z"}
     clock.now = at("2026-12-04 18:47:00.5")
     c.turn()
-    assert jobs(api) == ["nightly-cron-202612041846", "nightly-cron-202612041847"]
+    assert job_names(api) == ["nightly-cron-202612041846", "nightly-cron-202612041847"]
     assert 0 < c.next_turn_in() <= 60
 
 
@@ -303,7 +296,7 @@ def test_a_restarted_operator_and_a_new_leader_do_not_fire_a_slot_again() -> Non
     firing.Cron(cluster, clock).turn()
     for _ in range(3):  # a new process (a restart, another replica taking the lead) knows only the status
         firing.Cron(Cluster(api, NS), clock).turn()
-    assert jobs(api) == ["nightly-cron-202612041846"]
+    assert job_names(api) == ["nightly-cron-202612041846"]
 
 
 def test_the_claim_is_conditional_two_writers_of_one_version_claim_once() -> None:
@@ -314,14 +307,14 @@ def test_the_claim_is_conditional_two_writers_of_one_version_claim_once() -> Non
     claims = [w for w in api.writes if w[0] == "PATCH"]
     firing.Cron(Cluster(api, NS), clock).fire(stale)  # the old leader, a step behind: its claim answers 409
     assert [w for w in api.writes if w[0] == "PATCH"] == claims, "the stale writer wrote nothing"
-    assert jobs(api) == ["nightly-cron-202612041846"]
+    assert job_names(api) == ["nightly-cron-202612041846"]
 
 
 def test_a_claimed_slot_whose_job_was_not_created_is_created_by_the_next_turn() -> None:
     api, cluster = setup(status={"lastSlot": "2026-12-04T18:46:00Z", "missed": 0})  # killed after the claim
     firing.Cron(cluster, Clock("2026-12-04 18:46:30")).turn()
-    assert jobs(api) == ["nightly-cron-202612041846"]
-    assert record(api)["lastJob"] == "nightly-cron-202612041846"
+    assert job_names(api) == ["nightly-cron-202612041846"]
+    assert schedule_record(api)["lastJob"] == "nightly-cron-202612041846"
 
 
 def test_a_create_that_answers_409_is_the_same_job_not_a_second_one() -> None:
@@ -336,8 +329,8 @@ def test_a_create_that_answers_409_is_the_same_job_not_a_second_one() -> None:
     api.on_create = count
     firing.Cron(cluster, Clock("2026-12-04 18:46:30")).turn()
     assert creates == ["nightly-cron-202612041846"], "created again by name"
-    assert jobs(api) == ["nightly-cron-202612041846"], "the 409 made no second Job"
-    assert record(api)["lastJob"] == "nightly-cron-202612041846"
+    assert job_names(api) == ["nightly-cron-202612041846"], "the 409 made no second Job"
+    assert schedule_record(api)["lastJob"] == "nightly-cron-202612041846"
 
 
 def test_missed_slots_are_counted_not_replayed() -> None:
@@ -345,25 +338,25 @@ def test_missed_slots_are_counted_not_replayed() -> None:
                                  "missed": 2})
     before = firing.metrics.CRON_MISSED._value.get()
     firing.Cron(cluster, Clock("2026-12-04 18:56:30")).turn()  # down from 18:46:30 to 18:56:30
-    assert jobs(api) == ["nightly-cron-202612041856"], "one catch-up fire, for the latest slot"
-    assert record(api)["missed"] == 2 + 9
+    assert job_names(api) == ["nightly-cron-202612041856"], "one catch-up fire, for the latest slot"
+    assert schedule_record(api)["missed"] == 2 + 9
     assert firing.metrics.CRON_MISSED._value.get() - before == 9
 
 
 def test_a_trigger_that_cannot_fire_creates_nothing() -> None:
     api, cluster = setup(schedule="61 * * * *")
     firing.Cron(cluster, Clock("2026-12-04 19:00:01")).turn()
-    assert jobs(api) == []
+    assert job_names(api) == []
 
 
 def test_a_trigger_whose_jobs_could_not_be_placed_fires_nothing_and_its_slots_count_as_missed() -> None:
     api, cluster = setup()
     blocked = firing.Cron(cluster, Clock("2026-12-04 18:47:01"), lambda trigger: "PlacementConflict")
     blocked.turn()
-    assert jobs(api) == []
+    assert job_names(api) == []
     firing.Cron(cluster, Clock("2026-12-04 18:48:01")).turn()  # placeable again
-    assert jobs(api) == ["nightly-cron-202612041848"]
-    assert record(api)["missed"] == 2
+    assert job_names(api) == ["nightly-cron-202612041848"]
+    assert schedule_record(api)["missed"] == 2
 
 
 def test_one_failing_trigger_does_not_stop_the_others() -> None:
@@ -381,9 +374,9 @@ def test_one_failing_trigger_does_not_stop_the_others() -> None:
 
     api.on_create = refuse_nightly
     firing.Cron(cluster, Clock("2026-12-04 18:46:01")).turn()
-    assert jobs(api) == ["other-cron-202612041846"]
+    assert job_names(api) == ["other-cron-202612041846"]
     nightly = api.get(f"{TRIGGERS}/nightly")["status"]["schedule"]
     assert nightly["lastSlot"] == "2026-12-04T18:46:00Z" and "lastJob" not in nightly, "claimed before the create"
     api.on_create = lambda path, body: None
     firing.Cron(cluster, Clock("2026-12-04 18:46:20")).turn()  # the claimed slot's Job, on the next turn
-    assert jobs(api) == ["nightly-cron-202612041846", "other-cron-202612041846"]
+    assert job_names(api) == ["nightly-cron-202612041846", "other-cron-202612041846"]

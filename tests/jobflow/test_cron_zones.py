@@ -25,7 +25,8 @@ from pidispatch.jobflow import trigger as trigger_step
 from pidispatch.jobflow.cluster import Cluster
 from pidispatch.jobflow.summarize_trigger import trigger_status
 from pidispatch.settings import Settings
-from testkit.memoryapi import JOBS, NS, TRIGGERS, MemoryApi
+from testkit.jobflow import job_names, schedule_record
+from testkit.memoryapi import NS, TRIGGERS, MemoryApi
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
@@ -230,20 +231,12 @@ def setup(on: dict[str, Any], created: str, status: dict[str, Any] | None = None
     return api, Cluster(api, NS)
 
 
-def jobs(api: MemoryApi) -> list[str]:
-    return sorted(o["metadata"]["name"] for p, o in api.objects.items() if p.startswith(JOBS + "/"))
-
-
-def record(api: MemoryApi) -> dict[str, Any]:
-    return api.get(f"{TRIGGERS}/nightly")["status"]["schedule"]
-
-
 def test_a_restart_within_the_deadline_catches_the_missed_slot_up() -> None:
     fired = {"lastSlot": "2027-01-04T05:00:00Z", "lastJob": "nightly-cron-202701040500", "missed": 0}
     api, cluster = setup({"schedule": "0 * * * *", "startingDeadlineSeconds": 600}, "2027-01-01 00:00", fired)
     firing.Cron(cluster, Clock(utc("2027-01-04 06:09"))).turn()  # down from 05:30 to 06:09: 06:00 is 9 minutes late
-    assert jobs(api) == ["nightly-cron-202701040600"]
-    assert record(api)["lastSlot"] == "2027-01-04T06:00:00Z" and record(api)["missed"] == 0
+    assert job_names(api) == ["nightly-cron-202701040600"]
+    assert schedule_record(api)["lastSlot"] == "2027-01-04T06:00:00Z" and schedule_record(api)["missed"] == 0
 
 
 def test_a_restart_past_the_deadline_skips_the_slot_records_it_and_fires_the_next_on_time() -> None:
@@ -253,18 +246,18 @@ def test_a_restart_past_the_deadline_skips_the_slot_records_it_and_fires_the_nex
     before = firing.metrics.CRON_MISSED._value.get()
     c = firing.Cron(cluster, clock)
     c.turn()
-    assert jobs(api) == [], "a slot missed by more than the deadline is not run"
-    assert record(api) == {**fired, "missed": 2, "lastSkipped": "2027-01-04T07:00:00Z",
+    assert job_names(api) == [], "a slot missed by more than the deadline is not run"
+    assert schedule_record(api) == {**fired, "missed": 2, "lastSkipped": "2027-01-04T07:00:00Z",
                            "nextSlot": "2027-01-04T08:00:00Z"}
     assert firing.metrics.CRON_MISSED._value.get() - before == 2
     clock.now = utc("2027-01-04 07:30")
     c.turn()
     firing.Cron(Cluster(api, NS), clock).turn()  # another restart: the skipped slots are not counted again
-    assert jobs(api) == [] and record(api)["missed"] == 2
+    assert job_names(api) == [] and schedule_record(api)["missed"] == 2
     clock.now = utc("2027-01-04 08:00:01")
     c.turn()
-    assert jobs(api) == ["nightly-cron-202701040800"], "the next slot, on time, fires"
-    assert record(api)["missed"] == 2 and record(api)["lastSlot"] == "2027-01-04T08:00:00Z"
+    assert job_names(api) == ["nightly-cron-202701040800"], "the next slot, on time, fires"
+    assert schedule_record(api)["missed"] == 2 and schedule_record(api)["lastSlot"] == "2027-01-04T08:00:00Z"
 
 
 def test_a_zoned_trigger_fires_at_its_local_time_and_names_the_job_by_the_utc_minute() -> None:
@@ -272,11 +265,11 @@ def test_a_zoned_trigger_fires_at_its_local_time_and_names_the_job_by_the_utc_mi
     clock = Clock(utc("2027-11-07 05:30:01"))  # 01:30 EDT, the first of the two 01:30s
     c = firing.Cron(cluster, clock)
     c.turn()
-    assert jobs(api) == ["nightly-cron-202711070530"]
-    assert record(api)["nextSlot"] == "2027-11-07T06:30:00Z", "01:30 EST, the overlap's second 01:30"
+    assert job_names(api) == ["nightly-cron-202711070530"]
+    assert schedule_record(api)["nextSlot"] == "2027-11-07T06:30:00Z", "01:30 EST, the overlap's second 01:30"
     clock.now = utc("2027-11-07 06:30:01")
     c.turn()
-    assert jobs(api) == ["nightly-cron-202711070530", "nightly-cron-202711070630"], "a CronJob fires both too"
+    assert job_names(api) == ["nightly-cron-202711070530", "nightly-cron-202711070630"], "a CronJob fires both too"
 
 
 def test_the_loop_sleeps_until_a_zoned_slot() -> None:
@@ -284,7 +277,7 @@ def test_the_loop_sleeps_until_a_zoned_slot() -> None:
     clock = Clock(utc("2027-01-04 07:59:50"))
     c = firing.Cron(cluster, clock)
     c.turn()
-    assert record(api)["nextSlot"] == "2027-01-04T08:00:00Z"
+    assert schedule_record(api)["nextSlot"] == "2027-01-04T08:00:00Z"
     assert c.next_turn_in() == pytest.approx(10.05)
     assert ZoneInfo(BERLIN)  # the zone database is there (the operator image: tzdata, pyproject.toml)
 
@@ -295,8 +288,9 @@ def test_more_than_100_missed_says_too_many_missed_start_times_and_still_fires_t
     api, cluster = setup({"schedule": "* * * * *"}, "2027-01-01 00:00", fired)
     with caplog.at_level("WARNING", logger="pidispatch.operator"):
         firing.Cron(cluster, Clock(utc("2027-01-04 06:42:10"))).turn()  # 102 slots due: 101 missed
-    assert jobs(api) == ["nightly-cron-202701040642"], "as a CronJob since its second controller: a warning, a fire"
-    assert record(api)["missed"] == 101
+    assert job_names(api) == ["nightly-cron-202701040642"], (
+        "as a CronJob since its second controller: a warning, a fire")
+    assert schedule_record(api)["missed"] == 101
     assert "too many missed start times: 101" in caplog.text
     caplog.clear()
     with caplog.at_level("WARNING", logger="pidispatch.operator"):
