@@ -147,7 +147,10 @@ def test_the_ledgers_settle_time_holds_no_worker(api: MemoryApi, clock: Clock, t
     try:
         ended = time.time()
         end_pod(api, feed, "a", finished=ended)
-        time.sleep(0.2)  # the worker takes the Pod's event
+        # The worker has taken the Pod's event: nothing waits for it, and the queue is not idle (the end in hand, or
+        # the Job's key waiting out the settle time).
+        wait_until("the Pod's event taken", lambda: feed.queue.depth == 0 and not feed.queue.idle(), timeout=10,
+                   interval=0.005)
         sent = time.monotonic()
         feed.event("Trigger", "MODIFIED", api.get(f"{TRIGGERS}/fix"))
         wait_until("the Trigger's event", lambda: handled, timeout=10, interval=0.01)
